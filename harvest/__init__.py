@@ -1,0 +1,1 @@
+"""sftbuild.harvest stage."""

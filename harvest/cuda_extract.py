@@ -1,0 +1,517 @@
+"""Extract `__global__` kernels from CUDA C++ with tree-sitter-cuda.
+
+For each kernel we keep the closure of what it needs from its own file: the
+file's includes, then every top-level unit (function, template, struct, alias,
+constant, macro) that the kernel reaches by name, emitted in file order inside
+the namespaces and preprocessor conditions it was declared in. Text is copied
+byte for byte; nothing is reformatted.
+
+Two things confuse the grammar and are handled before parsing:
+  * attribute macros written before a declaration (`C10_LAUNCH_BOUNDS_1(n)`,
+    `C10_HOST_DEVICE`, ...) make tree-sitter read the macro as the declarator,
+    so the kernel gets the macro's name or is not seen at all. We parse a copy
+    in which those macro invocations are blanked with spaces of the same
+    length, so byte offsets and line numbers still match the original.
+  * `#ifdef USE_ROCM` branches: we target CUDA, so a branch that is dead
+    without USE_ROCM is dropped (its kernels listed as `rocm_only`) and a live
+    one is read as if the condition were not there. Other conditions become
+    scopes: the unit is emitted inside the same `#if`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+import tree_sitter as ts
+import tree_sitter_cuda
+
+WORD = re.compile(r"[A-Za-z_]\w*")
+UNIT_TYPES = {
+    "function_definition", "template_declaration", "declaration", "type_definition",
+    "alias_declaration", "struct_specifier", "class_specifier", "enum_specifier", "union_specifier",
+    "preproc_def", "preproc_function_def", "using_declaration", "namespace_alias_definition",
+    "static_assert_declaration", "expression_statement", "template_instantiation",
+}
+SCOPE_TYPES = {"namespace_definition", "linkage_specification"}
+CONDITIONAL_TYPES = {"preproc_if", "preproc_ifdef"}
+# attribute-like macros that take arguments and precede a declaration
+ATTRIBUTE_CALLS = re.compile(rb"\b(__launch_bounds__|C10_LAUNCH_BOUNDS_\w+|__attribute__|alignas)\s*\(")
+# attribute-like macros without arguments
+ATTRIBUTE_WORDS = re.compile(rb"\b(C10_HOST_DEVICE|C10_DEVICE|C10_HOST|C10_ALWAYS_INLINE|C10_NOINLINE|"
+                             rb"C10_ALWAYS_INLINE_ATTRIBUTE|__ubsan_ignore_\w+__|C10_HIP_HOST_DEVICE|C10_RESTRICT|GPU_LAMBDA)\b")
+LAUNCH_BOUNDS = re.compile(r"\b(__launch_bounds__|C10_LAUNCH_BOUNDS_\w+)\s*\(")
+STRING_TYPES = {"string_literal", "raw_string_literal", "raw_string_content", "string_content",
+                "char_literal", "concatenated_string"}
+ROCM_MACROS = ("USE_ROCM", "__HIP_PLATFORM_AMD__", "__HIP_PLATFORM_HCC__", "USE_ROCM_CK_GEMM")
+
+
+@functools.lru_cache(maxsize=1)
+def parser() -> ts.Parser:
+    return ts.Parser(ts.Language(tree_sitter_cuda.language()))
+
+
+@dataclasses.dataclass
+class Unit:
+    start: int  # byte offsets into the file
+    end: int
+    scopes: tuple[tuple[str, str], ...]  # (opener, closer) of enclosing namespaces and #if blocks
+    defines: set[str]
+    uses: set[str]
+    kernels: list[str]  # names of __global__ functions defined here
+    line_start: int
+    line_end: int
+    include: bool = False
+
+
+@dataclasses.dataclass
+class Kernel:
+    name: str
+    code: str  # the closure, compilable given the include paths
+    lines: tuple[int, int]  # 1-based span of the kernel in the file
+    includes: list[str]
+    needs: list[str]  # identifiers used but defined outside this file
+    launch_bounds: str | None
+    template: bool
+    params: list[str]  # parameter declarations, as written
+    launch_sites: list[dict]  # {"function", "lines", "macro"?, "template_args"?} in the same file
+    instantiations: list[str] = dataclasses.field(default_factory=list)
+
+
+def extract_kernels(src: bytes) -> tuple[list[Kernel], list[dict]]:
+    """Return the kernels in `src`, and every other `__global__` token with a reason."""
+    masked = mask_attributes(src)
+    tree = parser().parse(masked)
+    units: list[Unit] = []
+    dead: list[tuple[int, int, str]] = []
+    _collect(tree.root_node, src, (), units, dead, top=True)
+    by_name: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        for name in u.defines:
+            by_name.setdefault(name, []).append(i)
+    include_units = [u for u in units if u.include]
+    includes = [_text(src, u) .strip() for u in include_units]
+
+    kernels = []
+    for i, u in enumerate(units):
+        for kname in u.kernels:
+            need = _closure(i, units, by_name)
+            code = _emit(src, include_units + [units[j] for j in sorted(need)])
+            text = _text(src, u)
+            head = text.split("{", 1)[0]
+            defined = set().union(*(units[j].defines for j in need))
+            kernels.append(Kernel(
+                name=kname, code=code, lines=(u.line_start, u.line_end), includes=includes,
+                needs=sorted(_external(units, need, defined)),
+                launch_bounds=_launch_bounds(head),
+                template=text.lstrip().startswith("template"),
+                params=_params(head, kname),
+                launch_sites=_launch_sites(tree.root_node, units, src, kname, exclude=i),
+                instantiations=_instantiations(units, src, kname),
+            ))
+    return kernels, _unaccounted(tree.root_node, src, kernels, dead)
+
+
+def mask_attributes(src: bytes) -> bytes:
+    """Blank attribute macros (keeping length and newlines) so the grammar sees the declaration."""
+    out = bytearray(src)
+    for m in ATTRIBUTE_CALLS.finditer(src):
+        line_start = src.rfind(b"\n", 0, m.start()) + 1
+        if src[line_start:m.start()].lstrip().startswith(b"#"):
+            continue  # the macro's own #define, or a directive: leave it
+        end = _balanced(src, m.end() - 1)
+        if end is None:
+            continue
+        _blank(out, m.start(), end)
+    for m in ATTRIBUTE_WORDS.finditer(src):
+        line_start = src.rfind(b"\n", 0, m.start()) + 1
+        if not src[line_start:m.start()].lstrip().startswith(b"#"):
+            _blank(out, m.start(), m.end())
+    return bytes(out)
+
+
+def _balanced(src: bytes, open_at: int) -> int | None:
+    depth = 0
+    for i in range(open_at, min(len(src), open_at + 2000)):
+        c = src[i]
+        if c == 40:  # (
+            depth += 1
+        elif c == 41:  # )
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _blank(buf: bytearray, a: int, b: int) -> None:
+    for i in range(a, b):
+        if buf[i] not in (10, 13):
+            buf[i] = 32
+
+
+def _text(src: bytes, u: Unit) -> str:
+    return src[u.start:u.end].decode("utf-8", "replace")
+
+
+def _collect(node, src, scopes, units, dead, top=False):
+    children = node.children
+    real = [c for c in children if c.type != "comment"]
+    # A file-wide `#if` guard wraps everything: look through it.
+    if top and len(real) == 1 and real[0].type in CONDITIONAL_TYPES:
+        inner = [c for c in real[0].children if c.type not in ("preproc_else", "preproc_elif")]
+        return _collect_list(inner, src, scopes, units, dead)
+    return _collect_list(children, src, scopes, units, dead)
+
+
+def _collect_list(children, src, scopes, units, dead):
+    for c in children:
+        if c.type == "preproc_include":
+            units.append(Unit(c.start_byte, c.end_byte, scopes, set(), set(), [],
+                              c.start_point[0] + 1, c.end_point[0] + 1, include=True))
+        elif c.type in SCOPE_TYPES:
+            body = c.child_by_field_name("body")
+            if body is None:
+                continue
+            opener = src[c.start_byte:body.start_byte].decode("utf-8", "replace").strip() + " {"
+            _collect_list(body.children, src, scopes + ((opener, "}"),), units, dead)
+        elif c.type in CONDITIONAL_TYPES:
+            _collect_conditional(c, src, scopes, units, dead)
+        elif c.type in UNIT_TYPES:
+            units.append(_unit(c, src, scopes))
+        elif c.type == "ERROR":
+            _collect_error(c, src, scopes, units, dead)
+
+
+def _collect_error(node, src, scopes, units, dead):
+    """Recover from a construct the grammar cannot read: the parser then flattens the
+    enclosing namespace and struct into loose tokens, so we rebuild both from the tokens."""
+    stack = list(scopes)
+    depth_at: list[int] = []  # brace depth where each recovered namespace opened
+    raw_start, raw_name, depth = None, None, 0
+    kids = node.children
+    for k, c in enumerate(kids):
+        t = c.type
+        if raw_start is not None:
+            if t == "{":
+                depth += 1
+            elif t == "}":
+                depth -= 1
+            elif t == ";" and depth == 0:
+                text = src[raw_start.start_byte:c.end_byte].decode("utf-8", "replace")
+                units.append(Unit(raw_start.start_byte, c.end_byte, tuple(stack), {raw_name} if raw_name else set(),
+                                  set(WORD.findall(text)) - {raw_name}, [], raw_start.start_point[0] + 1,
+                                  c.end_point[0] + 1))
+                raw_start = None
+            elif t in ("type_identifier",) and raw_name is None:
+                raw_name = c.text.decode()
+            continue
+        if t == "namespace" and k + 2 < len(kids) and kids[k + 2].type == "{":
+            stack.append((src[c.start_byte:kids[k + 2].start_byte].decode().strip() + " {", "}"))
+            depth_at.append(0)
+        elif t == "}" and depth_at:
+            depth_at.pop()
+            stack.pop()
+        elif t in ("template", "struct", "class", "union") and (k == 0 or kids[k - 1].type != "template"):
+            raw_start, raw_name, depth = c, None, 0
+        elif t in UNIT_TYPES or t == "ERROR" or t in CONDITIONAL_TYPES or t == "preproc_include":
+            _collect_list([c], src, tuple(stack), units, dead)
+
+
+def _branches(node):
+    """(condition text or None for #else, child nodes) for each branch of an #if chain."""
+    out = []
+    while node is not None:
+        if node.type == "preproc_ifdef":
+            name = node.child_by_field_name("name").text.decode()
+            neg = node.children[0].type == "#ifndef"
+            cond = f"{'!' if neg else ''}defined({name})"
+        elif node.type == "preproc_else":
+            cond = None
+        else:
+            cond = node.child_by_field_name("condition").text.decode().strip()
+        alt = node.child_by_field_name("alternative")
+        skip = {"condition", "name"}
+        body = [c for c in node.children if c.is_named and c != alt
+                and not any(node.child_by_field_name(f) == c for f in skip)]
+        out.append((cond, body))
+        node = alt
+    return out
+
+
+def _rocm_value(cond: str | None) -> bool | None:
+    """The value of a condition on a CUDA build when it only tests ROCm macros; else None."""
+    if cond is None:
+        return True
+    c = " ".join(cond.replace("(", " ( ").replace(")", " ) ").split())
+    for m in ROCM_MACROS:
+        for form in (f"defined ( {m} )", f"defined {m}", m):
+            if c == form:
+                return False
+            if c == f"! {form}" or c == f"!{form}":
+                return True
+    return None
+
+
+def _collect_conditional(node, src, scopes, units, dead):
+    prior: list[str] = []
+    prior_known_false = True  # every earlier branch is known to be off on CUDA
+    dead_rest = False  # a live branch was taken: the rest are dead
+    for cond, body in _branches(node):
+        value = _rocm_value(cond)
+        if prior_known_false and value is True:
+            _collect_list(body, src, scopes, units, dead)  # the live branch: condition is moot
+            prior_known_false, value = False, None
+            dead_rest = True
+            continue
+        if dead_rest:
+            for c in body:
+                dead.append((c.start_byte, c.end_byte, "rocm_only"))
+            continue
+        if prior_known_false and value is False:
+            for c in body:
+                dead.append((c.start_byte, c.end_byte, "rocm_only"))
+            prior.append(cond)
+            continue
+        parts = [f"!({p})" for p in prior] + ([f"({cond})"] if cond else [])
+        opener = "#if " + " && ".join(parts) if parts else "#if 1"
+        _collect_list(body, src, scopes + ((opener, "#endif"),), units, dead)
+        if cond is None:
+            return
+        prior.append(cond)
+        prior_known_false = False
+
+
+def _unit(node, src, scopes) -> Unit:
+    text = src[node.start_byte:node.end_byte].decode("utf-8", "replace")
+    defines: set[str] = set()
+    kernels: list[str] = []
+    if node.type in ("preproc_def", "preproc_function_def"):
+        defines.add(node.child_by_field_name("name").text.decode())
+        uses = set(WORD.findall(text)) - defines
+    else:
+        uses = {n.text.decode() for n in _walk(node) if n.type in (
+            "identifier", "type_identifier", "namespace_identifier", "field_identifier")}
+        uses |= set(WORD.findall(" ".join(n.text.decode() for n in _walk(node) if n.type == "preproc_arg")))
+        # blanked attribute macros are still needs of this unit
+        uses |= {m.group(1).decode() for m in ATTRIBUTE_WORDS.finditer(src, node.start_byte, node.end_byte)}
+        uses |= {m.group(1).decode() for m in ATTRIBUTE_CALLS.finditer(src, node.start_byte, node.end_byte)}
+        if node.type != "template_instantiation":
+            defines |= _defined_names(node)
+        if _is_global(node) and defines:
+            kernels = sorted(defines)[:1]
+    return Unit(node.start_byte, node.end_byte, scopes, defines, uses - defines, kernels,
+                node.start_point[0] + 1, node.end_point[0] + 1)
+
+
+def _defined_names(node) -> set[str]:
+    t = node.type
+    if t == "template_declaration":
+        inner = [c for c in node.named_children if c.type != "template_parameter_list"]
+        return set().union(*(_defined_names(c) for c in inner)) if inner else set()
+    if t == "function_definition":
+        name = _declarator_name(node.child_by_field_name("declarator"))
+        return {name} if name else set()
+    if t in ("struct_specifier", "class_specifier", "enum_specifier", "union_specifier"):
+        n = node.child_by_field_name("name")
+        names = {n.text.decode().split("::")[-1].split("<")[0]} if n else set()
+        if t == "enum_specifier":
+            names |= {e.child_by_field_name("name").text.decode() for e in _walk(node) if e.type == "enumerator"}
+        return names
+    if t in ("declaration", "type_definition"):
+        names = set()
+        for c in node.named_children:
+            if c.type in ("struct_specifier", "class_specifier", "enum_specifier", "union_specifier"):
+                names |= _defined_names(c)
+        for d in node.children_by_field_name("declarator"):
+            n = _declarator_name(d)
+            if n:
+                names.add(n)
+        return names
+    if t == "alias_declaration":
+        n = node.child_by_field_name("name")
+        return {n.text.decode()} if n else set()
+    return set()
+
+
+def _declarator_name(d) -> str | None:
+    while d is not None:
+        if d.type in ("identifier", "field_identifier", "type_identifier", "operator_name", "destructor_name"):
+            return d.text.decode()
+        if d.type in ("qualified_identifier", "template_function"):
+            n = d.child_by_field_name("name")
+            if n is None:
+                return None
+            d = n
+            continue
+        nxt = d.child_by_field_name("declarator")
+        if nxt is None:
+            for c in d.named_children:
+                if c.type in ("identifier", "field_identifier", "qualified_identifier", "template_function"):
+                    nxt = c
+                    break
+        d = nxt
+    return None
+
+
+def _is_global(node) -> bool:
+    fn = node
+    if node.type == "template_declaration":
+        fns = [c for c in node.named_children if c.type == "function_definition"]
+        if not fns:
+            return False
+        fn = fns[0]
+    if fn.type != "function_definition":
+        return False
+    body = fn.child_by_field_name("body")
+    head = fn.text[: body.start_byte - fn.start_byte] if body else fn.text
+    return b"__global__" in head
+
+
+def _walk(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def _closure(start: int, units: list[Unit], by_name: dict[str, list[int]]) -> set[int]:
+    need, todo = {start}, [start]
+    while todo:
+        u = units[todo.pop()]
+        for name in u.uses:
+            for j in by_name.get(name, ()):
+                if j not in need and not units[j].kernels:
+                    need.add(j)
+                    todo.append(j)
+    return need
+
+
+def _external(units, need, defined) -> set[str]:
+    used = set().union(*(units[j].uses for j in need))
+    return {n for n in used - defined if n.startswith(("at", "c10", "C10", "TORCH", "AT_", "CUDA_", "cub", "thrust"))
+            and len(n) > 2}
+
+
+def _emit(src: bytes, chosen: list[Unit]) -> str:
+    out: list[str] = []
+    open_scopes: tuple[tuple[str, str], ...] = ()
+    for u in chosen:
+        # close and open scopes so each unit sits where it was declared
+        common = 0
+        while common < min(len(open_scopes), len(u.scopes)) and open_scopes[common] == u.scopes[common]:
+            common += 1
+        for _, closer in reversed(open_scopes[common:]):
+            out.append(closer)
+        for opener, _ in u.scopes[common:]:
+            out.append(opener)
+        open_scopes = u.scopes
+        out.append(_text(src, u).rstrip())
+        if not u.include:
+            out.append("")
+    for _, closer in reversed(open_scopes):
+        out.append(closer)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _launch_bounds(head: str) -> str | None:
+    m = LAUNCH_BOUNDS.search(head)
+    if not m:
+        return None
+    end = _balanced(head.encode(), len(head[:m.end() - 1].encode()))
+    return head[m.start():] if end is None else head.encode()[len(head[:m.start()].encode()):end].decode()
+
+
+def _params(head: str, name: str) -> list[str]:
+    m = None
+    for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", head):
+        break
+    if not m:
+        return []
+    depth, i, start, parts = 1, m.end(), m.end(), []
+    while i < len(head) and depth:
+        ch = head[i]
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if (ch == "," and depth == 1) or depth == 0:
+            part = " ".join(head[start:i].split())
+            if part:
+                parts.append(part)
+            start = i + 1
+        i += 1
+    return parts
+
+
+def _launch_pattern(kname: str) -> re.Pattern:
+    return re.compile(r"\b" + re.escape(kname) + r"\s*(<(?:[^;<>]|<[^;<>]*>)*>)?[\s\\]*<<<", re.S)
+
+
+def _launch_sites(root, units: list[Unit], src: bytes, kname: str, exclude: int) -> list[dict]:
+    pat = _launch_pattern(kname)
+    sites = []
+    for j, u in enumerate(units):
+        if j == exclude or u.include:
+            continue
+        text = _text(src, u)
+        for m in pat.finditer(text):
+            line = u.line_start + text.count("\n", 0, m.start())
+            site = {"function": sorted(u.defines)[0] if u.defines else "", "lines": [u.line_start, u.line_end],
+                    "line": line}
+            if m.group(1):
+                site["template_args"] = " ".join(m.group(1)[1:-1].replace("\\", " ").split())
+            macro = _enclosing_macro(root, u.start + len(text[:m.start()].encode()))
+            if macro:
+                site["macro"] = macro  # launched from a #define body
+            sites.append(site)
+    return sites
+
+
+def _enclosing_macro(root, offset: int) -> str | None:
+    n = root.descendant_for_byte_range(offset, offset + 1)
+    while n is not None:
+        if n.type in ("preproc_def", "preproc_function_def"):
+            return n.child_by_field_name("name").text.decode()
+        n = n.parent
+    return None
+
+
+def _instantiations(units: list[Unit], src: bytes, kname: str) -> list[str]:
+    out = []
+    for u in units:
+        text = _text(src, u)
+        if text.lstrip().startswith("template") and re.search(r"\b" + re.escape(kname) + r"\s*<", text) \
+                and "{" not in text and re.match(r"\s*template\s+(?!<)", text):
+            out.append(" ".join(text.split()))
+    return out
+
+
+def _unaccounted(root, src: bytes, kernels: list[Kernel], dead) -> list[dict]:
+    """Every `__global__` token outside comments that is not in an extracted kernel, with a reason."""
+    out = []
+    for m in re.finditer(rb"\b__global__\b", src):
+        line = src.count(b"\n", 0, m.start()) + 1
+        node = root.descendant_for_byte_range(m.start(), m.end())
+        types = set()
+        n = node
+        while n is not None:
+            types.add(n.type)
+            n = n.parent
+        if "comment" in types:
+            continue
+        if any(k.lines[0] <= line <= k.lines[1] for k in kernels):
+            continue
+        detail = src[src.rfind(b"\n", 0, m.start()) + 1:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()[:120]
+        if types & STRING_TYPES:
+            reason = "in_string_literal"  # source text for a runtime (JIT) compiler
+        elif any(a <= m.start() < b for a, b, _ in dead):
+            reason = next(r for a, b, r in dead if a <= m.start() < b)
+        elif types & {"preproc_def", "preproc_function_def"}:
+            reason = "in_macro_definition"
+        elif "function_definition" not in types:
+            reason = "declaration_only"
+        else:
+            reason = "not_a_kernel_definition"
+        out.append({"line": line, "reason": reason, "detail": detail})
+    return out

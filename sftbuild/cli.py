@@ -1,0 +1,329 @@
+"""The sftbuild command line: one command per stage, plus run, status and init."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from sftbuild import config as C
+from sftbuild.context import Context, UserError
+from sftbuild.executor import make_executor
+from sftbuild.store import Store, StoreError
+
+
+def common(f):
+    """Options every stage shares."""
+    @click.option("--workspace", "-w", default="sftbuild-work", show_default=True,
+                  type=click.Path(file_okay=False), help="Workspace folder holding the store.")
+    @click.option("--config", "-c", "config_path", default=None, type=click.Path(dir_okay=False),
+                  help="Config file (default: ./sftbuild.yaml when present).")
+    @click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
+                  help="Where tasks run (default from config: local).")
+    @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+    @functools.wraps(f)
+    def wrapper(workspace, config_path, executor, quiet, **kw):
+        try:
+            cfg = C.load(config_path)
+            if executor:
+                cfg.executor.kind = executor
+            store = Store(workspace)
+        except (C.ConfigError, StoreError) as e:
+            raise click.ClickException(str(e))
+        ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
+                           progress=not quiet, ray_address=cfg.executor.ray_address)
+        ctx = Context(store=store, config=cfg, executor=ex, echo=click.echo, progress=not quiet)
+        try:
+            return f(ctx, **kw)
+        except (UserError, C.ConfigError, StoreError) as e:
+            raise click.ClickException(str(e))
+        finally:
+            ex.close()
+            store.close()
+    return wrapper
+
+
+@click.group()
+@click.version_option(package_name="sftbuild")
+def main():
+    """Build verified SFT datasets and RLVR task sets of GPU kernels.
+
+    \b
+    Example:
+        sftbuild run                 # every stage on the built-in default sources
+        sftbuild status              # the funnel: counts per stage and drop reason
+    """
+
+
+@main.command()
+@click.argument("path", default="sftbuild.yaml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(path, force):
+    """Write a commented config file with every default.
+
+    \b
+    Example:
+        sftbuild init && $EDITOR sftbuild.yaml
+    """
+    p = Path(path)
+    if p.exists() and not force:
+        raise click.ClickException(f"{p} exists; use --force to overwrite")
+    p.write_text(C.TEMPLATE, encoding="utf-8")
+    click.echo(f"wrote {p}")
+
+
+@main.command()
+@click.argument("sources", nargs=-1)
+@click.option("--allow-unpinned", is_flag=True, help="Accept git URLs without @REV.")
+@common
+def harvest(ctx, sources, allow_unpinned):
+    """Extract kernels from SOURCES (default: the configured built-in sources).
+
+    \b
+    Example:
+        sftbuild harvest                  # kernels in the installed torch's ATen headers
+        sftbuild harvest torch-aten
+    """
+    from sftbuild.harvest import stage
+
+    ctx.config.harvest.allow_unpinned |= allow_unpinned
+    stats = stage.run(ctx, list(sources))
+    _report(ctx, "harvest", stats)
+    if stats.get("errors") and not stats.get("sources"):
+        raise click.ClickException("no source could be harvested")
+
+
+@main.command()
+@common
+def describe(ctx):
+    """Write instructions (English and Chinese) for every harvested kernel.
+
+    \b
+    Example:
+        sftbuild describe && sftbuild status
+    """
+    from sftbuild.describe import stage
+
+    _report(ctx, "describe", stage.run(ctx))
+
+
+@main.command()
+@click.option("--max-slowdown", type=float, default=None,
+              help="Drop kernels this many times slower than the torch baseline (e.g. 1.5).")
+@click.option("--memcheck", type=click.Choice(["off", "sample", "all"]), default=None,
+              help="compute-sanitizer memcheck on no, a sample of, or all records.")
+@common
+def validate(ctx, max_slowdown, memcheck):
+    """Compile, check resources, and (on a GPU) check correctness and time each kernel.
+
+    Without a GPU, records that need one wait in the state `needs_gpu`.
+
+    \b
+    Example:
+        sftbuild validate --max-slowdown 1.5
+    """
+    from sftbuild.validate import stage
+
+    if max_slowdown is not None:
+        ctx.config.validate.max_slowdown = max_slowdown
+    if memcheck is not None:
+        ctx.config.validate.memcheck = memcheck
+    _report(ctx, "validate", stage.run(ctx))
+
+
+@main.command()
+@common
+def dedupe(ctx):
+    """Drop exact and near duplicates, contaminated and low-quality samples.
+
+    \b
+    Example:
+        sftbuild dedupe && cat sftbuild-work/reports/dedupe.json
+    """
+    from sftbuild.dedupe import stage
+
+    _report(ctx, "dedupe", stage.run(ctx))
+
+
+@main.group(invoke_without_command=True)
+@click.pass_context
+def review(cctx):
+    """Sample records for human review and record verdicts.
+
+    \b
+    Example:
+        sftbuild review sample
+        sftbuild review list
+        sftbuild review verdict 3f2a9c accept --reviewer alice --reason "clean"
+    """
+    if cctx.invoked_subcommand is None:
+        cctx.invoke(review_sample)
+
+
+@review.command("sample")
+@common
+def review_sample(ctx):
+    """Draw the seeded, stratified review sample (10% by default).
+
+    \b
+    Example:
+        sftbuild review sample
+    """
+    from sftbuild.review import stage
+
+    _report(ctx, "review", stage.run(ctx))
+
+
+@review.command("list")
+@click.option("--pending", is_flag=True, help="Only records still waiting for a verdict.")
+@common
+def review_list(ctx, pending):
+    """List the sampled records and their verdicts.
+
+    \b
+    Example:
+        sftbuild review list --pending
+    """
+    from sftbuild.review import stage
+
+    for row in stage.listing(ctx):
+        if pending and row["verdict"]:
+            continue
+        click.echo(f"{row['record_id'][:12]}  {row['stratum']:<28} {row['verdict'] or '-':<7} "
+                   f"{row['name']}")
+
+
+@review.command("show")
+@click.argument("record_id")
+@common
+def review_show(ctx, record_id):
+    """Print one record: instruction, code, provenance and validation.
+
+    \b
+    Example:
+        sftbuild review show 3f2a9c
+    """
+    from sftbuild.review import stage
+
+    click.echo(stage.show(ctx, record_id))
+
+
+@review.command("verdict")
+@click.argument("record_id")
+@click.argument("verdict", type=click.Choice(["accept", "reject"]))
+@click.option("--reason", default="", help="Why; required for reject.")
+@click.option("--reviewer", required=True, help="Who decided.")
+@common
+def review_verdict(ctx, record_id, verdict, reason, reviewer):
+    """Record a reviewer's verdict on a sampled record (id prefix allowed).
+
+    \b
+    Example:
+        sftbuild review verdict 3f2a9c reject --reason "wrong shapes" --reviewer bob
+    """
+    from sftbuild.review import stage
+
+    rid = stage.verdict(ctx, record_id, verdict, reason, reviewer)
+    click.echo(f"{rid[:12]}: {verdict}")
+
+
+@main.command()
+@common
+def export(ctx):
+    """Write the SFT JSONL, chat messages, RLVR tasks and the dataset card.
+
+    Refuses while sampled records lack a verdict or the review sample failed.
+
+    \b
+    Example:
+        sftbuild export && ls sftbuild-work/export
+    """
+    from sftbuild.output import stage
+
+    _report(ctx, "export", stage.run(ctx))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the funnel as JSON.")
+@common
+def status(ctx, as_json):
+    """Print the funnel: counts per stage and drop reason, overall and per source.
+
+    \b
+    Example:
+        sftbuild status --json | jq .stages.validate
+    """
+    funnel = ctx.store.funnel()
+    if as_json:
+        click.echo(json.dumps(funnel, indent=2, sort_keys=True))
+    else:
+        click.echo(format_funnel(funnel))
+
+
+@main.command()
+@click.argument("sources", nargs=-1)
+@common
+def run(ctx, sources):
+    """Run every stage in order: harvest, describe, validate, dedupe, review, export.
+
+    Export waits (and `run` says so) until every sampled record has a verdict.
+
+    \b
+    Example:
+        sftbuild run && sftbuild status
+    """
+    from sftbuild.dedupe import stage as dedupe_stage
+    from sftbuild.describe import stage as describe_stage
+    from sftbuild.harvest import stage as harvest_stage
+    from sftbuild.output import stage as output_stage
+    from sftbuild.review import stage as review_stage
+    from sftbuild.validate import stage as validate_stage
+
+    _report(ctx, "harvest", harvest_stage.run(ctx, list(sources)))
+    _report(ctx, "describe", describe_stage.run(ctx))
+    _report(ctx, "validate", validate_stage.run(ctx))
+    _report(ctx, "dedupe", dedupe_stage.run(ctx))
+    _report(ctx, "review", review_stage.run(ctx))
+    blocked = review_stage.gate(ctx)
+    if blocked:
+        click.echo(f"export: waiting for review: {blocked}")
+    else:
+        _report(ctx, "export", output_stage.run(ctx))
+    click.echo("")
+    click.echo(format_funnel(ctx.store.funnel()))
+
+
+def _report(ctx, stage, stats):
+    flat = {k: v for k, v in (stats or {}).items() if not isinstance(v, (dict, list))}
+    ctx.echo(f"{stage}: " + ", ".join(f"{k}={v}" for k, v in sorted(flat.items())))
+    for k, v in (stats or {}).items():
+        if isinstance(v, dict) and v:
+            ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items()) if not isinstance(b, dict)))
+
+
+def format_funnel(funnel: dict) -> str:
+    lines = [f"records: {funnel['records']}"]
+    if funnel.get("harvest_skips"):
+        lines.append("  harvest skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(funnel["harvest_skips"].items())))
+    for stage, c in funnel["stages"].items():
+        parts = [f"ok={c['ok']}"]
+        for status in ("waiting", "dropped"):
+            for reason, n in sorted(c[status].items()):
+                parts.append(f"{status}:{reason}={n}")
+        lines.append(f"  {stage:<9} " + "  ".join(parts))
+    if len(funnel["by_source"]) > 0:
+        lines.append("by source:")
+        for src, s in sorted(funnel["by_source"].items()):
+            lines.append(f"  {src}: {s['records']} records")
+            for stage, c in s["stages"].items():
+                parts = [f"ok={c['ok']}"]
+                for status in ("waiting", "dropped"):
+                    parts += [f"{status}:{r}={n}" for r, n in sorted(c[status].items())]
+                lines.append(f"    {stage:<9} " + "  ".join(parts))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

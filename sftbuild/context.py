@@ -1,0 +1,125 @@
+"""What every stage receives: the store, the config, the executor, and a way to speak.
+
+Each stage module exposes `run(ctx, **options) -> dict` and follows the same
+steps, which `StageRun` does for it:
+  1. hash the config the stage depends on; make it the stage's current one;
+  2. open a run manifest (config, tool versions, host, GPU);
+  3. skip records already finished under that hash; commit results in small batches;
+  4. close the manifest with the stage's stats.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+from sftbuild.config import Config
+from sftbuild.executor import Executor
+from sftbuild.record import config_hash
+from sftbuild.store import Store
+
+
+class UserError(Exception):
+    """A problem the user can fix; the CLI prints it without a traceback and exits non-zero."""
+
+
+@dataclasses.dataclass
+class Context:
+    store: Store
+    config: Config
+    executor: Executor
+    echo: Callable[[str], None] = print
+    progress: bool = True
+
+    @property
+    def workspace(self) -> Path:
+        return self.store.root
+
+
+class StageRun:
+    """Bookkeeping for one run of one stage: `with StageRun(ctx, 'validate', cfg) as run:`."""
+
+    def __init__(self, ctx: Context, stage: str, config: Any, extra_key: Any = None):
+        self.ctx = ctx
+        self.stage = stage
+        self.config = config
+        self.chash = config_hash({"config": config, "extra": extra_key, "stage": stage})
+        self.stats: dict[str, Any] = {}
+        self._pending: list[tuple] = []
+
+    def __enter__(self) -> "StageRun":
+        self.ctx.store.set_stage_config(self.stage, self.chash, self.config)
+        self.run_id = self.ctx.store.start_run(self.stage, self.chash, self.config, environment())
+        return self
+
+    def done(self, statuses=("ok", "dropped")) -> set[str]:
+        return self.ctx.store.done_ids(self.stage, self.chash, statuses)
+
+    def put(self, record_id: str, status: str, reason: str | None = None, payload: dict | None = None,
+            flush_every: int = 16) -> None:
+        self._pending.append((record_id, self.stage, self.chash, status, reason, payload))
+        key = status if status == "ok" else f"{status}:{reason}"
+        self.stats[key] = self.stats.get(key, 0) + 1
+        if len(self._pending) >= flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self.ctx.store.put_results(self._pending)
+            self._pending = []
+
+    def __exit__(self, exc_type, exc, tb):
+        self.flush()
+        if exc_type is None:
+            self.ctx.store.finish_run(self.run_id, self.stats)
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> dict:
+    """Tool versions, host and GPU, recorded in every manifest and verdict."""
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    for pkg in ("sftbuild", "torch", "triton", "datasketch", "datasets", "tree-sitter-cuda", "numpy"):
+        try:
+            env[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            env[pkg] = None
+    env["nvcc"] = nvcc_version()
+    env["gpus"] = gpu_names()
+    return env
+
+
+def nvcc_version() -> str | None:
+    nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+                                    if os.environ.get("CUDA_HOME") else None)
+    if not nvcc or not os.path.exists(nvcc):
+        return None
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.strip().splitlines()[-1] if out.strip() else None
+
+
+def gpu_names() -> list[str]:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]

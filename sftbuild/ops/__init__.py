@@ -1,0 +1,72 @@
+"""The op registry: what a kernel can be checked against.
+
+An op is a torch reference, an input generator over a shape pool and layouts,
+the dtypes it allows, a tolerance policy and a launch contract for CUDA
+harnesses. The same entry serves describe (it states the I/O), validate (it
+makes inputs and references) and export (it writes RLVR tasks).
+
+Ops register themselves by name: `@register` on a factory, or `add(Op(...))`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from sftbuild.ops.tolerance import Tolerance, compare  # noqa: F401  (re-exported)
+
+DTYPES = ("float32", "float16", "bfloat16")
+LAYOUTS = ("contiguous", "transposed", "sliced")
+
+
+@dataclasses.dataclass
+class Op:
+    name: str
+    family: str
+    semantics: dict[str, str]  # {"en": ..., "zh": ...}: what it computes, one sentence each
+    reference: Callable[..., Any]  # (*inputs, **params) -> Tensor | tuple of Tensors
+    make_inputs: Callable[..., list]  # (shape, dtype, layout, generator, params) -> list of Tensors
+    shape_pool: list[tuple[int, ...]]
+    io: dict[str, list[str]]  # {"inputs": ["x: [rows, cols]"], "outputs": ["y: [rows, cols]"]}
+    dtypes: tuple[str, ...] = DTYPES
+    layouts: tuple[str, ...] = ("contiguous",)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tolerance: Tolerance = dataclasses.field(default_factory=Tolerance)
+    launch: str = ""  # launch contract name for CUDA harnesses (see sftbuild.validate.harness)
+    outputs: int = 1  # how many output tensors the reference returns
+    mutates: tuple[int, ...] = ()  # input positions updated in place (optimiser steps)
+
+    def run_reference(self, inputs: list, params: dict | None = None):
+        return self.reference(*inputs, **{**self.params, **(params or {})})
+
+
+OPS: dict[str, Op] = {}
+
+
+def add(op: Op) -> Op:
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} registered twice")
+    OPS[op.name] = op
+    return op
+
+
+def get(name: str) -> Op:
+    _load()
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}") from None
+
+
+def all_ops() -> dict[str, Op]:
+    _load()
+    return OPS
+
+
+_loaded = False
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from sftbuild.ops import catalog  # noqa: F401  (registers the built-in ops)

@@ -1,0 +1,83 @@
+"""Tolerance policy: per dtype, relative to the output's magnitude, NaN never passes.
+
+A candidate is compared with a float64 reference computed on the same inputs.
+It passes when
+  * NaN and Inf sit exactly where the reference has them;
+  * every finite element satisfies |c - r| <= atol * scale + rtol * |r|, with
+    scale = max |r| (so all-zero outputs cannot hide behind a tiny reference);
+  * the relative error norm ||c - r|| / ||r|| is under the dtype's floor or
+    under `slack` times the error of torch's own kernel at that dtype,
+    whichever is larger. An fp32 op computed in TF32 or fp16 fails this.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+FLOORS = {  # dtype: (rtol, atol relative to max|ref|, norm-relative error)
+    "float64": (1e-10, 1e-12, 1e-12),
+    "float32": (1e-4, 1e-5, 2e-5),
+    "float16": (4e-3, 2e-3, 2e-3),
+    "bfloat16": (3e-2, 1.6e-2, 1.2e-2),
+    "int": (0.0, 0.0, 0.0),
+}
+
+
+@dataclasses.dataclass
+class Tolerance:
+    slack: float = 4.0  # allowed multiple of torch's own error at the dtype
+    scale: float = 1.0  # widen every floor (ops with long accumulations)
+    exact: bool = False  # integer or index outputs: must match exactly
+
+    def floors(self, dtype: str) -> tuple[float, float, float]:
+        r, a, n = FLOORS.get(dtype, FLOORS["float32"])
+        return r * self.scale, a * self.scale, n * self.scale
+
+
+def compare(cand: torch.Tensor, ref64: torch.Tensor, dtype: str, tol: Tolerance,
+            native: torch.Tensor | None = None) -> tuple[bool, dict]:
+    """Return (passed, stats) for one output tensor."""
+    stats: dict = {}
+    if not isinstance(cand, torch.Tensor):
+        return False, {"why": f"output is {type(cand).__name__}, not a tensor"}
+    if tuple(cand.shape) != tuple(ref64.shape):
+        return False, {"why": f"shape {tuple(cand.shape)} != {tuple(ref64.shape)}"}
+    c = cand.detach().to(torch.float64)
+    r = ref64.detach().to(torch.float64)
+    if tol.exact or not (cand.is_floating_point() or cand.is_complex()):
+        eq = bool(torch.equal(c, r))
+        return eq, {"exact": True, "mismatches": int((c != r).sum())}
+    nan_c, nan_r = torch.isnan(c), torch.isnan(r)
+    inf_c, inf_r = torch.isinf(c), torch.isinf(r)
+    if not torch.equal(nan_c, nan_r):
+        return False, {"why": "NaN where the reference has none (or the reverse)",
+                       "nan": int(nan_c.sum()), "ref_nan": int(nan_r.sum())}
+    if not torch.equal(inf_c, inf_r) or not torch.equal(c[inf_r], r[inf_r]):
+        return False, {"why": "Inf pattern differs from the reference"}
+    fin = torch.isfinite(r)
+    c, r = c[fin], r[fin]
+    if r.numel() == 0:
+        return True, {"max_abs": 0.0, "max_rel": 0.0, "norm_rel": 0.0}
+    rtol, atol, ntol = tol.floors(dtype)
+    scale = float(r.abs().max())
+    diff = (c - r).abs()
+    stats["max_abs"] = float(diff.max())
+    stats["max_rel"] = float((diff / r.abs().clamp_min(scale * 1e-3 + 1e-30)).max())
+    denom = float(torch.linalg.vector_norm(r))
+    stats["norm_rel"] = float(torch.linalg.vector_norm(c - r)) / denom if denom > 0 else float(diff.max())
+    if native is not None:
+        n = native.detach().to(torch.float64)[fin]
+        nat = float(torch.linalg.vector_norm(n - r)) / denom if denom > 0 else float((n - r).abs().max())
+        stats["native_norm_rel"] = nat
+        ntol = max(ntol, tol.slack * nat)
+        # never looser than what the dtype's own rounding explains
+        ntol = min(ntol, max(FLOORS.get(dtype, FLOORS["float32"])[2] * tol.scale * 8, 1e-30))
+    stats["norm_tol"] = ntol
+    bad = diff > (atol * scale + rtol * r.abs())
+    stats["bad_elements"] = int(bad.sum())
+    ok = stats["bad_elements"] == 0 and stats["norm_rel"] <= ntol
+    if not ok:
+        stats["why"] = (f"{stats['bad_elements']} elements out of tolerance" if stats["bad_elements"]
+                        else f"relative error {stats['norm_rel']:.3g} > {ntol:.3g}")
+    return ok, stats

@@ -1,0 +1,375 @@
+"""The workspace store: SQLite in WAL mode under the workspace folder.
+
+Tables
+  records      immutable kernel records, keyed by code hash
+  results      one row per (record, stage, config hash): status ok|dropped|waiting
+  stage_state  the config hash each stage last ran under (defines "current")
+  skips        things a harvest saw but did not turn into records, with a reason
+  verdicts     append-only log of validation verdicts with their environment
+  reviews      the review sample and the reviewers' verdicts
+  manifests    one row per stage run: config, tool versions, host and GPU
+
+Every write is a small transaction, so a `kill -9` loses at most the work in
+flight, and every insert is keyed so a rerun never duplicates.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from sftbuild.record import Record, stable_json
+
+STAGES = ("harvest", "describe", "validate", "dedupe", "review", "export")
+STATUSES = ("ok", "dropped", "waiting")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    language TEXT NOT NULL,
+    source TEXT NOT NULL,
+    code TEXT NOT NULL,
+    entry TEXT NOT NULL,
+    binding TEXT,
+    provenance TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS results (
+    record_id TEXT NOT NULL REFERENCES records(id),
+    stage TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'dropped', 'waiting')),
+    reason TEXT,
+    payload TEXT NOT NULL DEFAULT '{}',
+    updated REAL NOT NULL,
+    PRIMARY KEY (record_id, stage, config_hash)
+);
+CREATE INDEX IF NOT EXISTS results_stage ON results(stage, config_hash, status);
+CREATE TABLE IF NOT EXISTS stage_state (
+    stage TEXT PRIMARY KEY,
+    config_hash TEXT NOT NULL,
+    config TEXT NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS skips (
+    source TEXT NOT NULL,
+    path TEXT NOT NULL,
+    item TEXT NOT NULL DEFAULT '',
+    reason TEXT NOT NULL,
+    detail TEXT,
+    PRIMARY KEY (source, path, item)
+);
+CREATE TABLE IF NOT EXISTS verdicts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    record_id TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    reason TEXT,
+    detail TEXT NOT NULL,
+    env TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reviews (
+    record_id TEXT PRIMARY KEY,
+    sample_key TEXT NOT NULL,
+    stratum TEXT NOT NULL,
+    verdict TEXT CHECK (verdict IS NULL OR verdict IN ('accept', 'reject')),
+    reason TEXT,
+    reviewer TEXT,
+    decided REAL
+);
+CREATE TABLE IF NOT EXISTS manifests (
+    run_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stage TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    config TEXT NOT NULL,
+    env TEXT NOT NULL,
+    started REAL NOT NULL,
+    finished REAL,
+    stats TEXT
+);
+"""
+
+
+class StoreError(Exception):
+    pass
+
+
+class Store:
+    """A handle on one workspace. Cheap to open; one per process."""
+
+    def __init__(self, workspace: str | os.PathLike):
+        self.root = Path(workspace)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / "sftbuild.db"
+        try:
+            self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a usable sftbuild workspace: {e}") from e
+
+    def close(self) -> None:
+        self.db.close()
+
+    def tx(self):
+        """A write transaction: `with store.tx(): ...`."""
+        return _Tx(self.db)
+
+    # ---- records -------------------------------------------------------
+    def add_records(self, records: Iterable[Record]) -> int:
+        """Insert records not seen before; returns how many were new."""
+        new = 0
+        now = time.time()
+        with self.tx():
+            (seq,) = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()
+            for r in records:
+                seq += 1
+                cur = self.db.execute(
+                    "INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?,?,?,?)",
+                    (r.id, seq, r.language, r.source, r.code, stable_json(r.entry),
+                     None if r.binding is None else stable_json(r.binding),
+                     stable_json(r.provenance), now),
+                )
+                new += cur.rowcount
+        return new
+
+    def update_binding(self, record_id: str, binding: dict | None) -> None:
+        """Bindings are derived (inferred or declared later); code never changes."""
+        with self.tx():
+            self.db.execute("UPDATE records SET binding=? WHERE id=?",
+                            (None if binding is None else stable_json(binding), record_id))
+
+    def get(self, record_id: str) -> Record:
+        row = self.db.execute(
+            "SELECT id, language, source, code, entry, binding, provenance FROM records WHERE id=?",
+            (record_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no record {record_id}")
+        return _row_record(row)
+
+    def find(self, prefix: str) -> Record:
+        rows = self.db.execute("SELECT id FROM records WHERE id LIKE ? LIMIT 2",
+                               (prefix + "%",)).fetchall()
+        if len(rows) != 1:
+            raise StoreError(f"{'no' if not rows else 'more than one'} record matches {prefix!r}")
+        return self.get(rows[0][0])
+
+    def records(self, ids: Iterable[str] | None = None) -> Iterator[Record]:
+        if ids is None:
+            q = self.db.execute("SELECT id, language, source, code, entry, binding, provenance "
+                                "FROM records ORDER BY seq")
+            for row in q.fetchall():
+                yield _row_record(row)
+        else:
+            for i in ids:
+                yield self.get(i)
+
+    def count_records(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+
+    # ---- stage state and results --------------------------------------
+    def set_stage_config(self, stage: str, chash: str, config: Any) -> None:
+        with self.tx():
+            self.db.execute("INSERT OR REPLACE INTO stage_state VALUES (?,?,?,?)",
+                            (stage, chash, stable_json(config), time.time()))
+
+    def stage_config(self, stage: str) -> str | None:
+        row = self.db.execute("SELECT config_hash FROM stage_state WHERE stage=?", (stage,)).fetchone()
+        return row[0] if row else None
+
+    def put_result(self, record_id: str, stage: str, chash: str, status: str,
+                   reason: str | None = None, payload: dict | None = None) -> None:
+        self.put_results([(record_id, stage, chash, status, reason, payload)])
+
+    def put_results(self, rows: Iterable[tuple]) -> None:
+        now = time.time()
+        with self.tx():
+            for record_id, stage, chash, status, reason, payload in rows:
+                if status not in STATUSES:
+                    raise ValueError(f"bad status {status!r}")
+                self.db.execute(
+                    "INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?,?)",
+                    (record_id, stage, chash, status, reason, stable_json(payload or {}), now))
+
+    def result(self, record_id: str, stage: str, chash: str | None = None) -> dict | None:
+        chash = chash or self.stage_config(stage)
+        row = self.db.execute(
+            "SELECT status, reason, payload FROM results WHERE record_id=? AND stage=? AND config_hash=?",
+            (record_id, stage, chash)).fetchone()
+        if row is None:
+            return None
+        return {"status": row[0], "reason": row[1], "payload": json.loads(row[2])}
+
+    def done_ids(self, stage: str, chash: str, statuses=("ok", "dropped")) -> set[str]:
+        marks = ",".join("?" * len(statuses))
+        rows = self.db.execute(
+            f"SELECT record_id FROM results WHERE stage=? AND config_hash=? AND status IN ({marks})",
+            (stage, chash, *statuses)).fetchall()
+        return {r[0] for r in rows}
+
+    def alive(self, before: str) -> list[Record]:
+        """Records that passed every stage before `before`, under each stage's current config."""
+        prior = STAGES[: STAGES.index(before)]
+        ids = None
+        for stage in prior:
+            chash = self.stage_config(stage)
+            if chash is None:
+                return []
+            ok = self.done_ids(stage, chash, statuses=("ok",))
+            ids = ok if ids is None else ids & ok
+        if ids is None:
+            return list(self.records())
+        return [r for r in self.records() if r.id in ids]
+
+    def results_for(self, stage: str) -> dict[str, dict]:
+        chash = self.stage_config(stage)
+        rows = self.db.execute(
+            "SELECT record_id, status, reason, payload FROM results WHERE stage=? AND config_hash=?",
+            (stage, chash)).fetchall()
+        return {r[0]: {"status": r[1], "reason": r[2], "payload": json.loads(r[3])} for r in rows}
+
+    # ---- skips ---------------------------------------------------------
+    def add_skip(self, source: str, path: str, reason: str, detail: str = "", item: str = "") -> None:
+        with self.tx():
+            self.db.execute("INSERT OR REPLACE INTO skips VALUES (?,?,?,?,?)",
+                            (source, path, item, reason, detail))
+
+    def skips(self) -> list[dict]:
+        rows = self.db.execute("SELECT source, path, item, reason, detail FROM skips").fetchall()
+        return [dict(zip(("source", "path", "item", "reason", "detail"), r)) for r in rows]
+
+    # ---- verdict log ---------------------------------------------------
+    def log_verdict(self, record_id: str, stage: str, verdict: str, reason: str | None,
+                    detail: dict, env: dict) -> None:
+        with self.tx():
+            self.db.execute(
+                "INSERT INTO verdicts (record_id, stage, verdict, reason, detail, env, created) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (record_id, stage, verdict, reason, stable_json(detail), stable_json(env), time.time()))
+
+    def put_verdict(self, record_id: str, stage: str, chash: str, status: str, reason: str | None,
+                    payload: dict, env: dict) -> None:
+        """A stage result and its verdict-log entry, committed together."""
+        now = time.time()
+        with self.tx():
+            self.db.execute("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?,?)",
+                            (record_id, stage, chash, status, reason, stable_json(payload), now))
+            self.db.execute(
+                "INSERT INTO verdicts (record_id, stage, verdict, reason, detail, env, created) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (record_id, stage, status, reason, stable_json(payload), stable_json(env), now))
+
+    def verdicts(self, record_id: str) -> list[dict]:
+        rows = self.db.execute(
+            "SELECT stage, verdict, reason, detail, env, created FROM verdicts WHERE record_id=? ORDER BY seq",
+            (record_id,)).fetchall()
+        return [{"stage": r[0], "verdict": r[1], "reason": r[2], "detail": json.loads(r[3]),
+                 "env": json.loads(r[4]), "created": r[5]} for r in rows]
+
+    # ---- review --------------------------------------------------------
+    def set_review_sample(self, sample_key: str, rows: list[tuple[str, str]]) -> None:
+        """Replace the sample; verdicts already given to records still sampled are kept."""
+        with self.tx():
+            keep = {r[0] for r in rows}
+            for (rid,) in self.db.execute("SELECT record_id FROM reviews").fetchall():
+                if rid not in keep:
+                    self.db.execute("DELETE FROM reviews WHERE record_id=?", (rid,))
+            for rid, stratum in rows:
+                self.db.execute(
+                    "INSERT INTO reviews (record_id, sample_key, stratum) VALUES (?,?,?) "
+                    "ON CONFLICT(record_id) DO UPDATE SET sample_key=excluded.sample_key, "
+                    "stratum=excluded.stratum", (rid, sample_key, stratum))
+
+    def review_rows(self) -> list[dict]:
+        rows = self.db.execute(
+            "SELECT record_id, sample_key, stratum, verdict, reason, reviewer, decided FROM reviews "
+            "ORDER BY record_id").fetchall()
+        keys = ("record_id", "sample_key", "stratum", "verdict", "reason", "reviewer", "decided")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def set_review_verdict(self, record_id: str, verdict: str, reason: str, reviewer: str) -> None:
+        with self.tx():
+            cur = self.db.execute(
+                "UPDATE reviews SET verdict=?, reason=?, reviewer=?, decided=? WHERE record_id=?",
+                (verdict, reason, reviewer, time.time(), record_id))
+            if cur.rowcount == 0:
+                raise StoreError(f"record {record_id} is not in the review sample")
+
+    # ---- manifests -----------------------------------------------------
+    def start_run(self, stage: str, chash: str, config: Any, env: dict) -> int:
+        with self.tx():
+            cur = self.db.execute(
+                "INSERT INTO manifests (stage, config_hash, config, env, started) VALUES (?,?,?,?,?)",
+                (stage, chash, stable_json(config), stable_json(env), time.time()))
+            return cur.lastrowid
+
+    def finish_run(self, run_id: int, stats: dict) -> None:
+        with self.tx():
+            self.db.execute("UPDATE manifests SET finished=?, stats=? WHERE run_id=?",
+                            (time.time(), stable_json(stats), run_id))
+
+    def manifests(self) -> list[dict]:
+        rows = self.db.execute(
+            "SELECT run_id, stage, config_hash, config, env, started, finished, stats FROM manifests "
+            "ORDER BY run_id").fetchall()
+        return [{"run_id": r[0], "stage": r[1], "config_hash": r[2], "config": json.loads(r[3]),
+                 "env": json.loads(r[4]), "started": r[5], "finished": r[6],
+                 "stats": json.loads(r[7]) if r[7] else None} for r in rows]
+
+    # ---- the funnel ----------------------------------------------------
+    def funnel(self) -> dict:
+        """Counts per stage, status and drop reason, overall and per source."""
+        sources = dict(self.db.execute("SELECT id, source FROM records").fetchall())
+        out: dict[str, Any] = {"records": len(sources), "stages": {}, "by_source": {}}
+        by_source: dict[str, dict] = defaultdict(lambda: {"records": 0, "stages": {}})
+        for src in sources.values():
+            by_source[src]["records"] += 1
+        for stage in STAGES:
+            chash = self.stage_config(stage)
+            if chash is None:
+                continue
+            counts: dict[str, Any] = {"ok": 0, "dropped": {}, "waiting": {}}
+            for rid, status, reason in self.db.execute(
+                    "SELECT record_id, status, reason FROM results WHERE stage=? AND config_hash=?",
+                    (stage, chash)).fetchall():
+                per = by_source[sources.get(rid, "?")]["stages"].setdefault(
+                    stage, {"ok": 0, "dropped": {}, "waiting": {}})
+                for c in (counts, per):
+                    if status == "ok":
+                        c["ok"] += 1
+                    else:
+                        c[status][reason or "unspecified"] = c[status].get(reason or "unspecified", 0) + 1
+            out["stages"][stage] = counts
+        out["by_source"] = dict(by_source)
+        skips: dict[str, int] = defaultdict(int)
+        for (reason, n) in self.db.execute("SELECT reason, COUNT(*) FROM skips GROUP BY reason"):
+            skips[reason] = n
+        out["harvest_skips"] = dict(skips)
+        return out
+
+
+class _Tx:
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, exc, tb):
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def _row_record(row) -> Record:
+    rid, language, source, code, entry, binding, provenance = row
+    return Record(id=rid, language=language, source=source, code=code, entry=json.loads(entry),
+                  binding=json.loads(binding) if binding else None, provenance=json.loads(provenance))

@@ -1,0 +1,4 @@
+#pragma once
+#include <cusolver_common.h>
+typedef struct cusolverDnContext* cusolverDnHandle_t;
+

@@ -1,0 +1,115 @@
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sftbuild.cli import main
+from sftbuild.record import Record
+from sftbuild.store import Store
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_every_command_has_an_example():
+    for name, cmd in main.commands.items():
+        assert "Example:" in (cmd.help or ""), name
+        for sub in getattr(cmd, "commands", {}).values():
+            assert "Example:" in (sub.help or ""), f"{name} {sub.name}"
+
+
+def test_init_writes_a_loadable_config(tmp_path):
+    p = tmp_path / "sftbuild.yaml"
+    r = invoke("init", str(p))
+    assert r.exit_code == 0 and p.exists()
+    r = invoke("init", str(p))
+    assert r.exit_code != 0 and "exists" in r.output
+
+
+def test_bad_config_is_a_message_not_a_traceback(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("validate: {compile_timeout: soon}\n")
+    r = invoke("status", "-w", str(tmp_path / "ws"), "-c", str(p))
+    assert r.exit_code != 0
+    assert "validate.compile_timeout" in r.output and "Traceback" not in r.output
+
+
+def test_unknown_source_fails_cleanly(tmp_path):
+    r = invoke("harvest", "no-such-source", "-q", "-w", str(tmp_path / "ws"))
+    assert r.exit_code != 0 and "no-such-source" in r.output
+
+
+def _pipeline_store(ws, n=20):
+    """A store where n records passed harvest..dedupe, as if the stages had run."""
+    s = Store(ws)
+    recs = [Record(language="cuda", code=f"__global__ void k{i}(float* x) {{ x[0] = {i}; }}\n", source="src",
+                   entry={"kernels": [f"k{i}"]}, binding={"op": "relu" if i % 2 else "exp"},
+                   provenance={"license": "MIT", "path": f"f{i}.cu"}) for i in range(n)]
+    s.add_records(recs)
+    for stage in ("harvest", "describe", "validate", "dedupe"):
+        s.set_stage_config(stage, "c", {})
+        payload = {"instructions": {"en:brief": f"Write k{{}}", "zh:brief": "实现"}} if stage == "describe" else {}
+        s.put_results([(r.id, stage, "c", "ok", None, payload) for r in recs])
+    s.close()
+    return recs
+
+
+def test_review_gate_blocks_export_until_every_verdict(tmp_path):
+    ws = str(tmp_path / "ws")
+    recs = _pipeline_store(ws)
+    r = invoke("export", "-q", "-w", ws)
+    assert r.exit_code != 0 and "review" in r.output
+    r = invoke("review", "sample", "-q", "-w", ws)
+    assert r.exit_code == 0, r.output
+    s = Store(ws)
+    sampled = [row["record_id"] for row in s.review_rows()]
+    s.close()
+    # stratified: one stratum per op, each gets at least one; 10% of 20 => 2 in all
+    assert len(sampled) == 2
+    r = invoke("export", "-q", "-w", ws)
+    assert r.exit_code != 0 and "no verdict" in r.output
+    r = invoke("review", "verdict", sampled[0][:10], "reject", "--reviewer", "r1", "-w", ws)
+    assert r.exit_code != 0 and "reason" in r.output
+    for rid in sampled:
+        assert invoke("review", "verdict", rid[:10], "accept", "--reviewer", "r1", "-w", ws).exit_code == 0
+    r = invoke("export", "-q", "-w", ws)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "ws" / "export" / "sft.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * len(recs)
+    by_id = {r.id: r.code for r in recs}
+    assert all(row["output"] == by_id[row["id"]] for row in rows)  # byte-exact code
+    assert (tmp_path / "ws" / "export" / "README.md").read_text().count("## Funnel") == 1
+    assert (tmp_path / "ws" / "export" / "rlvr_verl.parquet").exists()
+
+
+def test_review_sample_is_seeded(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    _pipeline_store(a, 50)
+    _pipeline_store(b, 50)
+    invoke("review", "sample", "-q", "-w", a)
+    invoke("review", "sample", "-q", "-w", b)
+    sa, sb = Store(a), Store(b)
+    assert [r["record_id"] for r in sa.review_rows()] == [r["record_id"] for r in sb.review_rows()]
+
+
+def test_rejected_sample_fails_the_gate(tmp_path):
+    ws = str(tmp_path / "ws")
+    _pipeline_store(ws)
+    invoke("review", "sample", "-q", "-w", ws)
+    s = Store(ws)
+    sampled = [row["record_id"] for row in s.review_rows()]
+    s.close()
+    invoke("review", "verdict", sampled[0], "reject", "--reason", "wrong", "--reviewer", "r", "-w", ws)
+    invoke("review", "verdict", sampled[1], "accept", "--reviewer", "r", "-w", ws)
+    r = invoke("export", "-q", "-w", ws)
+    assert r.exit_code != 0 and "failed" in r.output
+
+
+def test_status_json(tmp_path):
+    ws = str(tmp_path / "ws")
+    _pipeline_store(ws, 4)
+    r = invoke("status", "--json", "-w", ws)
+    f = json.loads(r.output)
+    assert f["records"] == 4 and f["stages"]["validate"]["ok"] == 4
+    assert "src" in f["by_source"]
