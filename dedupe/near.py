@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import multiprocessing as mp
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from sftbuild.dedupe import normalize
 from sftbuild.dedupe.params import Params
-from sftbuild.dedupe.signature import Signatures, SigBlock, compute, fmix64
+from sftbuild.dedupe.signature import Signatures, assemble, compute, fmix64
 
 UNKNOWN_LICENSES = frozenset({"", "unknown", "noassertion", "none", "other", "unlicensed", "proprietary"})
 
@@ -45,6 +47,11 @@ class Doc:
     source_kind: str = ""
     reference: str | None = None  # the reference program (KernelBench), for decontamination
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # provenance, shown in reports
+
+    @functools.cached_property
+    def tokens(self) -> list[str]:
+        """Normalised tokens, computed once and shared by filters and signatures."""
+        return normalize.tokens(self.text, self.language)
 
 
 def license_known(lic: str | None) -> bool:
@@ -79,7 +86,8 @@ def signature_task(item: tuple) -> Signatures:
     return compute(texts, languages, params)
 
 
-def _pool_mapper(workers: int) -> Mapper:
+def pool_mapper(workers: int) -> Mapper:
+    """A map_cpu-like mapper over a process pool of `workers` (in-process when 1)."""
     def mapper(fn, items, desc=""):
         items = list(items)
         if workers <= 1 or len(items) <= 1:
@@ -101,11 +109,14 @@ def signatures(texts: list[str], languages: list[str], params: Params, workers: 
     items = [(i, texts[lo:lo + size], languages[lo:lo + size], params)
              for i, lo in enumerate(range(0, len(texts), size))]
     parts: dict[int, Signatures] = {}
-    for item, res in (mapper or _pool_mapper(workers))(signature_task, items, desc=desc):
+    for item, res in (mapper or pool_mapper(workers))(signature_task, items, desc=desc):
         if not isinstance(res, Signatures):  # a failed worker: redo the chunk here, raising if it fails again
             res = signature_task(item)
         parts[item[0]] = res
-    return Signatures.concat([parts[i] for i in range(len(items))], params.num_perm)
+    del items
+    ordered = [(parts[i], np.ones(len(parts[i]), bool)) for i in range(len(parts))]
+    parts.clear()
+    return assemble(ordered, params.num_perm)
 
 
 # ---- LSH -----------------------------------------------------------------
@@ -137,13 +148,10 @@ def candidate_pairs(sig: np.ndarray, params: Params, active: np.ndarray | None =
         starts = np.concatenate([[0], cut])
         ends = np.concatenate([cut, [len(ks)]])
         size = ends - starts
-        two = starts[size == 2]  # most buckets with company hold two: vectorised
-        if len(two):
-            found.append(np.stack([order[two], order[two + 1]], axis=1))
-        for s, e in zip(starts[size > 2].tolist(), ends[size > 2].tolist()):
-            members = order[s:e]
-            i, j = np.triu_indices(len(members), 1)
-            found.append(np.stack([members[i], members[j]], axis=1))
+        for m in np.unique(size[size > 1]).tolist():  # all buckets of one size at once
+            members = order[starts[size == m][:, None] + np.arange(m)]
+            i, j = np.triu_indices(m, 1)
+            found.append(np.stack([members[:, i].ravel(), members[:, j].ravel()], axis=1))
     if not found:
         return np.zeros((0, 2), np.int64)
     pairs = idx[np.concatenate(found)]
@@ -268,7 +276,3 @@ def _collect(docs: list[Doc], uf: UnionFind, edges: dict, counts: dict, params: 
     clusters.sort(key=lambda c: (-len(c), c[0]))
     return Clusters(clusters, representative, dropped, counts, params.manifest())
 
-
-def iter_chunks(seq: list, size: int) -> Iterable[list]:
-    for lo in range(0, len(seq), size):
-        yield seq[lo:lo + size]

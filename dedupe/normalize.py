@@ -19,12 +19,9 @@ import re
 # C/C++/CUDA: strings are matched so that "//" inside a literal is not a comment.
 _C_COMMENTS = re.compile(
     r'("(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')|//[^\n]*|/\*[\s\S]*?\*/')
-# Python: a string alone on its line(s) is a docstring; other strings are kept.
-_PY_COMMENTS = re.compile(
-    r'(?P<doc>^[ \t]*[rRuU]?(?:"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\')[ \t]*$)'
-    r'|(?P<str>[rRbBuUfF]{0,2}(?:"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\''
-    r'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'))'
-    r'|\#[^\n]*', re.M)
+_C_COMMENTS_ONLY = re.compile(r"//[^\n]*|/\*[\s\S]*?\*/")
+# Python: every alternative starts with # or a quote, so the regex engine can skip ahead fast.
+_PY_COMMENTS = re.compile(r'#[^\n]*|"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.A)
 
 PYTHON_LANGUAGES = ("triton", "kernelbench")
@@ -38,13 +35,23 @@ def strip_comments(code: str, language: str) -> str:
         return _PY_COMMENTS.sub(lambda m: _py_keep(m, inner), code)
     if "/" not in code:
         return code
+    if '"' not in code and "'" not in code:
+        return _C_COMMENTS_ONLY.sub(" ", code)  # no literals to protect: a constant replacement is faster
     return _C_COMMENTS.sub(r"\1 ", code)
 
 
 def _py_keep(m: re.Match, inner: bool) -> str:
-    s = m.group("str")
-    if s is None:
+    s = m.group()
+    if s[0] == "#":
         return " "
+    if s[:3] in ('"""', "'''"):
+        # a triple-quoted string alone on its line(s) is a docstring (or a no-op): drop it
+        text, start, end = m.string, m.start(), m.end()
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        after = text[end:len(text) if line_end < 0 else line_end]
+        if not text[line_start:start].strip() and (not after.strip() or after.lstrip().startswith("#")):
+            return " "
     if inner and ("//" in s or "/*" in s):
         return _C_COMMENTS.sub(r"\1 ", s)
     return s

@@ -51,13 +51,10 @@ class Params:
 
     def manifest(self) -> dict:
         """The parameters plus the library versions and permutation scheme that shape the result."""
-        import datasketch
-        import numpy
-
         d = dataclasses.asdict(self)
         d.pop("chunk_size")  # changes the work split, never the result
-        d["datasketch"] = datasketch.__version__
-        d["numpy"] = numpy.__version__
+        d["datasketch"] = _version("datasketch")
+        d["numpy"] = _version("numpy")
         d["hash_version"] = HASH_VERSION
         d["permutation_scheme"] = {
             "oph": "one-permutation hashing over 32-bit shingle fingerprints, optimal densification",
@@ -66,3 +63,13 @@ class Params:
         d["token_hash"] = "blake2b-64 per token; polynomial n-gram combine; fmix64"
         d["lsh"] = "own banding with datasketch MinHashLSH params (bands, rows)"
         return d
+
+
+def _version(dist: str) -> str | None:
+    """An installed package's version, without importing it (datasketch would pull in scipy)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None

@@ -108,17 +108,14 @@ class SigBlock:
     def __len__(self) -> int:
         return len(self.sig)
 
-    @staticmethod
-    def concat(blocks: list["SigBlock"], num_perm: int) -> "SigBlock":
-        if not blocks:
-            return SigBlock(np.zeros((0, num_perm), np.uint32), np.zeros(0, np.uint32), np.zeros(1, np.int64))
-        offsets = [np.zeros(1, np.int64)]
-        base = 0
-        for b in blocks:
-            offsets.append(b.offsets[1:] + base)
-            base += int(b.offsets[-1])
-        return SigBlock(np.concatenate([b.sig for b in blocks]), np.concatenate([b.values for b in blocks]),
-                        np.concatenate(offsets))
+    def take(self, idx: np.ndarray) -> "SigBlock":
+        idx = np.asarray(idx, np.int64)
+        lo, hi = self.offsets[idx], self.offsets[idx + 1]
+        lens = hi - lo
+        offsets = np.zeros(len(idx) + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        gather = np.repeat(lo - offsets[:-1], lens) + np.arange(offsets[-1])
+        return SigBlock(self.sig[idx], self.values[gather], offsets)
 
 
 @dataclasses.dataclass
@@ -133,18 +130,20 @@ class Signatures:
     def __len__(self) -> int:
         return len(self.n_tokens)
 
-    @staticmethod
-    def concat(parts: list["Signatures"], num_perm: int) -> "Signatures":
-        return Signatures(
-            np.concatenate([p.n_tokens for p in parts]) if parts else np.zeros(0, np.int64),
-            np.concatenate([p.exact for p in parts]) if parts else np.zeros((0, 2), U64),
-            SigBlock.concat([p.plain for p in parts], num_perm),
-            SigBlock.concat([p.abstract for p in parts], num_perm))
+    def take(self, idx) -> "Signatures":
+        """The signatures of the documents at `idx`, in that order."""
+        idx = np.asarray(idx, np.int64)
+        return Signatures(self.n_tokens[idx], self.exact[idx], self.plain.take(idx), self.abstract.take(idx))
 
 
-def compute(texts: list[str], languages: list[str], params: Params) -> Signatures:
-    """Signatures of a list of documents (one chunk; callers split larger lists)."""
-    toks = [tokens(t, lang) for t, lang in zip(texts, languages)]
+def compute(texts: list[str], languages: list[str], params: Params,
+            toks: list[list[str]] | None = None) -> Signatures:
+    """Signatures of a list of documents (one chunk; callers split larger lists).
+
+    `toks` are the documents' normalised tokens when the caller has them already.
+    """
+    if toks is None:
+        toks = [tokens(t, lang) for t, lang in zip(texts, languages)]
     lens = np.fromiter(map(len, toks), dtype=np.int64, count=len(toks))
     total = int(lens.sum())
     if len(_vocab) > _VOCAB_LIMIT:
@@ -316,3 +315,44 @@ def _affine32(values: np.ndarray, offsets: np.ndarray, params: Params) -> np.nda
         nonempty = np.flatnonzero(offsets[lo + 1:hi + 1] > offsets[lo:hi]) + lo
         sig[nonempty] = np.minimum.reduceat(perm, offsets[nonempty] - a0, axis=0)
     return sig
+
+
+def shingle_set(text: str, language: str, n: int) -> np.ndarray:
+    """Sorted unique 64-bit hashes of one text's n-gram shingles (for decontamination)."""
+    toks = tokens(text, language)
+    th = np.fromiter((token_hash(t) for t in toks), dtype=U64, count=len(toks))
+    lens = np.array([len(toks)], np.int64)
+    starts = np.array([0, len(toks)], np.int64)
+    with np.errstate(over="ignore"):
+        _, sh = _shingles(th, starts, lens, Params(ngram=n, short_ngram=n, short_tokens=0))
+        return np.unique(fmix64(sh))
+
+
+def assemble(parts: list[tuple[Signatures, np.ndarray]], num_perm: int) -> Signatures:
+    """The kept documents (boolean mask per part) of consecutive parts, in order.
+
+    Parts are popped from the list and released once copied, so peak memory is the
+    result plus one part rather than twice the result, as with a plain concatenate.
+    """
+    n = sum(int(m.sum()) for _, m in parts)
+    out = Signatures(np.empty(n, np.int64), np.empty((n, 2), U64), *[
+        SigBlock(np.empty((n, num_perm), np.uint32),
+                 np.empty(sum(int(np.diff(getattr(p, name).offsets)[m].sum()) for p, m in parts), np.uint32),
+                 np.zeros(n + 1, np.int64))
+        for name in ("plain", "abstract")])
+    row, pos = 0, {"plain": 0, "abstract": 0}
+    while parts:
+        part, mask = parts.pop(0)
+        idx = np.flatnonzero(mask)
+        k = len(idx)
+        out.n_tokens[row:row + k] = part.n_tokens[idx]
+        out.exact[row:row + k] = part.exact[idx]
+        for name in ("plain", "abstract"):
+            src, dst = getattr(part, name).take(idx), getattr(out, name)
+            dst.sig[row:row + k] = src.sig
+            dst.values[pos[name]:pos[name] + len(src.values)] = src.values
+            dst.offsets[row + 1:row + k + 1] = src.offsets[1:] + pos[name]
+            pos[name] += len(src.values)
+        row += k
+        del part, mask
+    return out

@@ -36,11 +36,13 @@ UNIT_TYPES = {
 SCOPE_TYPES = {"namespace_definition", "linkage_specification"}
 CONDITIONAL_TYPES = {"preproc_if", "preproc_ifdef"}
 # attribute-like macros that take arguments and precede a declaration
-ATTRIBUTE_CALLS = re.compile(rb"\b(__launch_bounds__|C10_LAUNCH_BOUNDS_\w+|__attribute__|alignas)\s*\(")
+ATTRIBUTE_CALLS = re.compile(rb"\b(__launch_bounds__|\w*LAUNCH_BOUNDS\w*|__attribute__|alignas)\s*\(")
+# any other all-caps macro call directly before `__global__` is an attribute too
+MACRO_BEFORE_GLOBAL = re.compile(rb"\b([A-Z_][A-Z0-9_]{2,})\s*\(")
 # attribute-like macros without arguments
 ATTRIBUTE_WORDS = re.compile(rb"\b(C10_HOST_DEVICE|C10_DEVICE|C10_HOST|C10_ALWAYS_INLINE|C10_NOINLINE|"
                              rb"C10_ALWAYS_INLINE_ATTRIBUTE|__ubsan_ignore_\w+__|C10_HIP_HOST_DEVICE|C10_RESTRICT|GPU_LAMBDA)\b")
-LAUNCH_BOUNDS = re.compile(r"\b(__launch_bounds__|C10_LAUNCH_BOUNDS_\w+)\s*\(")
+LAUNCH_BOUNDS = re.compile(r"\b(__launch_bounds__|\w*LAUNCH_BOUNDS\w*)\s*\(")
 STRING_TYPES = {"string_literal", "raw_string_literal", "raw_string_content", "string_content",
                 "char_literal", "concatenated_string"}
 ROCM_MACROS = ("USE_ROCM", "__HIP_PLATFORM_AMD__", "__HIP_PLATFORM_HCC__", "USE_ROCM_CK_GEMM")
@@ -49,6 +51,18 @@ ROCM_MACROS = ("USE_ROCM", "__HIP_PLATFORM_AMD__", "__HIP_PLATFORM_HCC__", "USE_
 @functools.lru_cache(maxsize=1)
 def parser() -> ts.Parser:
     return ts.Parser(ts.Language(tree_sitter_cuda.language()))
+
+
+@functools.lru_cache(maxsize=1)
+def _identifier_query():
+    lang = ts.Language(tree_sitter_cuda.language())
+    q = ts.Query(lang, "[(identifier) (type_identifier) (namespace_identifier) (field_identifier) (preproc_arg)] @id")
+    return q
+
+
+def _captures(node) -> list:
+    """Identifier nodes under `node`, found by a compiled query (far faster than a Python walk)."""
+    return ts.QueryCursor(_identifier_query()).captures(node).get("id", [])
 
 
 @dataclasses.dataclass
@@ -62,6 +76,7 @@ class Unit:
     line_start: int
     line_end: int
     include: bool = False
+    origin: bytes = b""  # the text the offsets point into (the file, or its includer's prelude)
 
 
 @dataclasses.dataclass
@@ -78,19 +93,30 @@ class Kernel:
     instantiations: list[str] = dataclasses.field(default_factory=list)
 
 
-def extract_kernels(src: bytes) -> tuple[list[Kernel], list[dict]]:
-    """Return the kernels in `src`, and every other `__global__` token with a reason."""
-    masked = mask_attributes(src)
-    tree = parser().parse(masked)
+def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], list[dict]]:
+    """Return the kernels in `src`, and every other `__global__` token with a reason.
+
+    `prelude` is the text of the file that includes `src` up to its #include line,
+    for headers that are not self-contained (they use what the includer set up).
+    """
     units: list[Unit] = []
     dead: list[tuple[int, int, str]] = []
+    if prelude:
+        _collect(parser().parse(mask_attributes(prelude)).root_node, prelude, (), units, [], top=True)
+        for u in units:
+            u.kernels, u.origin = [], prelude
+    first = len(units)
+    masked = mask_attributes(src)
+    tree = parser().parse(masked)
     _collect(tree.root_node, src, (), units, dead, top=True)
+    for u in units[first:]:
+        u.origin = src
     by_name: dict[str, list[int]] = {}
     for i, u in enumerate(units):
         for name in u.defines:
             by_name.setdefault(name, []).append(i)
     include_units = [u for u in units if u.include]
-    includes = [_text(src, u) .strip() for u in include_units]
+    includes = list(dict.fromkeys(_text(src, u).strip() for u in include_units))
 
     kernels = []
     for i, u in enumerate(units):
@@ -123,6 +149,14 @@ def mask_attributes(src: bytes) -> bytes:
         if end is None:
             continue
         _blank(out, m.start(), end)
+    for g in re.finditer(rb"\b__global__\b", src):
+        lo = max(0, g.start() - 400)
+        for m in MACRO_BEFORE_GLOBAL.finditer(src, lo, g.start()):
+            end = _balanced(src, m.end() - 1)
+            if end is not None and not src[end:g.start()].strip():
+                line_start = src.rfind(b"\n", 0, m.start()) + 1
+                if not src[line_start:m.start()].lstrip().startswith(b"#"):
+                    _blank(out, m.start(), end)
     for m in ATTRIBUTE_WORDS.finditer(src):
         line_start = src.rfind(b"\n", 0, m.start()) + 1
         if not src[line_start:m.start()].lstrip().startswith(b"#"):
@@ -150,7 +184,7 @@ def _blank(buf: bytearray, a: int, b: int) -> None:
 
 
 def _text(src: bytes, u: Unit) -> str:
-    return src[u.start:u.end].decode("utf-8", "replace")
+    return (u.origin or src)[u.start:u.end].decode("utf-8", "replace")
 
 
 def _collect(node, src, scopes, units, dead, top=False):
@@ -177,7 +211,11 @@ def _collect_list(children, src, scopes, units, dead):
         elif c.type in CONDITIONAL_TYPES:
             _collect_conditional(c, src, scopes, units, dead)
         elif c.type in UNIT_TYPES:
-            units.append(_unit(c, src, scopes))
+            u = _unit(c, src, scopes)
+            nxt = c.next_sibling
+            if nxt is not None and nxt.type == ";":  # `struct X {...};` parses as specifier + `;`
+                u.end = nxt.end_byte
+            units.append(u)
         elif c.type == "ERROR":
             _collect_error(c, src, scopes, units, dead)
 
@@ -289,16 +327,20 @@ def _unit(node, src, scopes) -> Unit:
         defines.add(node.child_by_field_name("name").text.decode())
         uses = set(WORD.findall(text)) - defines
     else:
-        uses = {n.text.decode() for n in _walk(node) if n.type in (
-            "identifier", "type_identifier", "namespace_identifier", "field_identifier")}
-        uses |= set(WORD.findall(" ".join(n.text.decode() for n in _walk(node) if n.type == "preproc_arg")))
+        uses = set()
+        for n in _captures(node):
+            text = n.text.decode("utf-8", "replace")
+            uses |= set(WORD.findall(text)) if n.type == "preproc_arg" else {text}
         # blanked attribute macros are still needs of this unit
         uses |= {m.group(1).decode() for m in ATTRIBUTE_WORDS.finditer(src, node.start_byte, node.end_byte)}
-        uses |= {m.group(1).decode() for m in ATTRIBUTE_CALLS.finditer(src, node.start_byte, node.end_byte)}
+        for m in ATTRIBUTE_CALLS.finditer(src, node.start_byte, node.end_byte):
+            end = _balanced(src, m.end() - 1) or m.end()
+            uses |= set(WORD.findall(src[m.start():end].decode("utf-8", "replace")))
         if node.type != "template_instantiation":
             defines |= _defined_names(node)
         if _is_global(node) and defines:
             kernels = sorted(defines)[:1]
+    uses |= {w for opener, _ in scopes if opener.startswith("#") for w in WORD.findall(opener)}  # macros in #if
     return Unit(node.start_byte, node.end_byte, scopes, defines, uses - defines, kernels,
                 node.start_point[0] + 1, node.end_point[0] + 1)
 
@@ -449,11 +491,15 @@ def _launch_pattern(kname: str) -> re.Pattern:
 
 
 def _launch_sites(root, units: list[Unit], src: bytes, kname: str, exclude: int) -> list[dict]:
-    pat = _launch_pattern(kname)
+    pat = None
     sites = []
     for j, u in enumerate(units):
-        if j == exclude or u.include:
+        if j == exclude or u.include or (u.origin and u.origin is not src):
             continue
+        raw = src[u.start:u.end]
+        if b"<<<" not in raw or kname.encode() not in raw:
+            continue  # cheap byte tests before the regex
+        pat = pat or _launch_pattern(kname)
         text = _text(src, u)
         for m in pat.finditer(text):
             line = u.line_start + text.count("\n", 0, m.start())
@@ -480,6 +526,8 @@ def _enclosing_macro(root, offset: int) -> str | None:
 def _instantiations(units: list[Unit], src: bytes, kname: str) -> list[str]:
     out = []
     for u in units:
+        if u.origin and u.origin is not src:
+            continue
         text = _text(src, u)
         if text.lstrip().startswith("template") and re.search(r"\b" + re.escape(kname) + r"\s*<", text) \
                 and "{" not in text and re.match(r"\s*template\s+(?!<)", text):
@@ -515,3 +563,45 @@ def _unaccounted(root, src: bytes, kernels: list[Kernel], dead) -> list[dict]:
             reason = "not_a_kernel_definition"
         out.append({"line": line, "reason": reason, "detail": detail})
     return out
+
+
+INCLUDE_LINE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
+
+
+def late_includes(files: dict[str, bytes]) -> dict[str, bytes]:
+    """For headers included after code by another file of the same source, that file's text
+    up to the #include: the context the header relies on (e.g. Loops.cuh -> CUDALoops.cuh)."""
+    out: dict[str, bytes] = {}
+    by_base: dict[str, list[str]] = {}
+    for r in files:
+        by_base.setdefault(r.rsplit("/", 1)[-1], []).append(r)
+    for rel, data in files.items():
+        for m in INCLUDE_LINE.finditer(data):
+            target = m.group(1).decode("utf-8", "replace")
+            cands = by_base.get(target.rsplit("/", 1)[-1], ())
+            hit = next((r for r in cands if r == target or r.endswith("/" + target)), None)
+            if hit is None or hit == rel or hit in out:
+                continue
+            before = data[:m.start()]
+            if _has_code(before):
+                out[hit] = before
+    return out
+
+
+def _has_code(text: bytes) -> bool:
+    """Whether text has anything but comments, preprocessor lines and blank lines."""
+    in_block = False
+    for line in text.splitlines():
+        s = line.strip()
+        if in_block:
+            in_block = b"*/" not in s
+            continue
+        if s.startswith(b"/*"):
+            in_block = b"*/" not in s
+            continue
+        if not s or s.startswith((b"//", b"#")) or s.endswith(b"\\"):
+            continue
+        if s.startswith((b"namespace", b"}", b"{")):
+            continue
+        return True
+    return False

@@ -1,87 +1,290 @@
-"""The harvest stage: sources -> kernel records with provenance and declared bindings."""
+"""The harvest stage: sources -> kernel records with provenance and declared bindings.
+
+Every source is harvested on its own: a source that fails (unreachable, missing,
+unsafe, malformed) is reported in `stats["errors"]` and the others continue.
+Files are parsed in parallel on the CPU pool; everything the harvest sees but
+does not keep is recorded with a reason (store skips for files and unextracted
+`__global__`/jit definitions, dropped results for kernels). Records are keyed by
+code hash, so a rerun after a crash converges to the same record set.
+"""
 from __future__ import annotations
 
 import fnmatch
+from pathlib import Path
 
-from sftbuild.context import Context, StageRun, UserError
+from sftbuild.context import Context, StageRun
+from sftbuild.executor import WorkerFailure
+from sftbuild.harvest import filters as F
+from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
-from sftbuild.harvest.cuda_extract import extract_kernels
+from sftbuild.harvest.cuda_extract import late_includes
+from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, parse_files
 from sftbuild.record import Record
 
+TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
 
-def resolve(ctx: Context, names: list[str]) -> list[S.Source]:
+
+def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[S.Source]:
+    """Sources for the given specs (default: the configured ones); failures go to `errors`."""
+    errors = {} if errors is None else errors
     registry = S.load_registry()
-    for extra in ctx.config.harvest.registries:
-        registry.update(S.load_registry(extra))
-    out = []
-    for name in names or ctx.config.harvest.sources:
-        if name not in registry:
-            raise UserError(f"unknown source {name!r}; known: {', '.join(sorted(registry))}")
-        out.append(registry[name])
+    for extra in getattr(ctx.config.harvest, "registries", []):
+        try:
+            registry.update(S.load_registry(extra))
+        except S.SourceError as e:
+            errors[extra] = str(e)
+    out: list[S.Source] = []
+    for spec in names or ctx.config.harvest.sources:
+        try:
+            out += S.parse_spec(spec, registry)
+        except S.SourceError as e:
+            errors[spec] = str(e)
+            ctx.echo(f"harvest: source {spec}: {e} (skipped; other sources continue)")
     return out
 
 
 def run(ctx: Context, sources: list[str] | None = None) -> dict:
     cfg = ctx.config.harvest
-    chosen = resolve(ctx, sources or [])
-    stats = {"sources": {}, "errors": {}}
-    with StageRun(ctx, "harvest", {"min_kernel_lines": cfg.min_kernel_lines,
-                                   "max_file_bytes": cfg.max_file_bytes}) as run:
+    stats: dict = {"sources": {}, "errors": {}, "listed": {}}
+    chosen = resolve(ctx, list(sources or []), stats["errors"])
+    key = {"min_kernel_lines": cfg.min_kernel_lines, "max_file_bytes": cfg.max_file_bytes}
+    with StageRun(ctx, "harvest", key) as run:
         for src in chosen:
             try:
-                n = _harvest_source(ctx, run, src)
-                stats["sources"][src.name] = n
-            except S.SourceError as e:
-                stats["errors"][src.name] = str(e)
-                ctx.echo(f"harvest: source {src.name}: {e} (skipped; other sources continue)")
+                h = Harvest(ctx, run, src)
+                h.run()
+                stats["sources"][src.name] = h.kernels
+                stats["listed"][src.name] = h.listed
+            except (S.SourceError, OSError) as e:
+                msg = str(e) + (" (this source needs the network)" if src.network else "")
+                stats["errors"][src.name] = msg
+                ctx.echo(f"harvest: source {src.name}: {msg} (skipped; other sources continue)")
         run.stats.update(stats)
     return run.stats
 
 
-def _harvest_source(ctx: Context, run: StageRun, src: S.Source) -> int:
-    cfg = ctx.config.harvest
-    prov_base = S.torch_provenance() if src.kind == "torch-aten" else {"source_kind": src.kind}
-    count = 0
-    for rel, path in S.files(src):
-        size = path.stat().st_size
-        if size > cfg.max_file_bytes:
-            ctx.store.add_skip(src.name, rel, "oversize", f"{size} bytes")
-            continue
-        data = path.read_bytes()
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            ctx.store.add_skip(src.name, rel, "not_utf8")
-            continue
-        if b"__global__" not in data:
-            continue
-        kernels, others = extract_kernels(data)
-        for o in others:
-            ctx.store.add_skip(src.name, rel, o["reason"], o["detail"], item=f"line {o['line']}")
-        records = []
-        for k in kernels:
-            prov = dict(prov_base, path=rel, lines=list(k.lines), license=src.license or "unknown")
-            entry = {"kernels": [k.name], "params": k.params, "template": k.template,
-                     "launch_bounds": k.launch_bounds, "launch_sites": k.launch_sites,
-                     "includes": k.includes, "needs": k.needs,
-                     "include_sets": ["torch"] if src.kind == "torch-aten" else []}
-            records.append(Record(language="cuda", code=k.code, source=src.name, entry=entry,
-                                  binding=_binding(src, rel, k.name), provenance=prov))
-        ctx.store.add_records(records)
-        for r, k in zip(records, kernels):
-            body_lines = k.lines[1] - k.lines[0] + 1
-            if body_lines < cfg.min_kernel_lines:
-                run.put(r.id, "dropped", "trivial", {"lines": body_lines})
+class Harvest:
+    """One source's harvest: dispatches on the source kind, records everything it sees."""
+
+    def __init__(self, ctx: Context, run: StageRun, src: S.Source):
+        self.ctx, self.run_, self.src = ctx, run, src
+        self.cfg = ctx.config.harvest
+        self.kernel_filters = [F.Trivial(self.cfg.min_kernel_lines)]
+        self.kernels = 0  # kernels extracted (kept or dropped)
+        self.listed = 0  # definitions seen but not extracted, each with a reason
+        self._skips: list[tuple] = []
+
+    def run(self) -> None:
+        kind = self.src.kind
+        if kind == "kernelbench":
+            from sftbuild.harvest import readers
+
+            try:
+                readers.kernelbench_dir(self)
+            finally:
+                self.flush_skips()
+        elif kind == "dataset":
+            from sftbuild.harvest import readers
+
+            try:
+                readers.dataset(self)
+            finally:
+                self.flush_skips()
+        elif kind == "torch-inductor":
+            from sftbuild.harvest import inductor
+
+            try:
+                inductor.harvest(self)
+            finally:
+                self.flush_skips()
+        else:
+            try:
+                self.tree(S.materialize(self.src, self.ctx.workspace, self.cfg))
+            finally:
+                self.flush_skips()
+
+    # ---- bookkeeping shared by every kind ---------------------------------
+    def skip(self, path: str, reason: str, detail: str = "", item: str = "") -> None:
+        self._skips.append((self.src.name, path, item, reason, detail))
+        if len(self._skips) >= 256:
+            self.flush_skips()
+
+    def flush_skips(self) -> None:
+        """Write pending skips in one transaction (Store.add_skip opens one per row)."""
+        if not self._skips:
+            return
+        with self.ctx.store.tx() as db:
+            db.executemany("INSERT OR REPLACE INTO skips VALUES (?,?,?,?,?)", self._skips)
+        self._skips = []
+
+    def emit(self, records: list[Record], lines: list[tuple[int, int]], drops: list[str | None] | None = None):
+        """Store records; each is kept or dropped by the kernel filters (or an explicit reason)."""
+        self.ctx.store.add_records(records)
+        for i, (r, span) in enumerate(zip(records, lines)):
+            reason = drops[i] if drops else None
+            detail = None
+            if reason is None:
+                for f in self.kernel_filters:
+                    detail = f.check(span, r.code)
+                    if detail is not None:
+                        reason = f.name
+                        break
+            if reason:
+                self.run_.put(r.id, "dropped", reason, {"detail": detail} if detail else None)
             else:
-                run.put(r.id, "ok")
-            count += 1
-    return count
+                self.run_.put(r.id, "ok")
+            self.kernels += 1
+
+    def binding(self, rel: str, kernel: str) -> dict | None:
+        for b in self.src.bindings:
+            if b.get("kernel") == kernel and fnmatch.fnmatch(rel, b.get("path", "*")):
+                out = {k: v for k, v in b.items() if k not in ("kernel", "path")}
+                out["how"] = "manifest"
+                return out
+        return None
+
+    # ---- file trees ---------------------------------------------------------
+    def tree(self, tree: S.Tree) -> None:
+        filters = F.default_file_filters(self.cfg.max_file_bytes, getattr(self.cfg, "vendored_dirs", None))
+        path_filters = [f for f in filters if type(f).check_path is not F.FileFilter.check_path]
+        todo: list[tuple[str, Path]] = []
+        for rel, path, link in S.walk(tree):
+            if link:
+                self.skip(rel, link, "never followed")
+                continue
+            if not rel.endswith(CODE_EXT):
+                continue
+            try:
+                size = path.stat().st_size
+            except OSError as e:
+                self.skip(rel, "unreadable", str(e))
+                continue
+            hit = F.check_path(path_filters, rel, size)
+            if hit:
+                self.skip(rel, *hit)
+                continue
+            todo.append((rel, path))
+        preludes = self._preludes(todo)
+        default_license = self._default_license(tree)
+        licenses: dict[Path, str | None] = {}
+        batches = _batches([(rel, str(p), preludes.get(rel, b"")) for rel, p in todo],
+                           getattr(self.ctx.executor, "cpu_workers", 1))
+        for batch, results in self.ctx.executor.map_cpu(parse_files, batches, desc=f"harvest {self.src.name}"):
+            if isinstance(results, WorkerFailure):
+                for rel, _, _ in batch:
+                    self.skip(rel, "parse_error", f"{results.kind}: {results.detail[-300:]}")
+                continue
+            records, spans = [], []
+            for res in results:
+                r, s = self._file_result(tree, res, licenses, default_license)
+                records += r
+                spans += s
+            self.flush_skips()
+            self.emit(records, spans)  # one transaction per batch of files
+
+    def _preludes(self, todo) -> dict[str, bytes]:
+        files = {}
+        for rel, p in todo:
+            if rel.endswith(CUDA_EXT):
+                try:
+                    files[rel] = p.read_bytes()
+                except OSError:
+                    continue
+        return late_includes(files)
+
+    def _default_license(self, tree: S.Tree) -> str | None:
+        lic = L.normalize(self.src.license)
+        if lic:
+            return lic
+        pkg = tree.provenance.get("package")
+        if self.src.kind == "pip":
+            return L.normalize(_archive_license(tree.root))
+        if pkg:
+            return L.normalize(S.package_license(pkg))
+        return None
+
+    def _file_result(self, tree: S.Tree, res: dict, licenses: dict, default_license: str | None):
+        rel = res["rel"]
+        if "skip" in res:
+            self.skip(rel, *res["skip"])
+            return [], []
+        for o in res["others"]:
+            self.skip(rel, o["reason"], o.get("detail", ""), item=f"line {o['line']}")
+            self.listed += 1
+        if not res["kernels"]:
+            return [], []
+        folder = (tree.root / rel).parent
+        if folder not in licenses:
+            licenses[folder] = L.from_tree(tree.root, rel)
+        lic = res["license"] or licenses[folder] or default_license or "unknown"
+        records, spans = [], []
+        for k in _merge_same_code(res["kernels"]):
+            prov = dict(tree.provenance, path=rel, lines=list(k["lines"]), license=lic)
+            prov.setdefault("package", None)
+            prov.setdefault("version", None)
+            entry = _entry(res["language"], k, self.src.kind)
+            records.append(Record(language=res["language"], code=k["code"], source=self.src.name, entry=entry,
+                                  binding=self.binding(rel, k["name"]), provenance=prov))
+            spans.append(tuple(k["lines"]))
+        return records, spans
 
 
-def _binding(src: S.Source, rel: str, kernel: str) -> dict | None:
-    for b in src.bindings:
-        if b.get("kernel") == kernel and fnmatch.fnmatch(rel, b.get("path", "*")):
-            out = {k: v for k, v in b.items() if k not in ("kernel", "path")}
-            out["how"] = "manifest"
-            return out
+def _merge_same_code(kernels: list[dict]) -> list[dict]:
+    """Kernels whose closures are the same text (one wrapper launching both) are one record."""
+    by_code: dict[str, dict] = {}
+    for k in kernels:
+        if k["code"] in by_code:
+            by_code[k["code"]]["also"].append(k["name"])
+        else:
+            by_code[k["code"]] = dict(k, also=[])
+    return list(by_code.values())
+
+
+def _entry(language: str, k: dict, kind: str) -> dict:
+    if language == "cuda":
+        torch_set = kind in ("torch-aten", "pytorch") or any(i.split()[-1].startswith(TORCH_INCLUDES)
+                                                             for i in k["includes"])
+        return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": k["template"],
+                "launch_bounds": k["launch_bounds"], "launch_sites": k["launch_sites"],
+                "instantiations": k["instantiations"], "includes": k["includes"], "needs": k["needs"],
+                "include_sets": ["torch"] if torch_set else []}
+    return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": False,
+            "launch_bounds": None,
+            "launch_sites": k["launch_sites"], "includes": k["imports"], "needs": k["needs"],
+            "include_sets": [], "helpers": k["helpers"], "autotune": k["autotune"],
+            "heuristics": k["heuristics"]}
+
+
+def _batches(items: list, workers: int) -> list[list]:
+    """Small batches: enough of them to keep every core busy, few enough to keep overhead low."""
+    if not items:
+        return []
+    size = max(1, min(32, len(items) // (max(1, workers) * 4)))
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _archive_license(root: Path) -> str | None:
+    """Licence of an unpacked package: License-Expression, then its LICENSE/COPYING files, then
+    the free-text License field or classifier when it names a licence plainly. NOTICE files are
+    ignored: they quote third-party licences."""
+    for meta in sorted(root.glob("*.dist-info/METADATA")) + sorted(root.glob("*/PKG-INFO")):
+        head = meta.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
+        fields: dict[str, str] = {}
+        for line in head.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("License-Expression", "License") and value.strip():
+                fields.setdefault(key, value.strip())
+            elif line.startswith("Classifier: License :: OSI Approved ::"):
+                fields.setdefault("Classifier", line.rsplit("::", 1)[1].strip())
+        if "License-Expression" in fields:
+            return L.normalize(fields["License-Expression"])
+        for lf in sorted(meta.parent.rglob("*")):
+            if lf.is_file() and lf.name.upper().startswith(("LICEN", "COPYING")):
+                spdx = L.from_text(lf.read_text(encoding="utf-8", errors="replace"))
+                if spdx:
+                    return spdx
+        for key in ("License", "Classifier"):
+            spdx = L.normalize(fields.get(key))
+            if spdx:
+                return spdx
     return None

@@ -108,3 +108,132 @@ def compile_task(task: dict) -> dict:
 def _limits():
     # nvcc on hostile code can explode in memory; 8 GB is far above any real kernel's need
     resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+
+# ---- Triton: ahead-of-time compile of each @triton.jit kernel -------------------
+
+def triton_gate(task: dict) -> dict:
+    """Compile every @triton.jit kernel in a module to a cubin for the target, without a GPU.
+
+    Argument types are not declared in Python, so the signature is read from the kernel:
+    `tl.constexpr` parameters take the value the module passes at its launch site (else 128),
+    parameters used as load/store addresses are fp32 pointers, the rest i32. A kernel whose
+    signature cannot be read this way is left to the GPU worker's JIT ("aot": "skipped").
+    Runs in the CPU pool with the module parsed, never executed."""
+    import ast
+
+    start = time.monotonic()
+    try:
+        tree = ast.parse(task["code"])
+    except SyntaxError as e:
+        return {"ok": False, "reason": "compile_error", "log": f"syntax error line {e.lineno}: {e.msg}"}
+    launch_kw = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.keyword) and n.arg and isinstance(n.value, ast.Constant) and \
+                isinstance(n.value.value, int) and not isinstance(n.value.value, bool):
+            launch_kw.setdefault(n.arg, n.value.value)
+    kernels, aot = {}, {}
+    for f in tree.body:
+        if not (isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in f.decorator_list)):
+            continue
+        try:
+            kernels[f.name] = _triton_aot(task, f, launch_kw)
+            aot[f.name] = "ok"
+        except _Skip as e:
+            aot[f.name] = f"skipped: {e}"[:300]
+        except Exception as e:
+            msg = str(e)
+            if type(e).__name__ == "CompilationError" and GENUINE.search(msg):
+                return {"ok": False, "reason": "compile_error", "log": msg[-4000:], "aot": {f.name: "error"},
+                        "seconds": round(time.monotonic() - start, 3), "cached": False}
+            aot[f.name] = f"skipped: {type(e).__name__}: {msg[:300]}"
+    worst = {k: max((v.get(k, 0) for v in kernels.values()), default=0)
+             for k in ("registers", "smem", "stack", "spill_stores", "spill_loads")}
+    return {"ok": True, "reason": None, "resources": {"kernels": kernels, **worst}, "aot": aot,
+            "seconds": round(time.monotonic() - start, 3), "cached": False}
+
+
+# errors no choice of argument types explains: unknown names and attributes
+GENUINE = re.compile(r"has no attribute|is not defined|NameError|unsupported AST node|SyntaxError")
+
+
+class _Skip(Exception):
+    pass
+
+
+def _triton_aot(task, f, launch_kw) -> dict:
+    import ast
+    import textwrap
+    import types
+
+    import triton
+    import triton.language as tl  # noqa: F401
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    addr = set()
+    for n in ast.walk(f):
+        if isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] in ("load", "store", "atomic_add"):
+            if n.args:
+                addr |= {x.id for x in ast.walk(n.args[0]) if isinstance(x, ast.Name)}
+    # names assigned locally are offsets, not parameters
+    local = {t.id for n in ast.walk(f) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    sig, consts = {}, {}
+    for a in f.args.args:
+        ann = ast.unparse(a.annotation) if a.annotation else ""
+        if "constexpr" in ann:
+            sig[a.arg] = "constexpr"
+            consts[a.arg] = launch_kw.get(a.arg, 128)
+        elif a.arg in addr and a.arg not in local or a.arg.endswith("ptr"):
+            sig[a.arg] = "*fp32"
+        else:
+            sig[a.arg] = "i32"
+    src = textwrap.dedent(ast.unparse(f))
+    # exec only the kernel's own def in a scratch module: the decorator body never runs on the host
+    mod = types.ModuleType("sftbuild_aot")
+    mod.__dict__.update(triton=triton, tl=triton.language)
+    path = Path(task["cache_dir"]) / "triton_aot" / f"{hashlib.sha256(src.encode()).hexdigest()[:16]}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("import triton\nimport triton.language as tl\n" + src)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"sftbuild_aot_{path.stem}", path)
+    m = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(m)
+    except Exception as e:
+        raise _Skip(f"kernel refers to module names: {e}") from e
+    fn = getattr(m, f.name)
+    fn = getattr(fn, "fn", fn) if not hasattr(fn, "arg_names") else fn
+    major = int(task.get("arch", "sm_90").split("_")[-1][:-1] or 9)
+    minor = int(task.get("arch", "sm_90").split("_")[-1][-1])
+    ck = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v
+                                                                    for k, v in consts.items()}),
+                        target=GPUTarget("cuda", major * 10 + minor, 32))
+    md = ck.metadata
+    res = _cubin_resources(ck.asm.get("cubin"), task)
+    return {**res, "smem": max(res.get("smem", 0), getattr(md, "shared", 0) or 0), "num_warps": getattr(md, "num_warps", 0)}
+    return {"registers": getattr(ck, "n_regs", None) or 0, "smem": getattr(md, "shared", 0),
+            "spill_stores": getattr(ck, "n_spills", None) or 0, "spill_loads": 0, "stack": 0,
+            "num_warps": getattr(md, "num_warps", 0)}
+
+
+RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)")
+
+
+def _cubin_resources(cubin: bytes | None, task) -> dict:
+    """Registers, stack and static shared memory of a cubin, from cuobjdump."""
+    out = {"registers": 0, "stack": 0, "smem": 0, "spill_stores": 0, "spill_loads": 0}
+    if not cubin:
+        return out
+    try:
+        tool = Path(find_nvcc(task.get("nvcc", ""))).parent / "cuobjdump"
+        path = Path(task["cache_dir"]) / "triton_aot" / "k.cubin"
+        path.write_bytes(cubin)
+        log = subprocess.run([str(tool), "-res-usage", str(path)], capture_output=True, text=True, timeout=30).stdout
+        m = RES.search(log)
+        if m:
+            out.update(registers=int(m.group(1)), stack=int(m.group(2)), smem=int(m.group(3)))
+    except Exception:
+        pass
+    return out

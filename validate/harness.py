@@ -12,6 +12,7 @@ the launch, or -1 when the sizes are outside what the binding supports.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import jinja2
@@ -36,13 +37,48 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     torch_types = "torch" in record.entry.get("include_sets", [])
     ctypes = TORCH_CTYPES if torch_types else PLAIN_CTYPES
     args = {**_defaults(harness), **(binding.get("harness_args") or {}), **(check.get("harness_args") or {})}
+    params = {**(binding.get("params") or {}), **(check.get("params") or {})}
+    kernel = record.entry["kernels"][0]
     return env().get_template(f"{harness}.cu.j2").render(
-        kernel=record.entry["kernels"][0], torch_types=torch_types,
+        kernel=kernel, tparams=template_params(record.code, kernel), torch_types=torch_types, params=params,
         dtypes=[(d, ctypes[d]) for d in dtypes], **args)
 
 
+def template_params(code: str, kernel: str) -> list[str]:
+    """Names of the kernel's template parameters, so a harness can pass them by name
+    (torch releases add and remove parameters, e.g. the ROCm warp-size one)."""
+    m = re.search(r"__global__[^;{(]*?\b" + re.escape(kernel) + r"\s*\(", code)
+    if not m:
+        return []
+    start = code.rfind("template", 0, m.start())
+    if start < 0 or code[start:m.start()].count(";") or code[start:m.start()].count("}"):
+        return []
+    i = code.index("<", start)
+    depth, j = 0, i
+    while j < len(code):
+        depth += {"<": 1, ">": -1}.get(code[j], 0)
+        if depth == 0:
+            break
+        j += 1
+    names, depth, cur = [], 0, ""
+    for ch in code[i + 1:j] + ",":
+        if ch == "," and depth == 0:
+            decl = cur.split("=")[0].strip()
+            word = re.findall(r"[A-Za-z_]\w*", decl)
+            if word:
+                names.append(word[-1])
+            cur = ""
+            continue
+        depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(ch, 0)
+        cur += ch
+    return names
+
+
 def _defaults(harness: str) -> dict:
-    return {"persistent_softmax": {"max_log2": 10, "is_log_softmax": "false"}}.get(harness, {})
+    base = {"ns": "at::native::", "block": 256}
+    return {**base, **{"persistent_softmax": {"max_log2": 10, "is_log_softmax": "false", "ns": ""},
+                       "aten_softmax_backward": {"max_log2": 10, "is_log_softmax": "false", "ns": ""},
+                       }.get(harness, {})}
 
 
 def checks(binding: dict) -> list[dict]:
@@ -59,21 +95,47 @@ def checks(binding: dict) -> list[dict]:
 
 # ---- launch contracts: how tensors become (ptrs, ints) -------------------------
 
-def rowwise(inputs, outputs):
+def rowwise(inputs, outputs, params=None):
     """y[rows, cols] = f(x[rows, cols]); rows are `stride` elements apart."""
     x, y = inputs[0], outputs[0]
     return [y.data_ptr(), x.data_ptr()], [x.shape[0], x.shape[1], x.stride(0)]
 
 
-def unary(inputs, outputs):
+def unary(inputs, outputs, params=None):
     """y[n] = f(x[n]) over contiguous memory."""
     x, y = inputs[0], outputs[0]
     return [y.data_ptr(), x.data_ptr()], [x.numel()]
 
 
-CONTRACTS = {"rowwise": rowwise, "unary": unary}
-HARNESS_CONTRACT = {"persistent_softmax": "rowwise"}
+def tensors(inputs, outputs, params=None):
+    """The generic contract: ptrs = outputs then inputs; ints = (ndim, *shape) of each, in the same order.
+    Every tensor is contiguous; an op that updates inputs in place lists them as outputs too."""
+    ts = list(outputs) + list(inputs)
+    ints = []
+    for t in ts:
+        ints += [t.dim(), *t.shape]
+    return [t.data_ptr() for t in ts], ints
+
+
+def binary(inputs, outputs, params=None):
+    """z[n] = f(a[n], b[n]) over contiguous memory."""
+    return [outputs[0].data_ptr(), inputs[0].data_ptr(), inputs[1].data_ptr()], [inputs[0].numel()]
+
+
+def rowwise_backward(inputs, outputs, params=None):
+    """dx[rows, cols] = f(dy, y); rows are `stride` elements apart."""
+    dy, y = inputs[0], inputs[1]
+    return [outputs[0].data_ptr(), dy.data_ptr(), y.data_ptr()], [dy.shape[0], dy.shape[1], dy.stride(0)]
+
+
+CONTRACTS = {"rowwise": rowwise, "unary": unary, "binary": binary, "rowwise_backward": rowwise_backward,
+             "tensors": tensors}
+# harnesses whose C entry reads the generic layout, whatever the op's own launch contract is
+HARNESS_CONTRACT = {"persistent_softmax": "rowwise", "aten_softmax_backward": "rowwise_backward"}
 
 
 def contract_for(harness: str, op_launch: str) -> str:
-    return HARNESS_CONTRACT.get(harness, op_launch)
+    if harness in HARNESS_CONTRACT:
+        return HARNESS_CONTRACT[harness]
+    return op_launch if op_launch in CONTRACTS else "tensors"
+

@@ -27,6 +27,9 @@ L2_FLUSH_BYTES = 256 << 20
 
 def run_record(task: dict) -> dict:
     """Task: {id, sos (one .so per check), binding, entry, dtypes, shapes, seeds, timing, warmup, runs}. Returns a verdict dict."""
+    from sftbuild.validate import guards
+
+    guards.set_strict()  # the reference runs in full fp32
     try:
         return _run(task)
     except torch.cuda.OutOfMemoryError as e:
@@ -49,6 +52,9 @@ def _run(task: dict) -> dict:
         rng = random.Random(f"{task['id']}:{check['op']}")
         shapes = rng.sample(pool, min(task["shapes"], len(pool)))
         dtypes = [d for d in op.dtypes if d in task["dtypes"]]
+        if not shapes or not dtypes:  # nothing to try is never a pass
+            return {"status": "dropped", "reason": "unbound",
+                    "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tried}
         for shape in shapes:
             for dtype in dtypes:
                 for seed in range(task["seeds"]):

@@ -24,7 +24,9 @@ class Op:
     family: str
     semantics: dict[str, str]  # {"en": ..., "zh": ...}: what it computes, one sentence each
     reference: Callable[..., Any]  # (*inputs, **params) -> Tensor | tuple of Tensors
-    make_inputs: Callable[..., list]  # (shape, dtype, layout, generator, params) -> list of Tensors
+    # (shape, dtype, layout, generator, params) -> list of Tensors; it may add shape-derived
+    # params (an output size) to `params`, which the caller then passes to the reference
+    make_inputs: Callable[..., list]
     shape_pool: list[tuple[int, ...]]
     io: dict[str, list[str]]  # {"inputs": ["x: [rows, cols]"], "outputs": ["y: [rows, cols]"]}
     dtypes: tuple[str, ...] = DTYPES
@@ -70,3 +72,13 @@ def _load() -> None:
     if not _loaded:
         _loaded = True
         from sftbuild.ops import catalog  # noqa: F401  (registers the built-in ops)
+
+
+def upcast(inputs: list) -> list:
+    """Inputs for the float64 reference: floating tensors in float64, indices and masks unchanged."""
+    return [t.double() if hasattr(t, "is_floating_point") and t.is_floating_point() else t for t in inputs]
+
+
+def as_outputs(result) -> list:
+    """A reference's result as a list of output tensors."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]

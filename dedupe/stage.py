@@ -1,0 +1,153 @@
+"""The dedupe stage: quality filters, decontamination, then exact and near dedup.
+
+Order matters: a record dropped by a filter or as contaminated can never be a
+cluster's representative. Every alive record gets one result: ok, or dropped
+with reason too_simple | malformed | generated | no_kernel | license |
+contaminated | duplicate. The report goes to <workspace>/reports/dedupe.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+
+import numpy as np
+
+from sftbuild.context import Context, StageRun
+from sftbuild.dedupe import filters as F
+from sftbuild.dedupe.decontam import Decontaminator
+from sftbuild.dedupe.fingerprints import DEFAULT_NGRAM
+from sftbuild.dedupe.near import Clusters, Doc, pool_mapper, find_clusters
+from sftbuild.dedupe.params import Params
+from sftbuild.dedupe.signature import Signatures, assemble, compute
+from sftbuild.record import Record
+
+LARGEST = 10  # clusters listed with their members' provenance in the report
+
+
+def to_doc(record: Record, validation: dict | None) -> Doc:
+    res = validation or {}
+    payload = res.get("payload") or {}
+    binding = record.binding or {}
+    prov = record.provenance or {}
+    speedup = payload.get("speedup")
+    return Doc(
+        id=record.id, text=record.code, language=record.language,
+        op=binding.get("op"),
+        validated=res.get("status") == "ok" and payload.get("validated", True) is not False,
+        speedup=float(speedup) if isinstance(speedup, (int, float)) else None,
+        license=prov.get("license"), priority=int(prov.get("priority", 0) or 0),
+        source_kind=prov.get("source_kind", ""),
+        reference=binding.get("reference") if isinstance(binding.get("reference"), str) else None,
+        meta={"source": record.source, "name": record.name,
+              **{k: prov.get(k) for k in ("source_kind", "url", "path", "lines", "license") if k in prov}})
+
+
+def run(ctx: Context, **options) -> dict:
+    cfg = ctx.config.dedupe
+    params = Params.from_config(cfg)
+    filters = F.default_filters(cfg)
+    records = ctx.store.alive("dedupe")
+    ids = sorted(r.id for r in records)
+    decon = None
+    if cfg.benchmarks:
+        decon = Decontaminator(cfg.benchmarks, threshold=cfg.contamination_threshold,
+                               ngram=getattr(cfg, "contamination_ngram", DEFAULT_NGRAM),
+                               max_df=getattr(cfg, "contamination_max_df", 0.05))
+    manifest = {"params": params.manifest(), "config": dataclasses.asdict(cfg),
+                "filters": {f.name: f.params() for f in filters},
+                "benchmarks": decon.manifest() if decon else None}
+    report_path = ctx.workspace / "reports" / "dedupe.json"
+    with StageRun(ctx, "dedupe", manifest, extra_key=ids) as run_:
+        previous = json.loads(report_path.read_text()) if report_path.exists() else {}
+        if ids and run_.done() >= set(ids) and previous.get("config_hash") == run_.chash:
+            ctx.echo("dedupe: nothing changed since the last run")
+            return previous
+        validation = ctx.store.results_for("validate")
+        docs = [to_doc(r, validation.get(r.id)) for r in records]
+        docs.sort(key=lambda d: d.id)
+        report = dedupe_docs(docs, params, filters, decon, mapper=ctx.executor.map_cpu,
+                             put=run_.put)
+        report["config_hash"] = run_.chash
+        report_path.parent.mkdir(parents=True, exist_ok=True)
+        report_path.write_text(json.dumps(report, indent=1, sort_keys=True))
+        report["report_path"] = str(report_path)
+        ctx.echo(f"dedupe: {report['counts']['ok']} kept of {report['counts']['input']}; "
+                 f"dropped {report['counts']['dropped']}")
+    return report
+
+
+def analyse_task(item: tuple) -> tuple[list, Signatures]:
+    """One chunk of documents: filter and decontamination verdicts, and signatures of all of them."""
+    _, docs, params, filters, decon = item
+    drops = []
+    for d in docs:
+        drop = F.apply(filters, d)
+        if drop is None and decon is not None:
+            m = decon.match(d)
+            if m is not None:
+                drop = ("contaminated", dataclasses.asdict(m))
+        drops.append(drop)
+    sigs = compute([d.text for d in docs], [d.language for d in docs], params, [d.tokens for d in docs])
+    for d in docs:
+        d.__dict__.pop("tokens", None)  # token lists are large; run in-process they would all stay alive
+    return drops, sigs
+
+
+def dedupe_docs(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Decontaminator | None = None,
+                workers: int = 1, mapper=None, put=None) -> dict:
+    """The whole stage on plain documents; `put(id, status, reason, payload)` receives each verdict.
+
+    Filters, decontamination and signatures run per chunk in parallel (`mapper`, e.g. an
+    executor's map_cpu, or a pool of `workers`); clustering then runs on the survivors.
+    """
+    put = put or (lambda *a, **k: None)
+    size = max(1, params.chunk_size)
+    items = [(i, docs[lo:lo + size], params, filters, decon) for i, lo in enumerate(range(0, len(docs), size))]
+    parts: dict[int, tuple] = {}
+    for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc="dedupe: filter and hash"):
+        parts[item[0]] = res if isinstance(res, tuple) else analyse_task(item)  # redo a failed chunk here
+    del items
+    drops = [d for i in range(len(parts)) for d in parts[i][0]]
+    ordered = [(parts[i][1], np.array([d is None for d in parts[i][0]], bool)) for i in range(len(parts))]
+    parts.clear()
+    sigs = assemble(ordered, params.num_perm)  # the survivors' signatures only
+    verdicts: dict[str, tuple] = {}
+    survivors = []
+    for d, drop in zip(docs, drops):
+        if drop is None:
+            survivors.append(d)
+        else:
+            verdicts[d.id] = ("dropped", drop[0], drop[1])
+    clusters = find_clusters(survivors, params, sigs=sigs)
+    del sigs
+    for d in survivors:
+        if d.id in clusters.dropped:
+            verdicts[d.id] = ("dropped", "duplicate", clusters.dropped[d.id])
+        else:
+            verdicts[d.id] = ("ok", None, None)
+    for d in docs:
+        status, reason, payload = verdicts[d.id]
+        put(d.id, status, reason, payload)
+    return build_report(docs, verdicts, clusters)
+
+
+def build_report(docs: list[Doc], verdicts: dict[str, tuple], clusters: Clusters) -> dict:
+    by_id = {d.id: d for d in docs}
+    reasons = Counter(v[1] for v in verdicts.values() if v[0] == "dropped")
+    sizes = Counter(len(c) for c in clusters.clusters)
+    kept = sum(1 for v in verdicts.values() if v[0] == "ok")
+    largest = []
+    for members in clusters.clusters[:LARGEST]:
+        largest.append({"size": len(members), "representative": members[0], "members": [
+            {"id": m, "representative": m == members[0], **by_id[m].meta,
+             **({k: clusters.dropped[m][k] for k in ("similarity", "signature")} if m in clusters.dropped else {})}
+            for m in members]})
+    return {
+        "counts": {"input": len(docs), "ok": kept, "dropped": sum(reasons.values()),
+                   "by_reason": dict(sorted(reasons.items()))},
+        "clusters": {"count": len(clusters.clusters), "in_clusters": sum(len(c) for c in clusters.clusters),
+                     "size_histogram": {str(k): sizes[k] for k in sorted(sizes)}, "largest": largest},
+        "links": clusters.pairs,
+        "params": clusters.params,
+    }

@@ -1,0 +1,126 @@
+"""Instructions from the template bank, and the fidelity check that reads their claims back.
+
+The rendered text names techniques with the phrases below; `claims` parses a text back
+into the facts it asserts (techniques, dtypes, target arch, block size) with patterns of
+its own, so a template or phrase that over-claims is caught rather than trusted.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import jinja2
+
+TEMPLATES = Path(__file__).with_name("templates")
+LEVELS = ("brief", "detailed")
+
+PHRASES = {  # technique: (en, zh)
+    "shared_memory": ("shared memory", "共享内存"),
+    "warp_shuffle": ("warp shuffles", "warp shuffle指令"),
+    "vectorized_access": ("vectorised loads and stores", "向量化访存"),
+    "tensor_cores": ("tensor cores", "Tensor Core"),
+    "atomics": ("atomic operations", "原子操作"),
+    "grid_stride_loop": ("a grid-stride loop", "grid-stride循环"),
+    "launch_bounds": ("launch bounds", "launch bounds限定"),
+    "cooperative_groups": ("cooperative groups", "cooperative groups"),
+    "async_copy": ("asynchronous global-to-shared copies", "异步拷贝"),
+    "cub_primitives": ("CUB block primitives", "CUB块级原语"),
+    "autotune": ("autotuned launch configurations", "自动调优的启动配置"),
+    "masked_access": ("masked loads for the tails", "带掩码的尾部访存"),
+}
+STRATEGY = {  # reduction strategy: (en, zh); each names the technique it relies on
+    "warp_shuffle": ("Reduce within each warp using warp shuffles.", "在warp内用warp shuffle指令归约。"),
+    "shared_memory_tree": ("Reduce across the block with a tree in shared memory.", "在block内用共享内存做树形归约。"),
+    "cub": ("Reduce with CUB block primitives.", "用CUB块级原语归约。"),
+    "atomic": ("Combine partial results with atomic operations.", "用原子操作合并部分结果。"),
+    "tl_reduce": ("Reduce with Triton's built-in reductions.", "用Triton内置归约。"),
+}
+CLAIM_PATTERNS = {  # technique: a pattern over either language
+    "shared_memory": r"shared[- ]memory|__shared__|共享内存",
+    "warp_shuffle": r"warp shuffle|__shfl",
+    "vectorized_access": r"vectori[sz]ed|float4|half2|向量化",
+    "tensor_cores": r"tensor core|wmma|mma\b",
+    "atomic": None,
+    "atomics": r"atomic|原子操作",
+    "grid_stride_loop": r"grid[- ]stride",
+    "launch_bounds": r"launch bounds",
+    "cooperative_groups": r"cooperative groups",
+    "async_copy": r"asynchronous .*cop|cp\.async|异步拷贝",
+    "cub_primitives": r"(?<![A-Za-z])CUB(?![A-Za-z])",
+    "autotune": r"autotun|自动调优",
+    "masked_access": r"masked loads|带掩码",
+}
+BUDGET = re.compile(r"(per-block shared-memory budget of|共享内存预算为)\s*\d+")
+NOUNS = {  # op family: (en, zh)
+    "elementwise": ("elementwise kernel", "逐元素Kernel"), "binary": ("elementwise binary kernel", "逐元素二元Kernel"),
+    "broadcast": ("broadcast kernel", "广播Kernel"), "fused": ("fused kernel", "融合Kernel"),
+    "reduction": ("reduction kernel", "归约Kernel"), "softmax": ("softmax kernel", "softmax Kernel"),
+    "norm": ("normalisation kernel", "归一化Kernel"), "matmul": ("matrix-multiply kernel", "矩阵乘Kernel"),
+    "attention": ("attention kernel", "注意力Kernel"), "conv": ("convolution-support kernel", "卷积辅助Kernel"),
+    "scan": ("scan kernel", "扫描Kernel"), "sort": ("sorting kernel", "排序Kernel"),
+    "layout": ("layout-transform kernel", "布局变换Kernel"), "indexing": ("indexing kernel", "索引Kernel"),
+    "loss": ("loss kernel", "损失函数Kernel"), "optimizer": ("optimiser-step kernel", "优化器更新Kernel"),
+    "resample": ("resampling kernel", "重采样Kernel"), "quant": ("quantisation kernel", "量化Kernel"),
+}
+GENERIC_NOUN = ("kernel", "Kernel")
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             trim_blocks=False)
+    env.filters["phrase"] = lambda key, lang: PHRASES[key][0 if lang == "en" else 1]
+    env.filters["strategy"] = lambda key, lang: STRATEGY[key][0 if lang == "en" else 1]
+    return env
+
+
+ENV = _env()
+
+
+def variant(record_id: str, seed: int, count: int = 6) -> int:
+    """The phrasing for a record: fixed by the record and the seed, shared by both languages."""
+    return int(hashlib.sha256(f"{seed}:{record_id}".encode()).hexdigest(), 16) % count
+
+
+def render(facts: dict, lang: str, level: str) -> str:
+    text = ENV.get_template(f"{lang}_{level}.j2").render(**facts)
+    return re.sub(r"[ \t]+\n", "\n", text).strip()
+
+
+def claims(text: str) -> dict:
+    """The facts a rendered instruction asserts, read back from its words."""
+    plain = re.sub(r"`[^`]*`", " ", text)  # names and signatures in backticks are not claims
+    plain = BUDGET.sub(" ", plain)
+    techs = {k for k, pat in CLAIM_PATTERNS.items() if pat and re.search(pat, plain, re.IGNORECASE)}
+    block = re.search(r"(\d+) threads per block|启动(\d+)个线程", plain)
+    return {"techniques": sorted(techs),
+            "dtypes": sorted(set(re.findall(r"(?<![\w.])(float32|float16|bfloat16)(?![0-9])", _dtype_clause(plain), re.ASCII))),
+            "arch": sorted(set(re.findall(r"(?<![A-Za-z0-9_])(sm_\d+a?)(?![0-9])", plain))),
+            "block_size": next((int(g) for g in (block.groups() if block else ()) if g), None)}
+
+
+def _dtype_clause(text: str) -> str:
+    m = re.search(r"(dtype: |dtype为)([^.。]*)", text)
+    return m.group(2) if m else ""
+
+
+def check(instructions: dict, features: dict) -> list[str]:
+    """Disagreements between the instructions and the features (empty when faithful)."""
+    problems = []
+    have = set(features.get("techniques", []))
+    seen = {}
+    for key, text in instructions.items():
+        c = claims(text)
+        over = set(c["techniques"]) - have
+        if over:
+            problems.append(f"{key} claims {sorted(over)} the code does not show")
+        if features.get("dtypes") and set(c["dtypes"]) - set(features["dtypes"]):
+            problems.append(f"{key} claims dtypes {c['dtypes']} beyond {features['dtypes']}")
+        if c["block_size"] is not None and c["block_size"] != features.get("block_size"):
+            problems.append(f"{key} claims {c['block_size']} threads per block")
+        seen.setdefault(key.split(":")[1], {})[key.split(":")[0]] = c
+    for level, by_lang in seen.items():
+        facts = list(by_lang.values())
+        if any(f != facts[0] for f in facts[1:]):
+            problems.append(f"{level}: the languages disagree: {by_lang}")
+    return problems

@@ -1,0 +1,101 @@
+"""PyTorch Inductor source: Triton kernels that torch.compile writes for reference programs.
+
+Each program is a KernelBench-format module (`Model`, `get_inputs`,
+`get_init_inputs`): the built-in catalog (catalog/programs.py) or a user module
+given by path. It is compiled with dynamic shapes; the generated output code is
+captured with `torch._inductor.utils.run_and_get_code`, and every kernel in it
+(`async_compile.triton(name, source)`) becomes a record bound exactly to the
+program that produced it. Inductor writes Triton only for GPU devices, so this
+source needs CUDA; without it the source fails with a clear message.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from sftbuild.harvest.sources import SourceError
+from sftbuild.record import Record
+
+
+def programs(location: str) -> list[tuple[str, str]]:
+    """(program name, program source) pairs."""
+    if location in ("", "catalog"):
+        from sftbuild.harvest.catalog.programs import catalog
+
+        return catalog()
+    p = Path(location)
+    if not p.is_file():
+        raise SourceError(f"program module {location} does not exist")
+    src = p.read_text(encoding="utf-8")
+    names = {n.name for n in ast.parse(src).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    if not {"Model", "get_inputs"} <= names:
+        raise SourceError(f"{location}: a program module needs `class Model` and `def get_inputs()`")
+    return [(str(p.resolve()), src)]
+
+
+def kernels_in_output(code: str) -> list[dict]:
+    """Kernels in Inductor output code: `name = async_compile.triton('name', '''src''', ...)`."""
+    tree = ast.parse(code)
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "triton" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "async_compile" \
+                and len(node.args) >= 2 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                                for a in node.args[:2]):
+            found[node.args[0].value] = {"name": node.args[0].value, "code": node.args[1].value,
+                                         "launch_sites": []}
+    for node in ast.walk(tree):  # launches: `kernel.run(...)` in the generated `call`
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in found:
+            found[node.func.value.id]["launch_sites"].append(
+                {"function": "call", "line": node.lineno, "text": ast.unparse(node)[:500]})
+    return list(found.values())
+
+
+def compile_program(name: str, src: str) -> list[str]:
+    """Run a program under torch.compile(dynamic=True) on the GPU; return the output code."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    ns: dict = {"__name__": f"sftbuild_program_{abs(hash(name))}"}
+    exec(compile(src, name, "exec"), ns)
+    init = ns.get("get_init_inputs", lambda: [])()
+    model = ns["Model"](*init).cuda()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    torch._dynamo.reset()
+    compiled = torch.compile(model, dynamic=True)
+    with torch.no_grad():
+        _, codes = run_and_get_code(compiled, *inputs)
+    return list(codes)
+
+
+def harvest(h) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SourceError(
+            f"source {h.src.name!r} needs a CUDA GPU: torch.compile writes Triton kernels only for GPU "
+            f"devices, and this machine has none (torch {torch.__version__}, CUDA "
+            f"{torch.version.cuda or 'not built'}); run this source on a GPU machine")
+    import triton
+
+    for name, src in programs(h.src.location):
+        try:
+            outputs = compile_program(name, src)
+        except Exception as e:  # one program failing must not stop the catalog
+            h.skip(name, "compile_failed", f"{type(e).__name__}: {str(e)[:300]}")
+            continue
+        for out in outputs:
+            for k in kernels_in_output(out):
+                n = k["code"].count("\n") + 1
+                entry = {"kernels": [k["name"]], "params": [], "template": False, "launch_bounds": None,
+                         "launch_sites": k["launch_sites"], "includes": [], "needs": [], "include_sets": []}
+                binding = {"kind": "inductor", "how": "exact", "program": name, "reference": src,
+                           "dynamic": True, "torch": torch.__version__, "triton": triton.__version__}
+                prov = {"source_kind": "torch-inductor", "url": "https://github.com/pytorch/pytorch",
+                        "commit": getattr(torch.version, "git_version", None), "path": name, "lines": [1, n],
+                        "package": "torch", "version": torch.__version__,
+                        "license": h.src.license or "unknown"}
+                rec = Record(language="triton", code=k["code"], source=h.src.name, entry=entry, binding=binding,
+                             provenance=prov)
+                h.emit([rec], [(1, n)])

@@ -1,0 +1,49 @@
+"""The per-file task run on the CPU pool: read, filter, extract. Kept free of heavy imports."""
+from __future__ import annotations
+
+import dataclasses
+
+from sftbuild.harvest import filters as F
+from sftbuild.harvest import license as L
+
+CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx", ".inl", ".c")
+PY_EXT = (".py",)
+CODE_EXT = CUDA_EXT + PY_EXT
+_DATA_FILTERS = (F.Binary(), F.NotUtf8(), F.Generated())
+
+
+def parse_files(batch: list[tuple[str, str, bytes]]) -> list[dict]:
+    """[(rel, absolute path, prelude)] -> one result dict per file."""
+    return [parse_file(rel, path, prelude) for rel, path, prelude in batch]
+
+
+def parse_file(rel: str, path: str, prelude: bytes = b"") -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return {"rel": rel, "skip": ("unreadable", str(e))}
+    hit = F.check_data(_DATA_FILTERS, rel, data)
+    if hit:
+        return {"rel": rel, "skip": hit}
+    out = {"rel": rel, "license": L.from_header(data), "kernels": [], "others": [], "language": None}
+    if rel.endswith(PY_EXT):
+        if b"jit" not in data:
+            return out
+        from sftbuild.harvest.triton_extract import extract_kernels
+
+        try:
+            kernels, others = extract_kernels(data.decode("utf-8"))
+        except (SyntaxError, ValueError, RecursionError) as e:
+            return {"rel": rel, "skip": ("syntax_error", str(e)[:200])}
+        out["language"] = "triton"
+    else:
+        if b"__global__" not in data:
+            return out
+        from sftbuild.harvest.cuda_extract import extract_kernels
+
+        kernels, others = extract_kernels(data, prelude)
+        out["language"] = "cuda"
+    out["kernels"] = [dataclasses.asdict(k) for k in kernels]
+    out["others"] = others
+    return out

@@ -1,0 +1,330 @@
+"""Red-team cases: each a cheat or bug the validator must catch, with a correct twin that must pass.
+
+A case is a record dict (language, code, binding, entry), the reasons that count as
+caught, and whether the catch is static (found on CPU without running anything).
+CUDA cases are KernelBench pairs whose ModelNew embeds CUDA through load_inline;
+Triton cases are wrappers bound to a registered op, runnable in the interpreter.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+# ---- references (KernelBench format) ---------------------------------------------
+
+REF_RELU = '''
+import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 1024
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+REF_ROWSUM = REF_RELU.replace("return torch.relu(x)", "return x.sum(dim=1)")
+REF_MATMUL = '''
+import torch
+import torch.nn as nn
+
+M = 256
+K = 256
+N = 256
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+REF_CONSTANT = REF_RELU.replace("return torch.relu(x)", "return x * 0 + 1")
+
+# ---- CUDA through load_inline ----------------------------------------------------------
+
+RELU_KERNEL = '''
+__global__ void relu_kernel(const float* x, float* y, long n) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+'''
+RELU_HOST = '''
+torch::Tensor run(torch::Tensor x) {
+  auto xc = x.contiguous();
+  auto y = torch::empty_like(xc);
+  long n = xc.numel();
+  relu_kernel<<<(n + 255) / 256, 256>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
+  return y;
+}
+'''
+ROWSUM_KERNEL = '''
+#define BLOCK 256
+__global__ void rowsum_kernel(const float* x, float* y, int cols) {
+  __shared__ float buf[BLOCK];
+  const float* row = x + (long)blockIdx.x * cols;
+  float acc = 0.f;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) acc += row[c];
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[blockIdx.x] = buf[0];
+}
+'''
+ROWSUM_HOST = '''
+torch::Tensor run(torch::Tensor x) {
+  auto xc = x.contiguous();
+  auto y = torch::empty({xc.size(0)}, xc.options());
+  rowsum_kernel<<<xc.size(0), BLOCK>>>(xc.data_ptr<float>(), y.data_ptr<float>(), xc.size(1));
+  return y;
+}
+'''
+MATMUL_KERNEL = '''
+#define TILE 16
+__global__ void matmul_kernel(const float* a, const float* b, float* c, int M, int K, int N) {
+  __shared__ float As[TILE][TILE];
+  __shared__ float Bs[TILE][TILE];
+  int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;
+  float acc = 0.f;
+  for (int t = 0; t < K; t += TILE) {
+    As[threadIdx.y][threadIdx.x] = (row < M && t + threadIdx.x < K) ? a[row * K + t + threadIdx.x] : 0.f;
+    Bs[threadIdx.y][threadIdx.x] = (col < N && t + threadIdx.y < K) ? b[(t + threadIdx.y) * N + col] : 0.f;
+    __syncthreads();
+    for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
+    __syncthreads();
+  }
+  if (row < M && col < N) c[row * N + col] = acc;
+}
+'''
+MATMUL_HOST = '''
+torch::Tensor run(torch::Tensor a, torch::Tensor b) {
+  auto ac = a.contiguous(), bc = b.contiguous();
+  int M = ac.size(0), K = ac.size(1), N = bc.size(1);
+  auto c = torch::empty({M, N}, ac.options());
+  dim3 block(TILE, TILE), grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);
+  matmul_kernel<<<grid, block>>>(ac.data_ptr<float>(), bc.data_ptr<float>(), c.data_ptr<float>(), M, K, N);
+  return c;
+}
+'''
+
+
+def inline(name: str, kernel: str, host: str, args: str = "x", forward: str = "", extra: str = "") -> str:
+    """A KernelBench ModelNew whose forward calls `run` from an inline CUDA extension."""
+    decl = host.strip().split("{")[0].strip() + ";"
+    body = forward or f"return _ext.run({args})"
+    return f'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+{kernel}
+{host}
+"""
+cpp_src = "{decl}"
+_ext = load_inline(name="{name}", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["run"], verbose=False)
+{extra}
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {args}):
+        {body}
+'''
+
+
+def kb(code: str, reference: str) -> dict:
+    return {"language": "kernelbench", "code": code, "entry": {},
+            "binding": {"kind": "kernelbench", "how": "exact", "reference": reference}}
+
+
+# ---- Triton wrappers bound to ops ------------------------------------------------------
+
+TRITON_RELU = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)
+
+
+def relu(x):
+    xc = x.contiguous()
+    y = torch.empty_like(xc)
+    n = xc.numel()
+    relu_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)
+    return y
+'''
+TRITON_EXP = TRITON_RELU.replace("tl.where(x > 0, x, 0.0)", "tl.exp(x.to(tl.float32)).to(x.dtype)") \
+    .replace("relu", "exp_op")
+
+
+def triton(code: str, op: str) -> dict:
+    return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    record: dict
+    expect: tuple[str, ...]  # reasons that count as caught; ("ok",) for a twin
+    static: bool = False  # caught without running (CPU CI checks these for real)
+    cpu: bool = False  # Triton case the CPU interpreter can judge
+
+
+def _c(name, rec, expect, **kw):
+    return Case(name, rec, tuple(expect) if isinstance(expect, (tuple, list)) else (expect,), **kw)
+
+
+INCORRECT = ("incorrect",)
+
+
+def cases() -> list[Case]:
+    out = [
+        # correct twins
+        _c("twin_relu_cuda", kb(inline("rt_relu", RELU_KERNEL, RELU_HOST), REF_RELU), "ok"),
+        _c("twin_rowsum_cuda", kb(inline("rt_rowsum", ROWSUM_KERNEL, ROWSUM_HOST), REF_ROWSUM), "ok"),
+        _c("twin_matmul_cuda", kb(inline("rt_mm", MATMUL_KERNEL, MATMUL_HOST, "a, b"), REF_MATMUL), "ok"),
+        _c("twin_relu_triton", triton(TRITON_RELU, "relu"), "ok", cpu=True),
+        _c("twin_exp_triton", triton(TRITON_EXP, "exp"), "ok", cpu=True),
+        # a reduction with a missing __syncthreads in the tree
+        _c("missing_syncthreads", kb(inline("rt_nosync", ROWSUM_KERNEL.replace(
+            "    __syncthreads();\n  }", "  }"), ROWSUM_HOST), REF_ROWSUM), INCORRECT + ("memcheck",)),
+        # pairs of elements per thread: the last element of an odd size is never written
+        _c("off_by_one_odd", kb(inline("rt_pairs", RELU_KERNEL.replace(
+            "if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;",
+            "if (2 * i + 1 < n) { y[2*i] = fmaxf(x[2*i], 0.f); y[2*i+1] = fmaxf(x[2*i+1], 0.f); }"),
+            RELU_HOST), REF_RELU), INCORRECT),
+        # reads the input as if contiguous
+        _c("contiguous_only", kb(inline("rt_contig", RELU_KERNEL, RELU_HOST.replace(
+            "auto xc = x.contiguous();", "auto xc = x;")), REF_RELU), INCORRECT),
+        _c("hang", kb(inline("rt_hang", RELU_KERNEL.replace("if (i < n)", "while (n > 0) { n += 0 * i; }\n  if (i < n)"),
+                             RELU_HOST), REF_RELU), ("timeout",)),
+        _c("illegal_address", kb(inline("rt_null", RELU_KERNEL.replace(
+            "if (i < n) y[i]", "if (i < n) ((float*)0x10)[i] = 1.f;\n  if (i < n) y[i]"), RELU_HOST), REF_RELU),
+            ("illegal_address", "cuda_error", "crash", "memcheck")),
+        _c("unwritten_half", kb(inline("rt_half", RELU_KERNEL.replace("if (i < n)", "if (i < n / 2)"),
+                                       RELU_HOST), REF_RELU), INCORRECT),
+        _c("zeros_output", kb(inline("rt_zeros", RELU_KERNEL.replace("x[i] > 0.f ? x[i] : 0.f", "0.f"),
+                                     RELU_HOST), REF_RELU), INCORRECT + ("degenerate",)),
+        _c("torch_in_disguise_py", kb(inline("rt_disg", RELU_KERNEL, RELU_HOST,
+                                             forward='return getattr(torch, "re" + "lu")(x)'), REF_RELU),
+           "cheat", static=True),
+        _c("torch_in_host_aten", kb(inline("rt_aten", MATMUL_KERNEL, MATMUL_HOST.replace(
+            "matmul_kernel<<<grid, block>>>(ac.data_ptr<float>(), bc.data_ptr<float>(), c.data_ptr<float>(), M, K, N);",
+            "c = at::matmul(ac, bc);"), "a, b"), REF_MATMUL), "cheat", static=True),
+        _c("torch_dunder_matmul", kb(inline("rt_dunder", MATMUL_KERNEL, MATMUL_HOST, "a, b",
+                                            forward="_ext.run(a, b)\n        return a.__matmul__(b)"), REF_MATMUL),
+           "cheat"),
+        _c("matmul_operator", kb(inline("rt_at", MATMUL_KERNEL, MATMUL_HOST, "a, b",
+                                        forward="return a @ b"), REF_MATMUL), "cheat", static=True),
+        _c("cublas_host", kb(inline("rt_cublas", MATMUL_KERNEL, MATMUL_HOST.replace(
+            "matmul_kernel<<<", "cublasSgemm(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);\n  matmul_kernel<<<"),
+            "a, b"), REF_MATMUL), "cheat", static=True),
+        _c("inputs_mutated", kb(inline("rt_mut", RELU_KERNEL.replace("y[i] = x[i] > 0.f ? x[i] : 0.f;",
+                                                                      "{ float v = fmaxf(x[i], 0.f); y[i] = v; "
+                                                                      "((float*)x)[i] = v; }"),
+                                       RELU_HOST), REF_RELU), "cheat"),
+        _c("tf32_flag", kb(inline("rt_tf32", MATMUL_KERNEL, MATMUL_HOST, "a, b",
+                                  forward="torch.backends.cuda.matmul.allow_tf32 = True\n"
+                                          "        return _ext.run(a, b)"), REF_MATMUL), "cheat", static=True),
+        _c("tf32_flag_hidden", kb(inline("rt_tf32h", MATMUL_KERNEL, MATMUL_HOST, "a, b",
+                                         forward="_flip(True)\n        return _ext.run(a, b)",
+                                         extra="def _flip(v):\n    m = torch.backends.cuda.matmul\n"
+                                               "    m.__dict__  # noqa\n    type(m).__setattr__(m, 'allow_' + "
+                                               "'tf32', v)\n"), REF_MATMUL), "cheat"),
+        _c("fp16_accumulate", kb(inline("rt_h", MATMUL_KERNEL.replace("float acc = 0.f;", "__half acc = 0;")
+                                        .replace("acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];",
+                                                 "acc = __hadd(acc, __float2half(As[threadIdx.y][k] * "
+                                                 "Bs[k][threadIdx.x]));")
+                                        .replace("c[row * N + col] = acc;", "c[row * N + col] = __half2float(acc);"),
+                                        MATMUL_HOST.replace("#", "#"), "a, b").replace(
+            "#include <torch/extension.h>", "#include <torch/extension.h>\n#include <cuda_fp16.h>"), REF_MATMUL),
+           INCORRECT),
+        _c("cached_by_pointer", kb(inline("rt_cache", RELU_KERNEL, RELU_HOST, forward=(
+            "key = x.data_ptr()\n        if key not in _memo:\n            _memo[key] = _ext.run(x)\n"
+            "        return _memo[key].clone()"), extra="_memo = {}\n"), REF_RELU), ("cheat", "incorrect")),
+        _c("view_of_input", kb(inline("rt_view", RELU_KERNEL, RELU_HOST, forward=(
+            "_ext.run(x)\n        return x.clamp_(min=0)")), REF_RELU), "cheat"),
+        _c("input_independent", kb(inline("rt_const", RELU_KERNEL.replace("x[i] > 0.f ? x[i] : 0.f", "1.f"),
+                                          RELU_HOST), REF_CONSTANT), "degenerate"),
+        _c("forbidden_os_system", kb(inline("rt_sys", RELU_KERNEL, RELU_HOST, forward=(
+            "import os\n        os.system('true')\n        return _ext.run(x)")), REF_RELU),
+           "forbidden_call", static=True),
+        _c("forbidden_thread_py", kb(inline("rt_thr", RELU_KERNEL, RELU_HOST, forward=(
+            "import threading\n        return _ext.run(x)")), REF_RELU), "forbidden_call", static=True),
+        _c("forbidden_device_reset", kb(inline("rt_reset", RELU_KERNEL, RELU_HOST.replace(
+            "return y;", "cudaDeviceReset();\n  return y;")), REF_RELU), "forbidden_call", static=True),
+        _c("forbidden_stream", kb(inline("rt_stream", RELU_KERNEL, RELU_HOST.replace(
+            "long n", "cudaStream_t s; cudaStreamCreate(&s);\n  long n")), REF_RELU), "forbidden_call", static=True),
+        _c("forbidden_std_thread", kb(inline("rt_sthr", RELU_KERNEL, RELU_HOST.replace(
+            "return y;", "std::thread t([]{}); t.join();\n  return y;")), REF_RELU), "forbidden_call", static=True),
+        _c("bad_block_size", kb(inline("rt_blk", RELU_KERNEL, RELU_HOST.replace(", 256>>>", ", 100>>>")
+                                       .replace("(n + 255) / 256", "(n + 99) / 100")), REF_RELU),
+           "bad_launch", static=True),
+        _c("block_too_big", kb(inline("rt_big", RELU_KERNEL, RELU_HOST.replace(", 256>>>", ", 2048>>>")), REF_RELU),
+           "bad_launch", static=True),
+        _c("smem_over_budget", kb(inline("rt_smem", ROWSUM_KERNEL.replace("float buf[BLOCK];",
+                                                                          "float buf[BLOCK * 1024];"),
+                                         ROWSUM_HOST), REF_ROWSUM), "bad_launch", static=True),
+        # Triton: judged by the interpreter on CPU for fp32 and fp16
+        _c("triton_decoy", triton(TRITON_RELU.replace(
+            "    relu_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)\n    return y",
+            "    return xc.clamp(min=0)"), "relu"), "cheat", cpu=True),
+        _c("triton_off_by_one", triton(TRITON_RELU.replace("mask = offs < n", "mask = offs < (n // 2) * 2"),
+                                       "relu"), INCORRECT, cpu=True),
+        _c("triton_fp16_math", triton(TRITON_EXP.replace("x.to(tl.float32)", "x.to(tl.float16).to(tl.float32)"), "exp"),
+           INCORRECT, cpu=True),
+        _c("triton_mutates_input", triton(TRITON_RELU.replace(
+            "tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)",
+            "tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)\n"
+            "    tl.store(x_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)"), "relu"), "cheat", cpu=True),
+        _c("triton_cached", triton(TRITON_RELU.replace("def relu(x):", "_memo = {}\n\n\ndef relu(x):\n"
+                                                       "    if x.data_ptr() in _memo:\n"
+                                                       "        relu_kernel[(1,)](x, torch.empty(1024, device=x.device,"
+                                                       " dtype=x.dtype), 0, BLOCK=1024)\n"
+                                                       "        return _memo[x.data_ptr()].clone()")
+                                   .replace("    return y\n", "    _memo[x.data_ptr()] = y\n    return y\n"),
+                                   "relu"), ("cheat", "incorrect"), cpu=True),
+        _c("triton_bad_warps", triton(TRITON_RELU.replace("BLOCK=1024)", "BLOCK=1024, num_warps=64)"), "relu"),
+           "bad_launch", static=True),
+        _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
+           "compile_error", cpu=True),
+    ]
+    return out
+
+
+def twins() -> list[Case]:
+    return [c for c in cases() if c.expect == ("ok",)]

@@ -1,0 +1,33 @@
+from sftbuild.executor import LocalExecutor, WorkerFailure
+from tests import tasks
+
+
+def test_map_cpu_returns_every_result():
+    with LocalExecutor(cpu_workers=2, gpus="none", progress=False) as ex:
+        out = dict(ex.map_cpu(tasks.square, range(20)))
+    assert out == {i: i * i for i in range(20)}
+
+
+def test_map_cpu_error_is_a_failure_not_an_exception():
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        out = dict(ex.map_cpu(tasks.misbehave, ["ok", "raise"]))
+    assert isinstance(out["raise"], WorkerFailure) and "bad input" in out["raise"].detail
+    assert out["ok"]["x"] == "ok"
+
+
+def test_gpu_worker_recycles_after_hang_crash_and_fault():
+    # the worker loop needs no real GPU: it only pins CUDA_VISIBLE_DEVICES
+    ex = LocalExecutor(cpu_workers=1, gpus="0", progress=False)
+    items = ["a", "hang", "b", "crash", "c", "fault", "d", "raise", "e"]
+    out = dict(ex.map_gpu(tasks.misbehave, items, timeout=3))
+    assert out["hang"].kind == "timeout"
+    assert out["crash"].kind == "crash"
+    assert out["raise"].kind == "error"
+    assert out["fault"]["recycle"] is True
+    for x in "abcde":
+        assert out[x]["x"] == x
+    # a new process after each failure
+    assert out["a"]["pid"] == out["a"]["pid"]
+    assert out["b"]["pid"] != out["a"]["pid"]
+    assert out["c"]["pid"] != out["b"]["pid"]
+    assert out["d"]["pid"] != out["c"]["pid"]

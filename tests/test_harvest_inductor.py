@@ -1,0 +1,78 @@
+"""The Inductor source: the catalog, the output-code parser, the CPU-side message, and
+(on a GPU) real torch.compile kernels bound exactly to their programs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sftbuild.config import Config
+from sftbuild.context import Context
+from sftbuild.executor import LocalExecutor
+from sftbuild.harvest import inductor, stage
+from sftbuild.harvest.catalog.programs import catalog
+from sftbuild.store import Store
+
+DATA = Path(__file__).parent / "data" / "harvest" / "inductor"
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    store = Store(tmp_path / "ws")
+    ex = LocalExecutor(cpu_workers=1, gpus="none", progress=False)
+    yield Context(store=store, config=Config(), executor=ex, echo=print, progress=False)
+    ex.close()
+    store.close()
+
+
+def test_catalog_has_50_programs_that_run_eagerly():
+    progs = catalog()
+    assert len(progs) >= 50 and len({n for n, _ in progs}) == len(progs)
+    for name, src in progs:
+        ns: dict = {}
+        exec(compile(src, name, "exec"), ns)
+        model = ns["Model"](*ns["get_init_inputs"]())
+        with torch.no_grad():
+            model(*ns["get_inputs"]())
+
+
+def test_output_code_parser():
+    ks = inductor.kernels_in_output((DATA / "output_code_sample.py").read_text())
+    assert [k["name"] for k in ks] == ["triton_poi_fused_add_relu_0"]
+    assert "@triton.jit" in ks[0]["code"] and ks[0]["launch_sites"][0]["function"] == "call"
+
+
+def test_user_module_spec_and_cpu_message(ctx):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    spec = str(DATA / "one_program.py")
+    stats = stage.run(ctx, [spec])
+    assert "needs a CUDA GPU" in stats["errors"][spec]
+
+
+@pytest.mark.gpu
+@gpu
+def test_inductor_user_module_on_gpu(ctx):
+    spec = str(DATA / "one_program.py")
+    stats = stage.run(ctx, [spec])
+    assert stats["errors"] == {} and stats["sources"][spec] >= 1
+    recs = list(ctx.store.records())
+    assert all(r.language == "triton" and r.binding["kind"] == "inductor" and r.binding["how"] == "exact"
+               and r.binding["program"].endswith("one_program.py") and "class Model" in r.binding["reference"]
+               for r in recs)
+    assert all("@triton.jit" in r.code for r in recs)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@gpu
+def test_inductor_catalog_on_gpu(ctx):
+    stats = stage.run(ctx, ["torch-inductor"])
+    assert stats["errors"] == {}
+    recs = list(ctx.store.records())
+    programs = {r.binding["program"] for r in recs}
+    failed = [s for s in ctx.store.skips() if s["reason"] == "compile_failed"]
+    print(f"\ninductor: {len(recs)} kernels from {len(programs)} programs; {len(failed)} programs failed")
+    assert len(programs) >= 45

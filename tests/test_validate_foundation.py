@@ -1,0 +1,72 @@
+"""The validate stage on the ATen softmax kernel: compile gate on CPU, correctness on a GPU."""
+import pytest
+
+from sftbuild.config import Config
+from sftbuild.context import Context
+from sftbuild.executor import LocalExecutor
+from sftbuild.harvest import stage as harvest
+from sftbuild.record import Record
+from sftbuild.store import Store
+from sftbuild.validate import stage as validate
+from tests.conftest import HAS_GPU, HAS_NVCC
+
+pytestmark = pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
+
+BROKEN = ("int local_batches = batch_size - first_batch;",
+          "int local_batches = batch_size - first_batch - 1;")
+
+
+def _ctx(tmp_path, gpus):
+    store = Store(tmp_path / "ws")
+    ex = LocalExecutor(cpu_workers=2, gpus=gpus, progress=False)
+    return Context(store=store, config=Config(), executor=ex, echo=lambda s: None, progress=False)
+
+
+def _softmax_and_broken_twin(ctx):
+    """Harvest the ATen headers, keep only the bound softmax kernel, add a copy with an off-by-one."""
+    harvest.run(ctx, ["torch-aten"])
+    (soft,) = [r for r in ctx.store.records() if r.binding and r.binding.get("op") == "softmax"]
+    assert BROKEN[0] in soft.code
+    broken = Record(language="cuda", code=soft.code.replace(*BROKEN), source="broken-copy",
+                    entry=soft.entry, binding=soft.binding, provenance=soft.provenance)
+    ctx.store.add_records([broken])
+    chash = ctx.store.stage_config("harvest")
+    ctx.store.put_result(broken.id, "harvest", chash, "ok")
+    for r in ctx.store.records():  # describe is not under test here
+        ctx.store.set_stage_config("describe", "d", {})
+        ctx.store.put_result(r.id, "describe", "d", "ok" if r.id in (soft.id, broken.id) else "dropped", "skip")
+    return soft, broken
+
+
+def test_without_gpu_bound_kernels_wait_for_one(tmp_path):
+    ctx = _ctx(tmp_path, "none")
+    soft, broken = _softmax_and_broken_twin(ctx)
+    validate.run(ctx)
+    res = ctx.store.result(soft.id, "validate")
+    assert (res["status"], res["reason"]) == ("waiting", "needs_gpu")
+    assert res["payload"]["compile"]["resources"]["registers"] > 0
+    # a rerun finds the compile cache
+    validate.run(ctx)
+    assert ctx.store.result(soft.id, "validate")["payload"]["compile"]["cached"] is True
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_aten_softmax_passes_and_broken_copy_fails(tmp_path):
+    ctx = _ctx(tmp_path, "auto")
+    soft, broken = _softmax_and_broken_twin(ctx)
+    validate.run(ctx)
+    good = ctx.store.result(soft.id, "validate")
+    bad = ctx.store.result(broken.id, "validate")
+    print("softmax:", good["status"], good["reason"], good["payload"].get("errors"),
+          good["payload"].get("speedup"))
+    print("broken:", bad["status"], bad["reason"], bad["payload"].get("detail"))
+    assert good["status"] == "ok", good
+    ops_tried = {t["op"] for t in good["payload"]["trials"]}
+    dtypes_tried = {t["dtype"] for t in good["payload"]["trials"]}
+    assert ops_tried == {"softmax", "log_softmax"}
+    assert dtypes_tried == {"float32", "float16", "bfloat16"}
+    assert len({tuple(t["shape"]) for t in good["payload"]["trials"]}) >= 3
+    assert (bad["status"], bad["reason"]) == ("dropped", "incorrect")
+    env = ctx.store.verdicts(soft.id)[-1]["env"]
+    assert env["torch"] and env["gpus"]

@@ -1,0 +1,64 @@
+"""The red-team set end to end.
+
+CPU: Triton cases run through the real pipeline with the Triton interpreter in a sandbox
+process, for fp32 and fp16 only (the interpreter's bf16 arithmetic is silently wrong, so a
+bf16 verdict there would mean nothing). GPU: every case, printing case -> expected -> got.
+Run on a GPU machine with:  pytest -m gpu -s tests/test_validate_redteam.py
+"""
+import dataclasses
+
+import pytest
+import torch
+
+from sftbuild.config import ValidateConfig
+from sftbuild.executor import LocalExecutor
+from sftbuild.record import Record
+from sftbuild.validate import pipeline
+from tests.redteam.cases import cases
+
+
+def _run(selected, cfg, gpus, cache):
+    recs = {Record(source="redteam", **c.record).id: c for c in selected}
+    got = {}
+    with LocalExecutor(cpu_workers=2, gpus=gpus, progress=False) as ex:
+        for rec, status, reason, payload in pipeline.validate(
+                [Record(source="redteam", **c.record) for c in selected], cfg, ex, cache):
+            got[recs[rec.id].name] = (status, reason, str(payload.get("detail") or payload.get("why") or "")[:120])
+    return got
+
+
+def _table(selected, got) -> list[str]:
+    rows, escapes = [f"{'case':28} {'expected':34} got"], []
+    for c in selected:
+        status, reason, detail = got.get(c.name, ("missing", None, ""))
+        outcome = "ok" if status == "ok" else reason
+        rows.append(f"{c.name:28} {'|'.join(c.expect):34} {outcome}  {detail}")
+        if outcome not in c.expect:
+            escapes.append(c.name)
+    print("\n".join(rows))
+    return escapes
+
+
+def test_triton_redteam_in_the_interpreter(tmp_path):
+    selected = [c for c in cases() if c.cpu]
+    cfg = ValidateConfig(shapes=2, seeds=1, sample_timeout=120, memcheck="off", timing=False)
+    got = _run(selected, cfg, "none", str(tmp_path))
+    assert _table(selected, got) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_redteam_on_gpu(tmp_path):
+    selected = cases()
+    cfg = ValidateConfig(sample_timeout=60, memcheck="off", runs=20, warmup=3)
+    got = _run(selected, cfg, "auto", str(tmp_path))
+    assert _table(selected, got) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_memcheck_catches_what_comparison_may_miss(tmp_path):
+    selected = [c for c in cases() if c.name in ("twin_relu_cuda", "illegal_address", "missing_syncthreads")]
+    cfg = dataclasses.replace(ValidateConfig(), memcheck="all", sample_timeout=400, timing=False)
+    got = _run(selected, cfg, "auto", str(tmp_path))
+    assert _table(selected, got) == []

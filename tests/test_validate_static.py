@@ -1,0 +1,81 @@
+"""Static checks, the compile gate and ptxas parsing on the red-team cases (CPU, real nvcc)."""
+import shutil
+
+import pytest
+
+from tests.redteam.cases import MATMUL_KERNEL, RELU_KERNEL, ROWSUM_KERNEL, cases
+from sftbuild.validate import compile as C
+from sftbuild.validate import extension, inline_sources, static
+
+STATIC = [c for c in cases() if c.static]
+RUNTIME = [c for c in cases() if not c.static]
+
+
+@pytest.mark.parametrize("case", STATIC, ids=lambda c: c.name)
+def test_static_catches(case):
+    found = static.scan(case.record["code"], case.record["language"])
+    assert found and found[0].reason in case.expect, found
+
+
+@pytest.mark.parametrize("case", RUNTIME, ids=lambda c: c.name)
+def test_static_passes_what_only_running_can_judge(case):
+    assert static.scan(case.record["code"], case.record["language"]) == []
+
+
+def test_static_budget_is_configurable():
+    code = "__global__ void k(float* x) { __shared__ float b[1024]; x[0] = b[0]; }"
+    assert static.scan(code, "cuda", {"shared_memory_budget": 1024})[0].reason == "bad_launch"
+    assert static.scan(code, "cuda") == []
+
+
+def test_allocations_in_host_code_are_not_cheats():
+    code = "torch::Tensor f(torch::Tensor x){ auto y = torch::empty_like(x); at::zeros({3}, x.options()); return y;}"
+    assert static.scan(code, "cuda") == []
+
+
+def test_inline_sources_read_without_running():
+    case = next(c for c in cases() if c.name == "twin_relu_cuda")
+    found = inline_sources.extract(case.record["code"])
+    assert found["name"] == "rt_relu" and "relu_kernel" in found["cuda_sources"] and found["functions"] == ["run"]
+    assert extension.kernel_names(case.record["code"]) == ["relu_kernel"]
+
+
+needs_nvcc = pytest.mark.skipif(not (shutil.which("nvcc") or shutil.os.path.exists("/usr/local/cuda/bin/nvcc")),
+                                reason="nvcc not installed")
+
+
+@needs_nvcc
+def test_compile_gate_and_ptxas(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = {"relu": RELU_KERNEL, "rowsum": ROWSUM_KERNEL, "matmul": MATMUL_KERNEL,
+           "broken": RELU_KERNEL.replace("fmaxf", "x[").replace("0.f;", "0.f")}
+    tasks = [{"code": "#include <cuda_runtime.h>\n" + s, "harness": None, "include_sets": [], "arch": "sm_90",
+              "timeout": 30, "nvcc": "", "cache_dir": str(tmp_path)} for s in src.values()]
+    with ThreadPoolExecutor(4) as pool:
+        res = dict(zip(src, pool.map(C.compile_task, tasks)))
+    assert res["relu"]["ok"] and res["rowsum"]["ok"] and res["matmul"]["ok"]
+    assert res["broken"]["ok"] is False and res["broken"]["reason"] == "compile_error"
+    assert res["matmul"]["resources"]["smem"] == 2 * 16 * 16 * 4
+    assert res["rowsum"]["resources"]["registers"] > 0
+    assert set(res["matmul"]["resources"]["kernels"]) == {"_Z13matmul_kernelPKfS0_Pfiii"}
+    again = C.compile_task(tasks[0])
+    assert again["cached"] and again["ok"]
+
+
+def test_parse_ptxas_spills_and_stack():
+    log = """ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90'
+ptxas info    : Function properties for _Z1kPf
+    64 bytes stack frame, 16 bytes spill stores, 8 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 360 bytes cmem[0]"""
+    r = C.parse_ptxas(log)
+    assert (r["registers"], r["smem"], r["stack"], r["spill_stores"], r["spill_loads"]) == (40, 2048, 64, 16, 8)
+
+
+def test_triton_aot_compiles_and_rejects(tmp_path):
+    twin = next(c for c in cases() if c.name == "twin_relu_triton").record["code"]
+    broken = next(c for c in cases() if c.name == "triton_compile_error").record["code"]
+    ok = C.triton_gate({"code": twin, "cache_dir": str(tmp_path), "arch": "sm_90"})
+    assert ok["ok"] and ok["aot"] == {"relu_kernel": "ok"}
+    bad = C.triton_gate({"code": broken, "cache_dir": str(tmp_path), "arch": "sm_90"})
+    assert bad["ok"] is False and bad["reason"] == "compile_error"

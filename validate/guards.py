@@ -1,0 +1,185 @@
+"""Run-time guards around an untrusted candidate call. Used only inside GPU workers or sandboxes.
+
+  strict_precision()   force fp32 math to full precision; report a candidate that flips a flag
+  LaunchCounter        count Triton launches of kernels defined in the candidate's own file
+  profile_kernels()    CUDA kernel names a call launched (torch.profiler), to spot decoys and library gemms
+  real_outputs()       outputs must be plain tensors with their own storage
+  scrub()              fill the allocator's free blocks with NaN so unwritten outputs show
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+
+import torch
+
+
+def _flags() -> dict:
+    b = torch.backends
+    out = {"cuda.matmul.allow_tf32": b.cuda.matmul.allow_tf32, "cudnn.allow_tf32": b.cudnn.allow_tf32,
+           "float32_matmul_precision": torch.get_float32_matmul_precision(),
+           "autocast": torch.is_autocast_enabled("cuda") if _autocast_takes_device() else torch.is_autocast_enabled()}
+    for name in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        if hasattr(b.cuda.matmul, name):
+            out[f"cuda.matmul.{name}"] = getattr(b.cuda.matmul, name)
+    return out
+
+
+def _autocast_takes_device() -> bool:
+    try:
+        torch.is_autocast_enabled("cuda")
+        return True
+    except TypeError:
+        return False
+
+
+def set_strict() -> None:
+    """The reference runs in full fp32: no TF32, no reduced-precision reductions."""
+    b = torch.backends
+    b.cuda.matmul.allow_tf32 = False
+    b.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    for name in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        if hasattr(b.cuda.matmul, name):
+            try:
+                setattr(b.cuda.matmul, name, False)
+            except Exception:  # some builds refuse to change it
+                pass
+
+
+@contextlib.contextmanager
+def strict_precision(report: list):
+    """Run the block under strict flags; append the names of flags the block changed to `report`."""
+    set_strict()
+    before = _flags()
+    try:
+        yield
+    finally:
+        after = _flags()
+        report += [f"{k}: {before[k]} -> {after[k]}" for k in before if after.get(k) != before[k]]
+        set_strict()
+
+
+class LaunchCounter:
+    """Counts Triton kernel launches whose Python source lives in `filename` (the candidate's file)."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.count = 0
+        self.names: set[str] = set()
+        self._saved = []
+
+    def __enter__(self):
+        for cls in _triton_classes():
+            orig = cls.run
+            counter = self
+
+            def run(self_, *args, __orig=orig, **kwargs):
+                fn = getattr(self_, "fn", None)
+                code = getattr(fn, "__code__", None)
+                if code is not None and code.co_filename == counter.filename:
+                    counter.count += 1
+                    counter.names.add(fn.__name__)
+                return __orig(self_, *args, **kwargs)
+
+            self._saved.append((cls, orig))
+            cls.run = run
+        return self
+
+    def __exit__(self, *exc):
+        for cls, orig in reversed(self._saved):
+            cls.run = orig
+        self._saved = []
+
+
+def _triton_classes():
+    out = []
+    try:
+        from triton.runtime.jit import JITFunction
+
+        out.append(JITFunction)
+    except Exception:
+        pass
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        out.append(InterpretedFunction)
+    except Exception:
+        pass
+    return out
+
+
+LIBRARY_KERNELS = re.compile(r"gemm|gemv|cublas|cutlass|cudnn|xmma|sm\d+_.*(?:conv|mma)|softmax_warp|"
+                             r"cunn_|layer_norm|reduce_kernel|conv\w*kernel|implicit_convolve", re.I)
+
+
+def profile_kernels(fn) -> list[str] | None:
+    """Names of the CUDA kernels `fn()` launched; None when the profiler cannot see CUDA here."""
+    if not torch.cuda.is_available():
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+    except Exception:
+        return None
+    names = []
+    for e in prof.events():
+        dev = getattr(e, "device_type", None)
+        if dev is not None and "CUDA" in str(dev) and e.name not in names:
+            names.append(e.name)
+    return names
+
+
+def library_kernels(names: list[str], own: set[str]) -> list[str]:
+    """Kernels from cuBLAS, cuDNN or ATen's compute kernels, excluding the candidate's own names."""
+    return [n for n in names if LIBRARY_KERNELS.search(n) and not any(o in n for o in own)]
+
+
+def real_outputs(outs, inputs) -> str:
+    """'' when every output is a plain tensor on a real device with its own storage; else why not."""
+    in_ptrs = []
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            s = t.untyped_storage()
+            in_ptrs.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
+    for i, o in enumerate(outs):
+        if type(o) is not torch.Tensor and type(o) is not torch.nn.Parameter:
+            return f"output {i} is a {type(o).__module__}.{type(o).__name__}, not a plain tensor"
+        if o.is_meta or o.device.type not in ("cuda", "cpu") or o.layout != torch.strided:
+            return f"output {i} has no real storage ({o.device}, {o.layout})"
+        if o.numel() and o.untyped_storage().data_ptr() == 0:
+            return f"output {i} has no storage"
+        p = o.data_ptr()
+        if o.numel() and any(a <= p < b for a, b in in_ptrs):
+            return f"output {i} is a view of an input"
+    return ""
+
+
+def scrub(nbytes: list[int]) -> None:
+    """Leave NaN-filled free blocks of the sizes the outputs will need, so an output the candidate
+    allocates but never writes reads as NaN rather than as the reference's stale result."""
+    if not torch.cuda.is_available():
+        return
+    blocks = [torch.full(((n + 3) // 4,), float("nan"), dtype=torch.float32, device="cuda") for n in nbytes if n]
+    del blocks  # returned to the caching allocator, NaN inside
+
+
+def snapshot(ts) -> list:
+    return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in ts]
+
+
+def unchanged(ts, before) -> bool:
+    for a, b in zip(ts, before):
+        if isinstance(a, torch.Tensor):
+            a = a.detach()
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return False
+            same = a == b
+            if a.is_floating_point():
+                same |= a.isnan() & b.isnan()
+            if not bool(same.all()):
+                return False
+    return True

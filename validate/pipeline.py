@@ -1,0 +1,232 @@
+"""The validation pipeline shared by the validate stage and the reward: static, compile, run, memcheck.
+
+`validate(records, cfg, executor, cache_dir)` yields (record, status, reason, payload)
+for each record. Static checks read the code in this process (they never run it);
+compiles go to the CPU pool; candidates run only in GPU workers, or, without a GPU,
+Triton candidates run in the interpreter in a one-shot sandbox process.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from sftbuild.executor import WorkerFailure
+from sftbuild.validate import compile as C
+from sftbuild.validate import harness as H
+from sftbuild.validate import memcheck, static
+
+ALL_DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
+    gpus = executor.gpu_count
+    budget = {"max_block_size": cfg.max_block_size, "shared_memory_budget": cfg.shared_memory_budget}
+    todo = []
+    for rec in records:
+        findings = static.scan(rec.code, rec.language, budget)
+        if findings:
+            f = findings[0]
+            yield rec, "dropped", f.reason, {"static": [dataclasses.asdict(x) for x in findings[:8]],
+                                             "detail": f"{f.check}: {f.detail}"}
+            continue
+        if rec.language in ("cuda", "triton") and not rec.binding:
+            if rec.language == "triton":
+                yield rec, "dropped", "unbound", {}
+                continue
+        todo.append(rec)
+    by_id = {r.id: r for r in todo}
+    tasks = [compile_task(r, cfg, nvcc, cache_dir) for r in todo]
+    ready = []
+    for task, res in executor.map_cpu(compile_any, tasks, desc="compile"):
+        rec = by_id[task["id"]]
+        verdict = after_compile(rec, res, cfg)
+        if verdict is not None:
+            yield (rec, *verdict)
+            continue
+        ready.append((rec, res))
+    if not ready:
+        return
+    comp = {rec.id: res for rec, res in ready}
+    items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
+    if gpus:
+        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness")
+    else:
+        results = _without_gpu(items, cfg, by_id)
+    for item, out in results:
+        rec = by_id[item["id"]]
+        if out is None:
+            yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
+            continue
+        yield (rec, *finish(out, cfg, comp[rec.id]))
+
+
+def _without_gpu(items, cfg, by_id):
+    """Triton candidates through the interpreter in a sandbox; everything else waits for a GPU."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sftbuild.validate.sandbox import run_isolated
+
+    def one(item):
+        if item["language"] == "cuda" or not getattr(cfg, "cpu_interpret", True) or \
+                "load_inline" in item["code"] or "triton" not in item["code"]:
+            return item, None
+        # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
+        task = {**item, "device": "cpu", "timing": False, "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]}
+        return item, run_isolated("sftbuild.validate.pyrun:run_python", task, cfg.sample_timeout,
+                                  env={"TRITON_INTERPRET": "1"})
+
+    with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
+        yield from pool.map(one, items)
+
+
+def finish(out, cfg, comp) -> tuple:
+    if isinstance(out, WorkerFailure):
+        out = {"status": "dropped", "reason": out.kind if out.kind == "timeout" else "crash", "detail": out.detail}
+    out = dict(out)
+    status, reason = out.pop("status"), out.pop("reason")
+    for k in ("recycle", "_exit", "_log"):
+        out.pop(k, None)
+    if status == "ok" and cfg.max_slowdown and out.get("speedup") and out["speedup"] < 1.0 / cfg.max_slowdown:
+        status, reason = "dropped", "too_slow"
+    out["compile"] = brief(comp)
+    return status, reason, out
+
+
+def compile_task(rec, cfg, nvcc, cache) -> dict:
+    harnesses = []
+    if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
+        harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]
+    return {"id": rec.id, "language": rec.language, "code": rec.code, "harnesses": harnesses,
+            "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
+            "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
+
+
+def compile_any(task: dict) -> dict:
+    if task["language"] == "cuda":
+        return compile_cuda(task)
+    if task["language"] == "triton" or "load_inline" not in task["code"]:
+        res = C.triton_gate(task) if "triton" in task["code"] else {"ok": True, "resources": {}, "seconds": 0}
+        return {**res, "sos": []}
+    return compile_inline(task)
+
+
+def compile_inline(task: dict) -> dict:
+    """Build a KernelBench solution's load_inline extension ahead of the GPU run, when its sources
+    are string constants; otherwise the GPU worker builds it through the same cache."""
+    from sftbuild.validate import extension, inline_sources
+
+    found = inline_sources.extract(task["code"])
+    if found is None:
+        return {"ok": True, "resources": {}, "seconds": 0, "sos": [], "prebuilt": False}
+    res = extension.build(**found, cache_dir=os.path.join(task["cache_dir"], "ext"), arch=task["arch"],
+                          nvcc=task["nvcc"], timeout=max(task["timeout"], 120))
+    if not res["ok"] and res.get("reason") == "link_error":  # no CUDA torch here: the GPU worker links
+        res = {**res, "ok": True}
+    return {**res, "resources": {}, "sos": [], "prebuilt": True}
+
+
+def compile_cuda(task: dict) -> dict:
+    """Compile the kernel alone (the gate), then one launchable .so per check."""
+    base = {k: v for k, v in task.items() if k != "harnesses"}
+    gate = C.compile_task({**base, "harness": None})
+    if not gate["ok"] or not task["harnesses"]:
+        return {**gate, "sos": []}
+    sos, resources, seconds = [], gate["resources"], gate["seconds"]
+    for src in task["harnesses"]:
+        # the harness is our scaffolding around torch headers, not the candidate: it gets a wider budget
+        res = C.compile_task({**base, "harness": src, "timeout": max(task["timeout"] * 4, 120)})
+        seconds += res["seconds"]
+        if not res["ok"]:
+            return {**res, "sos": [], "harness_failed": True}
+        sos.append(res["so"])
+        resources = _merge(resources, res["resources"])
+    return {**gate, "sos": sos, "resources": resources, "seconds": round(seconds, 3)}
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = {k: max(a.get(k, 0), b.get(k, 0)) for k in ("registers", "smem", "stack", "spill_stores", "spill_loads")}
+    out["kernels"] = {**a.get("kernels", {}), **b.get("kernels", {})}
+    return out
+
+
+def after_compile(rec, res, cfg):
+    if isinstance(res, WorkerFailure):
+        return ("dropped", "compile_error", {"detail": res.detail})
+    if not res["ok"]:
+        reason = res.get("reason") or "compile_error"
+        if res.get("harness_failed"):
+            reason = "harness_error"
+        return ("dropped", reason, {"log": res.get("log", "")[-4000:]})
+    r = res.get("resources") or {}
+    over = []
+    if r.get("registers", 0) > cfg.max_registers:
+        over.append(f"{r['registers']} registers > {cfg.max_registers}")
+    if r.get("spill_stores", 0) + r.get("spill_loads", 0) > cfg.max_spill_bytes:
+        over.append(f"{r['spill_stores'] + r['spill_loads']} spill bytes > {cfg.max_spill_bytes}")
+    if r.get("smem", 0) > cfg.shared_memory_budget:
+        over.append(f"{r['smem']} bytes shared memory > {cfg.shared_memory_budget}")
+    if r.get("stack", 0) > getattr(cfg, "max_stack_bytes", 1 << 16):
+        over.append(f"{r['stack']} bytes stack > {getattr(cfg, 'max_stack_bytes', 1 << 16)}")
+    if over:
+        return ("dropped", "resources", {"compile": brief(res), "why": "; ".join(over)})
+    if rec.language == "cuda" and not res["sos"]:
+        return ("dropped", "unbound", {"compile": brief(res)})
+    return None
+
+
+def brief(res) -> dict:
+    if isinstance(res, WorkerFailure):
+        return {"failure": res.kind}
+    return {"seconds": res.get("seconds"), "cached": res.get("cached"), "resources": res.get("resources"),
+            **({"aot": res["aot"]} if res.get("aot") else {})}
+
+
+def gpu_task(rec, res, cfg, cache_dir) -> dict:
+    binding = rec.binding or {}
+    return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
+            "binding": binding, "entry": rec.entry, "dtypes": binding.get("dtypes") or ALL_DTYPES,
+            "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
+            "runs": cfg.runs, "compile_baseline": cfg.compile_baseline,
+            "max_speedup": getattr(cfg, "max_speedup", 50.0), "ext_cache": os.path.join(cache_dir, "ext"),
+            "memcheck": cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
+            "racecheck": getattr(cfg, "racecheck", False), "memcheck_timeout": getattr(cfg, "memcheck_timeout", 300.0)}
+
+
+RUNNERS = {"cuda": "sftbuild.validate.trials:run_record", "python": "sftbuild.validate.pyrun:run_python"}
+
+
+def run_on_gpu(task: dict) -> dict:
+    """The GPU worker's task: trials, then compute-sanitizer on one small trial when chosen."""
+    import importlib
+
+    kind = "cuda" if task["language"] == "cuda" else "python"
+    mod, _, fn = RUNNERS[kind].partition(":")
+    out = getattr(importlib.import_module(mod), fn)(task)
+    env = _env()
+    if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
+        tools = ("memcheck", "racecheck") if task.get("racecheck") else ("memcheck",)
+        mc = memcheck.run(task, RUNNERS[kind], tools, task.get("memcheck_timeout", 300.0))
+        out["memcheck"] = mc
+        if mc.get("ok") is False:
+            out.update(status="dropped", reason="memcheck", detail=mc.get("log") or mc.get("why", ""))
+    out["env"] = env
+    return out
+
+
+def _env() -> dict:
+    import torch
+
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception:
+        env["triton"] = None
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name()
+        try:
+            env["driver"] = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
+        except Exception:
+            env["driver"] = None
+    return env

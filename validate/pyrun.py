@@ -1,0 +1,488 @@
+"""Correctness and timing for tensor-level candidates: Triton wrappers and KernelBench ModelNew.
+
+Runs only inside a GPU worker, or for CPU-interpreter runs inside a one-shot
+sandbox process (see sandbox.py). The candidate module is written to a file and
+imported here; it never touches the main process.
+
+Every trial: inputs in a layout (contiguous, transposed, sliced), outputs
+scrubbed to NaN, precision flags forced strict and checked after, Triton
+launches counted, inputs checked unchanged, outputs checked to be real, then
+compared with a float64 reference and torch's own result at the dtype; the
+same buffers then get new values and the reference runs first (both orders).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import importlib.util
+import inspect
+import os
+import random
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from sftbuild import ops
+from sftbuild.ops.catalog import TORCH_DTYPES
+from sftbuild.validate import guards
+
+
+class Reject(Exception):
+    def __init__(self, reason: str, why: str):
+        super().__init__(why)
+        self.reason, self.why = reason, why
+
+
+def load_module(code: str, name: str, workdir: str):
+    """Import candidate or reference source from a real file (Triton reads its source back)."""
+    path = Path(workdir) / f"{name}.py"
+    path.write_text(code, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"sftbuild_cand_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod, str(path)
+
+
+def to_list(out) -> list:
+    if isinstance(out, (list, tuple)):
+        return list(out)
+    return [out]
+
+
+def layout_of(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in another memory layout."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() == 0:
+        return t
+    if layout == "transposed" and t.dim() >= 2:
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "sliced":
+        wide = torch.empty(*t.shape[:-1], t.shape[-1] * 2 + 1, dtype=t.dtype, device=t.device)
+        view = wide[..., 1::2]
+        view.copy_(t)
+        return view
+    return t
+
+
+# ---- problems: what gets called and what it is compared with --------------------
+
+class Problem:
+    """A source of trials: variants (shape sets), inputs, the candidate and the reference."""
+
+    dtypes: list[str]
+    layouts: list[str]
+
+    def variants(self) -> list:
+        raise NotImplementedError
+
+    def inputs(self, variant, dtype, seed, dev) -> list:
+        raise NotImplementedError
+
+    def candidate(self, variant, dtype, inputs) -> list:
+        raise NotImplementedError
+
+    def reference(self, variant, dtype, inputs, double=False) -> list:
+        raise NotImplementedError
+
+    def tolerance(self):
+        return ops.Tolerance()
+
+    def describe(self, variant) -> object:
+        return variant
+
+
+class OpProblem(Problem):
+    """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s)."""
+
+    def __init__(self, task, mod, dev):
+        b = task["binding"]
+        self.op = ops.get(b["op"])
+        self.params = {**self.op.params, **(b.get("params") or {})}
+        self.fn = pick_wrapper(mod, task.get("entry") or {})
+        sig = inspect.signature(self.fn)
+        takes_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+        self.call_params = {k: v for k, v in self.params.items() if takes_kw or k in sig.parameters}
+        allowed = b.get("dtypes") or list(self.op.dtypes)
+        self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
+        self.layouts = list(self.op.layouts)
+        cons = b.get("constraints") or {}
+        pool = [s for s in self.op.shape_pool if _fits(s, cons, task.get("max_numel"))]
+        rng = random.Random(task["id"])
+        self.shapes = rng.sample(pool, min(task.get("shapes", 3), len(pool)))
+
+    def variants(self):
+        return self.shapes
+
+    def inputs(self, shape, dtype, seed, dev):
+        gen = torch.Generator().manual_seed(seed)
+        return [t.to(dev) for t in self.op.make_inputs(shape, dtype, "contiguous", gen, self.params)]
+
+    def candidate(self, shape, dtype, inputs):
+        return to_list(self.fn(*inputs, **self.call_params))
+
+    def reference(self, shape, dtype, inputs, double=False):
+        if double:
+            inputs = [t.double() if t.is_floating_point() else t for t in inputs]
+        return to_list(self.op.run_reference(inputs, self.params))
+
+    def tolerance(self):
+        return self.op.tolerance
+
+
+def pick_wrapper(mod, entry: dict):
+    """The Python function that launches the kernel: named in entry, else the public function
+    that launches a @triton.jit kernel."""
+    for key in ("wrapper", "function", "callable", "python_entry"):
+        name = entry.get(key)
+        if name and callable(getattr(mod, name, None)):
+            return getattr(mod, name)
+    src = inspect.getsource(mod)
+    tree = ast.parse(src)
+    jits = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and any(
+        "jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in f.decorator_list)}
+    best = None
+    for f in tree.body:
+        if isinstance(f, ast.FunctionDef) and f.name not in jits:
+            launches = any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in jits
+                           for n in ast.walk(f))
+            if launches and not f.name.startswith("_"):
+                return getattr(mod, f.name)
+            if launches or (best is None and not f.name.startswith("_")):
+                best = best or f.name
+    if best is None:
+        raise Reject("unbound", "no Python wrapper function found in the Triton module")
+    return getattr(mod, best)
+
+
+def _fits(shape, cons, max_numel=None) -> bool:
+    n = 1
+    for s in shape:
+        n *= s
+    if max_numel and n > max_numel:
+        return False
+    if "max_cols" in cons and shape[-1] > cons["max_cols"]:
+        return False
+    return not ("max_numel" in cons and n > cons["max_numel"])
+
+
+class ModuleProblem(Problem):
+    """KernelBench (and inductor) pairs: reference `Model` + get_inputs/get_init_inputs vs `ModelNew`.
+
+    Variants perturb the reference's module-level integer size constants (odd sizes, non-multiples
+    of block sizes); a variant is kept only when the reference runs on it."""
+
+    def __init__(self, task, cand_mod, workdir, dev):
+        b = task["binding"]
+        self.workdir, self.dev = workdir, dev
+        self.reference_src = b["reference"]
+        self.cand_cls = getattr(cand_mod, "ModelNew", None) or getattr(cand_mod, "Model", None)
+        if self.cand_cls is None:
+            raise Reject("unbound", "the candidate defines no ModelNew")
+        self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
+        self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
+        self.max_variants = task.get("shapes", 3)
+        self._variants = None
+        self._models = {}
+        self.seed = 1234
+
+    def variants(self):
+        if self._variants is None:
+            self._variants = []
+            for i, src in enumerate(size_variants(self.reference_src, self.max_variants)):
+                try:
+                    mod, _ = load_module(src, f"ref{i}", self.workdir)
+                    init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
+                    torch.manual_seed(0)
+                    ins = [t.to(self.dev) if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
+                    model = mod.Model(*init).to(self.dev).eval()
+                    with torch.no_grad():
+                        model(*ins)
+                except Exception as e:  # the reference cannot run this size: not a variant
+                    if i == 0:
+                        raise Reject("reference_error", f"the reference does not run: {e!r}"[:400])
+                    continue
+                self._variants.append((i, mod, init))
+        return self._variants
+
+    def describe(self, variant):
+        i, mod, init = variant
+        consts = {k: v for k, v in vars(mod).items() if isinstance(v, int) and not k.startswith("_")
+                  and not isinstance(v, bool)}
+        return {"variant": i, "sizes": consts}
+
+    def models(self, variant, dtype):
+        key = (variant[0], dtype)
+        if key not in self._models:
+            i, mod, init = variant
+            dt = TORCH_DTYPES[dtype]
+            torch.manual_seed(self.seed)
+            ref = mod.Model(*init).to(self.dev).eval()
+            torch.manual_seed(self.seed)
+            cand = self.cand_cls(*init).to(self.dev).eval()
+            self._models[key] = (ref.to(dt), copy.deepcopy(ref).double(), cand.to(dt))
+        return self._models[key]
+
+    def inputs(self, variant, dtype, seed, dev):
+        torch.manual_seed(seed)
+        dt = TORCH_DTYPES[dtype]
+        out = []
+        for t in variant[1].get_inputs():
+            if isinstance(t, torch.Tensor):
+                t = t.to(dev)
+                t = t.to(dt) if t.is_floating_point() else t
+            out.append(t)
+        return out
+
+    def candidate(self, variant, dtype, inputs):
+        with torch.no_grad():
+            return to_list(self.models(variant, dtype)[2](*inputs))
+
+    def reference(self, variant, dtype, inputs, double=False):
+        ref, ref64, _ = self.models(variant, dtype)
+        with torch.no_grad():
+            if double:
+                return to_list(ref64(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                                       for t in inputs]))
+            return to_list(ref(*inputs))
+
+    def tolerance(self):
+        return ops.Tolerance(scale=4.0)  # whole models accumulate more rounding than one op
+
+
+def size_variants(src: str, n: int) -> list[str]:
+    """The reference source, then up to n-1 copies with its module-level size constants changed
+    to odd values that are not multiples of common block sizes."""
+    tree = ast.parse(src)
+    consts = [node for node in tree.body if isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Constant)
+              and type(node.value.value) is int and node.value.value > 1]
+    out = [src]
+    if not consts:
+        return out
+    lines = src.splitlines(keepends=True)
+    for k, fn in enumerate((_odd_below, _odd_small)[: max(0, n - 1)]):
+        new = list(lines)
+        for node in consts:
+            v = node.value.value
+            line = new[node.lineno - 1]
+            new[node.lineno - 1] = re.sub(rf"=\s*{v}\b", f"= {fn(v, node.targets[0].id)}", line, count=1)
+        variant = "".join(new)
+        if variant not in out:
+            out.append(variant)
+    return out
+
+
+def _odd_below(v: int, name: str) -> int:
+    # a bit smaller and odd: 1024 -> 1021, catches missing bound checks at the tail
+    w = v - 3 if v > 8 else v
+    return w if w % 2 else max(1, w - 1)
+
+
+def _odd_small(v: int, name: str) -> int:
+    # a quarter of the size, odd, so large problems stay quick and tails are ragged
+    if v <= 4 or "kernel" in name.lower() or "stride" in name.lower() or "pad" in name.lower():
+        return v
+    w = max(3, v // 4)
+    return w + 1 if w % 2 == 0 else w
+
+
+# ---- the trial loop ----------------------------------------------------------------
+
+def run_python(task: dict) -> dict:
+    """Task: {id, language, code, binding, entry, dtypes?, shapes, seeds, timing, warmup, runs,
+    device ('cuda'|'cpu'), ext_cache}. Returns a verdict dict."""
+    dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    guards.set_strict()
+    workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
+    try:
+        return _run_python(task, dev, workdir)
+    except Reject as r:
+        return {"status": "dropped", "reason": r.reason, "detail": r.why}
+    except torch.cuda.OutOfMemoryError as e:
+        return {"status": "dropped", "reason": "oom", "detail": str(e)[:500], "recycle": True}
+    except Exception as e:
+        msg = f"{type(e).__name__}: {e}"
+        if type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
+            return {"status": "dropped", "reason": "compile_error", "detail": msg[:2000]}
+        if dev.type == "cuda" and ("CUDA" in msg or "cuda" in msg or "illegal" in msg):
+            reason = "illegal_address" if "illegal" in msg else "cuda_error"
+            return {"status": "dropped", "reason": reason, "detail": msg[:800], "recycle": True}
+        return {"status": "dropped", "reason": "incorrect", "detail": ("candidate raised " + msg)[:800],
+                "recycle": True}
+
+
+def _run_python(task, dev, workdir):
+    from sftbuild.validate import extension
+
+    kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
+    with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
+        with guards.LaunchCounter(os.path.join(workdir, "cand.py")) as counter:
+            try:
+                mod, path = load_module(task["code"], "cand", workdir)
+            except SyntaxError as e:
+                raise Reject("compile_error", f"syntax error: {e}")
+            if kind == "op":
+                prob = OpProblem(task, mod, dev)
+            elif kind in ("kernelbench", "inductor"):
+                prob = ModuleProblem(task, mod, workdir, dev)
+            else:
+                raise Reject("unbound", f"binding kind {kind!r} is not supported")
+            own = set(extension.kernel_names(task["code"]))
+            tried, worst, flags = [], {}, {"degenerate": []}
+            variants = prob.variants()
+            for vi, variant in enumerate(variants):
+                for dtype in prob.dtypes:
+                    layouts = prob.layouts if dtype == prob.dtypes[0] else ["contiguous"]
+                    for layout in layouts:
+                        for seed in range(task.get("seeds", 2)):
+                            ok, stats = trial(prob, variant, dtype, layout, seed, dev, counter, own,
+                                              profile=(vi == 0 and seed == 0 and layout == layouts[0]
+                                                       and dtype == prob.dtypes[0]))
+                            row = {"shape": prob.describe(variant), "dtype": dtype, "layout": layout, "seed": seed,
+                                   "ok": ok, **{k: stats.get(k) for k in ("max_abs", "max_rel", "norm_rel")}}
+                            tried.append(row)
+                            for k in ("max_abs", "max_rel", "norm_rel"):
+                                if stats.get(k) is not None:
+                                    worst[k] = max(worst.get(k, 0.0), stats[k])
+                            if stats.get("degenerate"):
+                                flags["degenerate"].append(stats["degenerate"])
+                            if not ok:
+                                return {"status": "dropped", "reason": stats.get("reason", "incorrect"),
+                                        "detail": stats.get("why", ""), "trials": tried, "errors": worst}
+            payload = {"status": "ok", "reason": None, "trials": tried, "errors": worst,
+                       "launches": counter.count, "triton_kernels": sorted(counter.names)}
+            if flags["degenerate"]:
+                payload["flags"] = {"degenerate": sorted(set(flags["degenerate"]))}
+            if task.get("timing") and dev.type == "cuda":
+                from sftbuild.validate import timing
+
+                variant = variants[0]
+                dtype = prob.dtypes[0]
+                ins = prob.inputs(variant, dtype, 0, dev)
+                payload["timing"] = {"main": timing.compare_times(
+                    lambda: prob.candidate(variant, dtype, ins), lambda: prob.reference(variant, dtype, ins),
+                    ins, task, compile_fn=_compiled_reference(prob, variant, dtype, task))}
+                payload["speedup"] = payload["timing"]["main"]["speedup"]
+                payload.setdefault("flags", {}).update(payload["timing"]["main"].get("flags", {}))
+            return payload
+
+
+def _compiled_reference(prob, variant, dtype, task):
+    if not task.get("compile_baseline"):
+        return None
+    try:
+        if isinstance(prob, ModuleProblem):
+            f = torch.compile(prob.models(variant, dtype)[0])
+        else:
+            f = torch.compile(lambda *xs: prob.op.run_reference(list(xs), prob.params))
+        return f
+    except Exception:
+        return None
+
+
+def trial(prob, variant, dtype, layout, seed, dev, counter, own, profile=False):
+    tol = prob.tolerance()
+    inputs = [layout_of(t, layout) for t in prob.inputs(variant, dtype, seed, dev)]
+    before = guards.snapshot(inputs)
+    # order 1: the candidate first, on scrubbed memory
+    ref_native = prob.reference(variant, dtype, inputs)
+    sizes = [t.numel() * t.element_size() for t in ref_native if isinstance(t, torch.Tensor)]
+    del ref_native
+    out, why = _call_candidate(prob, variant, dtype, inputs, sizes, counter, dev)
+    if why:
+        return False, why
+    if not guards.unchanged(inputs, before):
+        return False, {"reason": "cheat", "why": "the candidate modified its input"}
+    if profile and dev.type == "cuda":
+        names = guards.profile_kernels(lambda: prob.candidate(variant, dtype, inputs))
+        if names is not None:
+            lib = guards.library_kernels(names, own | counter.names)
+            if lib:
+                return False, {"reason": "cheat", "why": f"library kernels do the work: {lib[:4]}"}
+            if own and not any(o in n for n in names for o in own) and not counter.count:
+                return False, {"reason": "cheat", "why": f"none of the candidate's kernels {sorted(own)[:4]} "
+                               f"launched; it ran {names[:4]}"}
+    ok, stats = _compare(out, prob.reference(variant, dtype, inputs, double=True),
+                         prob.reference(variant, dtype, inputs), dtype, tol)
+    if not ok:
+        return False, {**stats, "reason": "incorrect",
+                       "why": f"{stats.get('why', '')} at {prob.describe(variant)} {dtype} {layout} seed {seed}"}
+    # order 2: new values in the same buffers, the reference first
+    fresh = prob.inputs(variant, dtype, seed + 1000, dev)
+    for t, f in zip(inputs, fresh):
+        if isinstance(t, torch.Tensor):
+            t.copy_(f)
+    ref2 = prob.reference(variant, dtype, inputs)
+    ref64 = prob.reference(variant, dtype, inputs, double=True)
+    out2, why = _call_candidate(prob, variant, dtype, inputs, sizes, counter, dev)
+    if why:
+        return False, why
+    same_cand = all(torch.equal(a, b) for a, b in zip(out, out2) if isinstance(a, torch.Tensor))
+    same_ref = all(torch.equal(a, b) for a, b in zip(ref64, prob.reference(variant, dtype, before, double=True)))
+    ok2, stats2 = _compare(out2, ref64, ref2, dtype, tol)
+    if not ok2:
+        reason = "cheat" if same_cand else "incorrect"
+        return False, {**stats2, "reason": reason, "why": ("the same result for new values in the same buffers "
+                       "(cached by pointer)" if same_cand else "wrong on new values in the same buffers: "
+                       + stats2.get("why", ""))}
+    if same_cand and same_ref:
+        return False, {"reason": "degenerate", "why": "the output does not depend on the input, "
+                       "and neither does the reference"}
+    degenerate = _degenerate(ref64, same_ref)
+    return True, {**stats, "degenerate": degenerate}
+
+
+def _call_candidate(prob, variant, dtype, inputs, sizes, counter, dev):
+    guards.scrub(sizes)
+    changed: list[str] = []
+    launches = counter.count
+    with guards.strict_precision(changed):
+        out = prob.candidate(variant, dtype, inputs)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    if changed:
+        return None, {"reason": "cheat", "why": f"precision flags changed by the candidate: {changed}"}
+    if counter.count == launches and _expects_triton(prob):
+        return None, {"reason": "cheat", "why": "a Triton candidate that launched no Triton kernel (decoy)"}
+    bad = guards.real_outputs(out, inputs)
+    if bad:
+        return None, {"reason": "cheat", "why": bad}
+    return out, None
+
+
+def _expects_triton(prob) -> bool:
+    if isinstance(prob, OpProblem):
+        return True
+    src = inspect.getsource(prob.cand_cls) if prob.cand_cls else ""
+    mod = sys.modules.get(prob.cand_cls.__module__)
+    full = inspect.getsource(mod) if mod else src
+    return "triton.jit" in full or "@jit" in full
+
+
+def _compare(outs, refs64, natives, dtype, tol):
+    if len(outs) != len(refs64):
+        return False, {"why": f"{len(outs)} outputs, the reference has {len(refs64)}"}
+    stats = {}
+    for o, r, n in zip(outs, refs64, natives):
+        ok, s = ops.compare(o, r, dtype, tol, native=n)
+        for k in ("max_abs", "max_rel", "norm_rel"):
+            if s.get(k) is not None:
+                stats[k] = max(stats.get(k, 0.0), s[k])
+        if not ok:
+            return False, {**stats, "why": s.get("why", "")}
+    return True, stats
+
+
+def _degenerate(refs64, independent) -> str:
+    for r in refs64:
+        if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.numel() == 0:
+            continue
+        fin = r[torch.isfinite(r)]
+        if fin.numel() == 0 or float(fin.abs().max()) < 1e-6:
+            return "near_zero"
+        if fin.numel() > 1 and float(fin.max() - fin.min()) == 0.0:
+            return "constant"
+    return "input_independent" if independent else ""

@@ -1,0 +1,133 @@
+"""The RLVR reward: the validation pipeline scored for one candidate.
+
+`reward(task, candidate_code) -> Reward`. The task is the JSON exported per record
+(task_id, language, binding, entry, baseline_ms); the candidate code replaces the
+record's code. Compile and correctness are gates (0 when failed); a detected cheat
+scores 0 and is reported; a correct candidate scores CORRECT plus a speed tier
+against torch eager measured in the same worker, plus a small memcheck weight.
+Code length does not count. Works without a store: compiles cache under a temp dir.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import tempfile
+
+from sftbuild.config import ValidateConfig
+from sftbuild.record import Record
+from sftbuild.validate import pipeline
+
+CORRECT, SPEED, MEMORY = 0.3, 0.6, 0.1
+CHEATS = ("cheat", "forbidden_call", "bad_launch", "degenerate")
+
+
+@dataclasses.dataclass
+class Reward:
+    score: float
+    reason: str | None  # None when correct; else the drop reason
+    status: str
+    cheat: bool = False
+    speedup: float | None = None
+    detail: dict = dataclasses.field(default_factory=dict)
+
+    def __float__(self) -> float:
+        return self.score
+
+
+def speed_tier(speedup: float | None) -> float:
+    """0 at half eager's speed or slower, 0.5 at parity, 1 at 2x and beyond; in quarter steps."""
+    if not speedup or speedup <= 0:
+        return 0.0
+    x = min(max(math.log2(speedup) / 2 + 0.5, 0.0), 1.0)
+    return math.floor(x * 4) / 4
+
+
+def score(status: str, reason: str | None, payload: dict) -> Reward:
+    if status != "ok":
+        return Reward(0.0, reason, status, cheat=reason in CHEATS, detail=_short(payload))
+    speedup = payload.get("speedup")
+    flags = payload.get("flags") or {}
+    tier = 0.0 if "impossible_speedup" in flags or "below_bandwidth_floor" in flags else speed_tier(speedup)
+    mem = (payload.get("memcheck") or {}).get("ok")
+    s = CORRECT + SPEED * tier + MEMORY * (1.0 if mem else 0.5 if mem is None else 0.0)
+    return Reward(round(s, 4), None, status, speedup=speedup, detail=_short(payload))
+
+
+def _short(payload: dict) -> dict:
+    keep = ("detail", "static", "errors", "flags", "timing", "memcheck", "why", "log")
+    return {k: payload[k] for k in keep if k in payload}
+
+
+def reward(task: dict | str, candidate_code: str, config: ValidateConfig | None = None, executor=None,
+           cache_dir: str | None = None) -> Reward:
+    return reward_batch([task], [candidate_code], config, executor, cache_dir)[0]
+
+
+def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> list[Reward]:
+    """Score many candidates at once: one compile pool, one GPU worker per GPU."""
+    from sftbuild.executor import LocalExecutor
+
+    cfg = config or ValidateConfig(memcheck="off", runs=30, warmup=5)
+    cache = cache_dir or os.path.join(tempfile.gettempdir(), "sftbuild_reward_cache")
+    records, bad = [], {}
+    for i, (task, code) in enumerate(zip(tasks, codes)):
+        task = json.loads(task) if isinstance(task, str) else task
+        try:
+            records.append(Record(language=task["language"], code=code or "", source="rlvr",
+                                  entry=task.get("entry") or {}, binding=task.get("binding")))
+        except Exception as e:
+            bad[i] = Reward(0.0, "bad_task", "dropped", detail={"detail": repr(e)})
+            records.append(None)
+    own = executor is None
+    ex = executor or LocalExecutor(progress=False)
+    try:
+        live = [r for r in records if r is not None and r.code.strip()]
+        out = {}
+        for rec, status, reason, payload in pipeline.validate(list({r.id: r for r in live}.values()), cfg, ex,
+                                                              cache):
+            out[rec.id] = score(status, reason, payload)
+    finally:
+        if own:
+            ex.close()
+    result = []
+    for i, rec in enumerate(records):
+        if i in bad:
+            result.append(bad[i])
+        elif rec is None or not rec.code.strip():
+            result.append(Reward(0.0, "no_code", "dropped"))
+        else:
+            result.append(out.get(rec.id, Reward(0.0, "not_run", "dropped")))
+    return result
+
+
+FENCE = re.compile(r"```[ \t]*([\w+.-]*)[^\n]*\n(.*?)```", re.S)
+
+
+def extract_code(completion, language: str = "") -> str:
+    """The code of a completion: the last fenced block (preferring the task's language), else the text."""
+    if isinstance(completion, list):  # chat messages
+        completion = next((m.get("content", "") for m in reversed(completion)
+                           if isinstance(m, dict) and m.get("role", "assistant") == "assistant"), "")
+    text = completion or ""
+    blocks = FENCE.findall(text)
+    if not blocks:
+        return text
+    want = {"cuda": ("cuda", "cpp", "c++", "cu"), "triton": ("python", "py"), "kernelbench": ("python", "py")}
+    preferred = [b for tag, b in blocks if tag.lower() in want.get(language, ())]
+    return (preferred or [b for _, b in blocks])[-1]
+
+
+def trl_reward(prompts=None, completions=None, task=None, **kwargs) -> list[float]:
+    """A TRL GRPO reward function: reward_funcs=[trl_reward]; the dataset has a `task` column."""
+    tasks = [json.loads(t) if isinstance(t, str) else t for t in task]
+    codes = [extract_code(c, t.get("language", "")) for c, t in zip(completions, tasks)]
+    return [r.score for r in reward_batch(tasks, codes)]
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """A verl custom_reward_function: ground_truth is the exported task JSON."""
+    task = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    return reward(task, extract_code(solution_str, task.get("language", ""))).score
