@@ -20,10 +20,15 @@ def _torch_include() -> Path:
     return Path(spec.origin).parent / "include"
 
 
+# stand-ins for headers a CPU-only torch wheel or a bare toolkit lacks; searched last, so real ones win
+SHIM = Path(__file__).resolve().parent.parent / "validate" / "cuda_shim"
+
+
 def include_set(name: str) -> dict:
     if name == "torch":
         inc = _torch_include()
         return {"include_dirs": [str(inc), str(inc / "torch" / "csrc" / "api" / "include")],
+                "fallback_dirs": [str(SHIM)],
                 "defines": ["CUB_WRAPPED_NAMESPACE=at_cuda_detail"]}
     raise KeyError(f"unknown include set {name!r}")
 
@@ -33,4 +38,5 @@ def nvcc_args(sets: list[str]) -> list[str]:
     for name in sets:
         s = include_set(name)
         args += [f"-I{d}" for d in s["include_dirs"]] + [f"-D{d}" for d in s["defines"]]
+        args += [f"-Xcompiler=-idirafter,{d}" for d in s.get("fallback_dirs", [])]
     return args

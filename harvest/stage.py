@@ -105,17 +105,14 @@ class Harvest:
 
     # ---- bookkeeping shared by every kind ---------------------------------
     def skip(self, path: str, reason: str, detail: str = "", item: str = "") -> None:
-        self._skips.append((self.src.name, path, item, reason, detail))
+        self._skips.append((self.src.name, path, reason, detail, item))
         if len(self._skips) >= 256:
             self.flush_skips()
 
     def flush_skips(self) -> None:
-        """Write pending skips in one transaction (Store.add_skip opens one per row)."""
-        if not self._skips:
-            return
-        with self.ctx.store.tx() as db:
-            db.executemany("INSERT OR REPLACE INTO skips VALUES (?,?,?,?,?)", self._skips)
-        self._skips = []
+        if self._skips:
+            self.ctx.store.add_skips(self._skips)
+            self._skips = []
 
     def emit(self, records: list[Record], lines: list[tuple[int, int]], drops: list[str | None] | None = None):
         """Store records; each is kept or dropped by the kernel filters (or an explicit reason)."""

@@ -28,12 +28,14 @@ class HarvestConfig:
     max_file_bytes: int = 2_000_000
     min_kernel_lines: int = 3
     cache_dir: str = ""  # default: <workspace>/cache
+    vendored_dirs: list[str] = dataclasses.field(default_factory=list)  # more folder names to skip as vendored
 
 
 @dataclasses.dataclass
 class DescribeConfig:
     seed: int = 0
     languages: list[str] = dataclasses.field(default_factory=lambda: ["en", "zh"])
+    levels: list[str] = dataclasses.field(default_factory=lambda: ["brief", "detailed"])
 
 
 @dataclasses.dataclass
@@ -54,6 +56,11 @@ class ValidateConfig:
     timing: bool = True
     compile_baseline: bool = False  # also time torch.compile
     max_slowdown: float | None = None  # e.g. 1.5 drops kernels >1.5x slower than eager
+    max_speedup: float = 50.0  # faster than this over eager is flagged for review
+    max_stack_bytes: int = 65536
+    racecheck: bool = False  # also run compute-sanitizer racecheck where memcheck runs
+    memcheck_timeout: float = 300.0
+    cpu_interpret: bool = True  # without a GPU, check Triton kernels in the interpreter (fp32, fp16)
     nvcc: str = ""  # path; default: found on PATH or in CUDA_HOME
 
 
@@ -68,8 +75,13 @@ class DedupeConfig:
     threshold: float = 0.7
     abstract_threshold: float = 0.85
     seed: int = 1
+    scheme: str = "oph"  # oph (one-permutation hashing) | affine32 (datasketch 2.0's scheme)
+    chunk_size: int = 2000
     benchmarks: list[str] = dataclasses.field(default_factory=list)
     contamination_threshold: float = 0.5
+    contamination_ngram: int = 10
+    contamination_max_df: float = 0.05
+    generated_exempt_sources: list[str] = dataclasses.field(default_factory=lambda: ["inductor"])
     min_tokens: int = 20
     max_line_length: int = 1000
     licenses: list[str] = dataclasses.field(default_factory=list)  # allowed SPDX ids; empty: any known
@@ -116,6 +128,7 @@ class Config:
 CHOICES = {
     "executor.kind": ("local", "ray"),
     "validate.memcheck": ("off", "sample", "all"),
+    "dedupe.scheme": ("oph", "affine32"),
 }
 
 
@@ -209,10 +222,13 @@ harvest:
   allow_unpinned: false   # refuse git URLs without @REV
   max_file_bytes: 2000000 # larger files are skipped with reason 'oversize'
   min_kernel_lines: 3     # shorter kernels are dropped as 'trivial'
+  cache_dir: ""           # default: <workspace>/cache (git clones, downloads)
+  vendored_dirs: []       # folder names skipped as vendored, besides third_party/, cutlass/, ...
 
 describe:
   seed: 0                 # same record + seed -> same instruction text
   languages: [en, zh]
+  levels: [brief, detailed]
 
 validate:
   arch: sm_90             # nvcc -arch / Triton target
@@ -231,6 +247,12 @@ validate:
   timing: true
   compile_baseline: false # also time torch.compile
   max_slowdown: null      # e.g. 1.5 drops kernels more than 1.5x slower than eager
+  max_speedup: 50         # faster than this over eager is flagged for review
+  max_stack_bytes: 65536
+  racecheck: false        # also run racecheck where memcheck runs
+  memcheck_timeout: 300
+  cpu_interpret: true     # without a GPU, check Triton kernels in the interpreter (fp32, fp16)
+  nvcc: ""                # default: nvcc on PATH or in CUDA_HOME
 
 dedupe:
   ngram: 5
@@ -242,8 +264,13 @@ dedupe:
   threshold: 0.7
   abstract_threshold: 0.85
   seed: 1
-  benchmarks: []          # KernelBench-format dirs/files to decontaminate against
+  scheme: oph             # oph (one-permutation hashing) | affine32 (datasketch 2.0's scheme)
+  chunk_size: 2000        # documents per signature task
+  benchmarks: []          # KernelBench-format dirs/files or fingerprint files to decontaminate against
   contamination_threshold: 0.5
+  contamination_ngram: 10
+  contamination_max_df: 0.05
+  generated_exempt_sources: [inductor]
   min_tokens: 20
   max_line_length: 1000
   licenses: []            # allowed SPDX ids, empty = any known licence

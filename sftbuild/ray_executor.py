@@ -25,30 +25,39 @@ class RayExecutor(Executor):
             ray.init(address=address or None, ignore_reinit_error=True, log_to_driver=False, **init_kw)
         self.progress = progress
         self._cpu = ray.remote(max_retries=0)(_call)
-        self._gpu = ray.remote(num_gpus=1, max_retries=0)(_call)
+        # one task per GPU worker process: a sticky CUDA fault never reaches the next sample
+        self._gpu = ray.remote(num_gpus=1, max_retries=0, max_calls=1)(_call)
 
     @property
     def gpu_count(self) -> int:
         return int(self.ray.cluster_resources().get("GPU", 0))
 
     def map_cpu(self, fn, items, desc=""):
-        yield from self._map(self._cpu, fn, items, None, desc or fn.__name__)
+        items = list(items)
+        yield from self._map(self._cpu, fn, items, None, len(items), desc or fn.__name__)
 
     def map_gpu(self, fn, items, timeout, desc=""):
         if not self.gpu_count:
             raise RuntimeError("map_gpu called with no GPU in the Ray cluster")
-        yield from self._map(self._gpu, fn, items, timeout, desc or fn.__name__)
+        # at most one task in flight per GPU, so a task's clock starts when it really starts
+        yield from self._map(self._gpu, fn, list(items), timeout, self.gpu_count, desc or fn.__name__)
 
-    def _map(self, remote, fn, items, timeout, desc):
+    def _map(self, remote, fn, items, timeout, slots, desc):
         ray = self.ray
-        refs = {remote.remote(fn, item): item for item in items}
-        started = {ref: time.monotonic() for ref in refs}
-        bar = tqdm(total=len(refs), desc=desc, disable=not self.progress, leave=False)
-        pending = list(refs)
+        queue = list(reversed(items))
+        refs: dict = {}
+        started: dict = {}
+        bar = tqdm(total=len(items), desc=desc, disable=not self.progress, leave=False)
         try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+            while queue or refs:
+                while queue and len(refs) < slots:
+                    item = queue.pop()
+                    ref = remote.remote(fn, item)
+                    refs[ref] = item
+                    started[ref] = time.monotonic()
+                done, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
                 for ref in done:
+                    item = refs.pop(ref)
                     try:
                         res = ray.get(ref)
                     except ray.exceptions.TaskCancelledError:
@@ -56,15 +65,12 @@ class RayExecutor(Executor):
                     except Exception as e:  # the worker died or raised outside _call
                         res = WorkerFailure("crash", repr(e)[:2000])
                     bar.update()
-                    yield refs[ref], res
+                    yield item, res
                 if timeout is not None:
-                    # a queued task's clock starts when a GPU frees up, roughly: measure from submit
                     now = time.monotonic()
-                    for ref in list(pending):
-                        if now - started[ref] > timeout * (1 + len(refs) // max(self.gpu_count, 1)):
-                            ray.cancel(ref, force=True)
-                            pending.remove(ref)
-                            bar.update()
-                            yield refs[ref], WorkerFailure("timeout", f"no result within {timeout:.0f} s")
+                    for ref in [r for r in refs if now - started[r] > timeout]:
+                        ray.cancel(ref, force=True)
+                        bar.update()
+                        yield refs.pop(ref), WorkerFailure("timeout", f"no result within {timeout:.0f} s")
         finally:
             bar.close()

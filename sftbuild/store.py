@@ -242,6 +242,13 @@ class Store:
             self.db.execute("INSERT OR REPLACE INTO skips VALUES (?,?,?,?,?)",
                             (source, path, item, reason, detail))
 
+    def add_skips(self, rows: Iterable[tuple]) -> None:
+        """Many skips, (source, path, reason, detail, item) each, in one transaction."""
+        with self.tx():
+            for source, path, reason, detail, item in rows:
+                self.db.execute("INSERT OR REPLACE INTO skips VALUES (?,?,?,?,?)",
+                                (source, path, item, reason, detail))
+
     def skips(self) -> list[dict]:
         rows = self.db.execute("SELECT source, path, item, reason, detail FROM skips").fetchall()
         return [dict(zip(("source", "path", "item", "reason", "detail"), r)) for r in rows]

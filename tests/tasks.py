@@ -17,3 +17,13 @@ def misbehave(x):
     if x == "fault":
         return {"status": "dropped", "recycle": True}
     return {"pid": os.getpid(), "x": x}
+
+
+def gpu_identity(x):
+    """Which GPU a worker sees, after a real kernel launch on it."""
+    import torch
+
+    t = torch.full((1 << 20,), float(x), device="cuda")
+    time.sleep(0.5)
+    return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "sum": float(t.sum()),
+            "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}

@@ -1,3 +1,7 @@
+import pytest
+import torch
+
+from tests.conftest import HAS_GPU
 from sftbuild.executor import LocalExecutor, WorkerFailure
 from tests import tasks
 
@@ -31,3 +35,15 @@ def test_gpu_worker_recycles_after_hang_crash_and_fault():
     assert out["b"]["pid"] != out["a"]["pid"]
     assert out["c"]["pid"] != out["b"]["pid"]
     assert out["d"]["pid"] != out["c"]["pid"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_one_worker_per_gpu_on_two_gpus():
+    ex = LocalExecutor(cpu_workers=1, gpus="auto", progress=False)
+    assert ex.gpu_count == torch.cuda.device_count()
+    out = dict(ex.map_gpu(tasks.gpu_identity, list(range(8)), timeout=120))
+    print({k: v["visible"] for k, v in out.items()})
+    assert {v["visible"] for v in out.values()} == set(ex.gpus)
+    assert all(v["count"] == 1 for v in out.values())  # each worker is pinned to its own GPU
+    assert all(out[i]["sum"] == float(i) * (1 << 20) for i in range(8))

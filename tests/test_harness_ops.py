@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sftbuild import ops
 from sftbuild.ops import bind
 from sftbuild.record import Record
 from sftbuild.validate import compile as C
@@ -101,3 +102,123 @@ def test_a_wrong_kernel_is_caught(compiled):
     task = {"id": rec.id, "sos": [r["so"] for r in results], "binding": wrong, "entry": rec.entry,
             "dtypes": ["float32"], "shapes": 2, "seeds": 1, "timing": False, "warmup": 1, "runs": 3}
     assert trials.run_record(task)["status"] == "dropped"
+
+
+
+# ---- the trial loop itself, on the CPU, with Python stand-ins for the launched kernel ---------
+
+def _trial_with(monkeypatch, opname, kernel):
+    from sftbuild.validate import trials
+
+    op = ops.get(opname)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(trials, "_launch", lambda lib, dtype, contract, i, o, params=None: kernel(op, i, o, params) or 0)
+    contract = H.CONTRACTS[H.contract_for("", op.launch)]
+    return trials._trial(None, op, contract, {}, op.shape_pool[2], "float32", 0, torch.device("cpu"))
+
+
+def _exact(op, i, o, p):
+    for buf, val in zip(o, ops.as_outputs(op.run_reference(i, p))):
+        buf.copy_(val)
+
+
+def test_trials_multi_output_mutates_and_index_ties(monkeypatch):
+    assert _trial_with(monkeypatch, "cummax", _exact)[0]
+    assert _trial_with(monkeypatch, "batch_norm_stats", _exact)[0]
+    assert _trial_with(monkeypatch, "adam_step", _exact)[0]  # outputs are the clones of param, m, v
+    assert _trial_with(monkeypatch, "argmax", _exact)[0]
+
+    def wrong_indices(op, i, o, p):
+        _exact(op, i, o, p)
+        o[1].copy_(o[1].flip(-1))
+    ok, stats = _trial_with(monkeypatch, "cummax", wrong_indices)
+    assert not ok and "output 1" in stats["why"]
+
+    def tie(op, i, o, p):  # any index of an equal value is right
+        _exact(op, i, o, p)
+        i0 = i[0]
+        first = (i0 == i0.amax(-1, keepdim=True)).float().argmax(-1, keepdim=True)
+        assert torch.equal(i0.gather(-1, first), i0.gather(-1, o[0]))
+        o[0].copy_(first)
+    assert _trial_with(monkeypatch, "argmax", tie)[0]
+
+    def touches_grad(op, i, o, p):
+        _exact(op, i, o, p)
+        i[1].zero_()
+    assert _trial_with(monkeypatch, "adam_step", touches_grad)[1]["reason"] == "cheat"
+
+    def skips_second_output(op, i, o, p):
+        o[0].copy_(op.run_reference(i, p)[0])
+    assert not _trial_with(monkeypatch, "batch_norm_stats", skips_second_output)[0]
+
+
+# ---- ATen harnesses: every bound default ATen record ------------------------------------
+
+def _aten_records(tmp_path_factory, describe=False):
+    import subprocess
+    import sys
+
+    from sftbuild.store import Store
+
+    ws = tmp_path_factory.mktemp("aten-harness") / "w"
+    cli = str(Path(sys.executable).with_name("sftbuild"))
+    subprocess.run([cli, "harvest", "-q", "-w", str(ws)], check=True, capture_output=True)
+    if describe:
+        subprocess.run([cli, "describe", "-q", "-w", str(ws)], check=True, capture_output=True)
+    return ws, list(Store(ws).records())
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_every_aten_harness_compiles(tmp_path_factory):
+    """Each check of each bound ATen record renders and builds (torch include set), so a broken
+    template or a kernel signature a harness no longer matches shows up without a GPU."""
+    _, recs = _aten_records(tmp_path_factory)
+    jobs = []
+    for rec in recs:
+        rec.binding = rec.binding or bind.infer(rec)
+        if not rec.binding:
+            continue
+        for check in H.checks(rec.binding):
+            src = H.render(rec, check, rec.binding.get("dtypes") or ["float32", "float16", "bfloat16"])
+            jobs.append((rec, check["op"], src))
+    assert len({r.id for r, _, _ in jobs}) >= 28
+    cache = Path("/tmp/sftbuild-test-harness-cache")
+    cache.mkdir(exist_ok=True)
+
+    def build(job):
+        rec, op, src = job
+        return rec, op, C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": ["torch"],
+                                        "arch": "sm_90", "timeout": 900, "nvcc": NVCC, "cache_dir": str(cache)})
+
+    with ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(build, jobs))
+    failed = [(r.name, op, res.get("log", "")[-1500:]) for r, op, res in results if not res["ok"]]
+    assert not failed, failed
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_aten_validate_stage(tmp_path_factory):
+    """The whole validate stage on the default ATen harvest: the manifest-bound softmax passes and no
+    record crashes its GPU worker (a crash means a harness bug: wrong argument contract or buffer)."""
+    import subprocess
+    import sys
+
+    from sftbuild.store import Store
+
+    ws, recs = _aten_records(tmp_path_factory, describe=True)
+    cli = str(Path(sys.executable).with_name("sftbuild"))
+    proc = subprocess.run([cli, "validate", "-q", "-w", str(ws)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = Store(ws).results_for("validate")
+    print()
+    for rec in sorted(recs, key=lambda r: r.name):
+        res = results.get(rec.id) or {}
+        detail = str((res.get("payload") or {}).get("detail") or "")[:100]
+        print(f"{rec.name:55s} {rec.id[:8]} {res.get('status')!s:8s} {res.get('reason') or ''} {detail}")
+    softmax = [r for r in recs if r.name == "softmax_warp_forward"]
+    assert softmax and all(results[r.id]["status"] == "ok" for r in softmax)
+    crashed = [r.name for r in recs if (results.get(r.id) or {}).get("reason") == "crash"]
+    assert not crashed, crashed

@@ -23,3 +23,27 @@ def test_ray_map_cpu():
         assert ex.gpu_count == 0
     finally:
         ray.shutdown()
+
+
+def _slow(x):
+    import time
+
+    if x == "hang":
+        time.sleep(600)
+    return x
+
+
+def test_ray_gpu_path_times_out_a_hang(monkeypatch):
+    """The GPU path's timeout logic on a local instance that declares a (fake) GPU resource."""
+    from sftbuild.executor import WorkerFailure
+    from sftbuild.ray_executor import RayExecutor
+
+    ray.init(num_cpus=2, num_gpus=1, ignore_reinit_error=True, include_dashboard=False)
+    try:
+        ex = RayExecutor(progress=False)
+        assert ex.gpu_count == 1
+        out = dict(ex.map_gpu(_slow, ["a", "hang", "b"], timeout=5))
+        assert out["a"] == "a" and out["b"] == "b"
+        assert isinstance(out["hang"], WorkerFailure) and out["hang"].kind == "timeout"
+    finally:
+        ray.shutdown()

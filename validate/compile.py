@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from sftbuild.context import nvcc_version
+from sftbuild.harvest.include_sets import nvcc_args
 
-FLAGS = ["-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda", "-lineinfo"]
 ENTRY = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?")
 USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -35,16 +35,6 @@ def find_nvcc(configured: str = "") -> str:
             return cand
     raise NvccMissing("nvcc was not found: install the CUDA toolkit, put nvcc on PATH, "
                       "or set validate.nvcc / CUDA_HOME")
-
-
-def include_dirs(include_sets: list[str]) -> list[str]:
-    dirs = []
-    if "torch" in include_sets:
-        import torch
-
-        inc = Path(torch.__file__).parent / "include"
-        dirs += [str(inc), str(inc / "torch" / "csrc" / "api" / "include")]
-    return dirs
 
 
 def parse_ptxas(log: str) -> dict:
@@ -71,10 +61,14 @@ def parse_ptxas(log: str) -> dict:
 
 def compile_task(task: dict) -> dict:
     """Compile one record. Task keys: id, code, harness (or None), include_sets, arch, timeout,
-    nvcc, cache_dir. Returns {ok, reason, log, resources, so, seconds, cached}."""
+    nvcc, cache_dir, link (default True: build a launchable .so; False: the harness's device code
+    only, for machines that cannot run it). Returns {ok, reason, log, resources, so, seconds, cached}."""
+    link = task.get("link", True)
     nvcc = find_nvcc(task.get("nvcc", ""))
-    flags = FLAGS + [f"-arch={task['arch']}"] + [f"-I{d}" for d in include_dirs(task["include_sets"])]
-    key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, nvcc_version()]).encode()).hexdigest()[:24]
+    # the same include sets and defines the harvest's compile-on-its-own check uses
+    flags = nvcc_args(task["include_sets"]) + ["-lineinfo", f"-arch={task['arch']}"]
+    key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version()])
+                         .encode()).hexdigest()[:24]
     out_dir = Path(task["cache_dir"]) / key
     done = out_dir / "result.json"
     if done.exists():
@@ -83,9 +77,12 @@ def compile_task(task: dict) -> dict:
             return {**res, "cached": True}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel.cuh").write_text(task["code"], encoding="utf-8")
-    if task.get("harness"):
+    if task.get("harness") and link:
         (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")
         cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *flags, "harness.cu", "-o", "harness.so"]
+    elif task.get("harness"):  # instantiates the kernel for real ptxas figures, skips the host build
+        (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")
+        cmd = [nvcc, "-cubin", "-Xptxas", "-v", *flags, "harness.cu", "-o", "harness.cubin"]
     else:
         (out_dir / "kernel.cu").write_text('#include "kernel.cuh"\n', encoding="utf-8")
         cmd = [nvcc, "-cubin", "-Xptxas", "-v", *flags, "kernel.cu", "-o", "kernel.cubin"]
@@ -99,7 +96,7 @@ def compile_task(task: dict) -> dict:
     log = (proc.stdout + proc.stderr)[-20000:]
     res = {"ok": proc.returncode == 0, "reason": None if proc.returncode == 0 else "compile_error",
            "log": log if proc.returncode else "", "resources": parse_ptxas(log),
-           "so": str(out_dir / "harness.so") if task.get("harness") and proc.returncode == 0 else None,
+           "so": str(out_dir / "harness.so") if task.get("harness") and link and proc.returncode == 0 else None,
            "seconds": round(time.monotonic() - start, 3), "key": key}
     done.write_text(json.dumps(res))
     return {**res, "cached": False}

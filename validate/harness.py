@@ -81,15 +81,22 @@ def _defaults(harness: str) -> dict:
                        }.get(harness, {})}
 
 
+# sizes a harness's own launch logic cannot serve, whatever the binding says
+HARNESS_LIMITS = {"persistent_softmax": {"max_cols": 1024}, "aten_softmax_backward": {"max_cols": 1024},
+                  "aten_batch_norm_cl": {"dims": {2: 1}}}
+
+
 def checks(binding: dict) -> list[dict]:
     """The (op, params, harness args) checks a binding asks for: the primary op plus `also`."""
     first = {k: binding.get(k) for k in ("op", "params", "harness", "harness_args", "constraints")}
+    first["constraints"] = {**HARNESS_LIMITS.get(first["harness"] or "", {}), **(first["constraints"] or {})}
     out = [first]
     for extra in binding.get("also") or []:
         out.append({"op": extra["op"], "params": extra.get("params") or first["params"],
                     "harness": extra.get("harness") or first["harness"],
                     "harness_args": {**(first["harness_args"] or {}), **(extra.get("harness_args") or {})},
-                    "constraints": extra.get("constraints") or first["constraints"]})
+                    "constraints": {**HARNESS_LIMITS.get(extra.get("harness") or "", {}),
+                                    **(extra.get("constraints") or first["constraints"])}})
     return out
 
 

@@ -35,7 +35,8 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
                 continue
         todo.append(rec)
     by_id = {r.id: r for r in todo}
-    tasks = [compile_task(r, cfg, nvcc, cache_dir) for r in todo]
+    # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
+    tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
     ready = []
     for task, res in executor.map_cpu(compile_any, tasks, desc="compile"):
         rec = by_id[task["id"]]
@@ -132,15 +133,18 @@ def compile_cuda(task: dict) -> dict:
     if not gate["ok"] or not task["harnesses"]:
         return {**gate, "sos": []}
     sos, resources, seconds = [], gate["resources"], gate["seconds"]
+    built = 0
     for src in task["harnesses"]:
         # the harness is our scaffolding around torch headers, not the candidate: it gets a wider budget
         res = C.compile_task({**base, "harness": src, "timeout": max(task["timeout"] * 4, 120)})
         seconds += res["seconds"]
         if not res["ok"]:
             return {**res, "sos": [], "harness_failed": True}
-        sos.append(res["so"])
+        built += 1
+        if res["so"]:
+            sos.append(res["so"])
         resources = _merge(resources, res["resources"])
-    return {**gate, "sos": sos, "resources": resources, "seconds": round(seconds, 3)}
+    return {**gate, "sos": sos, "harnesses_built": built, "resources": resources, "seconds": round(seconds, 3)}
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -169,7 +173,7 @@ def after_compile(rec, res, cfg):
         over.append(f"{r['stack']} bytes stack > {getattr(cfg, 'max_stack_bytes', 1 << 16)}")
     if over:
         return ("dropped", "resources", {"compile": brief(res), "why": "; ".join(over)})
-    if rec.language == "cuda" and not res["sos"]:
+    if rec.language == "cuda" and not res["sos"] and not res.get("harnesses_built"):
         return ("dropped", "unbound", {"compile": brief(res)})
     return None
 

@@ -3,11 +3,14 @@
 For one bound CUDA record: load its harness .so, then for every check (op)
 and every drawn (shape, dtype, seed):
   * inputs are made on the host from a seeded generator and copied to the GPU;
-  * outputs are fresh allocations poisoned with NaN, so unwritten elements show;
+  * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
+    with their minimum), so unwritten elements show; inputs an op updates in place
+    (`mutates`) are cloned for the kernel and the clones are compared instead;
   * the candidate runs, then the reference, then the candidate again on new
     values written into the same buffers (no caching by pointer);
-  * inputs must be unchanged; the result is compared with a float64 reference
-    and with torch's own kernel at that dtype (see sftbuild.ops.tolerance).
+  * inputs must be unchanged (except `mutates`); each result is compared with a float64
+    reference and with torch's own kernel at that dtype (see sftbuild.ops.tolerance);
+    index outputs are compared by the values of x they pick, since ties allow several answers.
 Timing uses CUDA events with the L2 flushed between runs.
 """
 from __future__ import annotations
@@ -82,7 +85,8 @@ def _fits(shape, cons) -> bool:
         return False
     if "max_numel" in cons and _numel(shape) > cons["max_numel"]:
         return False
-    return True
+    # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
+    return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 
 
 def _numel(shape) -> int:
@@ -97,8 +101,8 @@ def _inputs(op, shape, dtype, seed, dev, params):
     return [t.to(dev).contiguous() for t in op.make_inputs(shape, dtype, "contiguous", gen, params)]
 
 
-def _launch(lib, dtype, contract, inputs, outputs) -> int:
-    ptrs, ints = contract(inputs, outputs)
+def _launch(lib, dtype, contract, inputs, outputs, params=None) -> int:
+    ptrs, ints = contract(inputs, outputs, params)
     fn = getattr(lib, f"sftbuild_launch_{dtype}")
     fn.restype = ctypes.c_int
     parr = (ctypes.c_void_p * len(ptrs))(*ptrs)
@@ -106,36 +110,97 @@ def _launch(lib, dtype, contract, inputs, outputs) -> int:
     return fn(parr, iarr, len(ints), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
 
 
+def _poison(t: torch.Tensor) -> torch.Tensor:
+    """Fill so that unwritten elements show: NaN for floats, the most negative value for integers."""
+    if t.is_floating_point() or t.is_complex():
+        return t.fill_(float("nan"))
+    if t.dtype == torch.bool:
+        return t.fill_(True)
+    return t.fill_(torch.iinfo(t.dtype).min)
+
+
+def _buffers(op, inputs, ref_native):
+    """(kernel inputs, outputs): inputs an op updates in place are cloned and the clones are its outputs;
+    otherwise one poisoned buffer per reference result."""
+    if op.mutates and len(op.mutates) == len(ref_native):
+        kin = [t.clone() if i in op.mutates else t for i, t in enumerate(inputs)]
+        return kin, [kin[i] for i in op.mutates]
+    return list(inputs), [_poison(torch.empty_like(r)) for r in ref_native]
+
+
+def _is_index(op, j: int, out: torch.Tensor) -> bool:
+    """An int64 index output (argmax, sort/topk/cummax indices): ties make several answers right."""
+    names = op.io.get("outputs") or []
+    name = names[j].split(":")[0].strip() if j < len(names) else ""
+    return name in ("idx", "indices") and out.dtype in (torch.int64, torch.int32)
+
+
+def _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params) -> tuple[bool, dict]:
+    worst: dict = {}
+    for j, (out, r64, nat) in enumerate(zip(outputs, ref64, ref_native)):
+        if _is_index(op, j, out):
+            ok, stats = _compare_index(out, r64, inputs[0], params.get("dim", -1))
+        else:
+            ok, stats = ops.compare(out, r64, dtype, op.tolerance, native=nat)
+        if not ok:
+            label = f"output {j}: " if len(outputs) > 1 else ""
+            return False, {**stats, "why": label + stats.get("why", "")}
+        for k in ("max_abs", "max_rel", "norm_rel"):
+            if stats.get(k) is not None:
+                worst[k] = max(worst.get(k, 0.0), stats[k])
+    return True, worst
+
+
+def _compare_index(cand, ref, x, dim) -> tuple[bool, dict]:
+    """Indices are right when they are in range and pick the same values of x as the reference's."""
+    if tuple(cand.shape) != tuple(ref.shape):
+        return False, {"why": f"shape {tuple(cand.shape)} != {tuple(ref.shape)}"}
+    if cand.numel() == 0:
+        return True, {"exact": True}
+    size = x.shape[dim]
+    bad = int(((cand < 0) | (cand >= size)).sum())
+    if bad:
+        return False, {"exact": True, "mismatches": bad, "why": f"{bad} indices out of range [0, {size})"}
+    picked, want = x.gather(dim, cand.long()), x.gather(dim, ref.to(cand.device).long())
+    off = int((picked != want).sum() - (picked.isnan() & want.isnan()).sum())
+    return off == 0, {"exact": True, "mismatches": off,
+                      **({"why": f"{off} indices pick other values than the reference's"} if off else {})}
+
+
 def _trial(lib, op, contract, check, shape, dtype, seed, dev):
     params = {**op.params, **(check.get("params") or {})}
     inputs = _inputs(op, shape, dtype, seed, dev, params)
     before = [t.clone() for t in inputs]
-    ref_native = op.run_reference(inputs, params)
-    outputs = [torch.full_like(ref_native, float("nan"))]
-    code = _launch(lib, dtype, contract, inputs, outputs)
+    ref_native = ops.as_outputs(op.run_reference(inputs, params))
+    kin, outputs = _buffers(op, inputs, ref_native)
+    code = _launch(lib, dtype, contract, kin, outputs, params)
     torch.cuda.synchronize()
     if code != 0:
         return False, {"reason": "launch_failed" if code == -1 else "cuda_error",
                        "why": f"harness returned {code} for shape {shape}"}
-    for a, b in zip(inputs, before):
-        if not torch.equal(a, b):
-            return False, {"reason": "cheat", "why": "the kernel modified its input"}
-    ref64 = op.run_reference([t.double() for t in inputs], params)
-    ok, stats = ops.compare(outputs[0], ref64, dtype, op.tolerance, native=ref_native)
+    for i, (a, b) in enumerate(zip(kin, before)):
+        if i not in op.mutates and not torch.equal(a, b):
+            return False, {"reason": "cheat", "why": f"the kernel modified input {i}"}
+    ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
+    ok, stats = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
     if not ok:
         return False, {**stats, "reason": "incorrect"}
     # new values in the same buffers must give new results
     gen = torch.Generator().manual_seed(seed + 1000)
     fresh = op.make_inputs(shape, dtype, "contiguous", gen, params)
-    for t, f in zip(inputs, fresh):
+    for t, k, f in zip(inputs, kin, fresh):
         t.copy_(f.to(dev))
-    outputs[0].fill_(float("nan"))
-    if _launch(lib, dtype, contract, inputs, outputs) != 0:
+        if k is not t:
+            k.copy_(t)
+    ref_native = ops.as_outputs(op.run_reference(inputs, params))
+    ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
+    if not op.mutates:
+        for o in outputs:
+            _poison(o)
+    if _launch(lib, dtype, contract, kin, outputs, params) != 0:
         return False, {"reason": "cuda_error", "why": "second launch failed"}
     torch.cuda.synchronize()
-    ref64 = op.run_reference([t.double() for t in inputs], params)
-    ok2, stats2 = ops.compare(outputs[0], ref64, dtype, op.tolerance,
-                              native=op.run_reference(inputs, params))
+    ok2, stats2 = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
     if not ok2:
         return False, {**stats2, "reason": "incorrect", "why": "stale result on new input values: "
                        + stats2.get("why", "")}
@@ -145,9 +210,9 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev):
 def _time(lib, op, contract, check, shape, dtype, dev, warmup, runs) -> dict:
     params = {**op.params, **(check.get("params") or {})}
     inputs = _inputs(op, shape, dtype, 0, dev, params)
-    out = [torch.empty_like(op.run_reference(inputs, params))]
+    kin, out = _buffers(op, inputs, ops.as_outputs(op.run_reference(inputs, params)))
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=dev)
-    cand = _events(lambda: _launch(lib, dtype, contract, inputs, out), flush, warmup, runs)
+    cand = _events(lambda: _launch(lib, dtype, contract, kin, out, params), flush, warmup, runs)
     base = _events(lambda: op.run_reference(inputs, params), flush, warmup, runs)
     return {"shape": list(shape), "dtype": dtype, "candidate_ms": cand, "eager_ms": base,
             "speedup": base["median"] / cand["median"] if cand["median"] > 0 else 0.0}
