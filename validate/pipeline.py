@@ -82,7 +82,9 @@ def _without_gpu(items, cfg, by_id):
 
 def finish(out, cfg, comp) -> tuple:
     if isinstance(out, WorkerFailure):
-        out = {"status": "dropped", "reason": out.kind if out.kind == "timeout" else "crash", "detail": out.detail}
+        # timeout: hung past the limit; crash: the worker process died; worker_error: it raised
+        reason = {"timeout": "timeout", "error": "worker_error"}.get(out.kind, "crash")
+        out = {"status": "dropped", "reason": reason, "detail": out.detail}
     out = dict(out)
     status, reason = out.pop("status"), out.pop("reason")
     for k in ("recycle", "_exit", "_log"):

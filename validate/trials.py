@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import ctypes
 import random
-import statistics
 
 import torch
 
 from sftbuild import ops
 from sftbuild.ops.catalog import TORCH_DTYPES
 from sftbuild.validate import harness as H
+from sftbuild.validate import timing
 
-L2_FLUSH_BYTES = 256 << 20
+L2_FLUSH_BYTES = timing.L2_FLUSH_BYTES
 
 
 def run_record(task: dict) -> dict:
@@ -41,6 +41,11 @@ def run_record(task: dict) -> dict:
         msg = str(e)
         reason = "illegal_address" if "illegal" in msg else "cuda_error"
         return {"status": "dropped", "reason": reason, "detail": msg[:500], "recycle": True}
+    except Exception:  # a binding whose harness contract does not fit the op: one verdict, not the run
+        import traceback
+
+        return {"status": "dropped", "reason": "harness_error", "detail": traceback.format_exc()[-2000:],
+                "recycle": True}
 
 
 def _run(task: dict) -> dict:
@@ -219,17 +224,4 @@ def _time(lib, op, contract, check, shape, dtype, dev, warmup, runs) -> dict:
 
 
 def _events(fn, flush, warmup, runs) -> dict:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return {"median": statistics.median(times), "p10": times[len(times) // 10],
-            "p90": times[(9 * len(times)) // 10], "runs": runs}
+    return timing.events(fn, warmup, runs, flush)
