@@ -16,6 +16,8 @@ Timing uses CUDA events with the L2 flushed between runs.
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 import random
 
 import torch
@@ -54,7 +56,7 @@ def _run(task: dict) -> dict:
     for i, check in enumerate(H.checks(task["binding"])):
         op = ops.get(check["op"])
         contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
-        lib = ctypes.CDLL(task["sos"][i])
+        lib = load_harness(task["sos"][i])
         cons = check.get("constraints") or {}
         pool = [s for s in op.shape_pool if _fits(s, cons)]
         rng = random.Random(f"{task['id']}:{check['op']}")
@@ -83,6 +85,21 @@ def _run(task: dict) -> dict:
     if timing:
         payload["speedup"] = min(t["speedup"] for t in timing.values())
     return payload
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_libs_global() -> None:
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in ("libc10.so", "libtorch_cpu.so", "libc10_cuda.so", "libtorch_cuda.so"):
+        if os.path.exists(os.path.join(lib, name)):
+            ctypes.CDLL(os.path.join(lib, name), mode=ctypes.RTLD_GLOBAL)
+
+
+def load_harness(path: str) -> ctypes.CDLL:
+    """dlopen a harness. ATen harnesses call into c10 (TORCH_CHECK, tensor types), so torch's own
+    libraries are made global first, or the load fails with an undefined symbol."""
+    _torch_libs_global()
+    return ctypes.CDLL(path)
 
 
 def _fits(shape, cons) -> bool:

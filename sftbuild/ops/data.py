@@ -57,7 +57,7 @@ define("embedding", "indexing", "an embedding lookup: out[t] = weight[ids[t]]", 
        "index_rows", layouts=ALL_LAYOUTS, tolerance=EXACT)
 define("embedding_backward", "indexing", "the dense embedding gradient: dW[v] = sum of dout[t] over tokens t with ids[t] == v",
        "嵌入层的稠密梯度：dW[v] = 所有ids[t] == v的dout[t]之和",
-       lambda dout, ids, vocab=1: torch.zeros(vocab, dout.shape[1], dtype=dout.dtype).index_add(0, ids, dout),
+       lambda dout, ids, vocab=1: torch.zeros(vocab, dout.shape[1], dtype=dout.dtype, device=dout.device).index_add(0, ids, dout),
        lambda s, d, l, g, p: [p.update(vocab=s[1]) or rand((s[0], s[2]), d, l, g),
                               torch.randint(0, s[1], (s[0],), generator=g)],
        EMB_POOL, {"inputs": ["dout: [tokens, dim]", "ids: [tokens] int64"], "outputs": ["dW: [vocab, dim]"]},
@@ -114,7 +114,7 @@ def _vol2im(cols, depth=1, height=1, width=1, kernel=2, pad=1, stride=1):
     # the adjoint of vol2col: scatter-add each column entry back to its voxel
     acc = torch.float64 if cols.dtype == torch.float64 else torch.float32
     n, ck, _ = cols.shape
-    x = torch.zeros(n, ck // kernel ** 3, depth, height, width, dtype=acc, requires_grad=True)
+    x = torch.zeros(n, ck // kernel ** 3, depth, height, width, dtype=acc, device=cols.device, requires_grad=True)
     with torch.enable_grad():
         (grad,) = torch.autograd.grad(_vol2col(x, kernel, pad, stride), x, cols.to(acc))
     return grad.to(cols.dtype)
