@@ -65,10 +65,13 @@ class StageRun:
     def put(self, record_id: str, status: str, reason: str | None = None, payload: dict | None = None,
             flush_every: int = 16) -> None:
         self._pending.append((record_id, self.stage, self.chash, status, reason, payload))
-        key = status if status == "ok" else f"{status}:{reason}"
-        self.stats[key] = self.stats.get(key, 0) + 1
+        self.count(status, reason)
         if len(self._pending) >= flush_every:
             self.flush()
+
+    def count(self, status: str, reason: str | None) -> None:
+        key = status if status == "ok" else f"{status}:{reason}"
+        self.stats[key] = self.stats.get(key, 0) + 1
 
     def flush(self) -> None:
         if self._pending:

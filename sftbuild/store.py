@@ -263,8 +263,8 @@ class Store:
                 (record_id, stage, verdict, reason, stable_json(detail), stable_json(env), time.time()))
 
     def put_verdict(self, record_id: str, stage: str, chash: str, status: str, reason: str | None,
-                    payload: dict, env: dict) -> None:
-        """A stage result and its verdict-log entry, committed together."""
+                    payload: dict, env: dict, detail: dict | None = None) -> None:
+        """A stage result and its verdict-log entry (detail, default the payload), committed together."""
         now = time.time()
         with self.tx():
             self.db.execute("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?,?)",
@@ -272,7 +272,8 @@ class Store:
             self.db.execute(
                 "INSERT INTO verdicts (record_id, stage, verdict, reason, detail, env, created) "
                 "VALUES (?,?,?,?,?,?,?)",
-                (record_id, stage, status, reason, stable_json(payload), stable_json(env), now))
+                (record_id, stage, status, reason, stable_json(payload if detail is None else detail),
+                 stable_json(env), now))
 
     def verdicts(self, record_id: str) -> list[dict]:
         rows = self.db.execute(

@@ -17,23 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from sftbuild.cli import main
-from sftbuild.config import Config
-from sftbuild.context import Context
-from sftbuild.executor import LocalExecutor
 from sftbuild.harvest import stage
 from sftbuild.store import Store
 
 DATA = Path(__file__).parent / "data" / "harvest"
-
-
-@pytest.fixture
-def ctx(tmp_path):
-    store = Store(tmp_path / "ws")
-    ex = LocalExecutor(cpu_workers=1, gpus="none", progress=False)
-    c = Context(store=store, config=Config(), executor=ex, echo=lambda s: None, progress=False)
-    yield c
-    ex.close()
-    store.close()
 
 
 def records(ctx):

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import sysconfig
 import time
 import warnings

@@ -12,6 +12,7 @@ the launch, or -1 when the sizes are outside what the binding supports.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from pathlib import Path
 
@@ -79,6 +80,17 @@ def _defaults(harness: str) -> dict:
     return {**base, **{"persistent_softmax": {"max_log2": 10, "is_log_softmax": "false", "ns": ""},
                        "aten_softmax_backward": {"max_log2": 10, "is_log_softmax": "false", "ns": ""},
                        }.get(harness, {})}
+
+
+def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
+    """Whether a shape from an op's pool satisfies a binding's constraints (and a size cap)."""
+    n = math.prod(shape)
+    if (max_numel and n > max_numel) or ("max_numel" in cons and n > cons["max_numel"]):
+        return False
+    if "max_cols" in cons and shape[-1] > cons["max_cols"]:
+        return False
+    # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
+    return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 
 
 # sizes a harness's own launch logic cannot serve, whatever the binding says

@@ -28,6 +28,7 @@ import torch
 from sftbuild import ops
 from sftbuild.ops.catalog import TORCH_DTYPES
 from sftbuild.validate import guards
+from sftbuild.validate import harness as H
 
 
 class Reject(Exception):
@@ -109,7 +110,7 @@ class OpProblem(Problem):
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
         self.layouts = list(self.op.layouts)
         cons = b.get("constraints") or {}
-        pool = [s for s in self.op.shape_pool if _fits(s, cons, task.get("max_numel"))]
+        pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
         self.shapes = rng.sample(pool, min(task.get("shapes", 3), len(pool)))
 
@@ -155,17 +156,6 @@ def pick_wrapper(mod, entry: dict):
     if best is None:
         raise Reject("unbound", "no Python wrapper function found in the Triton module")
     return getattr(mod, best)
-
-
-def _fits(shape, cons, max_numel=None) -> bool:
-    n = 1
-    for s in shape:
-        n *= s
-    if max_numel and n > max_numel:
-        return False
-    if "max_cols" in cons and shape[-1] > cons["max_cols"]:
-        return False
-    return not ("max_numel" in cons and n > cons["max_numel"])
 
 
 class ModuleProblem(Problem):

@@ -34,15 +34,17 @@ def run(ctx: Context) -> dict:
         todo = [r for r in ctx.store.alive("validate") if r.id not in run.done()]
         cache = str((ctx.workspace / "cache" / "compile").resolve())
         for rec, status, reason, payload in pipeline.validate(todo, cfg, ctx.executor, cache, nvcc):
-            run.put(rec.id, status, reason, payload, flush_every=1)
             env = {**environment(), **(payload.get("env") or {})}
-            ctx.store.log_verdict(rec.id, "validate", status, reason, {**payload, "tried": _tried(payload)}, env)
+            # result and verdict log in one transaction: a kill between them cannot split the two
+            ctx.store.put_verdict(rec.id, "validate", run.chash, status, reason, payload, env,
+                                  detail={**payload, "tried": _tried(payload)})
+            run.count(status, reason)
     return run.stats
 
 
 def _tried(payload: dict) -> dict:
     """The shapes and dtypes a verdict rests on."""
     rows = payload.get("trials") or []
+    shapes = dict.fromkeys(tuple(r["shape"]) for r in rows if r.get("shape"))  # first-seen order
     return {"dtypes": sorted({r.get("dtype") for r in rows if r.get("dtype")}),
-            "shapes": [s for i, s in enumerate(r.get("shape") for r in rows) if s not in
-                       [r.get("shape") for r in rows][:i]][:16]}
+            "shapes": [list(s) for s in shapes][:16]}

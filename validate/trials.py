@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import random
 
 import torch
 
 from sftbuild import ops
-from sftbuild.ops.catalog import TORCH_DTYPES
 from sftbuild.validate import harness as H
 from sftbuild.validate import timing
 
@@ -58,7 +58,7 @@ def _run(task: dict) -> dict:
         contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
         lib = load_harness(task["sos"][i])
         cons = check.get("constraints") or {}
-        pool = [s for s in op.shape_pool if _fits(s, cons)]
+        pool = [s for s in op.shape_pool if H.fits(s, cons)]
         rng = random.Random(f"{task['id']}:{check['op']}")
         shapes = rng.sample(pool, min(task["shapes"], len(pool)))
         dtypes = [d for d in op.dtypes if d in task["dtypes"]]
@@ -78,7 +78,7 @@ def _run(task: dict) -> dict:
                         return {"status": "dropped", "reason": stats.get("reason", "incorrect"),
                                 "detail": stats.get("why", ""), "trials": tried, "errors": worst}
         if task.get("timing"):
-            shape = max(pool, key=lambda s: _numel(s))
+            shape = max(pool, key=math.prod)
             timing[op.name] = _time(lib, op, contract, check, shape, dtypes[0], dev,
                                     task["warmup"], task["runs"])
     payload = {"status": "ok", "reason": None, "trials": tried, "errors": worst, "timing": timing}
@@ -100,22 +100,6 @@ def load_harness(path: str) -> ctypes.CDLL:
     libraries are made global first, or the load fails with an undefined symbol."""
     _torch_libs_global()
     return ctypes.CDLL(path)
-
-
-def _fits(shape, cons) -> bool:
-    if "max_cols" in cons and shape[-1] > cons["max_cols"]:
-        return False
-    if "max_numel" in cons and _numel(shape) > cons["max_numel"]:
-        return False
-    # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
-    return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _inputs(op, shape, dtype, seed, dev, params):
