@@ -104,10 +104,25 @@ def environment() -> dict:
     return env
 
 
+class NvccMissing(Exception):
+    pass
+
+
+def find_nvcc(configured: str = "") -> str:
+    for cand in (configured, shutil.which("nvcc") or "",
+                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+        if cand and os.path.exists(cand):
+            return cand
+    raise NvccMissing("nvcc was not found: install the CUDA toolkit, put nvcc on PATH, "
+                      "or set validate.nvcc / CUDA_HOME")
+
+
+@functools.lru_cache(maxsize=1)
 def nvcc_version() -> str | None:
-    nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
-                                    if os.environ.get("CUDA_HOME") else None)
-    if not nvcc or not os.path.exists(nvcc):
+    """The toolchain line of `nvcc --version`; part of every compile cache key, so asked once a process."""
+    try:
+        nvcc = find_nvcc()
+    except NvccMissing:
         return None
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout

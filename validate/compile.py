@@ -11,30 +11,16 @@ import json
 import os
 import re
 import resource
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from sftbuild.context import nvcc_version
+from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
 from sftbuild.harvest.include_sets import nvcc_args
 
 ENTRY = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?")
 USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-
-
-class NvccMissing(Exception):
-    pass
-
-
-def find_nvcc(configured: str = "") -> str:
-    for cand in (configured, shutil.which("nvcc") or "",
-                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
-        if cand and os.path.exists(cand):
-            return cand
-    raise NvccMissing("nvcc was not found: install the CUDA toolkit, put nvcc on PATH, "
-                      "or set validate.nvcc / CUDA_HOME")
 
 
 def parse_ptxas(log: str) -> dict:

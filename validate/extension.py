@@ -75,8 +75,7 @@ def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra
     """Compile and (with link) link an inline extension. Returns {ok, reason, so, seconds, cached, log,
     header ('lean' | 'full' | None: which torch header the CUDA source compiled against),
     phases {pch, main, cuda, link: seconds}, key}."""
-    from sftbuild.context import nvcc_version
-    from sftbuild.validate.compile import find_nvcc
+    from sftbuild.context import find_nvcc, nvcc_version
 
     cpp = "\n".join([cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources or []))
     cu = "\n".join([cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or []))
