@@ -1,49 +1,84 @@
-"""RayExecutor on a local Ray instance with CPU tasks (skipped when ray is not installed)."""
+"""RayExecutor on a local Ray instance (skipped when ray is not installed): CPU tasks, the GPU
+actors' recycling on a declared GPU resource, and, on a GPU machine, real GPUs and the
+validate stage."""
 import pytest
+import torch
+
+from sftbuild.executor import WorkerFailure
+from tests import tasks
+from tests.conftest import HAS_GPU, HAS_NVCC
 
 ray = pytest.importorskip("ray")
 
 
-def _square(x):
-    if x == 3:
-        raise ValueError("boom")
-    return x * x
+@pytest.fixture
+def local_ray(request):
+    kw = getattr(request, "param", {})
+    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, **kw)
+    yield
+    ray.shutdown()
 
 
-def test_ray_map_cpu():
-    from sftbuild.executor import WorkerFailure
+@pytest.mark.parametrize("local_ray", [{"num_cpus": 2}], indirect=True)
+def test_ray_map_cpu(local_ray):
     from sftbuild.ray_executor import RayExecutor
 
-    ray.init(num_cpus=2, ignore_reinit_error=True, include_dashboard=False)
-    try:
-        ex = RayExecutor(progress=False)
-        out = dict(ex.map_cpu(_square, [1, 2, 3, 4]))
-        assert out[1] == 1 and out[4] == 16
-        assert isinstance(out[3], WorkerFailure) and out[3].kind == "error"
-        assert ex.gpu_count == 0
-    finally:
-        ray.shutdown()
+    ex = RayExecutor(progress=False)
+    out = dict(ex.map_cpu(tasks.misbehave, ["a", "raise", "b"]))
+    assert out["a"]["x"] == "a" and out["b"]["x"] == "b"
+    assert isinstance(out["raise"], WorkerFailure) and out["raise"].kind == "error"
+    assert ex.gpu_count == 0
 
 
-def _slow(x):
-    import time
-
-    if x == "hang":
-        time.sleep(600)
-    return x
-
-
-def test_ray_gpu_path_times_out_a_hang(monkeypatch):
-    """The GPU path's timeout logic on a local instance that declares a (fake) GPU resource."""
-    from sftbuild.executor import WorkerFailure
+@pytest.mark.parametrize("local_ray", [{"num_cpus": 2, "num_gpus": 1}], indirect=True)
+def test_ray_gpu_actor_recycles_after_hang_crash_and_fault(local_ray):
+    """The GPU path on a local instance that declares a (fake) GPU resource."""
     from sftbuild.ray_executor import RayExecutor
 
-    ray.init(num_cpus=2, num_gpus=1, ignore_reinit_error=True, include_dashboard=False)
-    try:
-        ex = RayExecutor(progress=False)
-        assert ex.gpu_count == 1
-        out = dict(ex.map_gpu(_slow, ["a", "hang", "b"], timeout=5))
-        assert out["a"] == "a" and out["b"] == "b"
-        assert isinstance(out["hang"], WorkerFailure) and out["hang"].kind == "timeout"
-    finally:
-        ray.shutdown()
+    ex = RayExecutor(progress=False)
+    assert ex.gpu_count == 1
+    items = ["a", "a2", "hang", "b", "crash", "c", "fault", "d", "raise", "e"]
+    out = dict(ex.map_gpu(tasks.misbehave, items, timeout=5))
+    assert out["hang"].kind == "timeout"
+    assert out["crash"].kind == "crash"
+    assert out["raise"].kind == "error"
+    assert out["fault"]["recycle"] is True
+    for x in "abcde":
+        assert out[x]["x"] == x
+    assert out["a2"]["pid"] == out["a"]["pid"]  # one long-lived actor ...
+    assert len({out[x]["pid"] for x in "abcd"}) == 4  # ... replaced after each failure
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_ray_one_actor_per_real_gpu(local_ray):
+    from sftbuild.ray_executor import RayExecutor
+
+    ex = RayExecutor(progress=False)
+    assert ex.gpu_count == torch.cuda.device_count()
+    out = dict(ex.map_gpu(tasks.gpu_identity, list(range(8)), timeout=120))
+    print({k: (v["visible"], v["name"]) for k, v in out.items()})
+    assert len({v["visible"] for v in out.values()}) == ex.gpu_count
+    assert all(v["count"] == 1 for v in out.values())  # each actor is pinned to its own GPU
+    assert all(out[i]["sum"] == float(i) * (1 << 20) for i in range(8))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU or not HAS_NVCC, reason="needs a CUDA GPU and nvcc")
+def test_ray_validate_stage_on_real_gpus(tmp_path, local_ray):
+    """The validate stage with --executor ray: the ATen softmax passes, its off-by-one copy fails."""
+    from sftbuild.config import Config
+    from sftbuild.context import Context
+    from sftbuild.ray_executor import RayExecutor
+    from sftbuild.store import Store
+    from sftbuild.validate import stage as validate
+    from tests.test_validate_foundation import _softmax_and_broken_twin
+
+    ctx = Context(store=Store(tmp_path / "ws"), config=Config(), executor=RayExecutor(progress=False),
+                  echo=lambda s: None, progress=False)
+    soft, broken = _softmax_and_broken_twin(ctx)
+    validate.run(ctx)
+    good, bad = ctx.store.result(soft.id, "validate"), ctx.store.result(broken.id, "validate")
+    print("ray softmax:", good["status"], good["reason"], "broken:", bad["status"], bad["reason"])
+    assert good["status"] == "ok", good
+    assert (bad["status"], bad["reason"]) == ("dropped", "incorrect")

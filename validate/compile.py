@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
 from sftbuild.harvest.include_sets import nvcc_args
+from sftbuild.validate import nvcc_parallel
 
 ENTRY = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?")
 USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
@@ -73,16 +74,15 @@ def compile_task(task: dict) -> dict:
         (out_dir / "kernel.cu").write_text('#include "kernel.cuh"\n', encoding="utf-8")
         cmd = [nvcc, "-cubin", "-Xptxas", "-v", *flags, "kernel.cu", "-o", "kernel.cubin"]
     start = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True, timeout=task["timeout"],
-                              preexec_fn=_limits, env={**os.environ, "TMPDIR": str(out_dir)})
-    except subprocess.TimeoutExpired:
+    code, log = nvcc_parallel.run(cmd, out_dir, task["timeout"], env={**os.environ, "TMPDIR": str(out_dir)},
+                                  preexec_fn=_limits)
+    if code == -9:
         return {"ok": False, "reason": "compile_timeout", "log": f"nvcc exceeded {task['timeout']} s",
                 "seconds": time.monotonic() - start, "cached": False}
-    log = (proc.stdout + proc.stderr)[-20000:]
-    res = {"ok": proc.returncode == 0, "reason": None if proc.returncode == 0 else "compile_error",
-           "log": log if proc.returncode else "", "resources": parse_ptxas(log),
-           "so": str(out_dir / "harness.so") if task.get("harness") and link and proc.returncode == 0 else None,
+    log = log[-20000:]
+    res = {"ok": code == 0, "reason": None if code == 0 else "compile_error",
+           "log": log if code else "", "resources": parse_ptxas(log),
+           "so": str(out_dir / "harness.so") if task.get("harness") and link and code == 0 else None,
            "seconds": round(time.monotonic() - start, 3), "key": key}
     done.write_text(json.dumps(res))
     return {**res, "cached": False}
@@ -196,9 +196,6 @@ def _triton_aot(task, f, launch_kw) -> dict:
     md = ck.metadata
     res = _cubin_resources(ck.asm.get("cubin"), task)
     return {**res, "smem": max(res.get("smem", 0), getattr(md, "shared", 0) or 0), "num_warps": getattr(md, "num_warps", 0)}
-    return {"registers": getattr(ck, "n_regs", None) or 0, "smem": getattr(md, "shared", 0),
-            "spill_stores": getattr(ck, "n_spills", None) or 0, "spill_loads": 0, "stack": 0,
-            "num_warps": getattr(md, "num_warps", 0)}
 
 
 RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)")
@@ -211,8 +208,8 @@ def _cubin_resources(cubin: bytes | None, task) -> dict:
         return out
     try:
         tool = Path(find_nvcc(task.get("nvcc", ""))).parent / "cuobjdump"
-        path = Path(task["cache_dir"]) / "triton_aot" / "k.cubin"
-        path.write_bytes(cubin)
+        path = Path(task["cache_dir"]) / "triton_aot" / f"{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
+        path.write_bytes(cubin)  # named by content: pool workers never share a file
         log = subprocess.run([str(tool), "-res-usage", str(path)], capture_output=True, text=True, timeout=30).stdout
         m = RES.search(log)
         if m:

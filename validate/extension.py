@@ -29,6 +29,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sftbuild.validate import nvcc_parallel
+
 HERE = Path(__file__).resolve().parent
 LEAN = HERE / "torch_lean.cuh"
 # stand-ins for generated headers a CPU-only torch wheel lacks; -isystem comes after -I, so real ones win
@@ -159,7 +161,8 @@ def _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, i
 
     def timed(job):
         t0 = time.monotonic()
-        r = _run(jobs[job](headers[job]), out, timeout)
+        cmd = jobs[job](headers[job])
+        r = nvcc_parallel.run(cmd, out, timeout) if job == "cuda" else _run(cmd, out, timeout)
         phases[job] = round(time.monotonic() - t0, 3)
         return r
 
