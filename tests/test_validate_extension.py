@@ -84,3 +84,30 @@ def test_red_team_cuda_solutions_compile_lean(cache):
         # are beyond the lean header: those compile against the full one
         want = "full" if ("at::matmul" in f["cuda_sources"] or "std::thread" in f["cuda_sources"]) else "lean"
         assert res["ok"] and res["header"] == want, (case.name, res["log"][-2000:])
+
+
+def test_build_slots_bound_concurrent_builds(tmp_path, monkeypatch):
+    """With one slot the second build waits for the first, and reports the wait apart from its build."""
+    import threading
+    import time
+
+    monkeypatch.setenv("SFTBUILD_EXT_SLOTS", "1")
+    held, waits = threading.Event(), []
+
+    def first():
+        with extension.build_slot(str(tmp_path)) as queued:
+            waits.append(("first", queued))
+            held.set()
+            time.sleep(0.6)
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait(5)
+    with extension.build_slot(str(tmp_path)) as queued:
+        waits.append(("second", queued))
+    t.join()
+    assert waits[0][1] < 0.3 and waits[1][1] >= 0.4
+    monkeypatch.setenv("SFTBUILD_EXT_SLOTS", "2")  # a second slot: no wait while one is held
+    with extension.build_slot(str(tmp_path)):
+        with extension.build_slot(str(tmp_path)) as queued:
+            assert queued < 0.3

@@ -99,13 +99,15 @@ def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra
         return {**prev, "seconds": 0.0, "cached": True}
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    inc = [f"-I{d}" for d in tc["includes"]] + [f"-I{tc['python']}", "-isystem", str(SHIM)]
-    defs = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H", *tc["abi"]]
+    inc, defs = _flags(tc, name)
     nvcc = find_nvcc(nvcc)
     result = prev  # objects compiled earlier (e.g. where the CUDA build of torch was missing): link only
     if result is None:
-        res, header, phases = _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, inc, defs,
-                                       cache_dir, timeout)
+        with build_slot(cache_dir) as queued:
+            start += queued  # time spent waiting for a slot is load, not this build
+            res, header, phases = _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, inc,
+                                           defs, cache_dir, timeout)
+        phases["queued"] = round(queued, 3)
         failed = [r for r in res.values() if r[0] != 0]
         reason = None if not failed else "compile_timeout" if any(r[0] == -9 for r in failed) else "compile_error"
         result = {"ok": not failed, "reason": reason, "log": "\n".join(r[1] for r in failed)[-8000:],
@@ -174,6 +176,45 @@ def _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, i
             phases[f"{j}_lean"], headers[j] = phases[j], "full"
         res.update(zip(retry, pool.map(timed, retry)))
     return res, headers, phases
+
+
+@contextlib.contextmanager
+def build_slot(cache_dir: str):
+    """One of a machine-wide number of torch-header builds at a time (SFTBUILD_EXT_SLOTS, else a third
+    of the cores: each build runs three compilers at once and parses torch's headers in each), so
+    a full CPU pool neither thrashes nor runs out of memory. Yields the seconds spent waiting."""
+    n = int(os.environ.get("SFTBUILD_EXT_SLOTS") or max(1, (os.cpu_count() or 1) // 3))
+    d = Path(cache_dir) / "slots"
+    d.mkdir(parents=True, exist_ok=True)
+    t = time.monotonic()
+    while True:
+        for i in range(n):
+            f = open(d / f"{i}.lock", "w")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            try:
+                yield time.monotonic() - t
+            finally:
+                f.close()  # closing releases the lock, also when the holder dies
+            return
+        time.sleep(0.05)
+
+
+def prepare(cache_dir: str) -> float:
+    """Build the shared precompiled header before a batch of builds, so none waits on it; seconds."""
+    t = time.monotonic()
+    tc = toolchain()
+    precompiled_header(cache_dir, tc, *_flags(tc, "x"), lean=True)
+    return time.monotonic() - t
+
+
+def _flags(tc: dict, name: str) -> tuple[list, list]:
+    """Include paths and defines of every torch-header compile."""
+    inc = [f"-I{d}" for d in tc["includes"]] + [f"-I{tc['python']}", "-isystem", str(SHIM)]
+    return inc, [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H", *tc["abi"]]
 
 
 def compile_only(cpp_sources, cuda_sources, cache_dir: str, arch: str = "", nvcc: str = "",

@@ -104,7 +104,8 @@ def checks(binding: dict) -> list[dict]:
     first["constraints"] = {**HARNESS_LIMITS.get(first["harness"] or "", {}), **(first["constraints"] or {})}
     out = [first]
     for extra in binding.get("also") or []:
-        out.append({"op": extra["op"], "params": extra.get("params") or first["params"],
+        # an `also` op's params replace the first op's (`params: {}` means none), harness args add up
+        out.append({"op": extra["op"], "params": extra["params"] if "params" in extra else first["params"],
                     "harness": extra.get("harness") or first["harness"],
                     "harness_args": {**(first["harness_args"] or {}), **(extra.get("harness_args") or {})},
                     "constraints": {**HARNESS_LIMITS.get(extra.get("harness") or "", {}),

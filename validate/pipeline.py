@@ -37,6 +37,8 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     by_id = {r.id: r for r in todo}
     # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
     tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
+    if any(t["language"] not in ("cuda", "triton") and "load_inline" in t["code"] for t in tasks):
+        _prepare_extensions(cache_dir)
     ready = []
     for task, res in executor.map_cpu(compile_any, tasks, desc="compile"):
         rec = by_id[task["id"]]
@@ -59,6 +61,16 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
             yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
             continue
         yield (rec, *finish(out, cfg, comp[rec.id]))
+
+
+def _prepare_extensions(cache_dir: str) -> None:
+    """The precompiled torch header, once, before the pool starts builds that would all wait on it."""
+    from sftbuild.validate import extension
+
+    try:
+        extension.prepare(os.path.join(cache_dir, "ext"))
+    except Exception:  # each build then makes it, or falls back to the full header, on its own
+        pass
 
 
 def _without_gpu(items, cfg, by_id):
@@ -184,7 +196,7 @@ def brief(res) -> dict:
     if isinstance(res, WorkerFailure):
         return {"failure": res.kind}
     return {"seconds": res.get("seconds"), "cached": res.get("cached"), "resources": res.get("resources"),
-            **({"aot": res["aot"]} if res.get("aot") else {})}
+            **{k: res[k] for k in ("aot", "header", "phases") if res.get(k)}}
 
 
 def gpu_task(rec, res, cfg, cache_dir) -> dict:
