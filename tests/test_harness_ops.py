@@ -221,7 +221,8 @@ def test_aten_validate_stage(tmp_path_factory):
     for rec in recs:  # our own harness or contract at fault: the whole traceback
         res = results.get(rec.id) or {}
         if res.get("reason") in ("harness_error", "worker_error", "crash"):
-            print(f"--- {rec.name} {res['reason']}:\n{(res.get('payload') or {}).get('detail')}")
+            payload = res.get("payload") or {}
+            print(f"--- {rec.name} {res['reason']}:\n{payload.get('detail')}\n{payload.get('log', '')[-3000:]}")
     softmax = [r for r in recs if r.name == "softmax_warp_forward"]
     assert softmax and all(results[r.id]["status"] == "ok" for r in softmax)
     crashed = [r.name for r in recs

@@ -172,9 +172,12 @@ def after_compile(rec, res, cfg):
         return ("dropped", "compile_error", {"detail": res.detail})
     if not res["ok"]:
         reason = res.get("reason") or "compile_error"
-        if res.get("harness_failed"):
+        if res.get("harness_failed") and reason != "compile_timeout":
             reason = "harness_error"
-        return ("dropped", reason, {"log": res.get("log", "")[-4000:]})
+        log = res.get("log", "")
+        first = next((ln.strip() for ln in log.splitlines() if "error" in ln.lower()), log.strip()[:300])
+        return ("dropped", reason, {"log": log[-4000:], "detail": ("harness: " if res.get("harness_failed") else "")
+                                    + first[:300]})
     r = res.get("resources") or {}
     over = []
     if r.get("registers", 0) > cfg.max_registers:
