@@ -45,6 +45,10 @@ ATTRIBUTE_WORDS = re.compile(rb"\b(C10_HOST_DEVICE|C10_DEVICE|C10_HOST|C10_ALWAY
 LAUNCH_BOUNDS = re.compile(r"\b(__launch_bounds__|\w*LAUNCH_BOUNDS\w*)\s*\(")
 STRING_TYPES = {"string_literal", "raw_string_literal", "raw_string_content", "string_content",
                 "char_literal", "concatenated_string"}
+# a conditional left empty once attributes are blanked (`template <...> #if !defined(USE_ROCM)
+# C10_LAUNCH_BOUNDS_1(...) #endif __global__ ...`): harmless to the compiler, fatal to the grammar
+EMPTY_CONDITIONAL = re.compile(rb"^[ \t]*#[ \t]*if(?:n?def)?\b[^\n]*\n(?:[ \t]*(?://[^\n]*)?\n)*?[ \t]*#[ \t]*endif\b[^\n]*",
+                               re.M)
 ROCM_MACROS = ("USE_ROCM", "__HIP_PLATFORM_AMD__", "__HIP_PLATFORM_HCC__", "USE_ROCM_CK_GEMM")
 
 
@@ -161,6 +165,8 @@ def mask_attributes(src: bytes) -> bytes:
         line_start = src.rfind(b"\n", 0, m.start()) + 1
         if not src[line_start:m.start()].lstrip().startswith(b"#"):
             _blank(out, m.start(), m.end())
+    for m in EMPTY_CONDITIONAL.finditer(bytes(out)):
+        _blank(out, m.start(), m.end())
     return bytes(out)
 
 

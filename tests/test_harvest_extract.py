@@ -159,3 +159,40 @@ def test_triton_closures_import_standalone(tmp_path):
         p.write_text(k.code)
         spec = importlib.util.spec_from_file_location(p.stem, p)
         spec.loader.exec_module(importlib.util.module_from_spec(spec))  # every name resolves
+
+
+SPLIT_TEMPLATE = b"""#define HAS_FAST_PATH() (1)
+#define MY_LAUNCH_BOUNDS_1(x) __launch_bounds__(x)
+namespace demo {
+#if HAS_FAST_PATH()
+template <int rows_per_block, typename T>
+#if !defined(USE_ROCM)
+// launch bounds on CUDA only
+MY_LAUNCH_BOUNDS_1(32 * rows_per_block)
+#endif
+// a note between the attribute and the kernel
+__global__ void
+split_kernel(const T* x, T* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] * T(rows_per_block);
+}
+#endif
+}  // namespace demo
+"""
+
+
+def test_template_split_by_a_conditional_attribute(tmp_path):
+    """As torch 2.11's warpMergeSortKVInPlace: `template <...>`, then launch bounds inside
+    `#if !defined(USE_ROCM)`, then the kernel. The template must stay with its kernel."""
+    from sftbuild.validate.harness import template_params
+
+    (k,), skipped = extract_kernels(SPLIT_TEMPLATE)
+    assert k.name == "split_kernel" and k.template and not skipped
+    assert "template <int rows_per_block, typename T>" in k.code and "MY_LAUNCH_BOUNDS_1" in k.code
+    assert k.params == ["const T* x", "T* y", "int n"]
+    assert template_params(k.code, k.name) == ["rows_per_block", "T"]
+    (tmp_path / "k.cu").write_text(k.code + "\ntemplate __global__ void demo::split_kernel<4, float>"
+                                   "(const float*, float*, int);\n")
+    proc = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "k.cu", "-o", "k.cubin"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
