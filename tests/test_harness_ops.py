@@ -260,3 +260,32 @@ def test_also_params_replace_the_first_ops():
     assert first["params"] == {"eps": 1e-5} and again["params"] == {"eps": 1e-5}
     assert apply["params"] == {}
     assert apply["harness_args"] == {"which": "transform", "train": "true"}
+
+
+GUARDED = """#include <cuda.h>
+#define HAS_FAST_SORT() (CUDA_VERSION >= 110600)
+#if HAS_FAST_SORT()
+__global__ void guarded_kernel(float* x) { x[threadIdx.x] = 1.f; }
+#endif
+"""
+
+
+@needs_nvcc
+def test_a_kernel_its_guard_removes_is_compiled_out(tmp_path):
+    """A kernel whose own #if guard is false on this toolchain is `compiled_out`, not a harness error."""
+    from sftbuild.config import ValidateConfig
+    from sftbuild.validate import pipeline
+
+    harness = '#include "kernel.cuh"\nvoid launch(float* x) { guarded_kernel<<<1, 32>>>(x); }\n'
+    task = {"id": "g", "name": "guarded_kernel", "language": "cuda", "code": GUARDED, "harnesses": [harness],
+            "include_sets": [], "arch": "sm_90", "timeout": 30, "nvcc": NVCC, "cache_dir": str(tmp_path),
+            "link": False}
+    res = pipeline.compile_cuda(task)
+    assert not res["ok"] and res["reason"] == "compiled_out"
+    status, reason, payload = pipeline.after_compile(Record(language="cuda", code=GUARDED, source="t"), res,
+                                                     ValidateConfig())
+    assert (status, reason) == ("dropped", "compiled_out") and "guarded_kernel" in payload["detail"]
+    # a harness that misnames something else is still our fault
+    res = pipeline.compile_cuda({**task, "code": GUARDED.replace("110600", "11060"),
+                                 "harnesses": [harness.replace("x) {", "x) { undefined_helper();")]})
+    assert res.get("harness_failed") and res["reason"] == "compile_error"
