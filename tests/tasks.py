@@ -19,6 +19,22 @@ def misbehave(x):
     return {"pid": os.getpid(), "x": x}
 
 
+MISBEHAVE = ["a", "a2", "hang", "b", "crash", "c", "fault", "d", "raise", "e"]
+
+
+def check_misbehave(out: dict) -> None:
+    """What an executor must make of MISBEHAVE: one verdict per bad item, and a fresh worker after
+    each failure, while the good items all come back."""
+    assert out["hang"].kind == "timeout"
+    assert out["crash"].kind == "crash"
+    assert out["raise"].kind == "error"
+    assert out["fault"]["recycle"] is True
+    for x in "abcde":
+        assert out[x]["x"] == x
+    assert out["a2"]["pid"] == out["a"]["pid"]  # one long-lived worker ...
+    assert len({out[x]["pid"] for x in "abcd"}) == 4  # ... replaced after each failure
+
+
 def gpu_identity(x):
     """Which GPU a worker sees, after a real kernel launch on it."""
     import torch
