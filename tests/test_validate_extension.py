@@ -43,7 +43,8 @@ def test_compile_error_is_cached_too(cache, monkeypatch):
     f = _sources("twin_relu_cuda")
     cu = f["cuda_sources"].replace("#include <torch/extension.h>", "").replace("torch::Tensor run", "int run")
     calls = []
-    monkeypatch.setattr(extension, "_run", lambda cmd, cwd, t: calls.append(cmd) or (1, "error: boom"))
+    monkeypatch.setattr(extension.nvcc_parallel, "run_command",
+                        lambda cmd, cwd, t, *a: calls.append(cmd) or (1, "error: boom"))
     monkeypatch.setattr(extension, "precompiled_header", lambda *a, **k: cache + "/none/torch_ext.h")
     res = extension.compile_only(f["cpp_sources"], cu, cache, arch="sm_90")
     assert res["reason"] == "compile_error" and "boom" in res["log"]

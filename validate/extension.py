@@ -123,7 +123,7 @@ def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra
     cmd = ["g++", "-shared", "main.o", *(["cuda.o"] if cu else []), *libs, f"-L{cuda_lib}",
            *[f"-l{n}" for n in names], "-o", so.name]
     t = time.monotonic()
-    code, llog = _run(cmd, out, timeout)
+    code, llog = nvcc_parallel.run_command(cmd, out, timeout)
     phases = {**result["phases"], "link": round(time.monotonic() - t, 3)}
     seconds = round(time.monotonic() - start, 3)
     if code != 0:
@@ -164,7 +164,7 @@ def _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, i
     def timed(job):
         t0 = time.monotonic()
         cmd = jobs[job](headers[job])
-        r = nvcc_parallel.run(cmd, out, timeout) if job == "cuda" else _run(cmd, out, timeout)
+        r = (nvcc_parallel.run if job == "cuda" else nvcc_parallel.run_command)(cmd, out, timeout)
         phases[job] = round(time.monotonic() - t0, 3)
         return r
 
@@ -245,14 +245,6 @@ def precompiled_header(cache_dir: str, tc: dict, inc: list, defs: list, lean: bo
             if Path(str(gch) + ".tmp").exists():
                 os.replace(str(gch) + ".tmp", gch)
     return str(header)
-
-
-def _run(cmd, cwd, timeout) -> tuple[int, str]:
-    try:
-        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired:
-        return -9, f"{cmd[0]} exceeded {timeout} s"
 
 
 def _arch() -> str:

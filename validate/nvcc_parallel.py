@@ -35,7 +35,7 @@ def run(cmd: list[str], cwd, timeout: float, env: dict | None = None, preexec_fn
             plan = _plan(cmd, cwd, env, keep)
             if plan is not None:
                 return _run_plan(plan, cwd, deadline, preexec_fn)
-    return _step(list(cmd), cwd, env, deadline, preexec_fn)
+    return run_command(list(cmd), cwd, timeout, env, preexec_fn)
 
 
 def _plan(cmd, cwd, env, keep):
@@ -99,7 +99,7 @@ def _run_plan(plan, cwd, deadline, preexec_fn) -> tuple[int, str]:
         return failed[0].code, failed[0].log
     log = chains[0].log + chains[1].log
     for step in plan["rest"]:
-        code, out = _step(["bash", "-c", step], cwd, plan["env"], deadline, preexec_fn)
+        code, out = run_command(["bash", "-c", step], cwd, deadline - time.monotonic(), plan["env"], preexec_fn)
         log += out
         if code != 0 and _tool(step) != "rm":
             return code, log
@@ -142,12 +142,14 @@ class _Chain:
         if self.code is None and self._proc and self._proc.poll() is None:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
+            self._out.close()
 
 
-def _step(cmd, cwd, env, deadline, preexec_fn) -> tuple[int, str]:
+def run_command(cmd, cwd, timeout: float, env: dict | None = None, preexec_fn=None) -> tuple[int, str]:
+    """Any compiler command: (exit code, output), -9 when it ran past `timeout` seconds."""
     try:
         p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, preexec_fn=preexec_fn,
-                           timeout=max(0.1, deadline - time.monotonic()))
+                           timeout=max(0.1, timeout))
         return p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired:
-        return -9, f"{Path(cmd[0]).name} exceeded its time limit"
+        return -9, f"{Path(cmd[0]).name} exceeded {timeout:.0f} s"
