@@ -162,6 +162,11 @@ class LocalExecutor(Executor):
             self._pool = None
 
 
+def wants_recycle(result) -> bool:
+    """A result that asks for a fresh worker process (a sticky CUDA fault poisons the context)."""
+    return bool(getattr(result, "recycle", False) or (isinstance(result, dict) and result.get("recycle")))
+
+
 def _call(fn, item):
     try:
         return fn(item)
@@ -207,8 +212,7 @@ class GpuWorker:
             code = self.proc.exitcode
             return WorkerFailure("crash", f"worker exited with code {code}"), True
         if status == "ok":
-            return payload, bool(getattr(payload, "recycle", False) or
-                                 (isinstance(payload, dict) and payload.get("recycle")))
+            return payload, wants_recycle(payload)
         return WorkerFailure("error", payload), True
 
     def restart(self):

@@ -13,7 +13,7 @@ import time
 
 from tqdm import tqdm
 
-from sftbuild.executor import Executor, WorkerFailure, _call
+from sftbuild.executor import Executor, WorkerFailure, _call, wants_recycle
 
 
 class _Slot:
@@ -82,7 +82,7 @@ class RayExecutor(Executor):
                     if s.ref in done:
                         result = self._get(s.ref)
                         recycle = isinstance(result, WorkerFailure) and result.kind == "crash" or \
-                            bool(getattr(result, "recycle", False) or isinstance(result, dict) and result.get("recycle"))
+                            wants_recycle(result)
                     elif now > s.deadline:
                         result, recycle = WorkerFailure("timeout", f"no result within {timeout:.0f} s"), True
                     else:

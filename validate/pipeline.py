@@ -38,7 +38,7 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     by_id = {r.id: r for r in todo}
     # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
     tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
-    if any(t["language"] not in ("cuda", "triton") and "load_inline" in t["code"] for t in tasks):
+    if any(_inline(t) for t in tasks):
         _prepare_extensions(cache_dir)
     ready = []
     for task, res in executor.map_cpu(compile_any, tasks, desc="compile"):
@@ -117,13 +117,18 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
             "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
 
 
+def _inline(task: dict) -> bool:
+    """A Python sample that builds a CUDA extension with load_inline (KernelBench style)."""
+    return task["language"] not in ("cuda", "triton") and "load_inline" in task["code"]
+
+
 def compile_any(task: dict) -> dict:
     if task["language"] == "cuda":
         return compile_cuda(task)
-    if task["language"] == "triton" or "load_inline" not in task["code"]:
-        res = C.triton_gate(task) if "triton" in task["code"] else {"ok": True, "resources": {}, "seconds": 0}
-        return {**res, "sos": []}
-    return compile_inline(task)
+    if _inline(task):
+        return compile_inline(task)
+    res = C.triton_gate(task) if "triton" in task["code"] else {"ok": True, "resources": {}, "seconds": 0}
+    return {**res, "sos": []}
 
 
 def compile_inline(task: dict) -> dict:
