@@ -1,8 +1,15 @@
 """Configuration: one typed model, read from an optional sftbuild.yaml.
 
-Every section is a dataclass; unknown keys and wrongly typed values are errors
-that name the key (``validate.compile_timeout: expected a number, got 'soon'``).
-The defaults work offline with no file at all.
+Every section is a dataclass and every field is declared once, with `opt(default,
+help, ...)`: its default, the comment `sftbuild init` writes beside it, and the range
+or choices a value must respect. The template and the checks are generated from that
+one declaration. Unknown keys and wrong values are errors that name the key
+(``validate.compile_timeout: expected a number, got 'soon'``). The defaults work
+offline with no file at all.
+
+A field declared with `plugins=KIND` selects plug-ins of that kind by name: a mapping
+from name to that plug-in's parameters (`false` turns one off); each plug-in owns and
+checks its own parameters (see `sftbuild.plugins`).
 """
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -20,92 +27,114 @@ class ConfigError(Exception):
     pass
 
 
+def opt(default: Any, help: str = "", *, choices: tuple | None = None, lo: float | None = None,
+        hi: float | None = None, lo_open: bool = False, plugins: str | None = None) -> Any:
+    """A config field: its default, its help line, and the values it accepts."""
+    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "plugins": plugins}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
 @dataclasses.dataclass
 class HarvestConfig:
-    sources: list[str] = dataclasses.field(default_factory=lambda: ["torch-aten"])  # names or locations
-    registries: list[str] = dataclasses.field(default_factory=list)  # extra registry YAML files
-    allow_unpinned: bool = False
-    max_file_bytes: int = 2_000_000
-    min_kernel_lines: int = 3
-    cache_dir: str = ""  # default: <workspace>/cache
-    vendored_dirs: list[str] = dataclasses.field(default_factory=list)  # more folder names to skip as vendored
+    """Where kernels come from and which files are read."""
+    sources: list[str] = opt(["torch-aten"], "registry names, local paths, git URLs pinned with @REV, "
+                             "pip:PACKAGE==VERSION or registry YAML files")
+    registries: list[str] = opt([], "extra vetted-source registry files")
+    allow_unpinned: bool = opt(False, "accept git URLs without @REV")
+    max_file_bytes: int = opt(2_000_000, "larger files are skipped as 'oversize'", lo=1)
+    min_kernel_lines: int = opt(3, "shorter kernels are dropped as 'trivial'", lo=0)
+    cache_dir: str = opt("", "git clones and downloads; default: <workspace>/cache")
+    vendored_dirs: list[str] = opt([], "folder names skipped as vendored, besides third_party/, cutlass/, ...")
 
 
 @dataclasses.dataclass
 class DescribeConfig:
-    seed: int = 0
-    languages: list[str] = dataclasses.field(default_factory=lambda: ["en", "zh"])
-    levels: list[str] = dataclasses.field(default_factory=lambda: ["brief", "detailed"])
+    """Instructions written for each kernel."""
+    seed: int = opt(0, "same record + seed -> same instruction text")
+    languages: list[str] = opt(["en", "zh"], "instruction languages", choices=("en", "zh"))
+    levels: list[str] = opt(["brief", "detailed"], "instruction levels", choices=("brief", "detailed"))
 
 
 @dataclasses.dataclass
 class ValidateConfig:
-    arch: str = "sm_90"
-    compile_timeout: float = 30.0
-    sample_timeout: float = 120.0
-    max_registers: int = 255
-    max_spill_bytes: int = 1024
-    max_block_size: int = 1024
-    shared_memory_budget: int = 232448  # bytes per block on sm_90 (227 KB opt-in)
-    shapes: int = 3
-    seeds: int = 2
-    memcheck: str = "sample"  # off | sample | all
-    memcheck_fraction: float = 0.1
-    warmup: int = 10
-    runs: int = 100
-    timing: bool = True
-    compile_baseline: bool = False  # also time torch.compile
-    max_slowdown: float | None = None  # e.g. 1.5 drops kernels >1.5x slower than eager
-    max_speedup: float = 50.0  # faster than this over eager is flagged for review
-    max_stack_bytes: int = 65536
-    racecheck: bool = False  # also run compute-sanitizer racecheck where memcheck runs
-    memcheck_timeout: float = 300.0
-    cpu_interpret: bool = True  # without a GPU, check Triton kernels in the interpreter (fp32, fp16)
-    nvcc: str = ""  # path; default: found on PATH or in CUDA_HOME
+    """Compile gate, resource limits, correctness trials, memory checks and timing."""
+    arch: str = opt("sm_90", "nvcc -arch and Triton target")
+    compile_timeout: float = opt(30.0, "seconds per compile", lo=0, lo_open=True)
+    sample_timeout: float = opt(120.0, "seconds per record on the GPU before the worker is recycled",
+                                lo=0, lo_open=True)
+    max_registers: int = opt(255, "registers per thread", lo=1)
+    max_spill_bytes: int = opt(1024, "register spill bytes", lo=0)
+    max_block_size: int = opt(1024, "threads per block", lo=1)
+    shared_memory_budget: int = opt(232448, "shared memory bytes per block (227 KB opt-in on sm_90)", lo=0)
+    shapes: int = opt(3, "shapes drawn from each op's shape pool", lo=1)
+    seeds: int = opt(2, "random seeds per shape", lo=1)
+    memcheck: str = opt("sample", "compute-sanitizer memcheck on no, a sample of, or all records",
+                        choices=("off", "sample", "all"))
+    memcheck_fraction: float = opt(0.1, "share of records memchecked when memcheck is 'sample'", lo=0, hi=1)
+    warmup: int = opt(10, "timing warm-up runs", lo=0)
+    runs: int = opt(100, "timed runs; the median is reported", lo=1)
+    timing: bool = opt(True, "time kernels against torch")
+    compile_baseline: bool = opt(False, "also time torch.compile")
+    max_slowdown: float | None = opt(None, "e.g. 1.5 drops kernels more than 1.5x slower than eager",
+                                     lo=0, lo_open=True)
+    max_speedup: float = opt(50.0, "faster than this over eager is flagged for review", lo=0, lo_open=True)
+    max_stack_bytes: int = opt(65536, "stack bytes per thread", lo=0)
+    racecheck: bool = opt(False, "also run racecheck where memcheck runs")
+    memcheck_timeout: float = opt(300.0, "seconds per memcheck run", lo=0, lo_open=True)
+    cpu_interpret: bool = opt(True, "without a GPU, check Triton kernels in the interpreter (fp32, fp16)")
+    nvcc: str = opt("", "path to nvcc; default: nvcc on PATH or in CUDA_HOME")
 
 
 @dataclasses.dataclass
 class DedupeConfig:
-    ngram: int = 5
-    short_ngram: int = 3
-    short_tokens: int = 50
-    num_perm: int = 256
-    bands: int = 32
-    rows: int = 8
-    threshold: float = 0.7
-    abstract_threshold: float = 0.85
-    seed: int = 1
-    scheme: str = "oph"  # oph (one-permutation hashing) | affine32 (datasketch 2.0's scheme)
-    chunk_size: int = 2000
-    benchmarks: list[str] = dataclasses.field(default_factory=list)
-    contamination_threshold: float = 0.5
-    contamination_ngram: int = 10
-    contamination_max_df: float = 0.05
-    generated_exempt_sources: list[str] = dataclasses.field(default_factory=lambda: ["inductor"])
-    min_tokens: int = 20
-    max_line_length: int = 1000
-    licenses: list[str] = dataclasses.field(default_factory=list)  # allowed SPDX ids; empty: any known
+    """Exact and near-duplicate removal, decontamination and quality filters."""
+    ngram: int = opt(5, "token shingle size", lo=1)
+    short_ngram: int = opt(3, "shingle size for short documents", lo=1)
+    short_tokens: int = opt(50, "documents with fewer tokens use short_ngram", lo=0)
+    num_perm: int = opt(256, "MinHash permutations", lo=1)
+    bands: int = opt(32, "LSH bands; bands * rows <= num_perm", lo=1)
+    rows: int = opt(8, "LSH rows per band", lo=1)
+    threshold: float = opt(0.7, "Jaccard similarity at which two samples are near duplicates", lo=0, hi=1)
+    abstract_threshold: float = opt(0.85, "similarity with identifiers abstracted away", lo=0, hi=1)
+    seed: int = opt(1, "MinHash seed")
+    scheme: str = opt("oph", "oph (one-permutation hashing) | affine32 (datasketch 2.0's scheme)",
+                      choices=("oph", "affine32"))
+    chunk_size: int = opt(2000, "documents per signature task", lo=1)
+    benchmarks: list[str] = opt([], "KernelBench-format dirs/files or fingerprint files to decontaminate against")
+    contamination_threshold: float = opt(0.5, "share of a sample's n-grams found in a benchmark", lo=0, hi=1)
+    contamination_ngram: int = opt(10, "n-gram size for decontamination", lo=1)
+    contamination_max_df: float = opt(0.05, "n-grams in more benchmark documents than this share are ignored",
+                                      lo=0, hi=1)
+    generated_exempt_sources: list[str] = opt(["inductor"], "sources generated by design, exempt from 'generated'")
+    min_tokens: int = opt(20, "samples with fewer tokens are dropped as 'too_simple'", lo=0)
+    max_line_length: int = opt(1000, "longer lines are dropped as 'malformed'", lo=1)
+    licenses: list[str] = opt([], "allowed SPDX ids; empty: any known licence")
 
 
 @dataclasses.dataclass
 class ReviewConfig:
-    fraction: float = 0.1
-    seed: int = 0
-    max_reject_rate: float = 0.05
+    """The human spot-check that gates export."""
+    fraction: float = opt(0.1, "share of records sampled for human review", lo=0, hi=1, lo_open=True)
+    seed: int = opt(0, "sample seed")
+    max_reject_rate: float = opt(0.05, "export is blocked when more of the sample is rejected", lo=0, hi=1)
 
 
 @dataclasses.dataclass
 class ExportConfig:
-    out_dir: str = ""  # default: <workspace>/export
-    formats: list[str] = dataclasses.field(default_factory=lambda: ["sft", "chat", "rlvr", "card"])
+    """What is written out."""
+    out_dir: str = opt("", "default: <workspace>/export")
+    formats: list[str] = opt(["sft", "chat", "rlvr", "card"], "outputs to write")
 
 
 @dataclasses.dataclass
 class ExecutorConfig:
-    kind: str = "local"  # local | ray
-    cpu_workers: int = 0  # 0: one per core
-    gpus: str = "auto"  # auto | none | comma-separated ids
-    ray_address: str = ""
+    """Where tasks run."""
+    kind: str = opt("local", "local process pools, or ray", choices=("local", "ray"))
+    cpu_workers: int = opt(0, "0 = one per core", lo=0)
+    gpus: str = opt("auto", "auto | none | comma-separated ids, e.g. 0,1")
+    ray_address: str = opt("", "an existing Ray cluster; empty starts a local one")
 
 
 @dataclasses.dataclass
@@ -125,13 +154,6 @@ class Config:
         return dataclasses.asdict(self)
 
 
-CHOICES = {
-    "executor.kind": ("local", "ray"),
-    "validate.memcheck": ("off", "sample", "all"),
-    "dedupe.scheme": ("oph", "affine32"),
-}
-
-
 def load(path: str | os.PathLike | None = None) -> Config:
     """Load a config file, or the defaults when `path` is None and no ./sftbuild.yaml exists."""
     if path is None:
@@ -143,7 +165,7 @@ def load(path: str | os.PathLike | None = None) -> Config:
         raise ConfigError(f"config file {p} does not exist")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
         raise ConfigError(f"{p} is not valid YAML: {e}") from e
     if data is None:
         return Config()
@@ -151,36 +173,49 @@ def load(path: str | os.PathLike | None = None) -> Config:
 
 
 def from_dict(data: Any, source: str = "config") -> Config:
-    cfg = _build(Config, data, prefix="")
-    for key, allowed in CHOICES.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value not in allowed:
-            raise ConfigError(f"{source}: {key}: expected one of {', '.join(allowed)}, got {value!r}")
-    if not 0 < cfg.review.fraction <= 1:
-        raise ConfigError(f"{source}: review.fraction: must be in (0, 1], got {cfg.review.fraction}")
+    try:
+        cfg = build_section(Config, data, prefix="")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
     if cfg.dedupe.bands * cfg.dedupe.rows > cfg.dedupe.num_perm:
         raise ConfigError(f"{source}: dedupe.bands * dedupe.rows must not exceed dedupe.num_perm")
     return cfg
 
 
-def _build(cls, data: Any, prefix: str):
+def build_section(cls, data: Any, prefix: str):
+    """An instance of dataclass `cls` from a mapping; errors name the key (`prefix` + field)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if key not in fields:
             raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(fields))})")
         kwargs[key] = _coerce(hints[key], value, name)
+        _check(fields[key].metadata, kwargs[key], name)
     return cls(**kwargs)
+
+
+def _check(meta, value: Any, name: str) -> None:
+    """The field's declared range or choices."""
+    if value is None or not meta:
+        return
+    for v in value if isinstance(value, list) else [value]:
+        if meta.get("choices") and v not in meta["choices"]:
+            raise ConfigError(f"{name}: expected one of {', '.join(meta['choices'])}, got {v!r}")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            lo, hi = meta.get("lo"), meta.get("hi")
+            if lo is not None and (v <= lo if meta.get("lo_open") else v < lo):
+                raise ConfigError(f"{name}: must be {'>' if meta.get('lo_open') else '>='} {lo}, got {v}")
+            if hi is not None and v > hi:
+                raise ConfigError(f"{name}: must be <= {hi}, got {v}")
 
 
 def _coerce(hint, value: Any, name: str):
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, prefix=f"{name}.")
+        return build_section(hint, value, prefix=f"{name}.")
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -192,6 +227,14 @@ def _coerce(hint, value: Any, name: str):
         if not isinstance(value, list):
             raise ConfigError(f"{name}: expected a list, got {value!r}")
         return [_coerce(item, v, f"{name}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+        key_t, val_t = typing.get_args(hint)
+        return {_coerce(key_t, k, f"{name}"): (v if val_t is Any else _coerce(val_t, v, f"{name}.{k}"))
+                for k, v in value.items()}
+    if hint is Any:
+        return value
     if hint is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{name}: expected true or false, got {value!r}")
@@ -211,82 +254,32 @@ def _coerce(hint, value: Any, name: str):
     raise ConfigError(f"{name}: unsupported type {hint}")
 
 
-TEMPLATE = """\
-# sftbuild configuration. Every key is optional; the values shown are the defaults.
+# (name, default params, summary) of each plug-in of a kind, for the template's comments
+PluginLister = Callable[[str], list[tuple[str, dict, str]]]
 
-harvest:
-  # Sources: built-in registry names (torch-aten, torch-inductor, ...), local paths,
-  # git URLs pinned with @REV, pip:PACKAGE==VERSION, or registry YAML files.
-  sources: [torch-aten]
-  registries: []          # extra vetted-source registry files
-  allow_unpinned: false   # refuse git URLs without @REV
-  max_file_bytes: 2000000 # larger files are skipped with reason 'oversize'
-  min_kernel_lines: 3     # shorter kernels are dropped as 'trivial'
-  cache_dir: ""           # default: <workspace>/cache (git clones, downloads)
-  vendored_dirs: []       # folder names skipped as vendored, besides third_party/, cutlass/, ...
 
-describe:
-  seed: 0                 # same record + seed -> same instruction text
-  languages: [en, zh]
-  levels: [brief, detailed]
+def template(plugins: PluginLister | None = None) -> str:
+    """The commented config file `sftbuild init` writes: every field at its default, with its help.
 
-validate:
-  arch: sm_90             # nvcc -arch / Triton target
-  compile_timeout: 30     # seconds per compile
-  sample_timeout: 120     # seconds per record on the GPU before the worker is recycled
-  max_registers: 255
-  max_spill_bytes: 1024
-  max_block_size: 1024
-  shared_memory_budget: 232448
-  shapes: 3               # shapes drawn from each op's shape pool
-  seeds: 2
-  memcheck: sample        # off | sample | all  (compute-sanitizer memcheck)
-  memcheck_fraction: 0.1
-  warmup: 10
-  runs: 100
-  timing: true
-  compile_baseline: false # also time torch.compile
-  max_slowdown: null      # e.g. 1.5 drops kernels more than 1.5x slower than eager
-  max_speedup: 50         # faster than this over eager is flagged for review
-  max_stack_bytes: 65536
-  racecheck: false        # also run racecheck where memcheck runs
-  memcheck_timeout: 300
-  cpu_interpret: true     # without a GPU, check Triton kernels in the interpreter (fp32, fp16)
-  nvcc: ""                # default: nvcc on PATH or in CUDA_HOME
+    Plug-in selections are written as comments listing each plug-in of that kind with its
+    parameters, so the file still loads to exactly the defaults.
+    """
+    lines = ["# sftbuild configuration. Every key is optional; the values shown are the defaults."]
+    for section in dataclasses.fields(Config):
+        cls = section.type if isinstance(section.type, type) else typing.get_type_hints(Config)[section.name]
+        lines += ["", f"{section.name}:  # {(cls.__doc__ or '').strip()}"]
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            help_ = f.metadata.get("help", "")
+            lines.append(f"  {f.name}: {_yaml(default)}" + (f"  # {help_}" if help_ else ""))
+            if f.metadata.get("plugins") and plugins:
+                for name, params, summary in plugins(f.metadata["plugins"]):
+                    lines.append(f"  #   {name}: {_yaml(params)}  # {summary}")
+    return "\n".join(lines) + "\n"
 
-dedupe:
-  ngram: 5
-  short_ngram: 3
-  short_tokens: 50
-  num_perm: 256
-  bands: 32
-  rows: 8
-  threshold: 0.7
-  abstract_threshold: 0.85
-  seed: 1
-  scheme: oph             # oph (one-permutation hashing) | affine32 (datasketch 2.0's scheme)
-  chunk_size: 2000        # documents per signature task
-  benchmarks: []          # KernelBench-format dirs/files or fingerprint files to decontaminate against
-  contamination_threshold: 0.5
-  contamination_ngram: 10
-  contamination_max_df: 0.05
-  generated_exempt_sources: [inductor]
-  min_tokens: 20
-  max_line_length: 1000
-  licenses: []            # allowed SPDX ids, empty = any known licence
 
-review:
-  fraction: 0.1           # share of records sampled for human review
-  seed: 0
-  max_reject_rate: 0.05   # export is blocked when more of the sample is rejected
+def _yaml(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip().removesuffix("\n...").strip()
 
-export:
-  out_dir: ""             # default: <workspace>/export
-  formats: [sft, chat, rlvr, card]
 
-executor:
-  kind: local             # local | ray
-  cpu_workers: 0          # 0 = one per core
-  gpus: auto              # auto | none | 0,1
-  ray_address: ""
-"""
+TEMPLATE = template()

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from sftbuild.record import Record, stable_json
+from sftbuild.stages import NAMES
 
-STAGES = ("harvest", "describe", "validate", "dedupe", "review", "export")
+STAGES = NAMES  # pipeline order, from the one stage table
 STATUSES = ("ok", "dropped", "waiting")
 
 SCHEMA = """

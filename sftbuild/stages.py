@@ -1,0 +1,41 @@
+"""The pipeline's stages, in the order data flows through them.
+
+This one table drives `sftbuild run`, the store's stage names, the funnel that
+`status` prints and the order of `sftbuild --help`. A stage is a module with
+`run(ctx, ...) -> dict` (its stats); the CLI command of the same name calls it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from types import ModuleType
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    module: str  # the module whose run(ctx) runs the stage
+    summary: str
+
+
+STAGES = (
+    Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence"),
+    Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese"),
+    Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing"),
+    Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),
+    Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),
+    Stage("export", "sftbuild.output.stage", "SFT JSONL, chat, RLVR tasks and the dataset card"),
+)
+NAMES = tuple(s.name for s in STAGES)
+
+
+def get(name: str) -> Stage:
+    for s in STAGES:
+        if s.name == name:
+            return s
+    raise KeyError(f"unknown stage {name!r} (stages: {', '.join(NAMES)})")
+
+
+def module(name: str) -> ModuleType:
+    """The module that runs stage `name`, imported on first use (stages import torch and friends)."""
+    return importlib.import_module(get(name).module)
