@@ -58,6 +58,7 @@ class Plugin:
     """Base of every plug-in: a name, a docstring, and parameters in `self.params`."""
 
     name: str = ""
+    order: int = 100  # where it runs among its kind's plug-ins; ties go by name
 
     @dataclasses.dataclass
     class Params:
@@ -136,9 +137,30 @@ class Registry(Generic[P]):
         except ConfigError as e:
             raise PluginError(str(e)) from None
 
-    def all(self, params: dict | None = None) -> list[P]:
-        """Every member, each with its default parameters unless `params[name]` gives others."""
-        return [self.create(n, (params or {}).get(n)) for n in self.names()]
+    def configured(self, selection: dict | None, where: str = "") -> list[P]:
+        """The plug-ins a config field with `plugins=KIND` selects, in order.
+
+        Every registered member runs with its default parameters unless `selection` names
+        it: `name: {param: value}` sets parameters and `name: false` turns it off. Order
+        is each class's `order`, then its name. Unknown names are errors that name the key.
+        """
+        selection = dict(selection or {})
+        for name in selection:
+            if name not in self:
+                raise PluginError(f"{where or self.kind}.{name}: unknown {self.kind} "
+                                  f"(known: {', '.join(self.names())})")
+        chosen = []
+        for cls in sorted(self, key=lambda c: (getattr(c, "order", 100), c.name)):
+            value = selection.get(cls.name, {})
+            if value is False:
+                continue
+            if value is True or value is None:
+                value = {}
+            if not isinstance(value, dict):
+                raise PluginError(f"{where or self.kind}.{cls.name}: expected a mapping of parameters "
+                                  f"or false, got {value!r}")
+            chosen.append(self.create(cls.name, value, where))
+        return chosen
 
 
 def describe(kind: str | None = None) -> list[tuple[str, str, str]]:
