@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from sftbuild import config as C
-from sftbuild.context import Context, UserError
-from sftbuild.executor import make_executor
+from sftbuild import plugins, stages
+from sftbuild.context import Context, UserError, Waiting, make_executor
+from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
 
 
@@ -37,7 +38,7 @@ def common(f):
         ctx = Context(store=store, config=cfg, executor=ex, echo=click.echo, progress=not quiet)
         try:
             return f(ctx, **kw)
-        except (UserError, C.ConfigError, StoreError) as e:
+        except (UserError, C.ConfigError, StoreError, plugins.PluginError) as e:
             raise click.ClickException(str(e))
         finally:
             ex.close()
@@ -45,7 +46,15 @@ def common(f):
     return wrapper
 
 
-@click.group()
+class PipelineGroup(click.Group):
+    """Lists `init`, then the stages in pipeline order, then the other commands."""
+
+    def list_commands(self, ctx):
+        first = ["init", *stages.NAMES, "run", "status"]
+        return [c for c in first if c in self.commands] + sorted(c for c in self.commands if c not in first)
+
+
+@click.group(cls=PipelineGroup)
 @click.version_option(package_name="sftbuild")
 def main():
     """Build verified SFT datasets and RLVR task sets of GPU kernels.
@@ -70,7 +79,7 @@ def init(path, force):
     p = Path(path)
     if p.exists() and not force:
         raise click.ClickException(f"{p} exists; use --force to overwrite")
-    p.write_text(C.TEMPLATE, encoding="utf-8")
+    p.write_text(C.template(plugin_defaults), encoding="utf-8")
     click.echo(f"wrote {p}")
 
 
@@ -266,7 +275,7 @@ def status(ctx, as_json):
 @click.argument("sources", nargs=-1)
 @common
 def run(ctx, sources):
-    """Run every stage in order: harvest, describe, validate, dedupe, review, export.
+    """Run every stage in pipeline order (see `sftbuild --help`).
 
     Export waits (and `run` says so) until every sampled record has a verdict.
 
@@ -274,25 +283,48 @@ def run(ctx, sources):
     Example:
         sftbuild run && sftbuild status
     """
-    from sftbuild.dedupe import stage as dedupe_stage
-    from sftbuild.describe import stage as describe_stage
-    from sftbuild.harvest import stage as harvest_stage
-    from sftbuild.output import stage as output_stage
-    from sftbuild.review import stage as review_stage
-    from sftbuild.validate import stage as validate_stage
-
-    _report(ctx, "harvest", harvest_stage.run(ctx, list(sources)))
-    _report(ctx, "describe", describe_stage.run(ctx))
-    _report(ctx, "validate", validate_stage.run(ctx))
-    _report(ctx, "dedupe", dedupe_stage.run(ctx))
-    _report(ctx, "review", review_stage.run(ctx))
-    blocked = review_stage.gate(ctx)
-    if blocked:
-        click.echo(f"export: waiting for review: {blocked}")
-    else:
-        _report(ctx, "export", output_stage.run(ctx))
+    for st in stages.STAGES:
+        options = {"sources": list(sources)} if st.name == "harvest" else {}
+        try:
+            _report(ctx, st.name, stages.module(st.name).run(ctx, **options))
+        except Waiting as e:
+            click.echo(f"{st.name}: {e}")
+            break
     click.echo("")
     click.echo(format_funnel(ctx.store.funnel()))
+
+
+@main.command("list")
+@click.argument("kind", required=False)
+def list_plugins(kind):
+    """List the registered plug-ins of every kind (or one KIND), with what each does.
+
+    Config selects plug-ins by name; `sftbuild init` writes each one's parameters.
+
+    \b
+    Example:
+        sftbuild list              # every extension point
+        sftbuild list filter       # quality filters only
+    """
+    try:
+        rows = plugins.describe(kind)
+    except plugins.PluginError as e:
+        raise click.ClickException(str(e))
+    last = None
+    for k, name, summary in rows:
+        if k != last:
+            click.echo(("" if last is None else "\n") + f"{k}:")
+            last = k
+        click.echo(f"  {name:<22} {summary}")
+
+
+def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:
+    """(name, default parameters, summary) of each plug-in of `kind`, for the config template."""
+    import dataclasses
+
+    plugins.describe(kind)  # imports the kind's registry
+    reg = plugins.REGISTRIES[kind]
+    return [(cls.name, dataclasses.asdict(cls.Params()), cls.summary()) for cls in reg]
 
 
 def _report(ctx, stage, stats):
@@ -301,28 +333,6 @@ def _report(ctx, stage, stats):
     for k, v in (stats or {}).items():
         if isinstance(v, dict) and v:
             ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items()) if not isinstance(b, dict)))
-
-
-def format_funnel(funnel: dict) -> str:
-    lines = [f"records: {funnel['records']}"]
-    if funnel.get("harvest_skips"):
-        lines.append("  harvest skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(funnel["harvest_skips"].items())))
-    for stage, c in funnel["stages"].items():
-        parts = [f"ok={c['ok']}"]
-        for status in ("waiting", "dropped"):
-            for reason, n in sorted(c[status].items()):
-                parts.append(f"{status}:{reason}={n}")
-        lines.append(f"  {stage:<9} " + "  ".join(parts))
-    if len(funnel["by_source"]) > 0:
-        lines.append("by source:")
-        for src, s in sorted(funnel["by_source"].items()):
-            lines.append(f"  {src}: {s['records']} records")
-            for stage, c in s["stages"].items():
-                parts = [f"ok={c['ok']}"]
-                for status in ("waiting", "dropped"):
-                    parts += [f"{status}:{r}={n}" for r, n in sorted(c[status].items())]
-                lines.append(f"    {stage:<9} " + "  ".join(parts))
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

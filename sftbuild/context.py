@@ -21,13 +21,29 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sftbuild.config import Config
-from sftbuild.executor import Executor
+from sftbuild.executor import Executor, LocalExecutor
 from sftbuild.record import config_hash
 from sftbuild.store import Store
 
 
+def make_executor(kind: str = "local", cpu_workers: int = 0, gpus: str = "auto",
+                  progress: bool = True, ray_address: str = "") -> Executor:
+    """The executor a config names: local process pools, or Ray (imported only when chosen)."""
+    if kind == "local":
+        return LocalExecutor(cpu_workers=cpu_workers, gpus=gpus, progress=progress)
+    if kind == "ray":
+        from sftbuild.ray_executor import RayExecutor
+
+        return RayExecutor(address=ray_address, progress=progress)
+    raise ValueError(f"unknown executor {kind!r}")
+
+
 class UserError(Exception):
     """A problem the user can fix; the CLI prints it without a traceback and exits non-zero."""
+
+
+class Waiting(UserError):
+    """A stage that cannot run yet (export before the review passed); `run` reports it and stops."""
 
 
 @dataclasses.dataclass

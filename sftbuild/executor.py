@@ -239,14 +239,3 @@ def _gpu_loop(conn):
             conn.send(("ok", fn(item)))
         except Exception:
             conn.send(("error", traceback.format_exc(limit=8)))
-
-
-def make_executor(kind: str = "local", cpu_workers: int = 0, gpus: str = "auto",
-                  progress: bool = True, ray_address: str = "") -> Executor:
-    if kind == "local":
-        return LocalExecutor(cpu_workers=cpu_workers, gpus=gpus, progress=progress)
-    if kind == "ray":
-        from sftbuild.ray_executor import RayExecutor
-
-        return RayExecutor(address=ray_address, progress=progress)
-    raise ValueError(f"unknown executor {kind!r}")

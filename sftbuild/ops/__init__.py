@@ -5,11 +5,14 @@ the dtypes it allows, a tolerance policy and a launch contract for CUDA
 harnesses. The same entry serves describe (it states the I/O), validate (it
 makes inputs and references) and export (it writes RLVR tasks).
 
-Ops register themselves by name: `@register` on a factory, or `add(Op(...))`.
+Ops register themselves by name with `add(Op(...))` (or `pools.define`), in one module
+per family; the registry imports every module of this package on first use.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from typing import Any, Callable
 
 from sftbuild.ops.tolerance import Tolerance, compare  # noqa: F401  (re-exported)
@@ -71,7 +74,9 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from sftbuild.ops import catalog  # noqa: F401  (registers the built-in ops)
+        # every module of this package may register ops (one module per family), as plug-ins do
+        for info in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{info.name}")
 
 
 def upcast(inputs: list) -> list:

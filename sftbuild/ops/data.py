@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
-from sftbuild.ops.catalog import ALL_LAYOUTS, CUBE_POOL, ROW_POOL, TORCH_DTYPES, define, rand
+from sftbuild.ops.pools import ALL_LAYOUTS, CUBE_POOL, ROW_POOL, TORCH_DTYPES, define, rand
 
 EXACT = Tolerance(exact=True)  # pure data movement: every element must be copied bit for bit
 

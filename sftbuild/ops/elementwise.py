@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
-from sftbuild.ops.catalog import ALL_LAYOUTS, FLAT_POOL, ROW_POOL, define, rand, unary, uniform
+from sftbuild.ops.pools import ALL_LAYOUTS, FLAT_POOL, ROW_POOL, define, rand, unary, uniform
 
 unary("relu", "ReLU, max(x, 0), elementwise", "逐元素计算ReLU，即max(x, 0)", torch.relu)
 unary("gelu", "GELU with the exact erf formulation, elementwise", "逐元素计算GELU（erf精确形式）",

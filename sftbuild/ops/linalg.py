@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
-from sftbuild.ops.catalog import ALL_LAYOUTS, FLAT_POOL, TORCH_DTYPES, define, rand
+from sftbuild.ops.pools import ALL_LAYOUTS, FLAT_POOL, TORCH_DTYPES, define, rand
 
 MM_POOL = [(1, 1, 1), (7, 33, 5), (64, 257, 31), (129, 1000, 17), (128, 128, 128), (1, 4099, 3),
            (1000, 31, 100), (3, 16411, 2)]  # (M, K, N)

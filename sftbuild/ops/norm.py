@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
-from sftbuild.ops.catalog import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand
+from sftbuild.ops.pools import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand
 
 EPS = {"eps": 1e-5}
 NORM_TOL = Tolerance(scale=2.0)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
-from sftbuild.ops.catalog import ALL_LAYOUTS, CUBE_POOL, ROW_POOL, TORCH_DTYPES, define, rand, rowwise
+from sftbuild.ops.pools import ALL_LAYOUTS, CUBE_POOL, ROW_POOL, TORCH_DTYPES, define, rand, rowwise
 
 DIM_PARAMS = {"dim": -1}
 REDUCED = {"inputs": ["x: [d0, d1, d2]"], "outputs": ["y: x's shape with dim `dim` reduced to 1"]}

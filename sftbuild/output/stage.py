@@ -16,14 +16,14 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from sftbuild.context import Context, StageRun, UserError, environment
+from sftbuild.context import Context, StageRun, Waiting, environment
 from sftbuild.review.stage import gate
 
 
 def run(ctx: Context) -> dict:
     blocked = gate(ctx)
     if blocked:
-        raise UserError(f"export refused: {blocked}")
+        raise Waiting(f"waiting for review: {blocked}")
     cfg = ctx.config.export
     out_dir = Path(cfg.out_dir or ctx.workspace / "export")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,7 @@ def _task(rec, prompt: str, val: dict) -> dict:
 
 def card(ctx: Context, records) -> str:
     funnel = ctx.store.funnel()
-    from sftbuild.cli import format_funnel
+    from sftbuild.funnel import format_funnel
 
     licences = Counter(r.provenance.get("license") or "unknown" for r in records)
     sources = Counter(r.source for r in records)

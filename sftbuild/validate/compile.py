@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
-from sftbuild.harvest.include_sets import nvcc_args
+from sftbuild.validate.include_sets import nvcc_args
 from sftbuild.validate import nvcc_parallel
 
 ENTRY = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?")

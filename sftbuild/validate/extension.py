@@ -30,11 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sftbuild.validate import nvcc_parallel
+from sftbuild.validate.include_sets import SHIM
 
 HERE = Path(__file__).resolve().parent
 LEAN = HERE / "torch_lean.cuh"
-# stand-ins for generated headers a CPU-only torch wheel lacks; -isystem comes after -I, so real ones win
-SHIM = HERE / "cuda_shim"
 # umbrella headers whose use in kernels' host wrappers the lean header covers
 FULL = re.compile(r'#\s*include\s*[<"](?:torch/extension\.h|torch/torch\.h|torch/all\.h|torch/types\.h|'
                   r'ATen/ATen\.h)[>"]')
@@ -213,7 +212,7 @@ def prepare(cache_dir: str) -> float:
 
 def _flags(tc: dict, name: str) -> tuple[list, list]:
     """Include paths and defines of every torch-header compile."""
-    inc = [f"-I{d}" for d in tc["includes"]] + [f"-I{tc['python']}", "-isystem", str(SHIM)]
+    inc = [f"-I{d}" for d in tc["includes"]] + [f"-I{tc['python']}", "-isystem", str(SHIM)]  # -isystem comes after -I, so real headers win
     return inc, [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H", *tc["abi"]]
 
 

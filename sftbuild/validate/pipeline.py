@@ -81,7 +81,7 @@ def _without_gpu(items, cfg, by_id):
     from sftbuild.validate.sandbox import run_isolated
 
     def one(item):
-        if item["language"] == "cuda" or not getattr(cfg, "cpu_interpret", True) or \
+        if item["language"] == "cuda" or not cfg.cpu_interpret or \
                 "load_inline" in item["code"] or "triton" not in item["code"]:
             return item, None
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
@@ -202,8 +202,8 @@ def after_compile(rec, res, cfg):
         over.append(f"{r['spill_stores'] + r['spill_loads']} spill bytes > {cfg.max_spill_bytes}")
     if r.get("smem", 0) > cfg.shared_memory_budget:
         over.append(f"{r['smem']} bytes shared memory > {cfg.shared_memory_budget}")
-    if r.get("stack", 0) > getattr(cfg, "max_stack_bytes", 1 << 16):
-        over.append(f"{r['stack']} bytes stack > {getattr(cfg, 'max_stack_bytes', 1 << 16)}")
+    if r.get("stack", 0) > cfg.max_stack_bytes:
+        over.append(f"{r['stack']} bytes stack > {cfg.max_stack_bytes}")
     if over:
         return ("dropped", "resources", {"compile": brief(res), "why": "; ".join(over)})
     if rec.language == "cuda" and not res["sos"] and not res.get("harnesses_built"):
@@ -224,9 +224,9 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
             "binding": binding, "entry": rec.entry, "dtypes": binding.get("dtypes") or ALL_DTYPES,
             "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
             "runs": cfg.runs, "compile_baseline": cfg.compile_baseline,
-            "max_speedup": getattr(cfg, "max_speedup", 50.0), "ext_cache": os.path.join(cache_dir, "ext"),
+            "max_speedup": cfg.max_speedup, "ext_cache": os.path.join(cache_dir, "ext"),
             "memcheck": cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
-            "racecheck": getattr(cfg, "racecheck", False), "memcheck_timeout": getattr(cfg, "memcheck_timeout", 300.0)}
+            "racecheck": cfg.racecheck, "memcheck_timeout": cfg.memcheck_timeout}
 
 
 RUNNERS = {"cuda": "sftbuild.validate.trials:run_record", "python": "sftbuild.validate.pyrun:run_python"}

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from sftbuild import ops
-from sftbuild.ops.catalog import TORCH_DTYPES
+from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import guards
 from sftbuild.validate import harness as H
 

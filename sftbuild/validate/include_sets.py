@@ -21,7 +21,7 @@ def _torch_include() -> Path:
 
 
 # stand-ins for headers a CPU-only torch wheel or a bare toolkit lacks; searched last, so real ones win
-SHIM = Path(__file__).resolve().parent.parent / "validate" / "cuda_shim"
+SHIM = Path(__file__).resolve().parent / "cuda_shim"
 
 
 def include_set(name: str) -> dict:

@@ -1,4 +1,9 @@
-"""Built-in ops: shared generators and pools; the ops themselves live in one module per family."""
+"""Shape pools, layouts and input generators that the op families share.
+
+The ops themselves live in one module per family (elementwise, reduction, norm, linalg,
+data, ...); each registers its ops on import, and the registry imports every module of
+this package, so a new family is one new file.
+"""
 from __future__ import annotations
 
 import torch
@@ -58,6 +63,3 @@ def unary(name, en, zh, ref, scale=3.0, offset=0.0, tol=None, lo=None, hi=None):
                   {"inputs": ["x: [n]"], "outputs": ["y: [n]"]}, "unary",
                   layouts=("contiguous", "sliced"), tolerance=tol or Tolerance())
 
-
-# the families register themselves on import
-from sftbuild.ops import elementwise, reduction, norm, linalg, data  # noqa: E402,F401

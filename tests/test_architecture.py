@@ -1,0 +1,109 @@
+"""The architecture as tests: the import graph's contract, the stage table, the plug-in idiom."""
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sftbuild import config as C
+from sftbuild import plugins, stages
+from sftbuild.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_contract_holds():
+    """lint-imports checks pyproject's contracts: layers in pipeline order, and no cycles."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(exe) if exe.exists() else "lint-imports", "--no-cache"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_help_lists_stages_in_pipeline_order():
+    text = CliRunner().invoke(main, ["--help"]).output
+    listed = [line.split()[0] for line in text.split("Commands:")[1].splitlines() if line.strip()]
+    positions = [listed.index(name) for name in stages.NAMES]
+    assert positions == sorted(positions) and listed[0] == "init"
+
+
+def test_store_and_run_use_the_one_stage_table():
+    from sftbuild import store
+
+    assert store.STAGES == stages.NAMES
+    for st in stages.STAGES:
+        assert callable(stages.module(st.name).run)
+
+
+def test_every_extension_point_lists_plugins_with_docstrings():
+    rows = plugins.describe()
+    kinds = {k for k, _, _ in rows}
+    assert kinds == set(plugins.POINTS)
+    for kind, name, summary in rows:
+        assert name and summary, f"{kind} {name!r} has no docstring"
+    out = CliRunner().invoke(main, ["list"])
+    assert out.exit_code == 0 and all(f"{k}:" in out.output for k in plugins.POINTS)
+    bad = CliRunner().invoke(main, ["list", "nonsense"])
+    assert bad.exit_code != 0 and "unknown plug-in kind" in bad.output and "Traceback" not in bad.output
+
+
+def test_registry_register_get_configure():
+    class Thing(plugins.Plugin):
+        """A test base."""
+
+    reg = plugins.Registry("test_thing", Thing)
+
+    @reg.register
+    class Small(Thing):
+        """Small things."""
+        name = "small"
+
+        @dataclasses.dataclass
+        class Params:
+            size: int = 3
+
+    @reg.register
+    class Big(Thing):
+        """Big things."""
+        name = "big"
+        order = 1
+
+    assert reg.names() == ["small", "big"]
+    assert [p.name for p in reg.configured({})] == ["big", "small"]
+    assert [p.params.size for p in reg.configured({"small": {"size": 5}, "big": False})] == [5]
+    with pytest.raises(plugins.PluginError, match="test_thing.small.size: expected an integer"):
+        reg.configured({"small": {"size": "huge"}})
+    with pytest.raises(plugins.PluginError, match="unknown test_thing.*known: small, big"):
+        reg.configured({"tiny": {}})
+    with pytest.raises(TypeError, match="registered twice"):
+        reg.register(type("Other", (Thing,), {"name": "small", "__qualname__": "Other"}))
+    plugins.REGISTRIES.pop("test_thing")
+
+
+def test_init_template_loads_to_the_defaults_and_documents_every_field(tmp_path):
+    os.chdir(tmp_path)
+    out = CliRunner().invoke(main, ["init", "c.yaml"])
+    assert out.exit_code == 0, out.output
+    text = (tmp_path / "c.yaml").read_text()
+    assert C.load(tmp_path / "c.yaml").to_dict() == C.Config().to_dict()
+    for section in dataclasses.fields(C.Config):
+        for f in dataclasses.fields(getattr(C.Config(), section.name)):
+            assert f"  {f.name}: " in text and f.metadata.get("help"), f"{section.name}.{f.name}"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("validate: {compile_timeout: 0}", "validate.compile_timeout: must be > 0"),
+    ("review: {fraction: 0}", "review.fraction: must be > 0"),
+    ("executor: {cpu_workers: -4}", "executor.cpu_workers: must be >= 0"),
+    ("describe: {languages: [klingon]}", "describe.languages: expected one of en, zh"),
+    ("validate: {memcheck: sometimes}", "validate.memcheck: expected one of off, sample, all"),
+])
+def test_ranges_and_choices_come_from_the_field_declarations(tmp_path, text, message):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(C.ConfigError, match=message.replace(".", r"\.")):
+        C.load(p)
