@@ -332,7 +332,8 @@ def _report(ctx, stage, stats):
     ctx.echo(f"{stage}: " + ", ".join(f"{k}={v}" for k, v in sorted(flat.items())))
     for k, v in (stats or {}).items():
         if isinstance(v, dict) and v:
-            ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items()) if not isinstance(b, dict)))
+            ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items())
+                                            if not isinstance(b, (dict, list))))
 
 
 if __name__ == "__main__":
