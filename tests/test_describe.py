@@ -8,7 +8,7 @@ import pytest
 from sftbuild.describe import features as F
 from sftbuild.describe import stage as S
 from sftbuild.describe import text as T
-from sftbuild.ops import bind
+from sftbuild.ops import binders
 from sftbuild.record import Record
 
 CONF = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90", "smem_budget": 232448}
@@ -55,7 +55,7 @@ def test_triton_features():
 
 def test_instructions_are_seeded_bilingual_and_faithful():
     rec = _rec(FANCY, "sum_kernel", ["float* y", "const float* x", "int rows", "int cols"])
-    rec.binding = bind.infer(rec)
+    rec.binding = binders.infer(rec)
     assert rec.binding["op"] == "row_sum"
     status, reason, payload = S.describe(rec, CONF)
     assert status == "ok", payload.get("problems")
@@ -118,8 +118,8 @@ def aten(tmp_path_factory):
 def test_aten_binding_ratio(aten):
     total = len(aten)
     assert total >= 30
-    bound = [r for r in aten if r.binding or bind.infer(r)]
-    unbound = sorted({r.name for r in aten if not (r.binding or bind.infer(r))})
+    bound = [r for r in aten if r.binding or binders.infer(r)]
+    unbound = sorted({r.name for r in aten if not (r.binding or binders.infer(r))})
     ratio = len(bound) / total
     print(f"\nATen kernels bound: {len(bound)}/{total} = {ratio:.0%}")
     print("unbound:", unbound)
@@ -129,7 +129,7 @@ def test_aten_binding_ratio(aten):
 def test_aten_descriptions_are_unique_and_faithful(aten):
     seen = {}
     for rec in aten:
-        rec.binding = rec.binding or bind.infer(rec)
+        rec.binding = rec.binding or binders.infer(rec)
         status, reason, payload = S.describe(rec, CONF)
         assert status == "ok", (rec.name, payload.get("problems"))
         for key, text in payload["instructions"].items():

@@ -1,6 +1,6 @@
 """The describe stage: bind what can be bound, read static features, render instructions, check them.
 
-Per record: unbound CUDA kernels get a binding from `sftbuild.ops.bind.infer` (stored before
+Per record: unbound CUDA kernels get a binding from the binders (`sftbuild.ops.binders`) (stored before
 describing, since validate runs after this stage); features come from the parse tree; the
 instruction text comes from the seeded template bank in both languages and both detail levels;
 a record whose text claims what its features do not show is dropped as `description_mismatch`.
@@ -14,7 +14,7 @@ from sftbuild import ops
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T
-from sftbuild.ops import bind
+from sftbuild.ops import binders as B
 
 
 def run(ctx: Context) -> dict:
@@ -29,7 +29,7 @@ def run(ctx: Context) -> dict:
             if rec.id in done:
                 continue
             if rec.language == "cuda" and not rec.binding:
-                binding = bind.infer(rec)
+                binding = B.infer(rec)
                 if binding:
                     ctx.store.update_binding(rec.id, binding)
                     rec.binding = binding
@@ -97,7 +97,7 @@ def _param_name(param: str) -> str:
 def _bank_hash() -> str:
     """Changes to the templates or the binding tables re-run describe."""
     h = hashlib.sha256()
-    for path in sorted(T.TEMPLATES.glob("*.j2")) + [bind.TABLE]:
+    for path in sorted(T.TEMPLATES.glob("*.j2")) + B.files():
         if path.exists():
             h.update(path.read_bytes())
     return h.hexdigest()[:16]
