@@ -55,6 +55,10 @@ class DescribeConfig:
     seed: int = opt(0, "same record + seed -> same instruction text")
     languages: list[str] = opt(["en", "zh"], "instruction languages", choices=("en", "zh"))
     levels: list[str] = opt(["brief", "detailed"], "instruction levels", choices=("brief", "detailed"))
+    binders: dict[str, Any] = opt({}, "binding strategies tried, in order, on unbound CUDA kernels",
+                                  plugins="binder")
+    describers: dict[str, Any] = opt({}, "techniques looked for in the code and named in the text",
+                                     plugins="describer")
 
 
 @dataclasses.dataclass

@@ -41,7 +41,7 @@ from sftbuild.config import ConfigError, build_section
 POINTS = {
     "source": "sftbuild.harvest.kinds",
     "file_filter": "sftbuild.harvest.filters",
-    "binder": "sftbuild.harvest.binders",
+    "binder": "sftbuild.ops.binders",
     "describer": "sftbuild.describe.describers",
     "static_check": "sftbuild.validate.static",
     "runtime_check": "sftbuild.validate.checks",

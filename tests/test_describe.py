@@ -5,10 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from sftbuild import plugins
 from sftbuild.describe import features as F
+from sftbuild.describe.describers import DESCRIBERS, Describer
 from sftbuild.describe import stage as S
 from sftbuild.describe import text as T
-from sftbuild.ops import bind
+from sftbuild.ops import binders
+from sftbuild.plugins import PluginError
 from sftbuild.record import Record
 
 CONF = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90", "smem_budget": 232448}
@@ -55,7 +58,7 @@ def test_triton_features():
 
 def test_instructions_are_seeded_bilingual_and_faithful():
     rec = _rec(FANCY, "sum_kernel", ["float* y", "const float* x", "int rows", "int cols"])
-    rec.binding = bind.infer(rec)
+    rec.binding = binders.infer(rec)
     assert rec.binding["op"] == "row_sum"
     status, reason, payload = S.describe(rec, CONF)
     assert status == "ok", payload.get("problems")
@@ -105,6 +108,54 @@ def test_a_planted_claim_drops_the_record(monkeypatch):
     assert (status, reason) == ("dropped", "description_mismatch") and payload["problems"]
 
 
+TECHNIQUES = {"shared_memory", "warp_shuffle", "vectorized_access", "tensor_cores", "atomics", "grid_stride_loop",
+              "launch_bounds", "cooperative_groups", "async_copy", "cub_primitives", "autotune", "masked_access"}
+
+
+def test_describers_are_listed_and_read_their_own_phrases_back():
+    listed = {name: summary for kind, name, summary in plugins.describe("describer")}
+    assert set(listed) == TECHNIQUES and all(listed.values())
+    for d in DESCRIBERS:
+        for lang in ("en", "zh"):
+            # each phrase is claimed as its own technique and as no other
+            assert T.claims(f"Use {d.phrase[lang]}.")["techniques"] == [d.name], (d.name, lang)
+
+
+def test_describers_can_be_turned_off():
+    rec = _rec(FANCY, "sum_kernel", ["float* y", "const float* x", "int rows", "int cols"])
+    chosen = DESCRIBERS.configured({"shared_memory": False, "atomics": False})
+    techs = F.extract(rec, chosen)["techniques"]
+    assert "shared_memory" not in techs and "atomics" not in techs and "warp_shuffle" in techs
+    status, _, payload = S.describe(rec, CONF, chosen)
+    assert status == "ok" and "shared memory" not in payload["instructions"]["en:brief"]
+    with pytest.raises(PluginError, match=r"describe\.describers\.tiling"):
+        DESCRIBERS.configured({"tiling": {}}, "describe.describers")
+
+
+LDG = "__global__ void copy_kernel(float* y, const float* x, int n) { y[threadIdx.x] = __ldg(x + threadIdx.x); }\n"
+
+
+def test_a_new_technique_is_one_class(monkeypatch):
+    class ReadOnlyCache(Describer):
+        """Loads through the read-only data cache: `__ldg`."""
+        name = "read_only_cache"
+        phrase = {"en": "read-only cache loads", "zh": "只读缓存加载"}
+        claim = r"read-only cache|只读缓存"
+
+        def cuda(self, s):
+            return s.has("__ldg")
+
+    monkeypatch.setitem(DESCRIBERS._members, ReadOnlyCache.name, ReadOnlyCache)
+    rec = _rec(LDG, "copy_kernel", ["float* y", "const float* x", "int n"])
+    assert F.extract(rec)["techniques"] == ["read_only_cache"]
+    status, _, payload = S.describe(rec, CONF)
+    assert status == "ok", payload.get("problems")
+    assert "read-only cache loads" in payload["instructions"]["en:brief"]
+    assert "只读缓存加载" in payload["instructions"]["zh:brief"]
+    planted = {"en:brief": "Use read-only cache loads.", "zh:brief": "使用只读缓存加载。"}
+    assert T.check(planted, F.extract(_rec(PLAIN, "scale_kernel", ["float* y", "const float* x", "int n"])))
+
+
 @pytest.fixture(scope="module")
 def aten(tmp_path_factory):
     from sftbuild.store import Store
@@ -118,8 +169,8 @@ def aten(tmp_path_factory):
 def test_aten_binding_ratio(aten):
     total = len(aten)
     assert total >= 30
-    bound = [r for r in aten if r.binding or bind.infer(r)]
-    unbound = sorted({r.name for r in aten if not (r.binding or bind.infer(r))})
+    bound = [r for r in aten if r.binding or binders.infer(r)]
+    unbound = sorted({r.name for r in aten if not (r.binding or binders.infer(r))})
     ratio = len(bound) / total
     print(f"\nATen kernels bound: {len(bound)}/{total} = {ratio:.0%}")
     print("unbound:", unbound)
@@ -129,7 +180,7 @@ def test_aten_binding_ratio(aten):
 def test_aten_descriptions_are_unique_and_faithful(aten):
     seen = {}
     for rec in aten:
-        rec.binding = rec.binding or bind.infer(rec)
+        rec.binding = rec.binding or binders.infer(rec)
         status, reason, payload = S.describe(rec, CONF)
         assert status == "ok", (rec.name, payload.get("problems"))
         for key, text in payload["instructions"].items():

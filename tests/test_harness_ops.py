@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sftbuild import ops
-from sftbuild.ops import bind
+from sftbuild.ops import binders
 from sftbuild.record import Record
 from sftbuild.validate import compile as C
 from sftbuild.validate import harness as H
@@ -42,7 +42,7 @@ def records() -> list[Record]:
 def bound() -> list[Record]:
     recs = records()
     for r in recs:
-        r.binding = bind.infer(r)
+        r.binding = binders.infer(r)
     return recs
 
 
@@ -176,7 +176,7 @@ def test_every_aten_harness_compiles(tmp_path_factory):
     _, recs = _aten_records(tmp_path_factory)
     jobs = []
     for rec in recs:
-        rec.binding = rec.binding or bind.infer(rec)
+        rec.binding = rec.binding or binders.infer(rec)
         if not rec.binding:
             continue
         for check in H.checks(rec.binding):
@@ -241,7 +241,7 @@ def test_aten_harness_that_calls_into_c10_loads(tmp_path_factory, tmp_path):
 
     _, recs = _aten_records(tmp_path_factory)
     (rec,) = [r for r in recs if r.name == "bitonicSortKVInPlace"]
-    rec.binding = rec.binding or bind.infer(rec)
+    rec.binding = rec.binding or binders.infer(rec)
     src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
     res = C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": ["torch"],
                           "arch": "sm_90", "timeout": 300, "nvcc": "", "cache_dir": str(tmp_path), "link": True})

@@ -1,126 +1,24 @@
 """Static features of a kernel, read from its parse tree (tree-sitter for CUDA, `ast` for Triton).
 
-Each detector is a tiny named plug-in: `(Source) -> bool`. Comments and ordinary string
-literals never count (the tree separates them); inline-asm strings do, since PTX such as
-`mma.sync` or `cp.async` only appears there.
+The techniques are describers (`sftbuild.describe.describers`), one per technique, each a
+`(Source) -> bool` per language. Comments and ordinary string literals never count (the tree
+separates them); inline-asm strings do, since PTX such as `mma.sync` or `cp.async` only
+appears there. `extract` returns the feature dict describe stores and checks text against.
 """
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
-from typing import Callable
 
-from sftbuild.harvest.cuda_extract import parser
-
-
-@dataclasses.dataclass
-class Source:
-    tokens: set[str]  # identifiers, keywords and type names outside comments and strings
-    asm: str  # inline-asm text
-    loops: list[str]  # the header (init; cond; update) of every for loop
-    calls: set[str]  # called names, dotted for Triton (tl.dot)
-    text: str
-
-
-DETECTORS: dict[str, dict[str, Callable[[Source], bool]]] = {"cuda": {}, "triton": {}}
-
-
-def detector(language: str, name: str):
-    def wrap(fn):
-        DETECTORS[language][name] = fn
-        return fn
-    return wrap
-
-
-def _any(tokens: set[str], *names: str) -> bool:
-    return any(n in tokens for n in names)
-
-
-def _prefix(tokens: set[str], *prefixes: str) -> bool:
-    return any(t.startswith(prefixes) for t in tokens)
-
-
-# ---- CUDA detectors ------------------------------------------------------------------
-
-@detector("cuda", "shared_memory")
-def _shared(s):
-    return "__shared__" in s.tokens
-
-
-@detector("cuda", "warp_shuffle")
-def _shuffle(s):
-    return _prefix(s.tokens, "__shfl", "WARP_SHFL") or "shfl.sync" in s.asm
-
-
-@detector("cuda", "vectorized_access")
-def _vector(s):
-    return _any(s.tokens, "float4", "float2", "half2", "__half2", "__nv_bfloat162", "int4", "uint4", "double2",
-                "aligned_vector", "load_vector") or ".v4." in s.asm
-
-
-@detector("cuda", "tensor_cores")
-def _tensor_cores(s):
-    return _any(s.tokens, "wmma", "mma_sync", "load_matrix_sync") or bool(re.search(r"\b(w?gmma|mma)\.", s.asm))
-
-
-@detector("cuda", "atomics")
-def _atomics(s):
-    return _prefix(s.tokens, "atomic", "gpuAtomic", "fastAtomic") or "atom." in s.asm or "red." in s.asm
-
-
-@detector("cuda", "grid_stride_loop")
-def _grid_stride(s):
-    return any("gridDim" in loop.split(";")[-1] for loop in s.loops) or _prefix(s.tokens, "CUDA_KERNEL_LOOP")
-
-
-@detector("cuda", "launch_bounds")
-def _bounds(s):
-    return _any(s.tokens, "__launch_bounds__") or _prefix(s.tokens, "C10_LAUNCH_BOUNDS")
-
-
-@detector("cuda", "cooperative_groups")
-def _coop(s):
-    return _any(s.tokens, "cooperative_groups", "this_thread_block", "this_grid", "tiled_partition")
-
-
-@detector("cuda", "async_copy")
-def _async(s):
-    return _any(s.tokens, "memcpy_async", "__pipeline_memcpy_async", "cp_async") or "cp.async" in s.asm
-
-
-@detector("cuda", "cub_primitives")
-def _cub(s):
-    return _any(s.tokens, "cub", "BlockReduce", "BlockScan", "WarpReduce", "BlockRadixSort", "WarpMergeSort")
-
-
-# ---- Triton detectors ----------------------------------------------------------------
-
-@detector("triton", "tensor_cores")
-def _tl_dot(s):
-    return "tl.dot" in s.calls
-
-
-@detector("triton", "atomics")
-def _tl_atomic(s):
-    return any(c.startswith("tl.atomic_") for c in s.calls)
-
-
-@detector("triton", "autotune")
-def _tl_autotune(s):
-    return "triton.autotune" in s.calls
-
-
-@detector("triton", "masked_access")
-def _tl_mask(s):
-    return "mask" in s.tokens and "tl.load" in s.calls
+from sftbuild.describe.describers import DESCRIBERS, Describer, Source
+from sftbuild.parsing import cuda_parser
 
 
 # ---- reading sources ------------------------------------------------------------------
 
 def _cuda_source(code: str) -> Source:
     src = code.encode()
-    root = parser().parse(src).root_node
+    root = cuda_parser().parse(src).root_node
     tokens, asm, loops, calls = set(), [], [], set()
     stack = [root]
     while stack:
@@ -186,7 +84,7 @@ def _reduction(s: Source, techniques: set[str]) -> str | None:
         return "cub"
     if "warp_shuffle" in techniques:
         return "warp_shuffle"
-    if "shared_memory" in techniques and _any(s.tokens, "__syncthreads"):
+    if "shared_memory" in techniques and s.has("__syncthreads"):
         return "shared_memory_tree"
     if "atomics" in techniques:
         return "atomic"
@@ -231,11 +129,19 @@ def _triton_meta(code: str) -> dict:
     return {"autotune_configs": configs, "block_sizes": sorted(blocks)}
 
 
-def extract(record) -> dict:
-    """The feature dict describe stores and the fidelity check compares against."""
-    lang = "triton" if record.language == "triton" else "cuda"
-    src = _triton_source(record.code) if lang == "triton" else _cuda_source(record.code)
-    techniques = {name for name, fn in DETECTORS[lang].items() if fn(src)}
+# how each language's code is read; records of other languages (KernelBench modules) read as CUDA
+READERS = {"cuda": _cuda_source, "triton": _triton_source}
+
+
+def extract(record, describers: list[Describer] | None = None) -> dict:
+    """The feature dict describe stores and the fidelity check compares against.
+
+    `describers`: the techniques to look for (default: every registered one)."""
+    lang = record.language if record.language in READERS else "cuda"
+    src = READERS[lang](record.code)
+    if describers is None:
+        describers = DESCRIBERS.configured({})
+    techniques = {d.name for d in describers if d.detect(lang, src)}
     feats = {
         "language": record.language,
         "kernel": record.name,
@@ -244,7 +150,7 @@ def extract(record) -> dict:
         "block_size": _block_size(record.entry, record.binding or {}, record.code),
         "templated": bool(record.entry.get("template")),
         "dtypes": _dtypes(record),
-        "accumulate_type": _any(src.tokens, "acc_type", "accscalar_t", "opmath_t", "acc_t", "accscalar_t"),
+        "accumulate_type": src.has("acc_type", "accscalar_t", "opmath_t", "acc_t"),
     }
     if lang == "triton":
         feats.update(_triton_meta(record.code))

@@ -1,9 +1,10 @@
 """The describe stage: bind what can be bound, read static features, render instructions, check them.
 
-Per record: unbound CUDA kernels get a binding from `sftbuild.ops.bind.infer` (stored before
-describing, since validate runs after this stage); features come from the parse tree; the
-instruction text comes from the seeded template bank in both languages and both detail levels;
-a record whose text claims what its features do not show is dropped as `description_mismatch`.
+Per record: unbound CUDA kernels get a binding from the configured binders
+(`sftbuild.ops.binders`, stored before describing, since validate runs after this stage);
+features come from the parse tree through the configured describers; the instruction text
+comes from the seeded template bank in both languages and both detail levels; a record whose
+text claims what its features do not show is dropped as `description_mismatch`.
 """
 from __future__ import annotations
 
@@ -14,32 +15,37 @@ from sftbuild import ops
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T
-from sftbuild.ops import bind
+from sftbuild.describe.describers import DESCRIBERS
+from sftbuild.ops import binders as B
 
 
 def run(ctx: Context) -> dict:
     cfg = ctx.config.describe
     vcfg = ctx.config.validate
-    conf = {"seed": getattr(cfg, "seed", 0), "languages": list(getattr(cfg, "languages", ["en", "zh"])),
-            "levels": list(getattr(cfg, "levels", T.LEVELS)), "arch": vcfg.arch,
+    binders = B.BINDERS.configured(cfg.binders, "describe.binders")
+    describers = DESCRIBERS.configured(cfg.describers, "describe.describers")
+    conf = {"seed": cfg.seed, "languages": list(cfg.languages), "levels": list(cfg.levels), "arch": vcfg.arch,
             "smem_budget": vcfg.shared_memory_budget}
-    with StageRun(ctx, "describe", conf, extra_key=_bank_hash()) as run:
+    if cfg.binders or cfg.describers:  # only a non-default selection enters the key
+        conf.update(binders=cfg.binders, describers=cfg.describers)
+    with StageRun(ctx, "describe", conf, extra_key=_bank_hash(binders)) as run:
         done = run.done()
         for rec in ctx.store.alive("describe"):
             if rec.id in done:
                 continue
             if rec.language == "cuda" and not rec.binding:
-                binding = bind.infer(rec)
+                binding = B.infer(rec, binders)
                 if binding:
                     ctx.store.update_binding(rec.id, binding)
                     rec.binding = binding
-            status, reason, payload = describe(rec, conf)
+            status, reason, payload = describe(rec, conf, describers)
             run.put(rec.id, status, reason, payload)
     return run.stats
 
 
-def describe(rec, conf: dict) -> tuple[str, str | None, dict]:
-    feats = F.extract(rec)
+def describe(rec, conf: dict, describers=None) -> tuple[str, str | None, dict]:
+    """(status, drop reason, payload) for one record; `describers` default to every registered one."""
+    feats = F.extract(rec, describers)
     facts = _facts(rec, feats, conf)
     instructions = {f"{lang}:{level}": T.render(facts, lang, level)
                     for lang in conf["languages"] for level in conf["levels"]}
@@ -94,10 +100,10 @@ def _param_name(param: str) -> str:
     return names[-1] if names else param
 
 
-def _bank_hash() -> str:
-    """Changes to the templates or the binding tables re-run describe."""
+def _bank_hash(binders) -> str:
+    """Changes to the templates or the binders' tables re-run describe."""
     h = hashlib.sha256()
-    for path in sorted(T.TEMPLATES.glob("*.j2")) + [bind.TABLE]:
+    for path in sorted(T.TEMPLATES.glob("*.j2")) + B.files(binders):
         if path.exists():
             h.update(path.read_bytes())
     return h.hexdigest()[:16]

@@ -1,8 +1,9 @@
 """Instructions from the template bank, and the fidelity check that reads their claims back.
 
-The rendered text names techniques with the phrases below; `claims` parses a text back
-into the facts it asserts (techniques, dtypes, target arch, block size) with patterns of
-its own, so a template or phrase that over-claims is caught rather than trusted.
+The rendered text names techniques with each describer's `phrase`; `claims` parses a text
+back into the facts it asserts (techniques, dtypes, target arch, block size) with patterns
+of its own (each describer's `claim`), so a template or phrase that over-claims is caught
+rather than trusted.
 """
 from __future__ import annotations
 
@@ -12,44 +13,17 @@ from pathlib import Path
 
 import jinja2
 
+from sftbuild.describe.describers import DESCRIBERS
+
 TEMPLATES = Path(__file__).with_name("templates")
 LEVELS = ("brief", "detailed")
 
-PHRASES = {  # technique: (en, zh)
-    "shared_memory": ("shared memory", "共享内存"),
-    "warp_shuffle": ("warp shuffles", "warp shuffle指令"),
-    "vectorized_access": ("vectorised loads and stores", "向量化访存"),
-    "tensor_cores": ("tensor cores", "Tensor Core"),
-    "atomics": ("atomic operations", "原子操作"),
-    "grid_stride_loop": ("a grid-stride loop", "grid-stride循环"),
-    "launch_bounds": ("launch bounds", "launch bounds限定"),
-    "cooperative_groups": ("cooperative groups", "cooperative groups"),
-    "async_copy": ("asynchronous global-to-shared copies", "异步拷贝"),
-    "cub_primitives": ("CUB block primitives", "CUB块级原语"),
-    "autotune": ("autotuned launch configurations", "自动调优的启动配置"),
-    "masked_access": ("masked loads for the tails", "带掩码的尾部访存"),
-}
 STRATEGY = {  # reduction strategy: (en, zh); each names the technique it relies on
     "warp_shuffle": ("Reduce within each warp using warp shuffles.", "在warp内用warp shuffle指令归约。"),
     "shared_memory_tree": ("Reduce across the block with a tree in shared memory.", "在block内用共享内存做树形归约。"),
     "cub": ("Reduce with CUB block primitives.", "用CUB块级原语归约。"),
     "atomic": ("Combine partial results with atomic operations.", "用原子操作合并部分结果。"),
     "tl_reduce": ("Reduce with Triton's built-in reductions.", "用Triton内置归约。"),
-}
-CLAIM_PATTERNS = {  # technique: a pattern over either language
-    "shared_memory": r"shared[- ]memory|__shared__|共享内存",
-    "warp_shuffle": r"warp shuffle|__shfl",
-    "vectorized_access": r"vectori[sz]ed|float4|half2|向量化",
-    "tensor_cores": r"tensor core|wmma|mma\b",
-    "atomic": None,
-    "atomics": r"atomic|原子操作",
-    "grid_stride_loop": r"grid[- ]stride",
-    "launch_bounds": r"launch bounds",
-    "cooperative_groups": r"cooperative groups",
-    "async_copy": r"asynchronous .*cop|cp\.async|异步拷贝",
-    "cub_primitives": r"(?<![A-Za-z])CUB(?![A-Za-z])",
-    "autotune": r"autotun|自动调优",
-    "masked_access": r"masked loads|带掩码",
 }
 BUDGET = re.compile(r"(per-block shared-memory budget of|共享内存预算为)\s*\d+")
 NOUNS = {  # op family: (en, zh)
@@ -69,7 +43,7 @@ GENERIC_NOUN = ("kernel", "Kernel")
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              trim_blocks=False)
-    env.filters["phrase"] = lambda key, lang: PHRASES[key][0 if lang == "en" else 1]
+    env.filters["phrase"] = lambda key, lang: DESCRIBERS.get(key).phrase[lang]
     env.filters["strategy"] = lambda key, lang: STRATEGY[key][0 if lang == "en" else 1]
     return env
 
@@ -91,7 +65,7 @@ def claims(text: str) -> dict:
     """The facts a rendered instruction asserts, read back from its words."""
     plain = re.sub(r"`[^`]*`", " ", text)  # names and signatures in backticks are not claims
     plain = BUDGET.sub(" ", plain)
-    techs = {k for k, pat in CLAIM_PATTERNS.items() if pat and re.search(pat, plain, re.IGNORECASE)}
+    techs = {d.name for d in DESCRIBERS if d.claim and re.search(d.claim, plain, re.IGNORECASE)}
     block = re.search(r"(\d+) threads per block|启动(\d+)个线程", plain)
     return {"techniques": sorted(techs),
             "dtypes": sorted(set(re.findall(r"(?<![\w.])(float32|float16|bfloat16)(?![0-9])", _dtype_clause(plain), re.ASCII))),

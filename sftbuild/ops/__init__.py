@@ -15,6 +15,7 @@ import importlib
 import pkgutil
 from typing import Any, Callable
 
+from sftbuild.ops.launch import CONTRACTS
 from sftbuild.ops.tolerance import Tolerance, compare  # noqa: F401  (re-exported)
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -36,9 +37,14 @@ class Op:
     layouts: tuple[str, ...] = ("contiguous",)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     tolerance: Tolerance = dataclasses.field(default_factory=Tolerance)
-    launch: str = ""  # launch contract name for CUDA harnesses (see sftbuild.validate.harness)
+    launch: str = "tensors"  # its launch contract for CUDA harnesses: a name in sftbuild.ops.launch
     outputs: int = 1  # how many output tensors the reference returns
     mutates: tuple[int, ...] = ()  # input positions updated in place (optimiser steps)
+
+    def __post_init__(self):
+        if self.launch not in CONTRACTS:
+            raise ValueError(f"op {self.name!r}: launch {self.launch!r} names no launch contract "
+                             f"(known: {', '.join(CONTRACTS)})")
 
     def run_reference(self, inputs: list, params: dict | None = None):
         return self.reference(*inputs, **{**self.params, **(params or {})})

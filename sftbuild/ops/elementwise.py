@@ -70,7 +70,7 @@ def _row_vec_inputs(shape, dtype, layout, gen, params):
 def broadcast(name, family, en, zh, ref, tol=None):
     return define(name, family, en, zh, ref, _row_vec_inputs, ROW_POOL,
                   {"inputs": ["x: [rows, cols]", "b: [cols]"], "outputs": ["y: [rows, cols]"]},
-                  "bias_rowwise", layouts=ALL_LAYOUTS, tolerance=tol or Tolerance())
+                  "tensors", layouts=ALL_LAYOUTS, tolerance=tol or Tolerance())
 
 
 broadcast("add_bias", "broadcast", "x + b with the vector b broadcast over the rows of x",
@@ -88,5 +88,5 @@ define("where", "binary", "where(mask, a, b): a where the mask is true, else b",
        lambda m, a, b: torch.where(m, a, b),
        lambda shape, dtype, layout, gen, params: [torch.rand(*shape, generator=gen) > 0.5,
                                                   rand(shape, dtype, layout, gen), rand(shape, dtype, "contiguous", gen)],
-       FLAT_POOL, {"inputs": ["mask: [n] bool", "a: [n]", "b: [n]"], "outputs": ["y: [n]"]}, "select",
+       FLAT_POOL, {"inputs": ["mask: [n] bool", "a: [n]", "b: [n]"], "outputs": ["y: [n]"]}, "tensors",
        layouts=("contiguous", "sliced"))

@@ -34,21 +34,21 @@ def _mm_inputs(bias=False, batch=False):
 
 define("matmul", "matmul", "the matrix product C = A @ B", "计算矩阵乘法C = A @ B",
        torch.matmul, _mm_inputs(), MM_POOL,
-       {"inputs": ["A: [M, K]", "B: [K, N]"], "outputs": ["C: [M, N]"]}, "gemm", layouts=ALL_LAYOUTS, tolerance=MM_TOL)
+       {"inputs": ["A: [M, K]", "B: [K, N]"], "outputs": ["C: [M, N]"]}, "tensors", layouts=ALL_LAYOUTS, tolerance=MM_TOL)
 define("gemm_bias", "matmul", "a GEMM with a bias epilogue: C = A @ B + bias, bias broadcast over rows",
        "带偏置epilogue的GEMM：C = A @ B + bias，bias按行广播",
        lambda a, b, bias: torch.addmm(bias, a, b), _mm_inputs(bias=True), MM_POOL,
-       {"inputs": ["A: [M, K]", "B: [K, N]", "bias: [N]"], "outputs": ["C: [M, N]"]}, "gemm", layouts=ALL_LAYOUTS,
+       {"inputs": ["A: [M, K]", "B: [K, N]", "bias: [N]"], "outputs": ["C: [M, N]"]}, "tensors", layouts=ALL_LAYOUTS,
        tolerance=MM_TOL)
 define("gemm_bias_relu", "fused", "a GEMM with a fused bias + ReLU epilogue: C = relu(A @ B + bias)",
        "融合偏置与ReLU epilogue的GEMM：C = relu(A @ B + bias)",
        lambda a, b, bias: torch.relu(torch.addmm(bias, a, b)), _mm_inputs(bias=True), MM_POOL,
-       {"inputs": ["A: [M, K]", "B: [K, N]", "bias: [N]"], "outputs": ["C: [M, N]"]}, "gemm", layouts=ALL_LAYOUTS,
+       {"inputs": ["A: [M, K]", "B: [K, N]", "bias: [N]"], "outputs": ["C: [M, N]"]}, "tensors", layouts=ALL_LAYOUTS,
        tolerance=MM_TOL)
 define("bmm", "matmul", "a batched matrix product C[b] = A[b] @ B[b]", "计算批量矩阵乘法C[b] = A[b] @ B[b]",
        torch.bmm, _mm_inputs(batch=True), [(1, 1, 1, 1), (3, 7, 33, 5), (8, 64, 64, 64), (2, 129, 257, 31),
                                            (17, 16, 100, 16)],
-       {"inputs": ["A: [batch, M, K]", "B: [batch, K, N]"], "outputs": ["C: [batch, M, N]"]}, "bmm",
+       {"inputs": ["A: [batch, M, K]", "B: [batch, K, N]"], "outputs": ["C: [batch, M, N]"]}, "tensors",
        layouts=ALL_LAYOUTS, tolerance=MM_TOL)
 
 
@@ -70,10 +70,10 @@ def _qkv(shape, dtype, layout, gen, params):
 
 define("sdpa", "attention", "scaled dot-product attention softmax(q k^T / sqrt(D)) v, no mask",
        "计算无掩码的缩放点积注意力softmax(q k^T / sqrt(D)) v",
-       _sdpa, _qkv, SDPA_POOL, SDPA_IO, "attention", layouts=ALL_LAYOUTS, tolerance=MM_TOL)
+       _sdpa, _qkv, SDPA_POOL, SDPA_IO, "tensors", layouts=ALL_LAYOUTS, tolerance=MM_TOL)
 define("sdpa_causal", "attention", "causal scaled dot-product attention: query i attends to keys j <= i",
        "计算因果缩放点积注意力：第i个query只关注j <= i的key",
-       lambda q, k, v: _sdpa(q, k, v, causal=True), _qkv, SDPA_POOL, SDPA_IO, "attention", layouts=ALL_LAYOUTS,
+       lambda q, k, v: _sdpa(q, k, v, causal=True), _qkv, SDPA_POOL, SDPA_IO, "tensors", layouts=ALL_LAYOUTS,
        tolerance=MM_TOL)
 
 
@@ -91,7 +91,7 @@ define("conv1d_depthwise_causal", "conv",
        lambda s, d, l, g, p: [rand(s, d, l, g), rand((s[1], p.get("width", 4)), d, "contiguous", g, 0.5),
                               rand((s[1],), d, "contiguous", g)],
        [(1, 1, 1), (2, 3, 7), (1, 64, 1000), (4, 33, 257), (2, 7, 4099)],
-       {"inputs": ["x: [B, C, L]", "w: [C, K]", "bias: [C]"], "outputs": ["y: [B, C, L]"]}, "conv1d",
+       {"inputs": ["x: [B, C, L]", "w: [C, K]", "bias: [C]"], "outputs": ["y: [B, C, L]"]}, "tensors",
        layouts=ALL_LAYOUTS, params={"width": 4}, tolerance=Tolerance(scale=2.0))
 
 
@@ -120,12 +120,12 @@ ADAM_IO = {"inputs": ["param: [n] (updated in place)", "grad: [n]", "exp_avg: [n
            "outputs": ["param: [n]", "exp_avg: [n]", "exp_avg_sq: [n]"]}
 define("adam_step", "optimizer", "one Adam step (L2 weight decay added to the gradient, bias-corrected) updating param, exp_avg and exp_avg_sq in place",
        "执行一步Adam更新（L2权重衰减加到梯度上，带偏差校正），原地更新param、exp_avg与exp_avg_sq",
-       _adam, _adam_inputs, FLAT_POOL, ADAM_IO, "optimizer", layouts=("contiguous",),
+       _adam, _adam_inputs, FLAT_POOL, ADAM_IO, "tensors", layouts=("contiguous",),
        params={"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "step": 3},
        outputs=3, mutates=(0, 2, 3), tolerance=Tolerance(scale=2.0))
 define("adamw_step", "optimizer", "one AdamW step (decoupled weight decay, bias-corrected) updating param, exp_avg and exp_avg_sq in place",
        "执行一步AdamW更新（解耦权重衰减，带偏差校正），原地更新param、exp_avg与exp_avg_sq",
        lambda p, g, m, v, **kw: _adam(p, g, m, v, decoupled=True, **kw), _adam_inputs, FLAT_POOL, ADAM_IO,
-       "optimizer", layouts=("contiguous",),
+       "tensors", layouts=("contiguous",),
        params={"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "step": 3},
        outputs=3, mutates=(0, 2, 3), tolerance=Tolerance(scale=2.0))

@@ -49,25 +49,25 @@ def _rms_norm(x, w, eps=1e-5):
 define("layer_norm", "norm", "layer normalisation over the last dim with weight and bias: (x - mean) / sqrt(var + eps) * w + b",
        "沿最后一维做LayerNorm（带weight与bias）：(x - mean) / sqrt(var + eps) * w + b",
        _layer_norm, _rows_w, ROW_POOL,
-       {"inputs": ["x: [rows, cols]", "w: [cols]", "b: [cols]"], "outputs": ["y: [rows, cols]"]}, "norm_rows",
+       {"inputs": ["x: [rows, cols]", "w: [cols]", "b: [cols]"], "outputs": ["y: [rows, cols]"]}, "tensors",
        layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
 define("rms_norm", "norm", "RMS normalisation over the last dim: x / sqrt(mean(x^2) + eps) * w",
        "沿最后一维做RMSNorm：x / sqrt(mean(x^2) + eps) * w",
        _rms_norm, lambda s, d, l, g, p: _rows_w(s, d, l, g, p, bias=False), ROW_POOL,
-       {"inputs": ["x: [rows, cols]", "w: [cols]"], "outputs": ["y: [rows, cols]"]}, "norm_rows",
+       {"inputs": ["x: [rows, cols]", "w: [cols]"], "outputs": ["y: [rows, cols]"]}, "tensors",
        layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
 define("add_rms_norm", "fused", "a residual add fused with RMS norm: rms_norm(x + r) * w over the last dim",
        "残差相加与RMSNorm融合：沿最后一维计算rms_norm(x + r) * w",
        lambda x, r, w, eps=1e-5: _rms_norm(x + r, w, eps),
        lambda s, d, l, g, p: _rows_w(s, d, l, g, p, bias=False, residual=True), ROW_POOL,
        {"inputs": ["x: [rows, cols]", "r: [rows, cols]", "w: [cols]"], "outputs": ["y: [rows, cols]"]},
-       "norm_rows", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
+       "tensors", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
 define("add_layer_norm", "fused", "a residual add fused with layer norm: layer_norm(x + r) * w + b over the last dim",
        "残差相加与LayerNorm融合：沿最后一维计算layer_norm(x + r) * w + b",
        lambda x, r, w, b, eps=1e-5: _layer_norm(x + r, w, b, eps),
        lambda s, d, l, g, p: _rows_w(s, d, l, g, p, residual=True), ROW_POOL,
        {"inputs": ["x: [rows, cols]", "r: [rows, cols]", "w: [cols]", "b: [cols]"], "outputs": ["y: [rows, cols]"]},
-       "norm_rows", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
+       "tensors", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
 
 
 def _ln_backward(dy, x, w, eps=1e-5):
@@ -100,13 +100,13 @@ define("layer_norm_backward", "norm",
        "LayerNorm反向：由dy、x和w计算dx、dw与db（沿最后一维重新计算统计量）",
        _ln_backward, _grad_rows, ROW_POOL,
        {"inputs": ["dy: [rows, cols]", "x: [rows, cols]", "w: [cols]"],
-        "outputs": ["dx: [rows, cols]", "dw: [cols]", "db: [cols]"]}, "norm_rows_backward",
+        "outputs": ["dx: [rows, cols]", "dw: [cols]", "db: [cols]"]}, "tensors",
        layouts=ALL_LAYOUTS, params=dict(EPS), outputs=3, tolerance=Tolerance(scale=4.0))
 define("rms_norm_backward", "norm", "the RMS-norm backward pass: dx from dy, x and w over the last dim",
        "RMSNorm反向：沿最后一维由dy、x和w计算dx",
        _rms_backward, _grad_rows, ROW_POOL,
        {"inputs": ["dy: [rows, cols]", "x: [rows, cols]", "w: [cols]"], "outputs": ["dx: [rows, cols]"]},
-       "norm_rows_backward", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=Tolerance(scale=4.0))
+       "tensors", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=Tolerance(scale=4.0))
 
 
 def _group_norm(x, w, b, groups=2, eps=1e-5):
@@ -118,7 +118,7 @@ define("group_norm", "norm", "group normalisation of x [N, C, L] over `groups` c
        _group_norm,
        lambda s, d, l, g, p: [rand(s, d, l, g, 2.0, 0.5), rand(s[1:2], d, "contiguous", g, 0.5, 1.0),
                               rand(s[1:2], d, "contiguous", g, 0.5)],
-       GN_POOL, {"inputs": ["x: [N, C, L]", "w: [C]", "b: [C]"], "outputs": ["y: [N, C, L]"]}, "norm_channels",
+       GN_POOL, {"inputs": ["x: [N, C, L]", "w: [C]", "b: [C]"], "outputs": ["y: [N, C, L]"]}, "tensors",
        layouts=ALL_LAYOUTS, params={"groups": 2, "eps": 1e-5}, tolerance=NORM_TOL)
 
 
@@ -134,7 +134,7 @@ define("batch_norm", "norm",
        "推理模式的BatchNorm：对x [N, C, L]的每个通道计算(x - running_mean) / sqrt(running_var + eps) * w + b",
        lambda x, m, v, w, b, eps=1e-5: F.batch_norm(x, m, v, w, b, False, 0.0, eps), _bn_inputs, BN_POOL,
        {"inputs": ["x: [N, C, L]", "running_mean: [C]", "running_var: [C]", "w: [C]", "b: [C]"],
-        "outputs": ["y: [N, C, L]"]}, "batch_norm", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
+        "outputs": ["y: [N, C, L]"]}, "tensors", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
 
 
 def _bn_train_inputs(shape, dtype, layout, gen, params):
@@ -146,14 +146,14 @@ define("batch_norm_train", "norm",
        "batch normalisation in training mode: normalise each channel of x [N, C, L] by its batch mean and biased variance, then w and b",
        "训练模式的BatchNorm：用批内均值与有偏方差归一化x [N, C, L]的每个通道，再乘w加b",
        lambda x, w, b, eps=1e-5: F.batch_norm(x, None, None, w, b, True, 0.0, eps), _bn_train_inputs, BN_POOL,
-       {"inputs": ["x: [N, C, L]", "w: [C]", "b: [C]"], "outputs": ["y: [N, C, L]"]}, "batch_norm",
+       {"inputs": ["x: [N, C, L]", "w: [C]", "b: [C]"], "outputs": ["y: [N, C, L]"]}, "tensors",
        layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=NORM_TOL)
 define("batch_norm_stats", "norm",
        "per-channel batch statistics of x [N, C, L]: the mean and 1 / sqrt(biased var + eps), in float32 for half inputs",
        "计算x [N, C, L]逐通道的批统计量：均值与1 / sqrt(有偏方差 + eps)，半精度输入时以float32输出",
        lambda x, eps=1e-5: _stats(x, eps),
        lambda s, d, l, g, p: [rand(s, d, l, g, 2.0, 0.5)], BN_POOL,
-       {"inputs": ["x: [N, C, L]"], "outputs": ["mean: [C] float32", "invstd: [C] float32"]}, "batch_norm_stats",
+       {"inputs": ["x: [N, C, L]"], "outputs": ["mean: [C] float32", "invstd: [C] float32"]}, "tensors",
        layouts=ALL_LAYOUTS, params=dict(EPS), outputs=2, tolerance=NORM_TOL)
 
 
@@ -178,7 +178,7 @@ define("batch_norm_gather_stats", "norm",
        "将多组BatchNorm统计量（均值、invstd、元素个数）合并为逐通道的均值与invstd",
        _gather_stats, _gather_inputs, [(1, 1), (2, 3), (4, 64), (8, 1000), (3, 4099)],
        {"inputs": ["mean: [G, C] float32", "invstd: [G, C] float32", "counts: [G]"],
-        "outputs": ["mean: [C] float32", "invstd: [C] float32"]}, "batch_norm_gather",
+        "outputs": ["mean: [C] float32", "invstd: [C] float32"]}, "tensors",
        params=dict(EPS), outputs=2, tolerance=NORM_TOL)
 
 
@@ -212,14 +212,14 @@ define("batch_norm_backward", "norm",
        "the training-mode batch-norm backward pass: dx, dw and db from x, dy, the saved mean and invstd, and w",
        "训练模式BatchNorm反向：由x、dy、保存的均值与invstd以及w计算dx、dw与db",
        _bn_backward, _bn_bwd_inputs, BN_POOL,
-       {"inputs": BN_GRAD_IN, "outputs": ["dx: [N, C, L]", "dw: [C]", "db: [C]"]}, "batch_norm_backward",
+       {"inputs": BN_GRAD_IN, "outputs": ["dx: [N, C, L]", "dw: [C]", "db: [C]"]}, "tensors",
        layouts=ALL_LAYOUTS, outputs=3, tolerance=Tolerance(scale=4.0))
 define("batch_norm_backward_reduce", "norm",
        "the reduction half of batch-norm backward: per-channel sum(dy), sum(dy * (x - mean)), dw and db",
        "BatchNorm反向的归约部分：逐通道计算sum(dy)、sum(dy * (x - mean))、dw与db",
        _bn_backward_reduce, _bn_bwd_inputs, BN_POOL,
        {"inputs": BN_GRAD_IN, "outputs": ["sum_dy: [C] float32", "sum_dy_xmu: [C] float32", "dw: [C]", "db: [C]"]},
-       "batch_norm_backward", layouts=ALL_LAYOUTS, outputs=4, tolerance=Tolerance(scale=4.0))
+       "tensors", layouts=ALL_LAYOUTS, outputs=4, tolerance=Tolerance(scale=4.0))
 def _bn_elemt_inputs(shape, dtype, layout, gen, params):
     x, dy, mean, invstd, w = _bn_bwd_inputs(shape, dtype, layout, gen, params)
     sum_dy, sum_dy_xmu, _, _ = _bn_backward_reduce(x, dy, mean, invstd, w)
@@ -240,7 +240,7 @@ define("batch_norm_backward_elemt", "norm",
        "BatchNorm反向的逐元素部分：由dy、x、均值、invstd、w以及逐通道的sum(dy)与sum(dy * (x - mean))计算dx",
        _bn_elemt, _bn_elemt_inputs, BN_POOL,
        {"inputs": BN_GRAD_IN + ["sum_dy: [C] float32", "sum_dy_xmu: [C] float32"], "outputs": ["dx: [N, C, L]"]},
-       "batch_norm_backward", layouts=ALL_LAYOUTS, tolerance=Tolerance(scale=4.0))
+       "tensors", layouts=ALL_LAYOUTS, tolerance=Tolerance(scale=4.0))
 
 
 def _apply_inputs(shape, dtype, layout, gen, params):
@@ -256,4 +256,4 @@ define("batch_norm_apply", "norm",
                                       * w.to(mean.dtype)[None, :, None] + b.to(mean.dtype)[None, :, None]).to(x.dtype),
        _apply_inputs, BN_POOL,
        {"inputs": ["x: [N, C, L]", "mean: [C] float32", "invstd: [C] float32", "w: [C]", "b: [C]"],
-        "outputs": ["y: [N, C, L]"]}, "batch_norm", layouts=ALL_LAYOUTS, tolerance=NORM_TOL)
+        "outputs": ["y: [N, C, L]"]}, "tensors", layouts=ALL_LAYOUTS, tolerance=NORM_TOL)

@@ -17,7 +17,7 @@ def _cube(shape, dtype, layout, gen, params):
 
 def reduction(name, en, zh, ref, tol=None, io=REDUCED):
     # keepdim outputs let a launch contract recover the reduced dim from the shapes alone
-    return define(name, "reduction", en, zh, ref, _cube, CUBE_POOL, io, "reduce",
+    return define(name, "reduction", en, zh, ref, _cube, CUBE_POOL, io, "tensors",
                   layouts=ALL_LAYOUTS, params=dict(DIM_PARAMS), tolerance=tol or Tolerance())
 
 
@@ -58,7 +58,7 @@ rowwise("log_softmax", "softmax",
         lambda x, dim=-1: torch.log_softmax(x, dim=dim), params={"dim": -1})
 define("softmax_dim", "softmax", "softmax over dimension `dim` of a 3-D tensor", "对三维张量沿维度dim做softmax",
        lambda x, dim=-1: torch.softmax(x, dim), _cube, CUBE_POOL,
-       {"inputs": ["x: [d0, d1, d2]"], "outputs": ["y: [d0, d1, d2]"]}, "scan", layouts=ALL_LAYOUTS,
+       {"inputs": ["x: [d0, d1, d2]"], "outputs": ["y: [d0, d1, d2]"]}, "tensors", layouts=ALL_LAYOUTS,
        params=dict(DIM_PARAMS))
 
 
@@ -95,7 +95,7 @@ define("masked_softmax", "softmax",
        "对最后一维做带掩码的softmax：mask为真的位置被排除，其概率为0",
        lambda x, mask: torch.softmax(x.masked_fill(mask, float("-inf")), -1), _masked_inputs, ROW_POOL,
        {"inputs": ["x: [rows, cols]", "mask: [rows, cols] bool"], "outputs": ["y: [rows, cols]"]},
-       "masked_rowwise", layouts=ALL_LAYOUTS)
+       "tensors", layouts=ALL_LAYOUTS)
 define("causal_softmax", "softmax",
        "causal softmax of attention scores: position j > i in row i is masked out before the softmax",
        "对注意力分数做因果softmax：第i行中j > i的位置在softmax前被屏蔽",
@@ -103,7 +103,7 @@ define("causal_softmax", "softmax",
                                              .triu(1), float("-inf")), -1),
        lambda shape, dtype, layout, gen, params: [rand(shape, dtype, layout, gen, 3.0)],
        [(1, 1, 1), (2, 7, 7), (3, 33, 33), (1, 100, 100), (4, 257, 257), (1, 1024, 1024)],
-       {"inputs": ["x: [batch, seq, seq]"], "outputs": ["y: [batch, seq, seq]"]}, "batched_rowwise",
+       {"inputs": ["x: [batch, seq, seq]"], "outputs": ["y: [batch, seq, seq]"]}, "tensors",
        layouts=ALL_LAYOUTS)
 define("cross_entropy", "loss",
        "per-row cross-entropy: loss[i] = logsumexp(logits[i]) - logits[i, target[i]]",
@@ -112,7 +112,7 @@ define("cross_entropy", "loss",
        lambda shape, dtype, layout, gen, params: [rand(shape, dtype, layout, gen, 3.0),
                                                   torch.randint(0, shape[1], (shape[0],), generator=gen)],
        ROW_POOL, {"inputs": ["logits: [rows, classes]", "target: [rows] int64"], "outputs": ["loss: [rows]"]},
-       "rowwise_target", layouts=ALL_LAYOUTS, tolerance=Tolerance(scale=2.0))
+       "tensors", layouts=ALL_LAYOUTS, tolerance=Tolerance(scale=2.0))
 
 # ---- scans --------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ SCAN_POOL = [s for s in CUBE_POOL if s[1] * s[2] <= 40000] + [(3, 4097, 1)]
 def scan(name, en, zh, ref, io=SCANNED, outputs=1, tol=None, scale=1.0):
     return define(name, "scan", en, zh, ref,
                   lambda shape, dtype, layout, gen, params: [rand(shape, dtype, layout, gen, scale)],
-                  SCAN_POOL, io, "scan", layouts=ALL_LAYOUTS, params=dict(DIM_PARAMS), outputs=outputs,
+                  SCAN_POOL, io, "tensors", layouts=ALL_LAYOUTS, params=dict(DIM_PARAMS), outputs=outputs,
                   tolerance=tol or Tolerance())
 
 
@@ -161,7 +161,7 @@ def _distinct_rows(shape, dtype, layout, gen, params):
 
 
 def select(name, en, zh, ref, io, outputs=2, params=None, pool=SORT_POOL):
-    return define(name, "sort", en, zh, ref, _distinct_rows, pool, io, "sort", layouts=ALL_LAYOUTS,
+    return define(name, "sort", en, zh, ref, _distinct_rows, pool, io, "tensors", layouts=ALL_LAYOUTS,
                   outputs=outputs, params=params or {}, tolerance=Tolerance(exact=True))
 
 
@@ -189,4 +189,4 @@ define("mode", "sort", "the most frequent value of each row (the smallest one on
        "求每一行出现次数最多的值（并列时取最小者）",
        lambda x: torch.mode(x.float(), -1).values.to(x.dtype) if x.dtype != torch.float64 else torch.mode(x, -1).values,
        _mode_inputs, SORT_POOL, {"inputs": ["x: [rows, cols] (small integers)"], "outputs": ["values: [rows]"]},
-       "rowwise_reduce", layouts=("contiguous", "sliced"), tolerance=Tolerance(exact=True))
+       "tensors", layouts=("contiguous", "sliced"), tolerance=Tolerance(exact=True))

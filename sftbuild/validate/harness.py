@@ -5,20 +5,40 @@ A harness is a .cu file that includes the record's code verbatim as
 
     int sftbuild_launch_<dtype>(void** ptrs, const long long* ints, int n, void* stream)
 
-`ptrs` are device pointers and `ints` integer arguments, in the order the op's
-launch contract defines (see CONTRACTS). The entry returns the CUDA error of
+`ptrs` are device pointers and `ints` integer arguments, in the order a launch
+contract (`sftbuild.ops.launch`) defines. The entry returns the CUDA error of
 the launch, or -1 when the sizes are outside what the binding supports.
+
+A harness is one file, `templates/<name>.cu.j2`, that opens with a header declaring
+what the launcher needs besides its text:
+
+    {#- harness
+    contract: rowwise        # the launch contract its C entry reads; `op`: the bound op's own
+    defaults: {max_log2: 10} # template values a binding's harness_args override
+    limits: {max_cols: 1024} # shapes its launch logic cannot serve (see `fits`)
+    -#}
+
+Templates whose names start with `_` are partials included by the others.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 from pathlib import Path
 
 import jinja2
+import yaml
+
+from sftbuild.ops import launch
+
+CONTRACTS = launch.CONTRACTS  # name -> (inputs, outputs, params) -> (ptrs, ints); what trials call
 
 TEMPLATES = Path(__file__).with_name("templates")
+BASE_DEFAULTS = {"ns": "at::native::", "block": 256}  # every harness's template values unless it says otherwise
+OP_CONTRACT = "op"  # a header's `contract: op`: the launch contract of the op being checked
+HEADER = re.compile(r"\A\{#-?\s*harness[ \t]*\n(.*?)-?#\}", re.S)
 TORCH_CTYPES = {"float32": "float", "float16": "c10::Half", "bfloat16": "c10::BFloat16"}
 PLAIN_CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
@@ -37,7 +57,7 @@ def render(record, check: dict, dtypes: list[str]) -> str:
         raise ValueError(f"record {record.id[:12]} has no harness")
     torch_types = "torch" in record.entry.get("include_sets", [])
     ctypes = TORCH_CTYPES if torch_types else PLAIN_CTYPES
-    args = {**_defaults(harness), **(binding.get("harness_args") or {}), **(check.get("harness_args") or {})}
+    args = {**get(harness).defaults, **(binding.get("harness_args") or {}), **(check.get("harness_args") or {})}
     params = {**(binding.get("params") or {}), **(check.get("params") or {})}
     kernel = record.entry["kernels"][0]
     return env().get_template(f"{harness}.cu.j2").render(
@@ -75,11 +95,48 @@ def template_params(code: str, kernel: str) -> list[str]:
     return names
 
 
-def _defaults(harness: str) -> dict:
-    base = {"ns": "at::native::", "block": 256}
-    return {**base, **{"persistent_softmax": {"max_log2": 10, "is_log_softmax": "false", "ns": ""},
-                       "aten_softmax_backward": {"max_log2": 10, "is_log_softmax": "false", "ns": ""},
-                       }.get(harness, {})}
+@dataclasses.dataclass(frozen=True)
+class Harness:
+    """One launcher template and what its header declares."""
+    name: str  # templates/<name>.cu.j2
+    contract: str  # the launch contract its C entry reads, or OP_CONTRACT
+    defaults: dict  # template values, BASE_DEFAULTS included
+    limits: dict  # shape constraints of its own launch logic
+
+    def contract_for(self, op_launch: str) -> str:
+        return op_launch if self.contract == OP_CONTRACT else self.contract
+
+
+@functools.lru_cache(maxsize=1)
+def harnesses() -> dict[str, Harness]:
+    """Every harness template by name, read from the headers; a bad header is an error here."""
+    out = {}
+    for path in sorted(TEMPLATES.glob("[!_]*.cu.j2")):
+        name = path.name.removesuffix(".cu.j2")
+        m = HEADER.match(path.read_text())
+        if not m:
+            raise ValueError(f"harness template {path.name} has no `{{#- harness ... -#}}` header")
+        head = yaml.safe_load(m.group(1)) or {}
+        unknown = set(head) - {"contract", "defaults", "limits"}
+        if unknown or "contract" not in head:
+            raise ValueError(f"harness {name}: header needs `contract` and may have defaults, limits "
+                             f"(got {sorted(head)})")
+        if head["contract"] != OP_CONTRACT:
+            launch.get(head["contract"])  # an unknown contract name raises here
+        out[name] = Harness(name, head["contract"], {**BASE_DEFAULTS, **(head.get("defaults") or {})},
+                            dict(head.get("limits") or {}))
+    return out
+
+
+def get(name: str) -> Harness:
+    try:
+        return harnesses()[name]
+    except KeyError:
+        raise KeyError(f"unknown harness {name!r} (templates: {', '.join(harnesses())})") from None
+
+
+def _limits(name: str | None) -> dict:
+    return get(name).limits if name else {}
 
 
 def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
@@ -93,69 +150,22 @@ def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
     return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 
 
-# sizes a harness's own launch logic cannot serve, whatever the binding says
-HARNESS_LIMITS = {"persistent_softmax": {"max_cols": 1024}, "aten_softmax_backward": {"max_cols": 1024},
-                  "aten_batch_norm_cl": {"dims": {2: 1}}}
-
-
 def checks(binding: dict) -> list[dict]:
     """The (op, params, harness args) checks a binding asks for: the primary op plus `also`."""
     first = {k: binding.get(k) for k in ("op", "params", "harness", "harness_args", "constraints")}
-    first["constraints"] = {**HARNESS_LIMITS.get(first["harness"] or "", {}), **(first["constraints"] or {})}
+    # sizes a harness's own launch logic cannot serve come first; the binding's own constraints add to them
+    first["constraints"] = {**_limits(first["harness"]), **(first["constraints"] or {})}
     out = [first]
     for extra in binding.get("also") or []:
         # an `also` op's params replace the first op's (`params: {}` means none), harness args add up
         out.append({"op": extra["op"], "params": extra["params"] if "params" in extra else first["params"],
                     "harness": extra.get("harness") or first["harness"],
                     "harness_args": {**(first["harness_args"] or {}), **(extra.get("harness_args") or {})},
-                    "constraints": {**HARNESS_LIMITS.get(extra.get("harness") or "", {}),
+                    "constraints": {**_limits(extra.get("harness")),
                                     **(extra.get("constraints") or first["constraints"])}})
     return out
 
 
-# ---- launch contracts: how tensors become (ptrs, ints) -------------------------
-
-def rowwise(inputs, outputs, params=None):
-    """y[rows, cols] = f(x[rows, cols]); rows are `stride` elements apart."""
-    x, y = inputs[0], outputs[0]
-    return [y.data_ptr(), x.data_ptr()], [x.shape[0], x.shape[1], x.stride(0)]
-
-
-def unary(inputs, outputs, params=None):
-    """y[n] = f(x[n]) over contiguous memory."""
-    x, y = inputs[0], outputs[0]
-    return [y.data_ptr(), x.data_ptr()], [x.numel()]
-
-
-def tensors(inputs, outputs, params=None):
-    """The generic contract: ptrs = outputs then inputs; ints = (ndim, *shape) of each, in the same order.
-    Every tensor is contiguous; an op that updates inputs in place lists them as outputs too."""
-    ts = list(outputs) + list(inputs)
-    ints = []
-    for t in ts:
-        ints += [t.dim(), *t.shape]
-    return [t.data_ptr() for t in ts], ints
-
-
-def binary(inputs, outputs, params=None):
-    """z[n] = f(a[n], b[n]) over contiguous memory."""
-    return [outputs[0].data_ptr(), inputs[0].data_ptr(), inputs[1].data_ptr()], [inputs[0].numel()]
-
-
-def rowwise_backward(inputs, outputs, params=None):
-    """dx[rows, cols] = f(dy, y); rows are `stride` elements apart."""
-    dy, y = inputs[0], inputs[1]
-    return [outputs[0].data_ptr(), dy.data_ptr(), y.data_ptr()], [dy.shape[0], dy.shape[1], dy.stride(0)]
-
-
-CONTRACTS = {"rowwise": rowwise, "unary": unary, "binary": binary, "rowwise_backward": rowwise_backward,
-             "tensors": tensors}
-# harnesses whose C entry reads the generic layout, whatever the op's own launch contract is
-HARNESS_CONTRACT = {"persistent_softmax": "rowwise", "aten_softmax_backward": "rowwise_backward"}
-
-
 def contract_for(harness: str, op_launch: str) -> str:
-    if harness in HARNESS_CONTRACT:
-        return HARNESS_CONTRACT[harness]
-    return op_launch if op_launch in CONTRACTS else "tensors"
-
+    """The launch contract a check's C entry reads: its harness's own, or the op's (`op_launch`)."""
+    return get(harness).contract_for(op_launch) if harness else op_launch

@@ -1,0 +1,71 @@
+"""Binding strategies: tried in order, the first answer wins, stored with the strategy's name as `how`."""
+import pytest
+
+from sftbuild import plugins
+from sftbuild.ops import binders as B
+from sftbuild.ops.binders import manifest
+from sftbuild.plugins import PluginError
+from sftbuild.record import Record
+
+SOFTMAX_BW = ("__global__ void softmax_warp_backward(float* dx, const float* y, int rows, int cols) "
+              "{ dx[0] = y[0]; }\n")
+SOFTMAX_BW_PARAMS = ["float* dx", "const float* y", "int rows", "int cols"]
+RELU = "__global__ void relu_kernel(float* y, const float* x, int n) { y[0] = x[0] > 0.f ? x[0] : 0.f; }\n"
+
+
+def _rec(code, name, params, path="k.cu"):
+    return Record(language="cuda", code=code, source="test", entry={"kernels": [name], "params": params},
+                  provenance={"path": path})
+
+
+def test_binders_run_in_order_and_are_listed():
+    assert [b.name for b in B.BINDERS.configured({})] == ["manifest", "inferred"]
+    listed = {name: summary for kind, name, summary in plugins.describe("binder")}
+    assert set(listed) == {"manifest", "inferred"} and all(listed.values())
+
+
+def test_the_declared_table_comes_first():
+    # a name and path the table declares: the table answers, though the signature reads as a row softmax
+    rec = _rec(SOFTMAX_BW, "softmax_warp_backward", SOFTMAX_BW_PARAMS, "ATen/native/cuda/PersistentSoftmax.cuh")
+    b = B.infer(rec)
+    assert b["how"] == "manifest" and b["kind"] == "op" and b["op"] == "softmax_backward"
+    assert b["harness"] == "aten_softmax_backward"
+    elsewhere = B.infer(_rec(SOFTMAX_BW, "softmax_warp_backward", SOFTMAX_BW_PARAMS, "mine/softmax.cu"))
+    assert elsewhere["how"] == "inferred" and elsewhere["op"] == "softmax"
+
+
+def test_signature_inference_and_selection():
+    rec = _rec(RELU, "relu_kernel", ["float* y", "const float* x", "int n"])
+    b = B.infer(rec)
+    assert b["how"] == "inferred" and b["op"] == "relu" and b["harness"] == "generic_launch"
+    assert b["harness_args"]["args"] == ["ptr:0", "ptr:1", "int:0"] and b["dtypes"] == ["float32"]
+    only_table = B.BINDERS.configured({"inferred": False})
+    assert B.infer(rec, only_table) is None
+    with pytest.raises(PluginError, match=r"describe\.binders\.probe"):
+        B.BINDERS.configured({"probe": {}}, "describe.binders")
+
+
+def test_only_unbound_cuda_kernels_are_inferred():
+    assert B.infer(Record(language="triton", code="x", source="t", entry={"kernels": ["relu_kernel"]})) is None
+    assert B.infer(Record(language="cuda", code="x", source="t", entry={"kernels": []})) is None
+
+
+def test_a_new_strategy_is_one_class(monkeypatch):
+    @B.BINDERS.register
+    class Always(B.Binder):
+        """Everything is a copy (a test strategy)."""
+        name = "always"
+        order = 99
+
+        def bind(self, record):
+            return {"op": "transpose"}
+
+    try:
+        rec = _rec("__global__ void odd(int* p) {}\n", "odd", ["int* p"])
+        assert B.infer(rec) == {"kind": "op", "how": "always", "op": "transpose"}
+    finally:
+        B.BINDERS._members.pop("always")
+
+
+def test_binder_files_are_what_describe_hashes():
+    assert B.files() == [manifest.TABLE] and manifest.TABLE.exists()
