@@ -24,7 +24,8 @@ import functools
 import re
 
 import tree_sitter as ts
-import tree_sitter_cuda
+
+from sftbuild.parsing import cuda_language, cuda_parser
 
 WORD = re.compile(r"[A-Za-z_]\w*")
 UNIT_TYPES = {
@@ -53,15 +54,9 @@ ROCM_MACROS = ("USE_ROCM", "__HIP_PLATFORM_AMD__", "__HIP_PLATFORM_HCC__", "USE_
 
 
 @functools.lru_cache(maxsize=1)
-def parser() -> ts.Parser:
-    return ts.Parser(ts.Language(tree_sitter_cuda.language()))
-
-
-@functools.lru_cache(maxsize=1)
 def _identifier_query():
-    lang = ts.Language(tree_sitter_cuda.language())
-    q = ts.Query(lang, "[(identifier) (type_identifier) (namespace_identifier) (field_identifier) (preproc_arg)] @id")
-    return q
+    return ts.Query(cuda_language(),
+                    "[(identifier) (type_identifier) (namespace_identifier) (field_identifier) (preproc_arg)] @id")
 
 
 def _captures(node) -> list:
@@ -106,12 +101,12 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
     units: list[Unit] = []
     dead: list[tuple[int, int, str]] = []
     if prelude:
-        _collect(parser().parse(mask_attributes(prelude)).root_node, prelude, (), units, [], top=True)
+        _collect(cuda_parser().parse(mask_attributes(prelude)).root_node, prelude, (), units, [], top=True)
         for u in units:
             u.kernels, u.origin = [], prelude
     first = len(units)
     masked = mask_attributes(src)
-    tree = parser().parse(masked)
+    tree = cuda_parser().parse(masked)
     _collect(tree.root_node, src, (), units, dead, top=True)
     for u in units[first:]:
         u.origin = src
