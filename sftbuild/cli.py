@@ -11,6 +11,7 @@ import click
 from sftbuild import config as C
 from sftbuild.context import Context, UserError
 from sftbuild.executor import make_executor
+from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
 
 
@@ -301,28 +302,6 @@ def _report(ctx, stage, stats):
     for k, v in (stats or {}).items():
         if isinstance(v, dict) and v:
             ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items()) if not isinstance(b, dict)))
-
-
-def format_funnel(funnel: dict) -> str:
-    lines = [f"records: {funnel['records']}"]
-    if funnel.get("harvest_skips"):
-        lines.append("  harvest skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(funnel["harvest_skips"].items())))
-    for stage, c in funnel["stages"].items():
-        parts = [f"ok={c['ok']}"]
-        for status in ("waiting", "dropped"):
-            for reason, n in sorted(c[status].items()):
-                parts.append(f"{status}:{reason}={n}")
-        lines.append(f"  {stage:<9} " + "  ".join(parts))
-    if len(funnel["by_source"]) > 0:
-        lines.append("by source:")
-        for src, s in sorted(funnel["by_source"].items()):
-            lines.append(f"  {src}: {s['records']} records")
-            for stage, c in s["stages"].items():
-                parts = [f"ok={c['ok']}"]
-                for status in ("waiting", "dropped"):
-                    parts += [f"{status}:{r}={n}" for r, n in sorted(c[status].items())]
-                lines.append(f"    {stage:<9} " + "  ".join(parts))
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
