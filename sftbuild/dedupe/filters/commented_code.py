@@ -7,12 +7,15 @@ import re
 
 from sftbuild.config import opt
 from sftbuild.dedupe.filters import FILTERS, Filter
-from sftbuild.dedupe.normalize import _C_COMMENTS, _PY_COMMENTS, PYTHON_LANGUAGES, strip_comments
+from sftbuild.dedupe.normalize import _C_COMMENTS, _C_COMMENTS_ONLY, _PY_COMMENTS, PYTHON_LANGUAGES, strip_comments
 
 # a C/CUDA comment line reads as code when it is a statement (a ';' ending after an operator, call or
 # index, or a jump), opens or closes a block, or is a directive; prose ending in ';' does not count
 _C_CODE = re.compile(r"[=()\[\]][^;]*;\s*\Z|\A(?:return|break|continue)\b.*;\s*\Z|[{}]\s*;?\s*\Z|"
                      r"\A(?:#\s*(?:include|define|pragma|ifn?def|if|endif)\b|(?:if|for|while|switch)\s*\()")
+# what every Python statement below has, tested before the (much slower) parse
+_PY_MAYBE = re.compile(r"[=(]|\A(?:@|(?:return|pass|break|continue|import|from|assert|raise|del|for|if|while|with|"
+                       r"def)\b)")
 # Python statements that prose does not parse as; a lone expression counts only when it is a call
 _PY_STATEMENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.If, ast.For, ast.While, ast.With,
                   ast.Import, ast.ImportFrom, ast.Assert, ast.Raise, ast.Delete, ast.FunctionDef, ast.Pass,
@@ -54,8 +57,14 @@ class CommentedCode(Filter):
 
 def _comment_lines(code: str, python: bool) -> list[str]:
     """The text of every comment line, markers removed; string literals are skipped."""
+    if python:
+        lexer = _PY_COMMENTS
+    elif "/" not in code:
+        return []
+    else:  # without literals to step over, the comments-only pattern is much faster
+        lexer = _C_COMMENTS if '"' in code or "'" in code else _C_COMMENTS_ONLY
     out = []
-    for m in (_PY_COMMENTS if python else _C_COMMENTS).finditer(code):
+    for m in lexer.finditer(code):
         s = m.group()
         if s.startswith("#") and python:
             out.append(s[1:])
@@ -67,6 +76,8 @@ def _comment_lines(code: str, python: bool) -> list[str]:
 
 
 def _py_code(line: str) -> bool:
+    if not _PY_MAYBE.search(line):
+        return False
     if line.endswith(":"):
         line += " pass"  # a commented-out block header ("for i in range(n):") parses once it has a body
     elif line.startswith("@"):
