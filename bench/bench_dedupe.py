@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     print(f"generated {len(docs)} docs (mean {mean_kb:.2f} KB, {planted} planted near-duplicates) "
           f"in {time.perf_counter() - t:.1f} s (not timed)", flush=True)
     params = Params(scheme=args.scheme)
-    filters = F.default_filters()
+    filters = F.configured()
 
     t0 = time.perf_counter()
     report = dedupe_docs(docs, params, filters, workers=args.workers)

@@ -174,8 +174,8 @@ def test_deterministic_across_workers():
 
 
 # ---- filters ---------------------------------------------------------------------
-def drop(doc: Doc, cfg=None):
-    return F.apply(F.default_filters(cfg), doc)
+def drop(doc: Doc, selection=None):
+    return F.apply(F.configured(selection), doc)
 
 
 GOOD = kernel("relu__basic.cu")
@@ -221,14 +221,12 @@ def test_filter_license_policy():
         assert drop(Doc("x", GOOD, license=lic))[0] == "license"
     assert drop(Doc("x", GOOD, license="GPL-3.0-only")) is None  # empty allow-list: any known licence
 
-    class Cfg:
-        licenses = ["MIT", "Apache-2.0"]
-
-    assert drop(Doc("x", GOOD, license="mit"), Cfg) is None
-    assert drop(Doc("x", GOOD, license="GPL-3.0-only"), Cfg)[0] == "license"
-    assert drop(Doc("x", GOOD, license="GPL-3.0-only OR MIT"), Cfg) is None
-    assert drop(Doc("x", GOOD, license="MIT AND GPL-3.0-only"), Cfg)[0] == "license"
-    assert drop(Doc("x", GOOD, license="Apache-2.0 WITH LLVM-exception"), Cfg) is None
+    allow = {"license": {"allowed": ["MIT", "Apache-2.0"]}}
+    assert drop(Doc("x", GOOD, license="mit"), allow) is None
+    assert drop(Doc("x", GOOD, license="GPL-3.0-only"), allow)[0] == "license"
+    assert drop(Doc("x", GOOD, license="GPL-3.0-only OR MIT"), allow) is None
+    assert drop(Doc("x", GOOD, license="MIT AND GPL-3.0-only"), allow)[0] == "license"
+    assert drop(Doc("x", GOOD, license="Apache-2.0 WITH LLVM-exception"), allow) is None
 
 
 # ---- decontamination ---------------------------------------------------------------

@@ -1,10 +1,16 @@
-"""The parameters of near-duplicate detection, and what goes into the run manifest."""
+"""The parameters of near-duplicate detection, and what goes into the run manifest.
+
+`Params` is the library-facing copy of the near-dedup fields of `DedupeConfig`;
+its defaults are read from there, so each default is written once.
+"""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-SCHEMES = ("oph", "affine32")
+from sftbuild.config import DedupeConfig
+
+_DEFAULT = DedupeConfig()
+SCHEMES = next(f.metadata["choices"] for f in dataclasses.fields(DedupeConfig) if f.name == "scheme")
 # Bumped whenever tokenisation, abstraction or hashing changes, so old fingerprints are refused.
 HASH_VERSION = 1
 
@@ -18,17 +24,17 @@ class Params:
                        ``datasketch.MinHash(scheme="affine32")`` fed the same shingle hashes.
     """
 
-    ngram: int = 5
-    short_ngram: int = 3
-    short_tokens: int = 50  # kernels with fewer tokens are shingled with short_ngram
-    num_perm: int = 256
-    bands: int = 32
-    rows: int = 8
-    threshold: float = 0.7  # exact Jaccard a plain candidate pair must reach
-    abstract_threshold: float = 0.85  # the same for identifier-abstracted tokens
-    seed: int = 1
-    scheme: str = "oph"
-    chunk_size: int = 2000  # documents per signature task
+    ngram: int = _DEFAULT.ngram
+    short_ngram: int = _DEFAULT.short_ngram
+    short_tokens: int = _DEFAULT.short_tokens  # kernels with fewer tokens are shingled with short_ngram
+    num_perm: int = _DEFAULT.num_perm
+    bands: int = _DEFAULT.bands
+    rows: int = _DEFAULT.rows
+    threshold: float = _DEFAULT.threshold  # exact Jaccard a plain candidate pair must reach
+    abstract_threshold: float = _DEFAULT.abstract_threshold  # the same for identifier-abstracted tokens
+    seed: int = _DEFAULT.seed
+    scheme: str = _DEFAULT.scheme
+    chunk_size: int = _DEFAULT.chunk_size  # documents per signature task
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -41,10 +47,9 @@ class Params:
             raise ValueError("dedupe num_perm must be in [1, 65536]")
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "Params":
-        """From a DedupeConfig, or anything with some of these attributes."""
-        kw = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls) if hasattr(cfg, f.name)}
-        return cls(**kw)
+    def from_config(cls, cfg: DedupeConfig) -> "Params":
+        """The near-dedup fields of a DedupeConfig."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)})
 
     def ngram_for(self, n_tokens: int) -> int:
         return self.short_ngram if n_tokens < self.short_tokens else self.ngram

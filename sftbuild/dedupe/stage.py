@@ -2,8 +2,10 @@
 
 Order matters: a record dropped by a filter or as contaminated can never be a
 cluster's representative. Every alive record gets one result: ok, or dropped
-with reason too_simple | malformed | generated | no_kernel | license |
-contaminated | duplicate. The report goes to <workspace>/reports/dedupe.json.
+with the name of the first filter that drops it (see `sftbuild list filter`),
+contaminated or duplicate. The config hash covers the near-dedup parameters
+and every selected filter with its effective parameters, in run order. The
+report goes to <workspace>/reports/dedupe.json.
 """
 from __future__ import annotations
 
@@ -13,13 +15,13 @@ from collections import Counter
 
 import numpy as np
 
-from sftbuild.context import Context, StageRun
+from sftbuild.context import Context, StageRun, UserError
 from sftbuild.dedupe import filters as F
 from sftbuild.dedupe.decontam import Decontaminator
-from sftbuild.dedupe.fingerprints import DEFAULT_NGRAM
 from sftbuild.dedupe.near import Clusters, Doc, pool_mapper, find_clusters
 from sftbuild.dedupe.params import Params
 from sftbuild.dedupe.signature import Signatures, assemble, compute
+from sftbuild.plugins import PluginError
 from sftbuild.record import Record
 
 LARGEST = 10  # clusters listed with their members' provenance in the report
@@ -46,16 +48,20 @@ def to_doc(record: Record, validation: dict | None) -> Doc:
 def run(ctx: Context, **options) -> dict:
     cfg = ctx.config.dedupe
     params = Params.from_config(cfg)
-    filters = F.default_filters(cfg)
+    try:
+        filters = F.configured(cfg.filters)
+    except PluginError as e:
+        raise UserError(str(e)) from None
     records = ctx.store.alive("dedupe")
     ids = sorted(r.id for r in records)
     decon = None
     if cfg.benchmarks:
         decon = Decontaminator(cfg.benchmarks, threshold=cfg.contamination_threshold,
-                               ngram=getattr(cfg, "contamination_ngram", DEFAULT_NGRAM),
-                               max_df=getattr(cfg, "contamination_max_df", 0.05))
-    manifest = {"params": params.manifest(), "config": dataclasses.asdict(cfg),
-                "filters": {f.name: f.params() for f in filters},
+                               ngram=cfg.contamination_ngram, max_df=cfg.contamination_max_df)
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "filters"}
+    manifest = {"params": params.manifest(), "config": config,
+                # what the selection amounts to: the same filters spelled differently hash the same
+                "filters": [[f.name, f.manifest()] for f in filters],
                 "benchmarks": decon.manifest() if decon else None}
     report_path = ctx.workspace / "reports" / "dedupe.json"
     with StageRun(ctx, "dedupe", manifest, extra_key=ids) as run_:

@@ -1,0 +1,75 @@
+"""Drop samples too small to teach anything."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from sftbuild.config import opt
+from sftbuild.dedupe.filters import FILTERS, Filter
+from sftbuild.dedupe.normalize import strip_comments
+
+
+@FILTERS.register
+class TooSimple(Filter):
+    """Too few tokens to teach anything, or kernels whose bodies are all empty."""
+
+    name = "too_simple"
+    order = 30
+    _triton_def = re.compile(r"@\s*(?:triton\.)?jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+\w+\s*\([^)]*\)[^:\n]*:")
+    _trivial = re.compile(r"(?:return\s*;?|pass|\.\.\.)?")
+
+    @dataclasses.dataclass
+    class Params:
+        min_tokens: int = opt(20, "samples with fewer tokens are dropped as 'too_simple'", lo=0)
+
+    def filter(self, doc):
+        n = len(doc.tokens)
+        if n < self.params.min_tokens:
+            return False, f"{n} tokens (min {self.params.min_tokens})"
+        if doc.language == "cuda":
+            bodies = [" ".join(b) for b in _cuda_bodies(doc.tokens)]
+        elif doc.language == "triton":
+            bodies = [strip_comments(b, "triton") for b in self._triton_bodies(doc.text)]
+        else:
+            bodies = []
+        if bodies and all(self._trivial.fullmatch(b.strip()) for b in bodies):
+            return False, "every kernel body is empty"
+        return True
+
+    def _triton_bodies(self, code: str) -> list[str]:
+        out = []
+        for m in self._triton_def.finditer(code):
+            first, _, after = code[m.end():].partition("\n")
+            lines = [first]
+            for line in after.splitlines():
+                if line.strip() and not line[:1].isspace():
+                    break  # the first unindented line ends the body
+                lines.append(line)
+            out.append("\n".join(lines))
+        return out
+
+
+def _cuda_bodies(toks: list[str]) -> list[list[str]]:
+    """The first tokens of each __global__ function's body, enough to tell an empty body.
+
+    Declarations without a body are skipped. Only short bodies can be trivial, so
+    the body is cut after a few tokens instead of matching braces through it.
+    """
+    out = []
+    i = -1
+    while True:
+        try:
+            i = toks.index("__global__", i + 1)
+        except ValueError:
+            return out
+        brace = _index(toks, "{", i)
+        if brace < _index(toks, ";", i):
+            head = toks[brace + 1:brace + 5]
+            out.append(head[:head.index("}")] if "}" in head else head)
+
+
+def _index(toks: list[str], tok: str, start: int) -> int:
+    try:
+        return toks.index(tok, start)
+    except ValueError:
+        return len(toks)
