@@ -184,6 +184,15 @@ def from_dict(data: Any, source: str = "config") -> Config:
     return cfg
 
 
+# keys that became a plug-in's own parameters
+MOVED = {
+    "dedupe.min_tokens": "dedupe.filters.too_simple.min_tokens",
+    "dedupe.max_line_length": "dedupe.filters.malformed.max_line_length",
+    "dedupe.generated_exempt_sources": "dedupe.filters.generated.exempt_sources",
+    "dedupe.licenses": "dedupe.filters.license.allowed",
+}
+
+
 def build_section(cls, data: Any, prefix: str):
     """An instance of dataclass `cls` from a mapping; errors name the key (`prefix` + field)."""
     if not isinstance(data, dict):
@@ -194,7 +203,8 @@ def build_section(cls, data: Any, prefix: str):
     for key, value in data.items():
         name = f"{prefix}{key}"
         if key not in fields:
-            raise ConfigError(f"{name}: unknown key (known: {', '.join(sorted(fields))})")
+            hint = f"; it moved to {MOVED[name]}" if name in MOVED else ""
+            raise ConfigError(f"{name}: unknown key{hint} (known: {', '.join(sorted(fields))})")
         kwargs[key] = _coerce(hints[key], value, name)
         _check(fields[key].metadata, kwargs[key], name)
     return cls(**kwargs)

@@ -107,3 +107,10 @@ def test_ranges_and_choices_come_from_the_field_declarations(tmp_path, text, mes
     p.write_text(text)
     with pytest.raises(C.ConfigError, match=message.replace(".", r"\.")):
         C.load(p)
+
+
+def test_a_key_that_became_a_plugin_parameter_says_where_it_went(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("dedupe: {min_tokens: 40}")
+    with pytest.raises(C.ConfigError, match=r"moved to dedupe\.filters\.too_simple\.min_tokens"):
+        C.load(p)
