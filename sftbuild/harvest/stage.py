@@ -1,7 +1,8 @@
 """The harvest stage: sources -> kernel records with provenance and declared bindings.
 
-Every source is harvested on its own: a source that fails (unreachable, missing,
-unsafe, malformed) is reported in `stats["errors"]` and the others continue.
+Each source is read by its kind (`sftbuild.harvest.kinds`) through the `Harvest` below.
+Every source is harvested on its own: a source that fails (unreachable, missing, unsafe, malformed) is reported in
+`stats["errors"]` and the others continue.
 Files are parsed in parallel on the CPU pool; everything the harvest sees but
 does not keep is recorded with a reason (store skips for files and unextracted
 `__global__`/jit definitions, dropped results for kernels). Records are keyed by
@@ -18,6 +19,7 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest.cuda_extract import late_includes
+from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, parse_files
 from sftbuild.record import Record
 
@@ -28,7 +30,7 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
     """Sources for the given specs (default: the configured ones); failures go to `errors`."""
     errors = {} if errors is None else errors
     registry = S.load_registry()
-    for extra in getattr(ctx.config.harvest, "registries", []):
+    for extra in ctx.config.harvest.registries:
         try:
             registry.update(S.load_registry(extra))
         except S.SourceError as e:
@@ -64,7 +66,12 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
 
 
 class Harvest:
-    """One source's harvest: dispatches on the source kind, records everything it sees."""
+    """One source's harvest, handed to its kind's `harvest(h)`; records everything it sees.
+
+    A kind reads `h.src`, `h.cfg` (the harvest config) and `h.ctx`, and calls
+    `h.tree(tree)` for a file tree, `h.emit(records, spans, drops)` for records it builds,
+    and `h.skip(path, reason, detail, item)` for anything it sees but does not keep.
+    """
 
     def __init__(self, ctx: Context, run: StageRun, src: S.Source):
         self.ctx, self.run_, self.src = ctx, run, src
@@ -75,33 +82,10 @@ class Harvest:
         self._skips: list[tuple] = []
 
     def run(self) -> None:
-        kind = self.src.kind
-        if kind == "kernelbench":
-            from sftbuild.harvest import readers
-
-            try:
-                readers.kernelbench_dir(self)
-            finally:
-                self.flush_skips()
-        elif kind == "dataset":
-            from sftbuild.harvest import readers
-
-            try:
-                readers.dataset(self)
-            finally:
-                self.flush_skips()
-        elif kind == "torch-inductor":
-            from sftbuild.harvest import inductor
-
-            try:
-                inductor.harvest(self)
-            finally:
-                self.flush_skips()
-        else:
-            try:
-                self.tree(S.materialize(self.src, self.ctx.workspace, self.cfg))
-            finally:
-                self.flush_skips()
+        try:
+            KINDS.create(self.src.kind).harvest(self)
+        finally:
+            self.flush_skips()
 
     # ---- bookkeeping shared by every kind ---------------------------------
     def skip(self, path: str, reason: str, detail: str = "", item: str = "") -> None:
@@ -190,15 +174,7 @@ class Harvest:
         return late_includes(files)
 
     def _default_license(self, tree: S.Tree) -> str | None:
-        lic = L.normalize(self.src.license)
-        if lic:
-            return lic
-        pkg = tree.provenance.get("package")
-        if self.src.kind == "pip":
-            return L.normalize(_archive_license(tree.root))
-        if pkg:
-            return L.normalize(S.package_license(pkg))
-        return None
+        return L.normalize(self.src.license) or L.normalize(tree.license)
 
     def _file_result(self, tree: S.Tree, res: dict, licenses: dict, default_license: str | None):
         rel = res["rel"]
@@ -219,7 +195,7 @@ class Harvest:
             prov = dict(tree.provenance, path=rel, lines=list(k["lines"]), license=lic)
             prov.setdefault("package", None)
             prov.setdefault("version", None)
-            entry = _entry(res["language"], k, self.src.kind)
+            entry = _entry(res["language"], k, tree.torch_headers)
             records.append(Record(language=res["language"], code=k["code"], source=self.src.name, entry=entry,
                                   binding=self.binding(rel, k["name"]), provenance=prov))
             spans.append(tuple(k["lines"]))
@@ -237,9 +213,9 @@ def _merge_same_code(kernels: list[dict]) -> list[dict]:
     return list(by_code.values())
 
 
-def _entry(language: str, k: dict, kind: str) -> dict:
+def _entry(language: str, k: dict, torch_headers: bool) -> dict:
     if language == "cuda":
-        torch_set = kind in ("torch-aten", "pytorch") or any(i.split()[-1].startswith(TORCH_INCLUDES)
+        torch_set = torch_headers or any(i.split()[-1].startswith(TORCH_INCLUDES)
                                                              for i in k["includes"])
         return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": k["template"],
                 "launch_bounds": k["launch_bounds"], "launch_sites": k["launch_sites"],
@@ -258,30 +234,3 @@ def _batches(items: list, workers: int) -> list[list]:
         return []
     size = max(1, min(32, len(items) // (max(1, workers) * 4)))
     return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def _archive_license(root: Path) -> str | None:
-    """Licence of an unpacked package: License-Expression, then its LICENSE/COPYING files, then
-    the free-text License field or classifier when it names a licence plainly. NOTICE files are
-    ignored: they quote third-party licences."""
-    for meta in sorted(root.glob("*.dist-info/METADATA")) + sorted(root.glob("*/PKG-INFO")):
-        head = meta.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
-        fields: dict[str, str] = {}
-        for line in head.splitlines():
-            key, _, value = line.partition(":")
-            if key in ("License-Expression", "License") and value.strip():
-                fields.setdefault(key, value.strip())
-            elif line.startswith("Classifier: License :: OSI Approved ::"):
-                fields.setdefault("Classifier", line.rsplit("::", 1)[1].strip())
-        if "License-Expression" in fields:
-            return L.normalize(fields["License-Expression"])
-        for lf in sorted(meta.parent.rglob("*")):
-            if lf.is_file() and lf.name.upper().startswith(("LICEN", "COPYING")):
-                spdx = L.from_text(lf.read_text(encoding="utf-8", errors="replace"))
-                if spdx:
-                    return spdx
-        for key in ("License", "Classifier"):
-            spdx = L.normalize(fields.get(key))
-            if spdx:
-                return spdx
-    return None
