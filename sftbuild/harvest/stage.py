@@ -1,7 +1,9 @@
 """The harvest stage: sources -> kernel records with provenance and declared bindings.
 
-Each source is read by its kind (`sftbuild.harvest.kinds`) through the `Harvest` below.
-Every source is harvested on its own: a source that fails (unreachable, missing, unsafe, malformed) is reported in
+Each source is read by its kind (`sftbuild.harvest.kinds`) through the `Harvest` below;
+the files of a tree pass the configured file filters (`sftbuild.harvest.filters`): the
+path stage here, the data stage on the CPU workers. Every source is harvested on its
+own: a source that fails (unreachable, missing, unsafe, malformed) is reported in
 `stats["errors"]` and the others continue.
 Files are parsed in parallel on the CPU pool; everything the harvest sees but
 does not keep is recorded with a reason (store skips for files and unextracted
@@ -20,7 +22,7 @@ from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest.cuda_extract import late_includes
 from sftbuild.harvest.kinds import KINDS
-from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, parse_files
+from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, parse_files
 from sftbuild.record import Record
 
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
@@ -48,12 +50,16 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
 def run(ctx: Context, sources: list[str] | None = None) -> dict:
     cfg = ctx.config.harvest
     stats: dict = {"sources": {}, "errors": {}, "listed": {}}
+    filters = F.configured(cfg.file_filters)
     chosen = resolve(ctx, list(sources or []), stats["errors"])
-    key = {"min_kernel_lines": cfg.min_kernel_lines, "max_file_bytes": cfg.max_file_bytes}
+    # the default selection hashes as it did before filters were plug-ins, so older workspaces stay current
+    key = {"min_kernel_lines": cfg.min_kernel_lines,
+           **({"file_filters": cfg.file_filters} if cfg.file_filters
+              else {"max_file_bytes": F.FILE_FILTERS.get("oversize").Params().max_bytes})}
     with StageRun(ctx, "harvest", key) as run:
         for src in chosen:
             try:
-                h = Harvest(ctx, run, src)
+                h = Harvest(ctx, run, src, filters)
                 h.run()
                 stats["sources"][src.name] = h.kernels
                 stats["listed"][src.name] = h.listed
@@ -73,10 +79,11 @@ class Harvest:
     and `h.skip(path, reason, detail, item)` for anything it sees but does not keep.
     """
 
-    def __init__(self, ctx: Context, run: StageRun, src: S.Source):
+    def __init__(self, ctx: Context, run: StageRun, src: S.Source, filters: list[F.FileFilter]):
         self.ctx, self.run_, self.src = ctx, run, src
         self.cfg = ctx.config.harvest
-        self.kernel_filters = [F.Trivial(self.cfg.min_kernel_lines)]
+        self.path_filters = F.implementing(filters, "check_path")
+        self.data_filters = F.implementing(filters, "check_data")
         self.kernels = 0  # kernels extracted (kept or dropped)
         self.listed = 0  # definitions seen but not extracted, each with a reason
         self._skips: list[tuple] = []
@@ -99,17 +106,14 @@ class Harvest:
             self._skips = []
 
     def emit(self, records: list[Record], lines: list[tuple[int, int]], drops: list[str | None] | None = None):
-        """Store records; each is kept or dropped by the kernel filters (or an explicit reason)."""
+        """Store records; each is kept, dropped as `trivial`, or dropped for its explicit reason."""
         self.ctx.store.add_records(records)
         for i, (r, span) in enumerate(zip(records, lines)):
             reason = drops[i] if drops else None
             detail = None
             if reason is None:
-                for f in self.kernel_filters:
-                    detail = f.check(span, r.code)
-                    if detail is not None:
-                        reason = f.name
-                        break
+                detail = _trivial(span, self.cfg.min_kernel_lines)
+                reason = "trivial" if detail else None
             if reason:
                 self.run_.put(r.id, "dropped", reason, {"detail": detail} if detail else None)
             else:
@@ -126,8 +130,6 @@ class Harvest:
 
     # ---- file trees ---------------------------------------------------------
     def tree(self, tree: S.Tree) -> None:
-        filters = F.default_file_filters(self.cfg.max_file_bytes, getattr(self.cfg, "vendored_dirs", None))
-        path_filters = [f for f in filters if type(f).check_path is not F.FileFilter.check_path]
         todo: list[tuple[str, Path]] = []
         for rel, path, link in S.walk(tree):
             if link:
@@ -140,7 +142,7 @@ class Harvest:
             except OSError as e:
                 self.skip(rel, "unreadable", str(e))
                 continue
-            hit = F.check_path(path_filters, rel, size)
+            hit = F.check_path(self.path_filters, rel, size)
             if hit:
                 self.skip(rel, *hit)
                 continue
@@ -150,9 +152,10 @@ class Harvest:
         licenses: dict[Path, str | None] = {}
         batches = _batches([(rel, str(p), preludes.get(rel, b"")) for rel, p in todo],
                            getattr(self.ctx.executor, "cpu_workers", 1))
-        for batch, results in self.ctx.executor.map_cpu(parse_files, batches, desc=f"harvest {self.src.name}"):
+        tasks = [ParseTask(batch, self.data_filters) for batch in batches]
+        for task, results in self.ctx.executor.map_cpu(parse_files, tasks, desc=f"harvest {self.src.name}"):
             if isinstance(results, WorkerFailure):
-                for rel, _, _ in batch:
+                for rel, _, _ in task.files:
                     self.skip(rel, "parse_error", f"{results.kind}: {results.detail[-300:]}")
                 continue
             records, spans = [], []
@@ -211,6 +214,12 @@ def _merge_same_code(kernels: list[dict]) -> list[dict]:
         else:
             by_code[k["code"]] = dict(k, also=[])
     return list(by_code.values())
+
+
+def _trivial(lines: tuple[int, int], min_lines: int) -> str | None:
+    """Kernels of a line or two teach nothing and are usually stubs."""
+    n = lines[1] - lines[0] + 1
+    return f"{n} lines < {min_lines}" if n < min_lines else None
 
 
 def _entry(language: str, k: dict, torch_headers: bool) -> dict:
