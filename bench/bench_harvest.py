@@ -85,7 +85,7 @@ def main() -> None:
     shutil.rmtree(ws, ignore_errors=True)
     store = Store(ws)
     cfg = Config()
-    cfg.harvest.max_file_bytes = 10_000_000
+    cfg.harvest.file_filters = {"oversize": {"max_bytes": 10_000_000}}
     ex = LocalExecutor(cpu_workers=args.workers, gpus="none", progress=False)
     ctx = Context(store=store, config=cfg, executor=ex, echo=print, progress=False)
     t0 = time.perf_counter()

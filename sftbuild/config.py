@@ -43,10 +43,11 @@ class HarvestConfig:
                              "pip:PACKAGE==VERSION or registry YAML files")
     registries: list[str] = opt([], "extra vetted-source registry files")
     allow_unpinned: bool = opt(False, "accept git URLs without @REV")
-    max_file_bytes: int = opt(2_000_000, "larger files are skipped as 'oversize'", lo=1)
+    file_filters: dict[str, Any] = opt({}, "which files are read: every file filter runs unless set to false; "
+                                       "e.g. {oversize: {max_bytes: 10000000}, vendored: {dirs: [ext]}}",
+                                       plugins="file_filter")
     min_kernel_lines: int = opt(3, "shorter kernels are dropped as 'trivial'", lo=0)
     cache_dir: str = opt("", "git clones and downloads; default: <workspace>/cache")
-    vendored_dirs: list[str] = opt([], "folder names skipped as vendored, besides third_party/, cutlass/, ...")
 
 
 @dataclasses.dataclass

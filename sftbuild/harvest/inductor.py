@@ -1,4 +1,4 @@
-"""PyTorch Inductor source: Triton kernels that torch.compile writes for reference programs.
+"""PyTorch Inductor programs and output code, read by the `torch-inductor` source kind.
 
 Each program is a KernelBench-format module (`Model`, `get_inputs`,
 `get_init_inputs`): the built-in catalog (catalog/programs.py) or a user module
@@ -14,7 +14,6 @@ import ast
 from pathlib import Path
 
 from sftbuild.harvest.sources import SourceError
-from sftbuild.record import Record
 
 
 def programs(location: str) -> list[tuple[str, str]]:
@@ -67,35 +66,3 @@ def compile_program(name: str, src: str) -> list[str]:
     with torch.no_grad():
         _, codes = run_and_get_code(compiled, *inputs)
     return list(codes)
-
-
-def harvest(h) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise SourceError(
-            f"source {h.src.name!r} needs a CUDA GPU: torch.compile writes Triton kernels only for GPU "
-            f"devices, and this machine has none (torch {torch.__version__}, CUDA "
-            f"{torch.version.cuda or 'not built'}); run this source on a GPU machine")
-    import triton
-
-    for name, src in programs(h.src.location):
-        try:
-            outputs = compile_program(name, src)
-        except Exception as e:  # one program failing must not stop the catalog
-            h.skip(name, "compile_failed", f"{type(e).__name__}: {str(e)[:300]}")
-            continue
-        for out in outputs:
-            for k in kernels_in_output(out):
-                n = k["code"].count("\n") + 1
-                entry = {"kernels": [k["name"]], "params": [], "template": False, "launch_bounds": None,
-                         "launch_sites": k["launch_sites"], "includes": [], "needs": [], "include_sets": []}
-                binding = {"kind": "inductor", "how": "exact", "program": name, "reference": src,
-                           "dynamic": True, "torch": torch.__version__, "triton": triton.__version__}
-                prov = {"source_kind": "torch-inductor", "url": "https://github.com/pytorch/pytorch",
-                        "commit": getattr(torch.version, "git_version", None), "path": name, "lines": [1, n],
-                        "package": "torch", "version": torch.__version__,
-                        "license": h.src.license or "unknown"}
-                rec = Record(language="triton", code=k["code"], source=h.src.name, entry=entry, binding=binding,
-                             provenance=prov)
-                h.emit([rec], [(1, n)])

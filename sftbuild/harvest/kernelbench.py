@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from sftbuild.record import Record
+
 SOLUTION_SUFFIXES = ("_new", "_solution", "_sol", "_modelnew")
 SOLUTION_DIRS = ("solutions", "solution", "new")
 
@@ -88,6 +90,15 @@ def reference_source(src: str) -> str:
             if isinstance(n, ast.ClassDef) and n.name == "ModelNew"]
     keep = [ln for i, ln in enumerate(lines, 1) if not any(a <= i <= b for a, b in drop)]
     return "\n".join(keep).rstrip() + "\n"
+
+
+def pair_record(source: str, solution: str, reference: str, name: str, prov: dict) -> Record:
+    """The record of one pair: the solution module, bound exactly to its reference program."""
+    entry = {"kernels": [name], "params": [], "template": False, "launch_bounds": None, "launch_sites": [],
+             "includes": [], "needs": [], "include_sets": [], "backend": backend(solution)}
+    binding = {"kind": "kernelbench", "how": "exact", "reference": reference}
+    return Record(language="kernelbench", code=solution, source=source, entry=entry, binding=binding,
+                  provenance=prov)
 
 
 # ---- dataset files -------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Licence detection: SPDX header lines first, then well-known licence text fingerprints.
 
 A file's own header wins over the nearest LICENSE/COPYING file, which wins over
-what the registry declares. Nothing else is guessed: no match means "unknown".
+what the registry declares, which wins over an unpacked package's metadata
+(`from_package`). Nothing else is guessed: no match means "unknown".
 """
 from __future__ import annotations
 
@@ -81,3 +82,30 @@ def normalize(value: str | None) -> str | None:
     if len(v) < 60 and re.fullmatch(rf"{token}(\s+(AND|OR|WITH)\s+{token})*", v):
         return v  # already an SPDX id or expression
     return from_text(v)
+
+
+def from_package(root: Path) -> str | None:
+    """Licence of an unpacked package: License-Expression, then its LICENSE/COPYING files, then
+    the free-text License field or classifier when it names a licence plainly. NOTICE files are
+    ignored: they quote third-party licences."""
+    for meta in sorted(root.glob("*.dist-info/METADATA")) + sorted(root.glob("*/PKG-INFO")):
+        head = meta.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
+        fields: dict[str, str] = {}
+        for line in head.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("License-Expression", "License") and value.strip():
+                fields.setdefault(key, value.strip())
+            elif line.startswith("Classifier: License :: OSI Approved ::"):
+                fields.setdefault("Classifier", line.rsplit("::", 1)[1].strip())
+        if "License-Expression" in fields:
+            return normalize(fields["License-Expression"])
+        for lf in sorted(meta.parent.rglob("*")):
+            if lf.is_file() and lf.name.upper().startswith(("LICEN", "COPYING")):
+                spdx = from_text(lf.read_text(encoding="utf-8", errors="replace"))
+                if spdx:
+                    return spdx
+        for key in ("License", "Classifier"):
+            spdx = normalize(fields.get(key))
+            if spdx:
+                return spdx
+    return None

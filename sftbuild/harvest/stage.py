@@ -1,7 +1,10 @@
 """The harvest stage: sources -> kernel records with provenance and declared bindings.
 
-Every source is harvested on its own: a source that fails (unreachable, missing,
-unsafe, malformed) is reported in `stats["errors"]` and the others continue.
+Each source is read by its kind (`sftbuild.harvest.kinds`) through the `Harvest` below;
+the files of a tree pass the configured file filters (`sftbuild.harvest.filters`): the
+path stage here, the data stage on the CPU workers. Every source is harvested on its
+own: a source that fails (unreachable, missing, unsafe, malformed) is reported in
+`stats["errors"]` and the others continue.
 Files are parsed in parallel on the CPU pool; everything the harvest sees but
 does not keep is recorded with a reason (store skips for files and unextracted
 `__global__`/jit definitions, dropped results for kernels). Records are keyed by
@@ -18,7 +21,8 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest.cuda_extract import late_includes
-from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, parse_files
+from sftbuild.harvest.kinds import KINDS
+from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, parse_files
 from sftbuild.record import Record
 
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
@@ -28,7 +32,7 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
     """Sources for the given specs (default: the configured ones); failures go to `errors`."""
     errors = {} if errors is None else errors
     registry = S.load_registry()
-    for extra in getattr(ctx.config.harvest, "registries", []):
+    for extra in ctx.config.harvest.registries:
         try:
             registry.update(S.load_registry(extra))
         except S.SourceError as e:
@@ -46,12 +50,16 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
 def run(ctx: Context, sources: list[str] | None = None) -> dict:
     cfg = ctx.config.harvest
     stats: dict = {"sources": {}, "errors": {}, "listed": {}}
+    filters = F.configured(cfg.file_filters)
     chosen = resolve(ctx, list(sources or []), stats["errors"])
-    key = {"min_kernel_lines": cfg.min_kernel_lines, "max_file_bytes": cfg.max_file_bytes}
+    # the default selection hashes as it did before filters were plug-ins, so older workspaces stay current
+    key = {"min_kernel_lines": cfg.min_kernel_lines,
+           **({"file_filters": cfg.file_filters} if cfg.file_filters
+              else {"max_file_bytes": F.FILE_FILTERS.get("oversize").Params().max_bytes})}
     with StageRun(ctx, "harvest", key) as run:
         for src in chosen:
             try:
-                h = Harvest(ctx, run, src)
+                h = Harvest(ctx, run, src, filters)
                 h.run()
                 stats["sources"][src.name] = h.kernels
                 stats["listed"][src.name] = h.listed
@@ -64,44 +72,27 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
 
 
 class Harvest:
-    """One source's harvest: dispatches on the source kind, records everything it sees."""
+    """One source's harvest, handed to its kind's `harvest(h)`; records everything it sees.
 
-    def __init__(self, ctx: Context, run: StageRun, src: S.Source):
+    A kind reads `h.src`, `h.cfg` (the harvest config) and `h.ctx`, and calls
+    `h.tree(tree)` for a file tree, `h.emit(records, spans, drops)` for records it builds,
+    and `h.skip(path, reason, detail, item)` for anything it sees but does not keep.
+    """
+
+    def __init__(self, ctx: Context, run: StageRun, src: S.Source, filters: list[F.FileFilter]):
         self.ctx, self.run_, self.src = ctx, run, src
         self.cfg = ctx.config.harvest
-        self.kernel_filters = [F.Trivial(self.cfg.min_kernel_lines)]
+        self.path_filters = F.implementing(filters, "check_path")
+        self.data_filters = F.implementing(filters, "check_data")
         self.kernels = 0  # kernels extracted (kept or dropped)
         self.listed = 0  # definitions seen but not extracted, each with a reason
         self._skips: list[tuple] = []
 
     def run(self) -> None:
-        kind = self.src.kind
-        if kind == "kernelbench":
-            from sftbuild.harvest import readers
-
-            try:
-                readers.kernelbench_dir(self)
-            finally:
-                self.flush_skips()
-        elif kind == "dataset":
-            from sftbuild.harvest import readers
-
-            try:
-                readers.dataset(self)
-            finally:
-                self.flush_skips()
-        elif kind == "torch-inductor":
-            from sftbuild.harvest import inductor
-
-            try:
-                inductor.harvest(self)
-            finally:
-                self.flush_skips()
-        else:
-            try:
-                self.tree(S.materialize(self.src, self.ctx.workspace, self.cfg))
-            finally:
-                self.flush_skips()
+        try:
+            KINDS.create(self.src.kind).harvest(self)
+        finally:
+            self.flush_skips()
 
     # ---- bookkeeping shared by every kind ---------------------------------
     def skip(self, path: str, reason: str, detail: str = "", item: str = "") -> None:
@@ -115,17 +106,14 @@ class Harvest:
             self._skips = []
 
     def emit(self, records: list[Record], lines: list[tuple[int, int]], drops: list[str | None] | None = None):
-        """Store records; each is kept or dropped by the kernel filters (or an explicit reason)."""
+        """Store records; each is kept, dropped as `trivial`, or dropped for its explicit reason."""
         self.ctx.store.add_records(records)
         for i, (r, span) in enumerate(zip(records, lines)):
             reason = drops[i] if drops else None
             detail = None
             if reason is None:
-                for f in self.kernel_filters:
-                    detail = f.check(span, r.code)
-                    if detail is not None:
-                        reason = f.name
-                        break
+                detail = _trivial(span, self.cfg.min_kernel_lines)
+                reason = "trivial" if detail else None
             if reason:
                 self.run_.put(r.id, "dropped", reason, {"detail": detail} if detail else None)
             else:
@@ -142,8 +130,6 @@ class Harvest:
 
     # ---- file trees ---------------------------------------------------------
     def tree(self, tree: S.Tree) -> None:
-        filters = F.default_file_filters(self.cfg.max_file_bytes, getattr(self.cfg, "vendored_dirs", None))
-        path_filters = [f for f in filters if type(f).check_path is not F.FileFilter.check_path]
         todo: list[tuple[str, Path]] = []
         for rel, path, link in S.walk(tree):
             if link:
@@ -156,7 +142,7 @@ class Harvest:
             except OSError as e:
                 self.skip(rel, "unreadable", str(e))
                 continue
-            hit = F.check_path(path_filters, rel, size)
+            hit = F.check_path(self.path_filters, rel, size)
             if hit:
                 self.skip(rel, *hit)
                 continue
@@ -166,9 +152,10 @@ class Harvest:
         licenses: dict[Path, str | None] = {}
         batches = _batches([(rel, str(p), preludes.get(rel, b"")) for rel, p in todo],
                            getattr(self.ctx.executor, "cpu_workers", 1))
-        for batch, results in self.ctx.executor.map_cpu(parse_files, batches, desc=f"harvest {self.src.name}"):
+        tasks = [ParseTask(batch, self.data_filters) for batch in batches]
+        for task, results in self.ctx.executor.map_cpu(parse_files, tasks, desc=f"harvest {self.src.name}"):
             if isinstance(results, WorkerFailure):
-                for rel, _, _ in batch:
+                for rel, _, _ in task.files:
                     self.skip(rel, "parse_error", f"{results.kind}: {results.detail[-300:]}")
                 continue
             records, spans = [], []
@@ -190,15 +177,7 @@ class Harvest:
         return late_includes(files)
 
     def _default_license(self, tree: S.Tree) -> str | None:
-        lic = L.normalize(self.src.license)
-        if lic:
-            return lic
-        pkg = tree.provenance.get("package")
-        if self.src.kind == "pip":
-            return L.normalize(_archive_license(tree.root))
-        if pkg:
-            return L.normalize(S.package_license(pkg))
-        return None
+        return L.normalize(self.src.license) or L.normalize(tree.license)
 
     def _file_result(self, tree: S.Tree, res: dict, licenses: dict, default_license: str | None):
         rel = res["rel"]
@@ -219,7 +198,7 @@ class Harvest:
             prov = dict(tree.provenance, path=rel, lines=list(k["lines"]), license=lic)
             prov.setdefault("package", None)
             prov.setdefault("version", None)
-            entry = _entry(res["language"], k, self.src.kind)
+            entry = _entry(res["language"], k, tree.torch_headers)
             records.append(Record(language=res["language"], code=k["code"], source=self.src.name, entry=entry,
                                   binding=self.binding(rel, k["name"]), provenance=prov))
             spans.append(tuple(k["lines"]))
@@ -237,9 +216,15 @@ def _merge_same_code(kernels: list[dict]) -> list[dict]:
     return list(by_code.values())
 
 
-def _entry(language: str, k: dict, kind: str) -> dict:
+def _trivial(lines: tuple[int, int], min_lines: int) -> str | None:
+    """Kernels of a line or two teach nothing and are usually stubs."""
+    n = lines[1] - lines[0] + 1
+    return f"{n} lines < {min_lines}" if n < min_lines else None
+
+
+def _entry(language: str, k: dict, torch_headers: bool) -> dict:
     if language == "cuda":
-        torch_set = kind in ("torch-aten", "pytorch") or any(i.split()[-1].startswith(TORCH_INCLUDES)
+        torch_set = torch_headers or any(i.split()[-1].startswith(TORCH_INCLUDES)
                                                              for i in k["includes"])
         return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": k["template"],
                 "launch_bounds": k["launch_bounds"], "launch_sites": k["launch_sites"],
@@ -258,30 +243,3 @@ def _batches(items: list, workers: int) -> list[list]:
         return []
     size = max(1, min(32, len(items) // (max(1, workers) * 4)))
     return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def _archive_license(root: Path) -> str | None:
-    """Licence of an unpacked package: License-Expression, then its LICENSE/COPYING files, then
-    the free-text License field or classifier when it names a licence plainly. NOTICE files are
-    ignored: they quote third-party licences."""
-    for meta in sorted(root.glob("*.dist-info/METADATA")) + sorted(root.glob("*/PKG-INFO")):
-        head = meta.read_text(encoding="utf-8", errors="replace").split("\n\n", 1)[0]
-        fields: dict[str, str] = {}
-        for line in head.splitlines():
-            key, _, value = line.partition(":")
-            if key in ("License-Expression", "License") and value.strip():
-                fields.setdefault(key, value.strip())
-            elif line.startswith("Classifier: License :: OSI Approved ::"):
-                fields.setdefault("Classifier", line.rsplit("::", 1)[1].strip())
-        if "License-Expression" in fields:
-            return L.normalize(fields["License-Expression"])
-        for lf in sorted(meta.parent.rglob("*")):
-            if lf.is_file() and lf.name.upper().startswith(("LICEN", "COPYING")):
-                spdx = L.from_text(lf.read_text(encoding="utf-8", errors="replace"))
-                if spdx:
-                    return spdx
-        for key in ("License", "Classifier"):
-            spdx = L.normalize(fields.get(key))
-            if spdx:
-                return spdx
-    return None

@@ -1,4 +1,8 @@
-"""The per-file task run on the CPU pool: read, filter, extract. Kept free of heavy imports."""
+"""The per-file task run on the CPU pool: read, filter, extract. Kept free of heavy imports.
+
+The file filters a task carries are the data stage of the harvest's configured filters
+(`sftbuild.harvest.filters`); the stage applied the path stage before the file was queued.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -9,21 +13,27 @@ from sftbuild.harvest import license as L
 CUDA_EXT = (".cu", ".cuh", ".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx", ".inl", ".c")
 PY_EXT = (".py",)
 CODE_EXT = CUDA_EXT + PY_EXT
-_DATA_FILTERS = (F.Binary(), F.NotUtf8(), F.Generated())
 
 
-def parse_files(batch: list[tuple[str, str, bytes]]) -> list[dict]:
-    """[(rel, absolute path, prelude)] -> one result dict per file."""
-    return [parse_file(rel, path, prelude) for rel, path, prelude in batch]
+@dataclasses.dataclass
+class ParseTask:
+    """One batch of files for a CPU worker: (rel, absolute path, prelude) each, and the data filters."""
+    files: list[tuple[str, str, bytes]]
+    filters: list[F.FileFilter]
 
 
-def parse_file(rel: str, path: str, prelude: bytes = b"") -> dict:
+def parse_files(task: ParseTask) -> list[dict]:
+    """One result dict per file of the task."""
+    return [parse_file(rel, path, prelude, task.filters) for rel, path, prelude in task.files]
+
+
+def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter]) -> dict:
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         return {"rel": rel, "skip": ("unreadable", str(e))}
-    hit = F.check_data(_DATA_FILTERS, rel, data)
+    hit = F.check_data(filters, rel, data)
     if hit:
         return {"rel": rel, "skip": hit}
     out = {"rel": rel, "license": L.from_header(data), "kernels": [], "others": [], "language": None}

@@ -1,0 +1,47 @@
+"""Source kinds: how a spec string names a source, and how the harvest reads it.
+
+A kind is a `SourceKind` registered in `KINDS`; its `name` is what a registry entry's
+`kind:` says. Adding one is one new module in this folder:
+
+    @KINDS.register
+    class Wheelhouse(SourceKind):
+        '''A folder of package archives, each unpacked and harvested as its own tree.'''
+        name = "wheelhouse"
+        order = 60
+
+        def recognise(self, spec, path): ...   # Source, or None when the spec is not of this kind
+        def harvest(self, h): ...              # h.tree(Tree), h.emit(records, spans), h.skip(...)
+
+A kind does up to three things:
+- `recognise(spec, path)`: the `Source` a command-line spec names when it is of this kind,
+  None when it is not; it raises `SourceError` when the spec is of this kind but unusable.
+  `parse_spec` asks every kind in `order`, lowest first; a kind reached only through a
+  registry entry keeps the default, which recognises nothing.
+- `materialize(src, workspace, cfg)`: put a file tree on disk and describe it as a `Tree`.
+- `harvest(h)`: turn the source into records through the harvest `h` (see
+  `sftbuild.harvest.stage.Harvest`); the default harvests the materialised tree.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sftbuild.harvest.sources import Source, SourceError, Tree
+from sftbuild.plugins import Plugin, Registry
+
+
+class SourceKind(Plugin):
+    """Base of every source kind."""
+
+    order = 500  # recognition priority: kinds with a lower order see a spec first
+
+    def recognise(self, spec: str, path: Path) -> Source | None:
+        return None
+
+    def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
+        raise SourceError(f"source {src.name!r}: kind {src.kind!r} is not a file tree")
+
+    def harvest(self, h) -> None:
+        h.tree(self.materialize(h.src, h.ctx.workspace, h.cfg))
+
+
+KINDS: Registry[SourceKind] = Registry("source", SourceKind, __name__, doc="where kernels come from (harvest)")

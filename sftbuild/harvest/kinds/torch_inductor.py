@@ -1,0 +1,58 @@
+"""The `torch-inductor` kind: Triton kernels torch.compile writes for reference programs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sftbuild.harvest import inductor
+from sftbuild.harvest.kinds import KINDS, SourceKind
+from sftbuild.harvest.sources import Source, SourceError
+from sftbuild.record import Record
+
+
+@KINDS.register
+class TorchInductor(SourceKind):
+    """Triton kernels torch.compile generates from reference programs, each bound exactly to its program (needs a GPU).
+
+    Location "catalog" is the built-in catalog; `inductor:PATH` or a path to a .py module
+    with `Model` and `get_inputs` names one program.
+    """
+    name = "torch-inductor"
+    order = 20
+
+    def recognise(self, spec: str, path: Path) -> Source | None:
+        if spec.startswith("inductor:"):
+            return Source(name=spec, kind=self.name, location=spec[len("inductor:"):])
+        if path.is_file() and path.suffix == ".py":
+            return Source(name=spec, kind=self.name, location=str(path.resolve()))
+        return None
+
+    def harvest(self, h) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SourceError(
+                f"source {h.src.name!r} needs a CUDA GPU: torch.compile writes Triton kernels only for GPU "
+                f"devices, and this machine has none (torch {torch.__version__}, CUDA "
+                f"{torch.version.cuda or 'not built'}); run this source on a GPU machine")
+        import triton
+
+        for name, src in inductor.programs(h.src.location):
+            try:
+                outputs = inductor.compile_program(name, src)
+            except Exception as e:  # one program failing must not stop the catalog
+                h.skip(name, "compile_failed", f"{type(e).__name__}: {str(e)[:300]}")
+                continue
+            for out in outputs:
+                for k in inductor.kernels_in_output(out):
+                    n = k["code"].count("\n") + 1
+                    entry = {"kernels": [k["name"]], "params": [], "template": False, "launch_bounds": None,
+                             "launch_sites": k["launch_sites"], "includes": [], "needs": [], "include_sets": []}
+                    binding = {"kind": "inductor", "how": "exact", "program": name, "reference": src,
+                               "dynamic": True, "torch": torch.__version__, "triton": triton.__version__}
+                    prov = {"source_kind": self.name, "url": "https://github.com/pytorch/pytorch",
+                            "commit": getattr(torch.version, "git_version", None), "path": name, "lines": [1, n],
+                            "package": "torch", "version": torch.__version__,
+                            "license": h.src.license or "unknown"}
+                    rec = Record(language="triton", code=k["code"], source=h.src.name, entry=entry,
+                                 binding=binding, provenance=prov)
+                    h.emit([rec], [(1, n)])
