@@ -191,6 +191,8 @@ MOVED = {
     "dedupe.max_line_length": "dedupe.filters.malformed.max_line_length",
     "dedupe.generated_exempt_sources": "dedupe.filters.generated.exempt_sources",
     "dedupe.licenses": "dedupe.filters.license.allowed",
+    "harvest.max_file_bytes": "harvest.file_filters.oversize.max_bytes",
+    "harvest.vendored_dirs": "harvest.file_filters.vendored.dirs",
 }
 
 

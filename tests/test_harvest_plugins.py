@@ -16,7 +16,8 @@ from sftbuild.executor import LocalExecutor
 from sftbuild.harvest import stage
 from sftbuild.harvest.filters import FILE_FILTERS, FileFilter
 from sftbuild.harvest.kinds import KINDS
-from sftbuild.harvest.sources import SourceError, load_registry, parse_spec
+from sftbuild.harvest.sources import SourceError
+from sftbuild.harvest.specs import load_registry, parse_spec
 
 DATA = Path(__file__).parent / "data" / "harvest"
 KERNEL = "__global__ void scale_kernel(float* y, int n) {\n  int i = threadIdx.x;\n  if (i < n) y[i] *= 2;\n}\n"

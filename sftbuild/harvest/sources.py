@@ -2,7 +2,7 @@
 
 A source is a registry entry (registry.yaml, or a user's registry file) or a spec string
 from the command line; either becomes a `Source` whose `kind` names a registered source
-kind (`sftbuild.harvest.kinds`). `parse_spec` asks the kinds, in their order, which one a
+kind (`sftbuild.harvest.kinds`). `specs.parse_spec` asks the kinds, in their order, which one a
 spec names. A kind that reads a file tree describes it as a `Tree`, which `walk` lists
 without ever following a link; `safe_extract` unpacks package archives, `git_head` reads
 a checkout's commit and `cache_dir` is where clones and downloads go.
@@ -21,7 +21,6 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
 
 REGISTRY = Path(__file__).with_name("registry.yaml")
 REGISTRY_EXT = (".yaml", ".yml")
@@ -49,8 +48,6 @@ class Source:
 
     @classmethod
     def from_dict(cls, d: dict, where: str) -> "Source":
-        from sftbuild.harvest.kinds import KINDS  # the kinds import this module
-
         if not isinstance(d, dict):
             raise SourceError(f"{where}: each source must be a mapping")
         fields = {f.name for f in dataclasses.fields(cls)}
@@ -60,58 +57,12 @@ class Source:
         for key in ("name", "kind"):
             if not isinstance(d.get(key), str):
                 raise SourceError(f"{where}: source is missing {key!r}")
-        if d["kind"] not in KINDS:
-            raise SourceError(f"{where}: source {d['name']!r}: unknown kind {d['kind']!r} "
-                              f"(known: {', '.join(KINDS.names())})")
         for key in ("include", "exclude", "bindings"):
             if not isinstance(d.get(key, []), list):
                 raise SourceError(f"{where}: source {d['name']!r}: {key} must be a list")
         d = dict(d)
         d["revision"] = str(d.get("revision") or "")
         return cls(**d)
-
-
-def load_registry(path: str | os.PathLike = REGISTRY) -> dict[str, Source]:
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise SourceError(f"registry {p} does not exist") from e
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise SourceError(f"registry {p} is not valid YAML: {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
-        raise SourceError(f"registry {p}: expected a top-level 'sources:' list")
-    out = {}
-    for i, d in enumerate(data["sources"]):
-        s = Source.from_dict(d, f"{p}: sources[{i}]")
-        out[s.name] = s
-    return out
-
-
-def parse_spec(spec: str, registry: dict[str, Source]) -> list[Source]:
-    """A command-line source: a registry name, a registry file, or what the first source kind
-    (by `order`) recognises: pip:, inductor:, git URLs, archives, dataset files, folders, ..."""
-    from sftbuild.harvest.kinds import KINDS
-
-    if spec in registry:
-        return [registry[spec]]
-    p = Path(spec).expanduser()
-    if spec.endswith(REGISTRY_EXT) and p.is_file():
-        return list(load_registry(p).values())
-    for kind in KINDS.configured({}):
-        src = kind.recognise(spec, p)
-        if src is not None:
-            return [src]
-    if spec.endswith(REGISTRY_EXT):
-        raise SourceError(f"registry file {spec} does not exist")
-    if p.is_symlink() and not p.exists():
-        raise SourceError(f"path {spec} is a broken symlink")
-    if not p.exists():
-        if "/" in spec or spec.startswith("."):
-            raise SourceError(f"path {spec} does not exist")
-        raise SourceError(f"unknown source {spec!r}: not a registry name ({', '.join(sorted(registry))}), "
-                          f"path, URL, pip:NAME==VERSION or dataset file")
-    raise SourceError(f"path {spec} is neither a folder, a .py module nor a dataset file")
 
 
 # ---- file trees ----------------------------------------------------------------

@@ -20,6 +20,7 @@ from sftbuild.executor import WorkerFailure
 from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
+from sftbuild.harvest import specs
 from sftbuild.harvest.cuda_extract import late_includes
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, parse_files
@@ -31,16 +32,16 @@ TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
 def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[S.Source]:
     """Sources for the given specs (default: the configured ones); failures go to `errors`."""
     errors = {} if errors is None else errors
-    registry = S.load_registry()
+    registry = specs.load_registry()
     for extra in ctx.config.harvest.registries:
         try:
-            registry.update(S.load_registry(extra))
+            registry.update(specs.load_registry(extra))
         except S.SourceError as e:
             errors[extra] = str(e)
     out: list[S.Source] = []
     for spec in names or ctx.config.harvest.sources:
         try:
-            out += S.parse_spec(spec, registry)
+            out += specs.parse_spec(spec, registry)
         except S.SourceError as e:
             errors[spec] = str(e)
             ctx.echo(f"harvest: source {spec}: {e} (skipped; other sources continue)")
