@@ -24,7 +24,7 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     budget = {"max_block_size": cfg.max_block_size, "shared_memory_budget": cfg.shared_memory_budget}
     todo = []
     for rec in records:
-        findings = static.scan(rec.code, rec.language, budget)
+        findings = static.scan(rec.code, rec.language, budget, cfg.static_checks)
         if findings:
             f = findings[0]
             yield rec, "dropped", f.reason, {"static": [dataclasses.asdict(x) for x in findings[:8]],
