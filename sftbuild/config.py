@@ -87,6 +87,8 @@ class ValidateConfig:
     nvcc: str = opt("", "path to nvcc; default: nvcc on PATH or in CUDA_HOME")
     static_checks: dict[str, Any] = opt({}, "code checks run before compiling; NAME: false turns one off",
                                         plugins="static_check")
+    runtime_checks: dict[str, Any] = opt({}, "checks of every trial run; NAME: false turns one off",
+                                         plugins="runtime_check")
 
 
 @dataclasses.dataclass
