@@ -19,7 +19,7 @@ def test_every_module_is_one_registered_check_in_order():
     modules = {m.name for m in pkgutil.iter_modules(C.__path__) if not m.name.startswith("_")}
     assert {c.__module__.rsplit(".", 1)[1] for c in C.RUNTIME_CHECKS} == modules
     assert [c.name for c in C.selected()] == [
-        "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged",
+        "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged", "output_type",
         "library_kernels", "own_kernels_ran", "input_independent", "degenerate_reference"]
     assert "triton_decoy" not in [c.name for c in C.selected({"triton_decoy": False})]
     with pytest.raises(PluginError, match="validate.runtime_checks.nope"):
@@ -67,6 +67,21 @@ def test_inputs_unchanged():
     assert same.after_call(C.Call([a, b], [], before=before)).why == "the candidate modified input 1"
     assert same.after_call(C.Call([a, b], [], before=before, mutates=(1,))) is None
     assert same.after_call(C.Call([a, b], [])) is None  # no snapshot for this call
+
+
+def test_output_type_rejects_a_wider_or_host_result_but_not_index_width():
+    half = torch.randn(8).half()
+    want = C.specs([half.relu()])
+    typed = _check("output_type")
+    found = typed.after_call(C.Call([half], [half.float().relu()], expected=want))
+    assert (found.reason, found.why) == ("incorrect", "output 0 is float32, the reference's is float16")
+    assert typed.after_call(C.Call([half], [half.relu()], expected=want)) is None
+    idx = C.specs([torch.zeros(3, dtype=torch.int64)])
+    assert typed.after_call(C.Call([half], [torch.zeros(3, dtype=torch.int32)], expected=idx)) is None
+    assert typed.after_call(C.Call([half], [torch.zeros(3)], expected=idx)).reason == "incorrect"
+    moved = typed.after_call(C.Call([half], [torch.empty(8, dtype=torch.float16, device="meta")], expected=want))
+    assert (moved.reason, moved.why) == ("cheat", "output 0 is on meta, the reference's on cpu")
+    assert typed.after_call(C.Call([half], [half.float()], expected=None)) is None  # nothing to hold it to
 
 
 def test_profile_checks():
@@ -154,6 +169,16 @@ def test_python_trial_loop_calls_the_same_checks():
     run, prob = _python_run(torch.relu)
     ok, _ = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
     assert ok and run.checks[0].seen == [("call", True, True), ("call", False, True), ("trial", False, False)]
+
+
+def test_python_candidate_returning_fp32_for_fp16_is_rejected():
+    from sftbuild.validate import pyrun
+
+    run, prob = _python_run(lambda x: torch.relu(x).float(), "float16")
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float16", "contiguous", 0)
+    assert not ok and stats == {"reason": "incorrect", "why": "output 0 is float32, the reference's is float16"}
+    run, prob = _python_run(torch.relu, "float16")
+    assert pyrun.trial(run, prob.variants()[0], "float16", "contiguous", 0)[0]
 
 
 def test_python_candidate_writing_its_input_is_a_cheat():
