@@ -117,7 +117,7 @@ class OpProblem(Problem):
         cons = b.get("constraints") or {}
         pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
-        self.shapes = rng.sample(pool, min(task.get("shapes", 3), len(pool)))
+        self.shapes = rng.sample(pool, min(task["shapes"], len(pool)))
 
     def variants(self):
         return self.shapes
@@ -178,7 +178,7 @@ class ModuleProblem(Problem):
             raise Reject("unbound", "the candidate defines no ModelNew")
         self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
-        self.max_variants = task.get("shapes", 3)
+        self.max_variants = task["shapes"]
         self._variants = None
         self._models = {}
         self.seed = 1234
@@ -350,7 +350,7 @@ def _run_python(task, dev, workdir):
                 for dtype in prob.dtypes:
                     layouts = prob.layouts if dtype == prob.dtypes[0] else ["contiguous"]
                     for layout in layouts:
-                        for seed in range(task.get("seeds", 2)):
+                        for seed in range(task["seeds"]):
                             ok, stats = trial(run, variant, dtype, layout, seed,
                                               profile=(vi == 0 and seed == 0 and layout == layouts[0]
                                                        and dtype == prob.dtypes[0]))
