@@ -90,6 +90,10 @@ class ValidateConfig:
     memcheck_timeout: float = opt(300.0, "seconds per memcheck run", lo=0, lo_open=True)
     cpu_interpret: bool = opt(True, "without a GPU, check Triton kernels in the interpreter (fp32, fp16)")
     nvcc: str = opt("", "path to nvcc; default: nvcc on PATH or in CUDA_HOME")
+    static_checks: dict[str, Any] = opt({}, "code checks run before compiling; NAME: false turns one off",
+                                        plugins="static_check")
+    runtime_checks: dict[str, Any] = opt({}, "checks of every trial run; NAME: false turns one off",
+                                         plugins="runtime_check")
 
 
 @dataclasses.dataclass

@@ -5,6 +5,7 @@ import pytest
 
 from tests.redteam.cases import MATMUL_KERNEL, RELU_KERNEL, ROWSUM_KERNEL, cases
 from sftbuild.validate import compile as C
+from sftbuild.plugins import PluginError
 from sftbuild.validate import extension, inline_sources, static
 
 STATIC = [c for c in cases() if c.static]
@@ -26,6 +27,43 @@ def test_static_budget_is_configurable():
     code = "__global__ void k(float* x) { __shared__ float b[1024]; x[0] = b[0]; }"
     assert static.scan(code, "cuda", {"shared_memory_budget": 1024})[0].reason == "bad_launch"
     assert static.scan(code, "cuda") == []
+
+
+def test_static_checks_are_plugins_one_file_each():
+    """Each module of the folder holds one registered check; they run in their declared order."""
+    import pkgutil
+
+    modules = {m.name for m in pkgutil.iter_modules(static.__path__) if not m.name.startswith("_")}
+    assert {c.__module__.rsplit(".", 1)[1] for c in static.STATIC_CHECKS} == modules
+    assert [c.name for c in static.STATIC_CHECKS.configured({})] == [
+        "host_calls", "torch_in_host", "launch_shape", "shared_budget", "python_forbidden",
+        "torch_does_the_work", "disguise", "precision_flags", "triton_launch"]
+
+
+def test_config_turns_a_static_check_off():
+    code = "torch::Tensor f(torch::Tensor a, torch::Tensor b){ return at::matmul(a, b); }"
+    assert static.scan(code, "cuda")[0].check == "torch_in_host"
+    assert static.scan(code, "cuda", checks={"torch_in_host": False}) == []
+    with pytest.raises(PluginError, match="validate.static_checks.nope"):
+        static.scan(code, "cuda", checks={"nope": False})
+
+
+def test_a_registered_check_joins_the_scan(monkeypatch):
+    monkeypatch.setattr(static.STATIC_CHECKS, "_members", dict(static.STATIC_CHECKS._members))
+
+    @static.STATIC_CHECKS.register
+    class NoPrintf(static.StaticCheck):
+        """printf in device code."""
+        name = "no_printf"
+        languages = ("cuda",)
+
+        def check(self, src):
+            if "printf(" in src.cuda:
+                yield self.found("bad_launch", "printf in device code")
+
+    found = static.scan('__global__ void k(float* x) { printf("%f", x[0]); }', "cuda")
+    assert [(f.reason, f.check) for f in found] == [("bad_launch", "no_printf")]
+    assert static.scan('// printf(\n__global__ void k(float* x) { x[0] = 1.f; }', "cuda") == []
 
 
 def test_allocations_in_host_code_are_not_cheats():

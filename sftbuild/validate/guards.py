@@ -1,10 +1,14 @@
 """Run-time guards around an untrusted candidate call. Used only inside GPU workers or sandboxes.
 
-  strict_precision()   force fp32 math to full precision; report a candidate that flips a flag
+They set up and record; the verdicts on what they record are the run-time checks'
+(sftbuild.validate.checks).
+
+  strict_precision()   force fp32 math to full precision; report the flags a candidate flips
   LaunchCounter        count Triton launches of kernels defined in the candidate's own file
   profile_kernels()    CUDA kernel names a call launched (torch.profiler), to spot decoys and library gemms
-  real_outputs()       outputs must be plain tensors with their own storage
+  library_kernels()    which of those names are cuBLAS, cuDNN or ATen compute kernels
   scrub()              fill the allocator's free blocks with NaN so unwritten outputs show
+  snapshot()           copies of the inputs, to check them unchanged after the call
 """
 from __future__ import annotations
 
@@ -138,26 +142,6 @@ def library_kernels(names: list[str], own: set[str]) -> list[str]:
     return [n for n in names if LIBRARY_KERNELS.search(n) and not any(o in n for o in own)]
 
 
-def real_outputs(outs, inputs) -> str:
-    """'' when every output is a plain tensor on a real device with its own storage; else why not."""
-    in_ptrs = []
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.device.type != "meta":
-            s = t.untyped_storage()
-            in_ptrs.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
-    for i, o in enumerate(outs):
-        if type(o) is not torch.Tensor and type(o) is not torch.nn.Parameter:
-            return f"output {i} is a {type(o).__module__}.{type(o).__name__}, not a plain tensor"
-        if o.is_meta or o.device.type not in ("cuda", "cpu") or o.layout != torch.strided:
-            return f"output {i} has no real storage ({o.device}, {o.layout})"
-        if o.numel() and o.untyped_storage().data_ptr() == 0:
-            return f"output {i} has no storage"
-        p = o.data_ptr()
-        if o.numel() and any(a <= p < b for a, b in in_ptrs):
-            return f"output {i} is a view of an input"
-    return ""
-
-
 def scrub(nbytes: list[int]) -> None:
     """Leave NaN-filled free blocks of the sizes the outputs will need, so an output the candidate
     allocates but never writes reads as NaN rather than as the reference's stale result."""
@@ -169,17 +153,3 @@ def scrub(nbytes: list[int]) -> None:
 
 def snapshot(ts) -> list:
     return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in ts]
-
-
-def unchanged(ts, before) -> bool:
-    for a, b in zip(ts, before):
-        if isinstance(a, torch.Tensor):
-            a = a.detach()
-            if a.shape != b.shape or a.dtype != b.dtype:
-                return False
-            same = a == b
-            if a.is_floating_point():
-                same |= a.isnan() & b.isnan()
-            if not bool(same.all()):
-                return False
-    return True

@@ -22,9 +22,13 @@ ALL_DTYPES = ["float32", "float16", "bfloat16"]
 def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     gpus = executor.gpu_count
     budget = {"max_block_size": cfg.max_block_size, "shared_memory_budget": cfg.shared_memory_budget}
+    if cfg.runtime_checks:  # a misspelt check name fails here, not as every record's verdict in a worker
+        from sftbuild.validate import checks
+
+        checks.selected(cfg.runtime_checks)
     todo = []
     for rec in records:
-        findings = static.scan(rec.code, rec.language, budget)
+        findings = static.scan(rec.code, rec.language, budget, cfg.static_checks)
         if findings:
             f = findings[0]
             yield rec, "dropped", f.reason, {"static": [dataclasses.asdict(x) for x in findings[:8]],
@@ -223,7 +227,7 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
     return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
             "binding": binding, "entry": rec.entry, "dtypes": binding.get("dtypes") or ALL_DTYPES,
             "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
-            "runs": cfg.runs, "compile_baseline": cfg.compile_baseline,
+            "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": cfg.runtime_checks,
             "max_speedup": cfg.max_speedup, "ext_cache": os.path.join(cache_dir, "ext"),
             "memcheck": cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
             "racecheck": cfg.racecheck, "memcheck_timeout": cfg.memcheck_timeout}

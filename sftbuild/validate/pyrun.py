@@ -5,15 +5,20 @@ sandbox process (see sandbox.py). The candidate module is written to a file and
 imported here; it never touches the main process.
 
 Every trial: inputs in a layout (contiguous, transposed, sliced), outputs
-scrubbed to NaN, precision flags forced strict and checked after, Triton
-launches counted, inputs checked unchanged, outputs checked to be real, then
-compared with a float64 reference and torch's own result at the dtype; the
-same buffers then get new values and the reference runs first (both orders).
+scrubbed to NaN, precision flags forced strict, Triton launches counted; after
+each call the run-time checks (sftbuild.validate.checks) judge what it left
+(flags, decoys, real outputs, inputs unchanged, output types), the first trial
+is profiled for library kernels, and the outputs are compared with a float64
+reference and torch's own result at the dtype; the same buffers then get new
+values and the reference runs first (both orders), and the checks judge whether
+the results moved with the inputs.
 """
 from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
+import functools
 import importlib.util
 import inspect
 import os
@@ -27,7 +32,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import guards
+from sftbuild.validate import checks, guards
 from sftbuild.validate import harness as H
 
 
@@ -112,7 +117,7 @@ class OpProblem(Problem):
         cons = b.get("constraints") or {}
         pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
-        self.shapes = rng.sample(pool, min(task.get("shapes", 3), len(pool)))
+        self.shapes = rng.sample(pool, min(task["shapes"], len(pool)))
 
     def variants(self):
         return self.shapes
@@ -173,7 +178,7 @@ class ModuleProblem(Problem):
             raise Reject("unbound", "the candidate defines no ModelNew")
         self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
-        self.max_variants = task.get("shapes", 3)
+        self.max_variants = task["shapes"]
         self._variants = None
         self._models = {}
         self.seed = 1234
@@ -304,6 +309,23 @@ def run_python(task: dict) -> dict:
                 "recycle": True}
 
 
+@dataclasses.dataclass
+class Run:
+    """What stays fixed across one record's trials."""
+
+    prob: Problem
+    dev: torch.device
+    counter: guards.LaunchCounter  # Triton launches of the candidate's own kernels
+    own: set  # CUDA kernel names defined in the candidate's source
+    checks: list  # the selected run-time checks (sftbuild.validate.checks)
+    notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
+
+    @functools.cached_property
+    def expects_triton(self) -> bool:
+        """Every call must launch one of the candidate's Triton kernels."""
+        return _expects_triton(self.prob)
+
+
 def _run_python(task, dev, workdir):
     from sftbuild.validate import extension
 
@@ -320,15 +342,16 @@ def _run_python(task, dev, workdir):
                 prob = ModuleProblem(task, mod, workdir, dev)
             else:
                 raise Reject("unbound", f"binding kind {kind!r} is not supported")
-            own = set(extension.kernel_names(task["code"]))
-            tried, worst, flags = [], {}, {"degenerate": []}
+            run = Run(prob, dev, counter, set(extension.kernel_names(task["code"])),
+                      checks.selected(task.get("runtime_checks")))
+            tried, worst = [], {}
             variants = prob.variants()
             for vi, variant in enumerate(variants):
                 for dtype in prob.dtypes:
                     layouts = prob.layouts if dtype == prob.dtypes[0] else ["contiguous"]
                     for layout in layouts:
-                        for seed in range(task.get("seeds", 2)):
-                            ok, stats = trial(prob, variant, dtype, layout, seed, dev, counter, own,
+                        for seed in range(task["seeds"]):
+                            ok, stats = trial(run, variant, dtype, layout, seed,
                                               profile=(vi == 0 and seed == 0 and layout == layouts[0]
                                                        and dtype == prob.dtypes[0]))
                             row = {"shape": prob.describe(variant), "dtype": dtype, "layout": layout, "seed": seed,
@@ -337,15 +360,13 @@ def _run_python(task, dev, workdir):
                             for k in ("max_abs", "max_rel", "norm_rel"):
                                 if stats.get(k) is not None:
                                     worst[k] = max(worst.get(k, 0.0), stats[k])
-                            if stats.get("degenerate"):
-                                flags["degenerate"].append(stats["degenerate"])
                             if not ok:
                                 return {"status": "dropped", "reason": stats.get("reason", "incorrect"),
                                         "detail": stats.get("why", ""), "trials": tried, "errors": worst}
             payload = {"status": "ok", "reason": None, "trials": tried, "errors": worst,
                        "launches": counter.count, "triton_kernels": sorted(counter.names)}
-            if flags["degenerate"]:
-                payload["flags"] = {"degenerate": sorted(set(flags["degenerate"]))}
+            if run.notes:
+                payload["flags"] = {k: sorted(set(v)) for k, v in run.notes.items()}
             if task.get("timing") and dev.type == "cuda":
                 from sftbuild.validate import timing
 
@@ -373,28 +394,26 @@ def _compiled_reference(prob, variant, dtype, task):
         return None
 
 
-def trial(prob, variant, dtype, layout, seed, dev, counter, own, profile=False):
+def trial(run: Run, variant, dtype, layout, seed, profile=False):
+    """One (variant, dtype, layout, seed): both orders, every run-time check. Returns (ok, stats)."""
+    prob, dev = run.prob, run.dev
     tol = prob.tolerance()
     inputs = [layout_of(t, layout) for t in prob.inputs(variant, dtype, seed, dev)]
     before = guards.snapshot(inputs)
     # order 1: the candidate first, on scrubbed memory
     ref_native = prob.reference(variant, dtype, inputs)
     sizes = [t.numel() * t.element_size() for t in ref_native if isinstance(t, torch.Tensor)]
+    expected = checks.specs(ref_native)
     del ref_native
-    out, why = _call_candidate(prob, variant, dtype, inputs, sizes, counter, dev)
+    out, why = _call_candidate(run, variant, dtype, inputs, sizes, before, expected)
     if why:
         return False, why
-    if not guards.unchanged(inputs, before):
-        return False, {"reason": "cheat", "why": "the candidate modified its input"}
     if profile and dev.type == "cuda":
         names = guards.profile_kernels(lambda: prob.candidate(variant, dtype, inputs))
         if names is not None:
-            lib = guards.library_kernels(names, own | counter.names)
-            if lib:
-                return False, {"reason": "cheat", "why": f"library kernels do the work: {lib[:4]}"}
-            if own and not any(o in n for n in names for o in own) and not counter.count:
-                return False, {"reason": "cheat", "why": f"none of the candidate's kernels {sorted(own)[:4]} "
-                               f"launched; it ran {names[:4]}"}
+            why = checks.judge(run.checks, checks.Profile(names, run.own, set(run.counter.names), run.counter.count))
+            if why:
+                return False, why
     ok, stats = _compare(out, prob.reference(variant, dtype, inputs, double=True),
                          prob.reference(variant, dtype, inputs), dtype, tol)
     if not ok:
@@ -407,7 +426,7 @@ def trial(prob, variant, dtype, layout, seed, dev, counter, own, profile=False):
             t.copy_(f)
     ref2 = prob.reference(variant, dtype, inputs)
     ref64 = prob.reference(variant, dtype, inputs, double=True)
-    out2, why = _call_candidate(prob, variant, dtype, inputs, sizes, counter, dev)
+    out2, why = _call_candidate(run, variant, dtype, inputs, sizes, None, checks.specs(ref2))
     if why:
         return False, why
     same_cand = all(torch.equal(a, b) for a, b in zip(out, out2) if isinstance(a, torch.Tensor))
@@ -418,29 +437,26 @@ def trial(prob, variant, dtype, layout, seed, dev, counter, own, profile=False):
         return False, {**stats2, "reason": reason, "why": ("the same result for new values in the same buffers "
                        "(cached by pointer)" if same_cand else "wrong on new values in the same buffers: "
                        + stats2.get("why", ""))}
-    if same_cand and same_ref:
-        return False, {"reason": "degenerate", "why": "the output does not depend on the input, "
-                       "and neither does the reference"}
-    degenerate = _degenerate(ref64, same_ref)
-    return True, {**stats, "degenerate": degenerate}
+    why = checks.judge(run.checks, checks.Outcome(same_cand, same_ref, ref64, out2), run.notes)
+    if why:
+        return False, why
+    return True, stats
 
 
-def _call_candidate(prob, variant, dtype, inputs, sizes, counter, dev):
+def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):
+    """Call the candidate on scrubbed memory under strict precision, then the run-time checks of a call."""
     guards.scrub(sizes)
     changed: list[str] = []
-    launches = counter.count
+    launches = run.counter.count
     with guards.strict_precision(changed):
-        out = prob.candidate(variant, dtype, inputs)
-        if dev.type == "cuda":
+        out = run.prob.candidate(variant, dtype, inputs)
+        if run.dev.type == "cuda":
             torch.cuda.synchronize()
-    if changed:
-        return None, {"reason": "cheat", "why": f"precision flags changed by the candidate: {changed}"}
-    if counter.count == launches and _expects_triton(prob):
-        return None, {"reason": "cheat", "why": "a Triton candidate that launched no Triton kernel (decoy)"}
-    bad = guards.real_outputs(out, inputs)
-    if bad:
-        return None, {"reason": "cheat", "why": bad}
-    return out, None
+    made = run.counter.count - launches
+    call = checks.Call(inputs, out, before=before, expected=expected, flags_changed=changed,
+                       launches=made if made or run.expects_triton else None)
+    why = checks.judge(run.checks, call)
+    return (None, why) if why else (out, None)
 
 
 def _expects_triton(prob) -> bool:
@@ -464,15 +480,3 @@ def _compare(outs, refs64, natives, dtype, tol):
         if not ok:
             return False, {**stats, "why": s.get("why", "")}
     return True, stats
-
-
-def _degenerate(refs64, independent) -> str:
-    for r in refs64:
-        if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.numel() == 0:
-            continue
-        fin = r[torch.isfinite(r)]
-        if fin.numel() == 0 or float(fin.abs().max()) < 1e-6:
-            return "near_zero"
-        if fin.numel() > 1 and float(fin.max() - fin.min()) == 0.0:
-            return "constant"
-    return "input_independent" if independent else ""

@@ -8,9 +8,12 @@ and every drawn (shape, dtype, seed):
     (`mutates`) are cloned for the kernel and the clones are compared instead;
   * the candidate runs, then the reference, then the candidate again on new
     values written into the same buffers (no caching by pointer);
-  * inputs must be unchanged (except `mutates`); each result is compared with a float64
-    reference and with torch's own kernel at that dtype (see sftbuild.ops.tolerance);
-    index outputs are compared by the values of x they pick, since ties allow several answers.
+  * after each launch the run-time checks (sftbuild.validate.checks) judge what it left:
+    inputs unchanged (except `mutates`), outputs real and of the reference's types; each
+    result is compared with a float64 reference and with torch's own kernel at that dtype
+    (see sftbuild.ops.tolerance); index outputs are compared by the values of x they pick,
+    since ties allow several answers; the checks then judge whether the results moved
+    with the inputs (a degenerate trial) and note degenerate references in the flags.
 Timing uses CUDA events with the L2 flushed between runs.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ import random
 import torch
 
 from sftbuild import ops
+from sftbuild.validate import checks as C
 from sftbuild.validate import harness as H
 from sftbuild.validate import timing
 
@@ -52,7 +56,8 @@ def run_record(task: dict) -> dict:
 
 def _run(task: dict) -> dict:
     dev = torch.device("cuda")
-    tried, worst, timing = [], {}, {}
+    tried, worst, timing, notes = [], {}, {}, {}
+    checks = C.selected(task.get("runtime_checks"))
     for i, check in enumerate(H.checks(task["binding"])):
         op = ops.get(check["op"])
         contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
@@ -68,7 +73,7 @@ def _run(task: dict) -> dict:
         for shape in shapes:
             for dtype in dtypes:
                 for seed in range(task["seeds"]):
-                    ok, stats = _trial(lib, op, contract, check, shape, dtype, seed, dev)
+                    ok, stats = _trial(lib, op, contract, check, shape, dtype, seed, dev, checks, notes)
                     tried.append({"op": op.name, "shape": list(shape), "dtype": dtype, "seed": seed,
                                   "ok": ok, **{k: stats.get(k) for k in ("max_abs", "max_rel", "norm_rel")}})
                     for k in ("max_abs", "max_rel", "norm_rel"):
@@ -82,6 +87,8 @@ def _run(task: dict) -> dict:
             timing[op.name] = _time(lib, op, contract, check, shape, dtypes[0], dev,
                                     task["warmup"], task["runs"])
     payload = {"status": "ok", "reason": None, "trials": tried, "errors": worst, "timing": timing}
+    if notes:
+        payload["flags"] = {k: sorted(set(v)) for k, v in notes.items()}
     if timing:
         payload["speedup"] = min(t["speedup"] for t in timing.values())
     return payload
@@ -173,7 +180,9 @@ def _compare_index(cand, ref, x, dim) -> tuple[bool, dict]:
                       **({"why": f"{off} indices pick other values than the reference's"} if off else {})}
 
 
-def _trial(lib, op, contract, check, shape, dtype, seed, dev):
+def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes=None):
+    """One (shape, dtype, seed): both orders, every run-time check. Returns (ok, stats)."""
+    checks = C.selected() if checks is None else checks
     params = {**op.params, **(check.get("params") or {})}
     inputs = _inputs(op, shape, dtype, seed, dev, params)
     before = [t.clone() for t in inputs]
@@ -184,13 +193,15 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev):
     if code != 0:
         return False, {"reason": "launch_failed" if code == -1 else "cuda_error",
                        "why": f"harness returned {code} for shape {shape}"}
-    for i, (a, b) in enumerate(zip(kin, before)):
-        if i not in op.mutates and not torch.equal(a, b):
-            return False, {"reason": "cheat", "why": f"the kernel modified input {i}"}
+    why = C.judge(checks, C.Call(kin, outputs, before=before, mutates=tuple(op.mutates),
+                                 expected=C.specs(ref_native)))
+    if why:
+        return False, why
     ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
     ok, stats = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
     if not ok:
         return False, {**stats, "reason": "incorrect"}
+    first, first64 = [o.clone() for o in outputs], ref64
     # new values in the same buffers must give new results
     gen = torch.Generator().manual_seed(seed + 1000)
     fresh = op.make_inputs(shape, dtype, "contiguous", gen, params)
@@ -206,10 +217,19 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev):
     if _launch(lib, dtype, contract, kin, outputs, params) != 0:
         return False, {"reason": "cuda_error", "why": "second launch failed"}
     torch.cuda.synchronize()
+    why = C.judge(checks, C.Call(kin, outputs, mutates=tuple(op.mutates), expected=C.specs(ref_native)))
+    if why:
+        return False, why
     ok2, stats2 = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
     if not ok2:
         return False, {**stats2, "reason": "incorrect", "why": "stale result on new input values: "
                        + stats2.get("why", "")}
+    outcome = C.Outcome(same_output=all(torch.equal(a, b) for a, b in zip(first, outputs)),
+                        same_reference=all(torch.equal(a, b) for a, b in zip(first64, ref64)),
+                        references=ref64, outputs=outputs)
+    why = C.judge(checks, outcome, notes)
+    if why:
+        return False, why
     return True, stats
 
 

@@ -1,0 +1,71 @@
+"""torch_does_the_work: ModelNew.forward or a Triton wrapper computing with torch instead of its kernel."""
+from __future__ import annotations
+
+import ast
+import re
+
+from sftbuild.validate.static import PYTHON, STATIC_CHECKS, StaticCheck
+from sftbuild.validate.static._read import dotted, full_name
+
+# torch calls that compute (the op itself); allocation, shape and dtype calls are allowed
+TORCH_COMPUTE = re.compile(
+    r"^torch\.(?:nn\.functional\.\w+|matmul|mm|bmm|addmm|baddbmm|einsum|tensordot|conv\w*|linear|softmax|"
+    r"log_softmax|relu|sigmoid|tanh|gelu|sum|mean|amax|amin|max|min|argmax|argmin|norm|layer_norm|group_norm|"
+    r"batch_norm|instance_norm|cumsum|cumprod|prod|var|std|exp|log|sqrt|rsqrt|pow|matrix_power|cdist|"
+    r"inner|outer|dot|mv|chain_matmul|addmv|addbmm|sort|topk|logsumexp|softmax|clamp|where|erf|abs|"
+    r"ops\.aten\.\w+|_C\.\w+|special\.\w+|linalg\.\w+|fft\.\w+)$")
+TENSOR_COMPUTE = {"matmul", "mm", "bmm", "addmm", "softmax", "log_softmax", "relu", "sigmoid", "tanh", "sum", "mean",
+                  "amax", "norm", "cumsum", "logsumexp", "conv2d", "einsum", "exp", "var", "std", "prod"}
+NN_MODULES = re.compile(r"^torch\.nn\.(?!Module$|Parameter$|ParameterList$|ModuleList$|ModuleDict$|"
+                        r"Identity$|Buffer$|init\.)\w+$")
+
+
+@STATIC_CHECKS.register
+class TorchDoesTheWork(StaticCheck):
+    """ModelNew.forward or a Triton wrapper calling torch ops, nn layers or `@` to compute the result."""
+
+    name = "torch_does_the_work"
+    order = 60
+    languages = PYTHON
+
+    def check(self, src):
+        layers = _layers(src)
+        for fn in src.forward:
+            for n in ast.walk(fn):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+                    yield self.found("cheat", f"`@` matmul in {fn.name} (line {n.lineno}): torch does the work")
+                    return
+                if not isinstance(n, ast.Call):
+                    continue
+                name = full_name(n.func, src.aliases)
+                if TORCH_COMPUTE.match(name):
+                    yield self.found("cheat", f"{name} in {fn.name} (line {n.lineno}): torch does the work")
+                    return
+                if isinstance(n.func, ast.Attribute) and n.func.attr in TENSOR_COMPUTE and \
+                        not name.startswith(("tl.", "triton.")) and _receiver_is_tensorish(n.func.value):
+                    yield self.found("cheat", f".{n.func.attr}() in {fn.name} (line {n.lineno}): torch does the work")
+                    return
+                if name.startswith("self.") and name.split(".")[1] in layers and len(name.split(".")) == 2:
+                    yield self.found("cheat", f"{name} is a torch layer ({layers[name.split('.')[1]]}) called in "
+                                     f"{fn.name}: torch does the work")
+                    return
+
+
+def _layers(src) -> dict[str, str]:
+    """self.<attr> = torch.nn.<Layer>(...) assignments in ModelNew."""
+    out = {}
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
+            for a in ast.walk(node):
+                if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call):
+                    name = full_name(a.value.func, src.aliases)
+                    if NN_MODULES.match(name):
+                        for t in a.targets:
+                            if isinstance(t, ast.Attribute) and dotted(t.value) == "self":
+                                out[t.attr] = name
+    return out
+
+
+def _receiver_is_tensorish(node) -> bool:
+    # `x.sum()` on a name or call result; skip modules like `np`/`math`
+    return not (isinstance(node, ast.Name) and node.id in ("np", "numpy", "math", "tl", "triton"))

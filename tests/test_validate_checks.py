@@ -1,0 +1,212 @@
+"""Run-time checks as plug-ins, driven directly with CPU tensors, and the two trial loops that call them."""
+import pkgutil
+import types
+
+import pytest
+import torch
+
+from sftbuild import ops
+from sftbuild.plugins import PluginError
+from sftbuild.validate import checks as C
+from sftbuild.validate import harness as H
+
+
+def _check(name):
+    return C.RUNTIME_CHECKS.create(name)
+
+
+def test_every_module_is_one_registered_check_in_order():
+    modules = {m.name for m in pkgutil.iter_modules(C.__path__) if not m.name.startswith("_")}
+    assert {c.__module__.rsplit(".", 1)[1] for c in C.RUNTIME_CHECKS} == modules
+    assert [c.name for c in C.selected()] == [
+        "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged", "output_type",
+        "library_kernels", "own_kernels_ran", "input_independent", "degenerate_reference"]
+    assert "triton_decoy" not in [c.name for c in C.selected({"triton_decoy": False})]
+    with pytest.raises(PluginError, match="validate.runtime_checks.nope"):
+        C.selected({"nope": False})
+
+
+def test_judge_returns_the_first_drop_and_collects_notes():
+    refs = [torch.zeros(4)]
+    notes = {}
+    assert C.judge(C.selected(), C.Outcome(False, False, refs), notes) is None
+    assert notes == {"degenerate": ["near_zero"]}
+    drop = C.judge(C.selected(), C.Outcome(True, True, [torch.ones(4)]), notes)
+    assert drop == {"reason": "degenerate",
+                    "why": "the output does not depend on the input, and neither does the reference"}
+
+
+def test_strict_precision_and_triton_decoy():
+    x = torch.randn(4)
+    flipped = C.Call([x], [x.clone()], flags_changed=["cuda.matmul.allow_tf32: False -> True"])
+    assert _check("strict_precision").after_call(flipped).reason == "cheat"
+    assert _check("strict_precision").after_call(C.Call([x], [x.clone()])) is None
+    decoy = _check("triton_decoy")
+    assert decoy.after_call(C.Call([x], [x.clone()], launches=0)).why == \
+        "a Triton candidate that launched no Triton kernel (decoy)"
+    assert decoy.after_call(C.Call([x], [x.clone()], launches=2)) is None
+    assert decoy.after_call(C.Call([x], [x.clone()], launches=None)) is None  # CUDA harness: not counted
+
+
+def test_real_outputs():
+    x = torch.randn(4, 4)
+    real = _check("real_outputs")
+    assert real.after_call(C.Call([x], [x[1]])).why == "output 0 is a view of an input"
+    assert real.after_call(C.Call([x], [x], mutates=(0,))) is None  # an in-place op's output is its input
+    assert real.after_call(C.Call([x], [torch.empty(4, device="meta")])).reason == "cheat"
+    assert "not a plain tensor" in real.after_call(C.Call([x], [x.numpy()])).why
+    assert real.after_call(C.Call([x], [x + 1])) is None
+
+
+def test_inputs_unchanged():
+    a, b = torch.randn(3), torch.tensor([1.0, float("nan")])
+    before = [a.clone(), b.clone()]
+    same = _check("inputs_unchanged")
+    assert same.after_call(C.Call([a, b], [], before=before)) is None  # NaN that stays NaN is no change
+    b[0] = 2.0
+    assert same.after_call(C.Call([a, b], [], before=before)).why == "the candidate modified input 1"
+    assert same.after_call(C.Call([a, b], [], before=before, mutates=(1,))) is None
+    assert same.after_call(C.Call([a, b], [])) is None  # no snapshot for this call
+
+
+def test_output_type_rejects_a_wider_or_host_result_but_not_index_width():
+    half = torch.randn(8).half()
+    want = C.specs([half.relu()])
+    typed = _check("output_type")
+    found = typed.after_call(C.Call([half], [half.float().relu()], expected=want))
+    assert (found.reason, found.why) == ("incorrect", "output 0 is float32, the reference's is float16")
+    assert typed.after_call(C.Call([half], [half.relu()], expected=want)) is None
+    idx = C.specs([torch.zeros(3, dtype=torch.int64)])
+    assert typed.after_call(C.Call([half], [torch.zeros(3, dtype=torch.int32)], expected=idx)) is None
+    assert typed.after_call(C.Call([half], [torch.zeros(3)], expected=idx)).reason == "incorrect"
+    moved = typed.after_call(C.Call([half], [torch.empty(8, dtype=torch.float16, device="meta")], expected=want))
+    assert (moved.reason, moved.why) == ("cheat", "output 0 is on meta, the reference's on cpu")
+    assert typed.after_call(C.Call([half], [half.float()], expected=None)) is None  # nothing to hold it to
+
+
+def test_profile_checks():
+    gemm = C.Profile(["ampere_sgemm_128x64_nn", "my_kernel"], own={"my_kernel"})
+    assert "library kernels do the work" in _check("library_kernels").after_profile(gemm).why
+    assert _check("library_kernels").after_profile(C.Profile(["my_gemm_kernel"], own={"my_gemm"})) is None
+    elsewhere = C.Profile(["vectorized_elementwise_kernel"], own={"relu_kernel"})
+    assert _check("own_kernels_ran").after_profile(elsewhere).reason == "cheat"
+    assert _check("own_kernels_ran").after_profile(C.Profile(["relu_kernel_0"], own={"relu_kernel"})) is None
+    assert _check("own_kernels_ran").after_profile(C.Profile(["x"], own={"k"}, triton_launches=1)) is None
+
+
+def test_input_independent_spares_single_element_results():
+    dep = _check("input_independent")
+    assert dep.after_trial(C.Outcome(True, True, [torch.ones(3, 3)])).reason == "degenerate"
+    assert dep.after_trial(C.Outcome(True, True, [torch.ones(1, 1)])) is None  # softmax of one value
+    assert dep.after_trial(C.Outcome(True, False, [torch.ones(3, 3)])) is None
+
+
+def test_degenerate_reference_notes():
+    note = _check("degenerate_reference")
+    assert note.after_trial(C.Outcome(False, False, [torch.full((4,), 1e-9)])).why == "near_zero"
+    assert note.after_trial(C.Outcome(False, False, [torch.full((4,), 2.0)])).why == "constant"
+    assert note.after_trial(C.Outcome(False, True, [torch.arange(4.0)])).why == "input_independent"
+    assert note.after_trial(C.Outcome(False, False, [torch.arange(4.0)])) is None
+
+
+# ---- both trial loops hand the same observations to the same checks ---------------------------
+
+class Spy(C.RuntimeCheck):
+    name = "spy"
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def after_call(self, call):
+        self.seen.append(("call", call.before is not None, C.specs(call.outputs) == call.expected))
+
+    def after_trial(self, outcome):
+        self.seen.append(("trial", outcome.same_output, outcome.same_reference))
+
+
+def test_cuda_trial_loop_calls_the_checks(monkeypatch):
+    from sftbuild.validate import trials
+
+    op = ops.get("relu")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def exact(lib, dtype, contract, i, o, params=None):
+        for buf, val in zip(o, ops.as_outputs(op.run_reference(i, params))):
+            buf.copy_(val)
+        return 0
+    monkeypatch.setattr(trials, "_launch", exact)
+    contract = H.CONTRACTS[H.contract_for("", op.launch)]
+    spy, notes = Spy(), {}
+    ok, _ = trials._trial(None, op, contract, {}, op.shape_pool[2], "float32", 0, torch.device("cpu"),
+                          [spy, *C.selected()], notes)
+    assert ok and spy.seen == [("call", True, True), ("call", False, True), ("trial", False, False)]
+
+    def constant(lib, dtype, contract, i, o, params=None):
+        o[0].fill_(0.5)
+        return 0
+    monkeypatch.setattr(trials, "_launch", constant)
+    ok, stats = trials._trial(None, op, contract, {}, op.shape_pool[2], "float32", 0, torch.device("cpu"))
+    assert not ok and stats["reason"] == "incorrect"
+
+
+def _python_run(fn, dtype="float32"):
+    from sftbuild.validate import pyrun
+
+    counter = types.SimpleNamespace(count=0, names=set())
+
+    def wrapper(x):
+        counter.count += 1  # stands in for the candidate's own Triton launch
+        return fn(x)
+    task = {"id": "t", "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": [dtype], "shapes": 1}
+    prob = pyrun.OpProblem(task, types.SimpleNamespace(wrapper=wrapper), torch.device("cpu"))
+    return pyrun.Run(prob, torch.device("cpu"), counter, set(), [Spy(), *C.selected()]), prob
+
+
+def test_python_trial_loop_calls_the_same_checks():
+    from sftbuild.validate import pyrun
+
+    run, prob = _python_run(torch.relu)
+    ok, _ = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+    assert ok and run.checks[0].seen == [("call", True, True), ("call", False, True), ("trial", False, False)]
+
+
+def test_python_candidate_returning_fp32_for_fp16_is_rejected():
+    from sftbuild.validate import pyrun
+
+    run, prob = _python_run(lambda x: torch.relu(x).float(), "float16")
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float16", "contiguous", 0)
+    assert not ok and stats == {"reason": "incorrect", "why": "output 0 is float32, the reference's is float16"}
+    run, prob = _python_run(torch.relu, "float16")
+    assert pyrun.trial(run, prob.variants()[0], "float16", "contiguous", 0)[0]
+
+
+def test_python_candidate_writing_its_input_is_a_cheat():
+    from sftbuild.validate import pyrun
+
+    run, prob = _python_run(lambda x: x.relu_().clone())
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+    assert not ok and stats == {"reason": "cheat", "why": "the candidate modified input 0"}
+
+
+# ---- config selects the checks: validate.runtime_checks travels in the task ----------------------
+
+def test_task_selection_reaches_the_python_loop():
+    from sftbuild.validate import pyrun
+
+    task = {"id": "t", "language": "triton", "code": "import torch\n\ndef wrapper(x):\n    return torch.relu(x)\n",
+            "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": ["float32"], "shapes": 1,
+            "seeds": 1, "timing": False, "device": "cpu"}
+    assert pyrun.run_python(task)["reason"] == "cheat"  # a wrapper that launches no Triton kernel
+    assert pyrun.run_python({**task, "runtime_checks": {"triton_decoy": False}})["status"] == "ok"
+
+
+def test_a_misspelt_check_fails_before_any_record():
+    import dataclasses
+
+    from sftbuild.config import ValidateConfig
+    from sftbuild.validate import pipeline
+
+    cfg = dataclasses.replace(ValidateConfig(), runtime_checks={"nope": False})
+    with pytest.raises(PluginError, match="validate.runtime_checks.nope"):
+        next(pipeline.validate([], cfg, types.SimpleNamespace(gpu_count=0), "/nonexistent"))
