@@ -1,7 +1,4 @@
 """Describe: features from the parse tree, seeded bilingual instructions, the fidelity check, bindings."""
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -106,13 +103,10 @@ def test_a_planted_claim_drops_the_record(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def aten(tmp_path_factory):
+def aten(aten_workspace):
     from sftbuild.store import Store
 
-    ws = tmp_path_factory.mktemp("aten") / "w"
-    subprocess.run([str(Path(sys.executable).with_name("sftbuild")), "harvest", "-q", "-w", str(ws)], check=True,
-                   capture_output=True)
-    return list(Store(ws).records())
+    return list(Store(aten_workspace).records())
 
 
 def test_aten_binding_ratio(aten):
