@@ -3,15 +3,16 @@
 Marks (declared in pyproject.toml):
   gpu      needs a CUDA GPU        skipped here without one
   nvcc     needs the CUDA compiler skipped here without one
-  slow     cannot be made fast     still run by `pytest`; `-m "not slow"` leaves it out
+  slow     cannot be made fast     left out of a plain `pytest`; CI runs them with `pytest -m slow`
   network  downloads a package     skips itself when the download fails
 
 Fixtures:
   make_ctx        a factory of stage contexts on fresh workspaces under tmp_path; closes them after
   ctx             make_ctx() with the defaults: the stage context most tests want
-  compile_cache   one compile cache for the whole run (autouse): results are keyed by content, so a
-                  kernel that several tests build is compiled once; the validate stage, in this process
-                  and in CLI subprocesses, finds it through SFTBUILD_COMPILE_CACHE
+  compile_cache   one compile cache for the whole run, shared by xdist workers (autouse): results are
+                  keyed by content, so a kernel that several tests build is compiled once; the validate
+                  stage, in this process and in CLI subprocesses, finds it through SFTBUILD_COMPILE_CACHE.
+                  Each run starts cold, unless SFTBUILD_COMPILE_CACHE is set by hand to a folder to keep
   aten_workspace  a workspace after harvesting the default source (torch's ATen headers), made once a
                   run; read it, or copy it before writing
 """
@@ -75,7 +76,12 @@ def ctx(make_ctx):
 
 @pytest.fixture(scope="session", autouse=True)
 def compile_cache(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("compile-cache")
+    given = os.environ.get("SFTBUILD_COMPILE_CACHE")  # set by hand, it keeps builds across runs
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, which every worker shares (compile_task locks each key)
+    path = Path(given) if given else root / "compile-cache"
+    path.mkdir(parents=True, exist_ok=True)
     patch = pytest.MonkeyPatch()
     patch.setenv("SFTBUILD_COMPILE_CACHE", str(path))
     yield path
