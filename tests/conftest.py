@@ -1,29 +1,108 @@
+"""The shared test fixtures and marks, for every folder under tests/.
+
+Marks (declared in pyproject.toml):
+  gpu      needs a CUDA GPU        skipped here without one
+  nvcc     needs the CUDA compiler skipped here without one
+  slow     cannot be made fast     left out of a plain `pytest`; CI runs them with `pytest -m slow`
+  network  downloads a package     skips itself when the download fails
+
+Fixtures:
+  make_ctx        a factory of stage contexts on fresh workspaces under tmp_path; closes them after
+  ctx             make_ctx() with the defaults: the stage context most tests want
+  compile_cache   one compile cache for the whole run, shared by xdist workers (autouse): results are
+                  keyed by content, so a kernel that several tests build is compiled once; the validate
+                  stage, in this process and in CLI subprocesses, finds it through SFTBUILD_COMPILE_CACHE.
+                  Each run starts cold, unless SFTBUILD_COMPILE_CACHE is set by hand to a folder to keep
+  aten_workspace  a workspace after harvesting the default source (torch's ATen headers), made once a
+                  run; read it, or copy it before writing
+"""
+from __future__ import annotations
+
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from sftbuild.config import Config
-from sftbuild.context import Context
+from sftbuild.context import Context, NvccMissing, find_nvcc
 from sftbuild.executor import LocalExecutor
 from sftbuild.store import Store
 
+
+def _has_nvcc() -> bool:
+    try:
+        find_nvcc()
+    except NvccMissing:
+        return False
+    return True
+
+
 HAS_GPU = torch.cuda.is_available()
-HAS_NVCC = shutil.which("nvcc") is not None or __import__("os").path.exists("/usr/local/cuda/bin/nvcc")
+HAS_NVCC = _has_nvcc()
 
 
 def pytest_collection_modifyitems(config, items):
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    missing = {"gpu": None if HAS_GPU else "needs a CUDA GPU", "nvcc": None if HAS_NVCC else "needs nvcc"}
     for item in items:
-        if "gpu" in item.keywords and not HAS_GPU:
-            item.add_marker(skip_gpu)
+        for mark, reason in missing.items():
+            if reason and mark in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture
-def ctx(tmp_path):
-    store = Store(tmp_path / "ws")
-    ex = LocalExecutor(cpu_workers=1, gpus="auto", progress=False)
-    c = Context(store=store, config=Config(), executor=ex, echo=lambda s: None, progress=False)
-    yield c
+def make_ctx(tmp_path):
+    """make_ctx(name="ws", gpus="auto", cpu_workers=1, config=None, echo=None, executor=None) -> Context."""
+    made = []
+
+    def make(name="ws", gpus="auto", cpu_workers=1, config=None, echo=None, executor=None) -> Context:
+        ex = executor or LocalExecutor(cpu_workers=cpu_workers, gpus=gpus, progress=False)
+        c = Context(store=Store(tmp_path / name), config=config or Config(), executor=ex,
+                    echo=echo or (lambda s: None), progress=False)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.executor.close()
+        c.store.close()
+
+
+@pytest.fixture
+def ctx(make_ctx):
+    return make_ctx()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory) -> Path:
+    given = os.environ.get("SFTBUILD_COMPILE_CACHE")  # set by hand, it keeps builds across runs
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, which every worker shares (compile_task locks each key)
+    path = Path(given) if given else root / "compile-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SFTBUILD_COMPILE_CACHE", str(path))
+    yield path
+    patch.undo()
+
+
+@pytest.fixture(scope="session")
+def aten_workspace(tmp_path_factory) -> Path:
+    from sftbuild.harvest import stage as harvest
+
+    root = tmp_path_factory.mktemp("aten") / "ws"
+    ex = LocalExecutor(cpu_workers=1, gpus="none", progress=False)
+    c = Context(store=Store(root), config=Config(), executor=ex, echo=lambda s: None, progress=False)
+    stats = harvest.run(c, ["torch-aten"])
     ex.close()
-    store.close()
+    c.store.close()
+    assert stats["errors"] == {}, stats["errors"]
+    return root
+
+
+@pytest.fixture
+def aten_copy(aten_workspace, tmp_path) -> Path:
+    """A private copy of aten_workspace, to run later stages on."""
+    return Path(shutil.copytree(aten_workspace, tmp_path / "aten-ws"))

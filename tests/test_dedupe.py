@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from sftbuild.config import Config
-from sftbuild.context import Context
 from sftbuild.dedupe import fingerprints
 from sftbuild.dedupe import filters as F
 from sftbuild.dedupe.decontam import Decontaminator
@@ -16,9 +15,7 @@ from sftbuild.dedupe.near import Doc, find_clusters, rank_key
 from sftbuild.dedupe.normalize import abstract_tokens, normalize, strip_comments, tokens
 from sftbuild.dedupe.params import Params
 from sftbuild.dedupe.signature import compute, h64, token_hash
-from sftbuild.executor import LocalExecutor
 from sftbuild.record import Record
-from sftbuild.store import Store
 
 KERNELS = Path(__file__).parent / "data" / "dedupe" / "kernels"
 
@@ -328,10 +325,13 @@ def _record(code: str, language: str = "cuda", op: str | None = None, **prov) ->
                   provenance={"source_kind": "git", "license": "MIT", **prov})
 
 
-def test_stage_on_store(tmp_path, bench_dir):
+def test_stage_on_store(tmp_path, bench_dir, make_ctx):
     from sftbuild.dedupe import stage
 
-    store = Store(tmp_path / "ws")
+    cfg = Config()
+    cfg.dedupe.benchmarks = [str(bench_dir)]
+    ctx = make_ctx(gpus="none", config=cfg)
+    store = ctx.store
     base = kernel("sum__shared_tree.cu")
     recs = {
         "rep": _record(base, op="sum", priority=1),
@@ -353,13 +353,9 @@ def test_stage_on_store(tmp_path, bench_dir):
         store.put_results([(r.id, st, "h", "ok", None,
                             {"speedup": 2.0} if (st == "validate" and k == "rep") else {})
                            for k, r in recs.items()])
-    cfg = Config()
-    cfg.dedupe.benchmarks = [str(bench_dir)]
-    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
-        ctx = Context(store=store, config=cfg, executor=ex, echo=lambda s: None, progress=False)
-        report = stage.run(ctx)
-        res = store.results_for("dedupe")
-        again = stage.run(ctx)
+    report = stage.run(ctx)
+    res = store.results_for("dedupe")
+    again = stage.run(ctx)
     by = {k: res[r.id] for k, r in recs.items()}
     assert by["rep"]["status"] == "ok" and by["other"]["status"] == "ok"
     assert by["dup"]["reason"] == "duplicate" and by["dup"]["payload"]["duplicate_of"] == recs["rep"].id
@@ -376,4 +372,3 @@ def test_stage_on_store(tmp_path, bench_dir):
     manifest = store.manifests()[-1]
     assert manifest["stage"] == "dedupe" and "datasketch" in manifest["config"]["params"]
     assert manifest["config"]["params"]["permutation_scheme"]
-    store.close()

@@ -1,7 +1,4 @@
 """Describe: features from the parse tree, seeded bilingual instructions, the fidelity check, bindings."""
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -157,13 +154,10 @@ def test_a_new_technique_is_one_class(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def aten(tmp_path_factory):
+def aten(aten_workspace):
     from sftbuild.store import Store
 
-    ws = tmp_path_factory.mktemp("aten") / "w"
-    subprocess.run([str(Path(sys.executable).with_name("sftbuild")), "harvest", "-q", "-w", str(ws)], check=True,
-                   capture_output=True)
-    return list(Store(ws).records())
+    return list(Store(aten_workspace).records())
 
 
 def test_aten_binding_ratio(aten):

@@ -1,35 +1,65 @@
-"""`sftbuild run` on the built-in default: no config, no network."""
+"""`sftbuild run` end to end, no config, no network: on small checked-in sources (seconds), and on
+the built-in default (torch's ATen kernels: some 90 builds against torch's headers, so slow)."""
 import json
-import os
+import shutil
+from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from sftbuild.cli import main
 from sftbuild.store import Store
-from tests.conftest import HAS_GPU, HAS_NVCC
+
+DATA = Path(__file__).parent / "data"
+STAGES = {"harvest", "describe", "validate", "dedupe", "review"}
 
 
-@pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
-def test_run_on_the_default_sources(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    r = CliRunner().invoke(main, ["run", "-q"], catch_exceptions=False)
+def _run_twice(*sources) -> dict:
+    """`sftbuild run` in the current folder, then a rerun that must do no new work; the funnel."""
+    r = CliRunner().invoke(main, ["run", "-q", *sources], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "records:" in r.output and "validate" in r.output
-    s = Store(tmp_path / "sftbuild-work")
-    f = s.funnel()
-    assert f["records"] >= 30
-    v = f["stages"]["validate"]
-    if not HAS_GPU:
-        assert v["waiting"].get("needs_gpu", 0) >= 1  # the bound softmax kernel waits, it does not fail
-    prov = next(s.records()).provenance
-    assert prov["license"] == "BSD-3-Clause" and prov["package"] == "torch" and prov["lines"][0] >= 1
-    runs = {m["stage"] for m in s.manifests()}
-    assert {"harvest", "describe", "validate", "dedupe", "review"} <= runs
-    assert all(m["env"].get("torch") for m in s.manifests())
-    # a rerun does no new work and duplicates nothing
-    r2 = CliRunner().invoke(main, ["run", "-q"], catch_exceptions=False)
-    assert r2.exit_code == 0
-    assert Store(tmp_path / "sftbuild-work").funnel() == f
+    f = Store("sftbuild-work").funnel()
+    r2 = CliRunner().invoke(main, ["run", "-q", *sources], catch_exceptions=False)
+    assert r2.exit_code == 0, r2.output
+    assert Store("sftbuild-work").funnel() == f
     st = CliRunner().invoke(main, ["status", "--json"], catch_exceptions=False)
     assert json.loads(st.output)["records"] == f["records"]
+    return f
+
+
+@pytest.mark.nvcc
+def test_run_on_small_sources(tmp_path, monkeypatch):
+    """Three op kernels that bind by inference: no torch headers, so quick builds."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops").mkdir()
+    shutil.copy(DATA / "ops" / "rowwise.cu", tmp_path / "ops")
+    f = _run_twice("ops")
+    assert f["records"] == f["by_source"]["ops"]["records"] == 3
+    ops_validate = f["by_source"]["ops"]["stages"]["validate"]
+    if torch.cuda.is_available():
+        assert not ops_validate["waiting"]  # each has its verdict
+    else:
+        assert ops_validate["waiting"] == {"needs_gpu": 3}  # bound kernels wait for a GPU, they do not fail
+    s = Store(tmp_path / "sftbuild-work")
+    assert STAGES <= {m["stage"] for m in s.manifests()}
+    assert all(m["env"].get("torch") for m in s.manifests())
+    prov = next(r for r in s.records() if r.source == "ops").provenance
+    assert prov["path"] == "rowwise.cu" and prov["lines"][0] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.nvcc
+def test_run_on_the_default_sources(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    f = _run_twice()
+    assert f["records"] >= 30
+    v = f["stages"]["validate"]
+    if not torch.cuda.is_available():
+        assert v["waiting"].get("needs_gpu", 0) >= 1  # the bound softmax kernel waits, it does not fail
+    s = Store(tmp_path / "sftbuild-work")
+    prov = next(s.records()).provenance
+    assert prov["license"] == "BSD-3-Clause" and prov["package"] == "torch" and prov["lines"][0] >= 1
+    assert STAGES <= {m["stage"] for m in s.manifests()}
+    assert all(m["env"].get("torch") for m in s.manifests())

@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-from tests.conftest import HAS_GPU
 from sftbuild.executor import LocalExecutor, WorkerFailure
 from tests import tasks
 
@@ -26,7 +25,7 @@ def test_gpu_worker_recycles_after_hang_crash_and_fault():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_one_worker_per_gpu_on_two_gpus():
     ex = LocalExecutor(cpu_workers=1, gpus="auto", progress=False)
     assert ex.gpu_count == torch.cuda.device_count()

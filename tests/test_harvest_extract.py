@@ -3,16 +3,16 @@ checked-in sources written for the tests. Every `__global__` and `@triton.jit` d
 must be extracted or listed with a reason."""
 from __future__ import annotations
 
-import ast
 import concurrent.futures as cf
+import functools
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from sftbuild.context import find_nvcc
 from sftbuild.harvest import sources as S
 from sftbuild.harvest.cuda_extract import extract_kernels, late_includes
 from sftbuild.validate.include_sets import nvcc_args
@@ -20,9 +20,9 @@ from sftbuild.harvest.triton_extract import count_jit
 from sftbuild.harvest.triton_extract import extract_kernels as triton_kernels
 
 DATA = Path(__file__).parent / "data" / "harvest"
-NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
 
 
+@functools.lru_cache(maxsize=1)
 def aten_files() -> dict[str, bytes]:
     inc = S.torch_root() / "include"
     return {p.relative_to(inc).as_posix(): p.read_bytes()
@@ -39,6 +39,7 @@ def global_definitions(src: bytes) -> list[int]:
     return lines
 
 
+@functools.lru_cache(maxsize=1)
 def aten_extraction():
     files = aten_files()
     preludes = late_includes(files)
@@ -80,30 +81,31 @@ def test_aten_kernel_names_and_launch_metadata():
                for s in sm.launch_sites)
 
 
-def _nvcc(item):
-    path, args = item
-    res = subprocess.run([NVCC, "-cubin", "-arch=sm_90", *args, "-o", os.devnull, str(path)],
+def _nvcc(path, *args):
+    res = subprocess.run([find_nvcc(), "-cubin", "-arch=sm_90", *args, "-o", os.devnull, str(path)],
                          capture_output=True, text=True, timeout=600)
-    return path.name, res.returncode == 0, res.stderr[-600:]
+    return res.returncode == 0, res.stderr[-600:]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
-def test_aten_kernels_compile_on_their_own(tmp_path):
-    # the torch include set carries stand-ins for headers a CPU-only torch wheel and a bare toolkit lack
-    args = nvcc_args(["torch"])
-    items = []
-    for rel, (kernels, _) in aten_extraction().items():
-        for i, k in enumerate(kernels):
-            p = tmp_path / f"{Path(rel).stem}_{i}_{k.name}.cu"
-            p.write_text(k.code)
-            items.append((p, args))
+@pytest.mark.slow  # some 35 builds against torch's headers, ten seconds each
+@pytest.mark.nvcc
+def test_aten_kernels_compile_on_their_own(compile_cache):
+    """Each extracted closure builds alone through validate's compile gate (the kernel only, to a
+    cubin, with the torch include set: stand-ins for headers a CPU-only torch wheel and a bare
+    toolkit lack). The gate caches by content, so the default run's validate reuses these builds."""
+    from sftbuild.validate.compile import compile_task
+
+    kernels = [k for ks, _ in aten_extraction().values() for k in ks]
+    tasks = {k.code: {"id": k.name, "code": k.code, "harness": None, "include_sets": ["torch"], "arch": "sm_90",
+                      "timeout": 600, "nvcc": "", "cache_dir": str(compile_cache), "link": False}
+             for k in kernels}  # a closure two kernels share is built once
     with cf.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
-        results = list(pool.map(_nvcc, items))
-    ok = [r for r in results if r[1]]
-    failed = {name: err.strip().splitlines()[-1] if err.strip() else "" for name, good, err in results if not good}
-    rate = len(ok) / len(results)
-    print(f"\nATen compile rate: {len(ok)}/{len(results)} = {rate:.1%}; failed: {failed}")
+        built = dict(zip(tasks, pool.map(compile_task, tasks.values())))
+    ok = [k for k in kernels if built[k.code]["ok"]]
+    failed = {k.name: (built[k.code]["log"].strip().splitlines() or [""])[-1] for k in kernels
+              if not built[k.code]["ok"]}
+    rate = len(ok) / len(kernels)
+    print(f"\nATen compile rate: {len(ok)}/{len(kernels)} = {rate:.1%}; failed: {failed}")
     assert rate >= 0.9
 
 
@@ -124,13 +126,16 @@ def test_checked_in_cuda_accounting():
     assert names["square_kernel"].launch_sites[0]["function"] == "square"
 
 
-@pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
+@pytest.mark.nvcc
 def test_checked_in_cuda_kernels_compile(tmp_path):
     kernels, _ = extract_kernels((DATA / "cuda_tree" / "kernels.cu").read_bytes())
+    paths = []
     for k in kernels:
-        p = tmp_path / f"{k.name}.cu"
-        p.write_text(k.code)
-        name, ok, err = _nvcc((p, ["-std=c++17"]))
+        paths.append(tmp_path / f"{k.name}.cu")
+        paths[-1].write_text(k.code)
+    with cf.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda p: _nvcc(p, "-std=c++17"), paths))
+    for k, (ok, err) in zip(kernels, results):
         assert ok, (k.name, err)
 
 
@@ -181,6 +186,7 @@ split_kernel(const T* x, T* y, int n) {
 """
 
 
+@pytest.mark.nvcc
 def test_template_split_by_a_conditional_attribute(tmp_path):
     """As torch 2.11's warpMergeSortKVInPlace: `template <...>`, then launch bounds inside
     `#if !defined(USE_ROCM)`, then the kernel. The template must stay with its kernel."""
@@ -193,6 +199,5 @@ def test_template_split_by_a_conditional_attribute(tmp_path):
     assert template_params(k.code, k.name) == ["rows_per_block", "T"]
     (tmp_path / "k.cu").write_text(k.code + "\ntemplate __global__ void demo::split_kernel<4, float>"
                                    "(const float*, float*, int);\n")
-    proc = subprocess.run([NVCC, "-cubin", "-arch=sm_90", "k.cu", "-o", "k.cubin"], cwd=tmp_path,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    ok, err = _nvcc(tmp_path / "k.cu")
+    assert ok, err

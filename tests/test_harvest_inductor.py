@@ -7,24 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from sftbuild.config import Config
-from sftbuild.context import Context
-from sftbuild.executor import LocalExecutor
 from sftbuild.harvest import inductor, stage
 from sftbuild.harvest.catalog.programs import catalog
-from sftbuild.store import Store
 
 DATA = Path(__file__).parent / "data" / "harvest" / "inductor"
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.fixture
-def ctx(tmp_path):
-    store = Store(tmp_path / "ws")
-    ex = LocalExecutor(cpu_workers=1, gpus="none", progress=False)
-    yield Context(store=store, config=Config(), executor=ex, echo=print, progress=False)
-    ex.close()
-    store.close()
+def ctx(make_ctx):
+    return make_ctx(gpus="none", echo=print)
 
 
 def test_catalog_has_50_programs_that_run_eagerly():
@@ -53,7 +44,6 @@ def test_user_module_spec_and_cpu_message(ctx):
 
 
 @pytest.mark.gpu
-@gpu
 def test_inductor_user_module_on_gpu(ctx):
     spec = str(DATA / "one_program.py")
     stats = stage.run(ctx, [spec])
@@ -67,7 +57,6 @@ def test_inductor_user_module_on_gpu(ctx):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@gpu
 def test_inductor_catalog_on_gpu(ctx):
     stats = stage.run(ctx, ["torch-inductor"])
     assert stats["errors"] == {}

@@ -7,22 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from sftbuild.config import Config
-from sftbuild.context import Context
-from sftbuild.executor import LocalExecutor
 from sftbuild.harvest import stage
 from sftbuild.harvest.triton_extract import count_jit
-from sftbuild.store import Store
 
 
 @pytest.mark.network
-def test_liger_kernel_recall(tmp_path):
-    store = Store(tmp_path / "ws")
-    ex = LocalExecutor(cpu_workers=2, gpus="none", progress=False)
-    ctx = Context(store=store, config=Config(), executor=ex, echo=print, progress=False)
+def test_liger_kernel_recall(tmp_path, make_ctx):
+    ctx = make_ctx(gpus="none", cpu_workers=2, echo=print)
+    store = ctx.store
     spec = "pip:liger-kernel==0.5.10"
     stats = stage.run(ctx, [spec])
-    ex.close()
     if spec in stats["errors"]:
         pytest.skip(f"download failed: {stats['errors'][spec]}")
     tree = next((tmp_path / "ws" / "cache" / "pip").iterdir()) / "tree"

@@ -7,9 +7,8 @@ import pytest
 from sftbuild.context import find_nvcc
 from sftbuild.validate import compile as gate
 from sftbuild.validate import nvcc_parallel
-from tests.conftest import HAS_NVCC
 
-pytestmark = pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
+pytestmark = pytest.mark.nvcc
 
 KERNEL = """
 namespace { __device__ float twice(float v) { return 2.f * v; } }

@@ -6,10 +6,7 @@ import re
 import pytest
 
 from sftbuild.validate import extension, inline_sources
-from tests.conftest import HAS_NVCC
 from tests.redteam import cases as RT
-
-needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
 
 
 def _sources(name):
@@ -28,7 +25,7 @@ def test_lean_source_rewrites_the_copy_only():
     assert extension.lean_source("__global__ void k() {}\n") is None
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_twin_compiles_lean_and_rerun_is_cached(cache):
     f = _sources("twin_matmul_cuda")
     res = extension.compile_only(f["cpp_sources"], f["cuda_sources"], cache, arch="sm_90")
@@ -38,7 +35,7 @@ def test_twin_compiles_lean_and_rerun_is_cached(cache):
     assert again["ok"] and again["cached"] and again["seconds"] == 0.0
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_compile_error_is_cached_too(cache, monkeypatch):
     f = _sources("twin_relu_cuda")
     cu = f["cuda_sources"].replace("#include <torch/extension.h>", "").replace("torch::Tensor run", "int run")
@@ -53,7 +50,7 @@ def test_compile_error_is_cached_too(cache, monkeypatch):
     assert again["cached"] and again["reason"] == "compile_error" and len(calls) == n
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_falls_back_to_the_full_header_when_the_lean_one_lacks_something(cache, monkeypatch):
     # a stand-in "umbrella" header the lean one does not cover, so the fallback is cheap to exercise
     monkeypatch.setattr(extension, "FULL", re.compile(r"#include <cooperative_groups.h>"))
@@ -68,7 +65,7 @@ def test_falls_back_to_the_full_header_when_the_lean_one_lacks_something(cache, 
 GENUINE_COMPILE_ERRORS = {"cublas_host", "smem_over_budget"}
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 @pytest.mark.slow
 def test_red_team_cuda_solutions_compile_lean(cache):
     seen = set()

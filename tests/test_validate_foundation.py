@@ -1,46 +1,34 @@
 """The validate stage on the ATen softmax kernel: compile gate on CPU, correctness on a GPU."""
 import pytest
 
-from sftbuild.config import Config
-from sftbuild.context import Context
-from sftbuild.executor import LocalExecutor
-from sftbuild.harvest import stage as harvest
 from sftbuild.record import Record
-from sftbuild.store import Store
 from sftbuild.validate import stage as validate
-from tests.conftest import HAS_GPU, HAS_NVCC
 
-pytestmark = pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
+pytestmark = pytest.mark.nvcc
 
 BROKEN = ("int local_batches = batch_size - first_batch;",
           "int local_batches = batch_size - first_batch - 1;")
 
 
-def _ctx(tmp_path, gpus):
-    store = Store(tmp_path / "ws")
-    ex = LocalExecutor(cpu_workers=2, gpus=gpus, progress=False)
-    return Context(store=store, config=Config(), executor=ex, echo=lambda s: None, progress=False)
-
-
-def _softmax_and_broken_twin(ctx):
-    """Harvest the ATen headers, keep only the bound softmax kernel, add a copy with an off-by-one."""
-    harvest.run(ctx, ["torch-aten"])
+def _softmax_and_broken_twin(ctx, twin=True):
+    """On a harvest of the ATen headers, keep only the bound softmax kernel, add a copy with an off-by-one
+    (unless not `twin`: without a GPU it would only double the builds)."""
     (soft,) = [r for r in ctx.store.records() if r.binding and r.binding.get("op") == "softmax"]
     assert BROKEN[0] in soft.code
     broken = Record(language="cuda", code=soft.code.replace(*BROKEN), source="broken-copy",
                     entry=soft.entry, binding=soft.binding, provenance=soft.provenance)
-    ctx.store.add_records([broken])
-    chash = ctx.store.stage_config("harvest")
-    ctx.store.put_result(broken.id, "harvest", chash, "ok")
+    if twin:
+        ctx.store.add_records([broken])
+        ctx.store.put_result(broken.id, "harvest", ctx.store.stage_config("harvest"), "ok")
     for r in ctx.store.records():  # describe is not under test here
         ctx.store.set_stage_config("describe", "d", {})
         ctx.store.put_result(r.id, "describe", "d", "ok" if r.id in (soft.id, broken.id) else "dropped", "skip")
     return soft, broken
 
 
-def test_without_gpu_bound_kernels_wait_for_one(tmp_path):
-    ctx = _ctx(tmp_path, "none")
-    soft, broken = _softmax_and_broken_twin(ctx)
+def test_without_gpu_bound_kernels_wait_for_one(aten_copy, make_ctx):
+    ctx = make_ctx(aten_copy.name, gpus="none", cpu_workers=2)
+    soft, _ = _softmax_and_broken_twin(ctx, twin=False)
     validate.run(ctx)
     res = ctx.store.result(soft.id, "validate")
     assert (res["status"], res["reason"]) == ("waiting", "needs_gpu")
@@ -51,9 +39,8 @@ def test_without_gpu_bound_kernels_wait_for_one(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-def test_aten_softmax_passes_and_broken_copy_fails(tmp_path):
-    ctx = _ctx(tmp_path, "auto")
+def test_aten_softmax_passes_and_broken_copy_fails(aten_copy, make_ctx):
+    ctx = make_ctx(aten_copy.name, gpus="auto", cpu_workers=2)
     soft, broken = _softmax_and_broken_twin(ctx)
     validate.run(ctx)
     good = ctx.store.result(soft.id, "validate")

@@ -6,32 +6,37 @@ import torch
 
 from sftbuild.executor import WorkerFailure
 from tests import tasks
-from tests.conftest import HAS_GPU, HAS_NVCC
 
 ray = pytest.importorskip("ray")
 
 
 @pytest.fixture
-def local_ray(request):
-    kw = getattr(request, "param", {})
-    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, **kw)
+def local_ray():
+    """A local instance with the resources Ray detects (not the shared one below)."""
+    ray.shutdown()
+    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
 
-@pytest.mark.parametrize("local_ray", [{"num_cpus": 2}], indirect=True)
-def test_ray_map_cpu(local_ray):
+@pytest.fixture(scope="module")
+def declared_gpu_ray():
+    """A local instance with 2 CPUs and a declared (fake) GPU, shared: starting one takes seconds."""
+    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, num_cpus=2, num_gpus=1)
+    yield
+    ray.shutdown()
+
+
+def test_ray_map_cpu(declared_gpu_ray):
     from sftbuild.ray_executor import RayExecutor
 
     ex = RayExecutor(progress=False)
     out = dict(ex.map_cpu(tasks.misbehave, ["a", "raise", "b"]))
     assert out["a"]["x"] == "a" and out["b"]["x"] == "b"
     assert isinstance(out["raise"], WorkerFailure) and out["raise"].kind == "error"
-    assert ex.gpu_count == 0
 
 
-@pytest.mark.parametrize("local_ray", [{"num_cpus": 2, "num_gpus": 1}], indirect=True)
-def test_ray_gpu_actor_recycles_after_hang_crash_and_fault(local_ray):
+def test_ray_gpu_actor_recycles_after_hang_crash_and_fault(declared_gpu_ray):
     """The GPU path on a local instance that declares a (fake) GPU resource."""
     from sftbuild.ray_executor import RayExecutor
 
@@ -41,7 +46,6 @@ def test_ray_gpu_actor_recycles_after_hang_crash_and_fault(local_ray):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 def test_ray_one_actor_per_real_gpu(local_ray):
     from sftbuild.ray_executor import RayExecutor
 
@@ -55,18 +59,14 @@ def test_ray_one_actor_per_real_gpu(local_ray):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU or not HAS_NVCC, reason="needs a CUDA GPU and nvcc")
-def test_ray_validate_stage_on_real_gpus(tmp_path, local_ray):
+@pytest.mark.nvcc
+def test_ray_validate_stage_on_real_gpus(aten_copy, make_ctx, local_ray):
     """The validate stage with --executor ray: the ATen softmax passes, its off-by-one copy fails."""
-    from sftbuild.config import Config
-    from sftbuild.context import Context
     from sftbuild.ray_executor import RayExecutor
-    from sftbuild.store import Store
     from sftbuild.validate import stage as validate
     from tests.test_validate_foundation import _softmax_and_broken_twin
 
-    ctx = Context(store=Store(tmp_path / "ws"), config=Config(), executor=RayExecutor(progress=False),
-                  echo=lambda s: None, progress=False)
+    ctx = make_ctx(aten_copy.name, executor=RayExecutor(progress=False))
     soft, broken = _softmax_and_broken_twin(ctx)
     validate.run(ctx)
     good, bad = ctx.store.result(soft.id, "validate"), ctx.store.result(broken.id, "validate")

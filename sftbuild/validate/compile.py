@@ -2,10 +2,12 @@
 
 Runs in the CPU pool. Each compile has a timeout and a memory limit, and its
 result is cached under the workspace by a hash of the code, the flags and the
-toolchain version, so a rerun or a duplicate costs nothing.
+toolchain version, so a rerun or a duplicate costs nothing; processes that share a
+cache (workers, or test runs in parallel) build each key once.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -57,12 +59,18 @@ def compile_task(task: dict) -> dict:
     key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version()])
                          .encode()).hexdigest()[:24]
     out_dir = Path(task["cache_dir"]) / key
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # processes sharing a cache build a key once; the others wait for it
+        return _compile(task, out_dir, nvcc, flags, link, key)
+
+
+def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key: str) -> dict:
     done = out_dir / "result.json"
     if done.exists():
         res = json.loads(done.read_text())
         if not res.get("so") or Path(res["so"]).exists():
             return {**res, "cached": True}
-    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel.cuh").write_text(task["code"], encoding="utf-8")
     if task.get("harness") and link:
         (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")

@@ -12,10 +12,13 @@ Outcome per record (status, reason):
   dropped unbound         compiles, but nothing to check it against
   dropped incorrect | degenerate | memcheck | cuda_error | illegal_address | timeout | crash | too_slow
   waiting needs_gpu       bound and compiled; correctness needs a GPU this machine lacks
+
+Compile results go to <workspace>/cache/compile, or to $SFTBUILD_COMPILE_CACHE when set.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from sftbuild.context import Context, StageRun, UserError, environment
 from sftbuild.validate import compile as C
@@ -32,7 +35,8 @@ def run(ctx: Context) -> dict:
     with StageRun(ctx, "validate", conf) as run:
         # a record waiting for a GPU is retried once one is there
         todo = [r for r in ctx.store.alive("validate") if r.id not in run.done()]
-        cache = str((ctx.workspace / "cache" / "compile").resolve())
+        # results are keyed by content, so workspaces may share one cache (the test suite does)
+        cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or str((ctx.workspace / "cache" / "compile").resolve())
         for rec, status, reason, payload in pipeline.validate(todo, cfg, ctx.executor, cache, nvcc):
             env = {**environment(), **(payload.get("env") or {})}
             # result and verdict log in one transaction: a kill between them cannot split the two
