@@ -15,6 +15,7 @@ Fixtures:
                   Each run starts cold, unless SFTBUILD_COMPILE_CACHE is set by hand to a folder to keep
   aten_workspace  a workspace after harvesting the default source (torch's ATen headers), made once a
                   run; read it, or copy it before writing
+  aten_copy       a private copy of aten_workspace under tmp_path, to run later stages on
 """
 from __future__ import annotations
 
@@ -104,5 +105,4 @@ def aten_workspace(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def aten_copy(aten_workspace, tmp_path) -> Path:
-    """A private copy of aten_workspace, to run later stages on."""
     return Path(shutil.copytree(aten_workspace, tmp_path / "aten-ws"))
