@@ -64,7 +64,7 @@ def test_ray_validate_stage_on_real_gpus(aten_copy, make_ctx, local_ray):
     """The validate stage with --executor ray: the ATen softmax passes, its off-by-one copy fails."""
     from sftbuild.ray_executor import RayExecutor
     from sftbuild.validate import stage as validate
-    from tests.test_validate_foundation import _softmax_and_broken_twin
+    from tests.validate.test_validate_foundation import _softmax_and_broken_twin
 
     ctx = make_ctx(aten_copy.name, executor=RayExecutor(progress=False))
     soft, broken = _softmax_and_broken_twin(ctx)

@@ -18,7 +18,7 @@ from sftbuild.harvest.cuda_extract import extract_kernels, late_includes
 from sftbuild.harvest.triton_extract import count_jit
 from sftbuild.harvest.triton_extract import extract_kernels as triton_kernels
 
-DATA = Path(__file__).parent / "data" / "harvest"
+DATA = Path(__file__).parents[1] / "data" / "harvest"
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,7 +3,7 @@
 CPU: Triton cases run through the real pipeline with the Triton interpreter in a sandbox
 process, for fp32 and fp16 only (the interpreter's bf16 arithmetic is silently wrong, so a
 bf16 verdict there would mean nothing). GPU: every case, printing case -> expected -> got.
-Run on a GPU machine with:  pytest -m gpu -s -n 0 tests/test_validate_redteam.py
+Run on a GPU machine with:  pytest -m gpu -s -n 0 tests/validate/test_validate_redteam.py
 """
 import dataclasses
 
