@@ -1,5 +1,9 @@
 """The shared test fixtures and marks, for every folder under tests/.
 
+Folders: one per stage (harvest/, describe/, validate/, dedupe/) and core/ (store, config, CLI,
+executors, op registry, `sftbuild run` end to end); beside them data/ (checked-in inputs),
+redteam/ (the red-team cases) and tasks.py (task functions that executor workers import by name).
+
 Marks (declared in pyproject.toml):
   gpu      needs a CUDA GPU        skipped here without one
   nvcc     needs the CUDA compiler skipped here without one
@@ -15,6 +19,7 @@ Fixtures:
                   Each run starts cold, unless SFTBUILD_COMPILE_CACHE is set by hand to a folder to keep
   aten_workspace  a workspace after harvesting the default source (torch's ATen headers), made once a
                   run; read it, or copy it before writing
+  aten_copy       a private copy of aten_workspace under tmp_path, to run later stages on
 """
 from __future__ import annotations
 
@@ -104,5 +109,4 @@ def aten_workspace(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def aten_copy(aten_workspace, tmp_path) -> Path:
-    """A private copy of aten_workspace, to run later stages on."""
     return Path(shutil.copytree(aten_workspace, tmp_path / "aten-ws"))

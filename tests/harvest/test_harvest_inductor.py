@@ -10,7 +10,7 @@ import torch
 from sftbuild.harvest import inductor, stage
 from sftbuild.harvest.catalog.programs import catalog
 
-DATA = Path(__file__).parent / "data" / "harvest" / "inductor"
+DATA = Path(__file__).parents[1] / "data" / "harvest" / "inductor"
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from sftbuild.dedupe.near import Doc, find_clusters
 from sftbuild.dedupe.normalize import is_kept_word, tokens
 from sftbuild.dedupe.params import Params
 
-KERNELS = Path(__file__).parent / "data" / "dedupe" / "kernels"
+KERNELS = Path(__file__).parents[1] / "data" / "dedupe" / "kernels"
 
 
 def _language(path: Path) -> str:

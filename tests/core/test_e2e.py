@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from sftbuild.cli import main
 from sftbuild.store import Store
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 STAGES = {"harvest", "describe", "validate", "dedupe", "review"}
 
 

@@ -16,7 +16,7 @@ from sftbuild.record import Record
 from sftbuild.validate import compile as C
 from sftbuild.validate import harness as H
 
-DATA = Path(__file__).parent / "data" / "ops"
+DATA = Path(__file__).parents[1] / "data" / "ops"
 EXPECTED = {"relu_kernel": "relu", "silu_kernel": "silu", "sigmoid_kernel": "sigmoid", "tanh_kernel": "tanh",
             "exp_kernel": "exp", "gelu_kernel": "gelu", "neg_kernel": "neg", "add_kernel": "add",
             "mul_kernel": "mul", "max_kernel": "maximum", "softmax_kernel": "softmax",

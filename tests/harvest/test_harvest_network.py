@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import ast
-import zipfile
-from pathlib import Path
 
 import pytest
 

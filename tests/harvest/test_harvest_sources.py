@@ -20,7 +20,7 @@ from sftbuild.cli import main
 from sftbuild.harvest import stage
 from sftbuild.store import Store
 
-DATA = Path(__file__).parent / "data" / "harvest"
+DATA = Path(__file__).parents[1] / "data" / "harvest"
 
 
 def records(ctx):

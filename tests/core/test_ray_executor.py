@@ -1,6 +1,8 @@
 """RayExecutor on a local Ray instance (skipped when ray is not installed): CPU tasks, the GPU
 actors' recycling on a declared GPU resource, and, on a GPU machine, real GPUs and the
 validate stage."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,12 +11,15 @@ from tests import tasks
 
 ray = pytest.importorskip("ray")
 
+# Ray's workers import the task functions from this checkout's `tests` package
+RUNTIME_ENV = {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}}
+
 
 @pytest.fixture
 def local_ray():
     """A local instance with the resources Ray detects (not the shared one below)."""
     ray.shutdown()
-    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, runtime_env=RUNTIME_ENV)
     yield
     ray.shutdown()
 
@@ -22,7 +27,8 @@ def local_ray():
 @pytest.fixture(scope="module")
 def declared_gpu_ray():
     """A local instance with 2 CPUs and a declared (fake) GPU, shared: starting one takes seconds."""
-    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, num_cpus=2, num_gpus=1)
+    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, num_cpus=2, num_gpus=1,
+             runtime_env=RUNTIME_ENV)
     yield
     ray.shutdown()
 
@@ -64,7 +70,7 @@ def test_ray_validate_stage_on_real_gpus(aten_copy, make_ctx, local_ray):
     """The validate stage with --executor ray: the ATen softmax passes, its off-by-one copy fails."""
     from sftbuild.ray_executor import RayExecutor
     from sftbuild.validate import stage as validate
-    from tests.test_validate_foundation import _softmax_and_broken_twin
+    from tests.validate.test_validate_foundation import _softmax_and_broken_twin
 
     ctx = make_ctx(aten_copy.name, executor=RayExecutor(progress=False))
     soft, broken = _softmax_and_broken_twin(ctx)

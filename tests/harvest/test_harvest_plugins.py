@@ -19,7 +19,7 @@ from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.sources import SourceError
 from sftbuild.harvest.specs import load_registry, parse_spec
 
-DATA = Path(__file__).parent / "data" / "harvest"
+DATA = Path(__file__).parents[1] / "data" / "harvest"
 KERNEL = "__global__ void scale_kernel(float* y, int n) {\n  int i = threadIdx.x;\n  if (i < n) y[i] *= 2;\n}\n"
 
 

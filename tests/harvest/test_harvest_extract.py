@@ -15,11 +15,10 @@ import pytest
 from sftbuild.context import find_nvcc
 from sftbuild.harvest import sources as S
 from sftbuild.harvest.cuda_extract import extract_kernels, late_includes
-from sftbuild.validate.include_sets import nvcc_args
 from sftbuild.harvest.triton_extract import count_jit
 from sftbuild.harvest.triton_extract import extract_kernels as triton_kernels
 
-DATA = Path(__file__).parent / "data" / "harvest"
+DATA = Path(__file__).parents[1] / "data" / "harvest"
 
 
 @functools.lru_cache(maxsize=1)

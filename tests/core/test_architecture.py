@@ -12,7 +12,7 @@ from sftbuild import config as C
 from sftbuild import plugins, stages
 from sftbuild.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_import_contract_holds():

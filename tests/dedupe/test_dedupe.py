@@ -17,7 +17,7 @@ from sftbuild.dedupe.params import Params
 from sftbuild.dedupe.signature import compute, h64, token_hash
 from sftbuild.record import Record
 
-KERNELS = Path(__file__).parent / "data" / "dedupe" / "kernels"
+KERNELS = Path(__file__).parents[1] / "data" / "dedupe" / "kernels"
 
 ADD = """// SPDX-License-Identifier: MIT
 /* Copyright 2024 */

@@ -10,7 +10,7 @@ from sftbuild.output import stage
 from sftbuild.output.exporters import EXPORTERS, Batch, Sample
 from sftbuild.record import Record
 from sftbuild.store import Store
-from tests.test_cli import _pipeline_store, invoke
+from tests.core.test_cli import _pipeline_store, invoke
 
 
 def test_formats_name_registered_exporters():
