@@ -34,6 +34,7 @@ from sftbuild import ops
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, guards
 from sftbuild.validate import harness as H
+from sftbuild.validate.tally import Tally
 
 
 class Reject(Exception):
@@ -344,7 +345,7 @@ def _run_python(task, dev, workdir):
                 raise Reject("unbound", f"binding kind {kind!r} is not supported")
             run = Run(prob, dev, counter, set(extension.kernel_names(task["code"])),
                       checks.selected(task.get("runtime_checks")))
-            tried, worst = [], {}
+            tally = Tally()
             variants = prob.variants()
             for vi, variant in enumerate(variants):
                 for dtype in prob.dtypes:
@@ -354,16 +355,11 @@ def _run_python(task, dev, workdir):
                             ok, stats = trial(run, variant, dtype, layout, seed,
                                               profile=(vi == 0 and seed == 0 and layout == layouts[0]
                                                        and dtype == prob.dtypes[0]))
-                            row = {"shape": prob.describe(variant), "dtype": dtype, "layout": layout, "seed": seed,
-                                   "ok": ok, **{k: stats.get(k) for k in ("max_abs", "max_rel", "norm_rel")}}
-                            tried.append(row)
-                            for k in ("max_abs", "max_rel", "norm_rel"):
-                                if stats.get(k) is not None:
-                                    worst[k] = max(worst.get(k, 0.0), stats[k])
-                            if not ok:
-                                return {"status": "dropped", "reason": stats.get("reason", "incorrect"),
-                                        "detail": stats.get("why", ""), "trials": tried, "errors": worst}
-            payload = {"status": "ok", "reason": None, "trials": tried, "errors": worst,
+                            dropped = tally.add({"shape": prob.describe(variant), "dtype": dtype,
+                                                 "layout": layout, "seed": seed}, ok, stats)
+                            if dropped:
+                                return dropped
+            payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst,
                        "launches": counter.count, "triton_kernels": sorted(counter.names)}
             if run.notes:
                 payload["flags"] = {k: sorted(set(v)) for k, v in run.notes.items()}

@@ -30,6 +30,7 @@ from sftbuild import ops
 from sftbuild.validate import checks as C
 from sftbuild.validate import harness as H
 from sftbuild.validate import timing
+from sftbuild.validate.tally import Tally, fold_worst
 
 L2_FLUSH_BYTES = timing.L2_FLUSH_BYTES
 
@@ -56,7 +57,7 @@ def run_record(task: dict) -> dict:
 
 def _run(task: dict) -> dict:
     dev = torch.device("cuda")
-    tried, worst, timing, notes = [], {}, {}, {}
+    tally, timing, notes = Tally(), {}, {}
     checks = C.selected(task.get("runtime_checks"))
     for i, check in enumerate(H.checks(task["binding"])):
         op = ops.get(check["op"])
@@ -69,24 +70,20 @@ def _run(task: dict) -> dict:
         dtypes = [d for d in op.dtypes if d in task["dtypes"]]
         if not shapes or not dtypes:  # nothing to try is never a pass
             return {"status": "dropped", "reason": "unbound",
-                    "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tried}
+                    "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tally.tried}
         for shape in shapes:
             for dtype in dtypes:
                 for seed in range(task["seeds"]):
                     ok, stats = _trial(lib, op, contract, check, shape, dtype, seed, dev, checks, notes)
-                    tried.append({"op": op.name, "shape": list(shape), "dtype": dtype, "seed": seed,
-                                  "ok": ok, **{k: stats.get(k) for k in ("max_abs", "max_rel", "norm_rel")}})
-                    for k in ("max_abs", "max_rel", "norm_rel"):
-                        if stats.get(k) is not None:
-                            worst[k] = max(worst.get(k, 0.0), stats[k])
-                    if not ok:
-                        return {"status": "dropped", "reason": stats.get("reason", "incorrect"),
-                                "detail": stats.get("why", ""), "trials": tried, "errors": worst}
+                    dropped = tally.add({"op": op.name, "shape": list(shape), "dtype": dtype, "seed": seed},
+                                        ok, stats)
+                    if dropped:
+                        return dropped
         if task.get("timing"):
             shape = max(pool, key=math.prod)
             timing[op.name] = _time(lib, op, contract, check, shape, dtypes[0], dev,
                                     task["warmup"], task["runs"])
-    payload = {"status": "ok", "reason": None, "trials": tried, "errors": worst, "timing": timing}
+    payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": timing}
     if notes:
         payload["flags"] = {k: sorted(set(v)) for k, v in notes.items()}
     if timing:
@@ -158,9 +155,7 @@ def _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params) -> tuple
         if not ok:
             label = f"output {j}: " if len(outputs) > 1 else ""
             return False, {**stats, "why": label + stats.get("why", "")}
-        for k in ("max_abs", "max_rel", "norm_rel"):
-            if stats.get(k) is not None:
-                worst[k] = max(worst.get(k, 0.0), stats[k])
+        fold_worst(worst, stats)
     return True, worst
 
 

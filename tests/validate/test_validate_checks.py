@@ -210,3 +210,17 @@ def test_a_misspelt_check_fails_before_any_record():
     cfg = dataclasses.replace(ValidateConfig(), runtime_checks={"nope": False})
     with pytest.raises(PluginError, match="validate.runtime_checks.nope"):
         next(pipeline.validate([], cfg, types.SimpleNamespace(gpu_count=0), "/nonexistent"))
+
+
+def test_tally_keeps_every_row_and_the_worst_errors_and_the_first_failure_decides():
+    from sftbuild.validate.tally import Tally
+
+    t = Tally()
+    assert t.add({"shape": [4]}, True, {"max_abs": 0.1, "norm_rel": 1e-3}) is None
+    assert t.add({"shape": [8]}, True, {"max_abs": 0.05, "max_rel": 0.2}) is None
+    dropped = t.add({"shape": [16]}, False, {"max_abs": 3.0, "why": "NaN where the reference has none"})
+    assert dropped["status"] == "dropped" and dropped["reason"] == "incorrect"
+    assert dropped["detail"] == "NaN where the reference has none"
+    assert [r["ok"] for r in dropped["trials"]] == [True, True, False]
+    assert dropped["errors"] == {"max_abs": 3.0, "norm_rel": 1e-3, "max_rel": 0.2}
+    assert t.add({}, False, {"reason": "cheat"})["reason"] == "cheat"
