@@ -322,9 +322,7 @@ def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:
     """(name, default parameters, summary) of each plug-in of `kind`, for the config template."""
     import dataclasses
 
-    plugins.describe(kind)  # imports the kind's registry
-    reg = plugins.REGISTRIES[kind]
-    return [(cls.name, dataclasses.asdict(cls.Params()), cls.summary()) for cls in reg]
+    return [(cls.name, dataclasses.asdict(cls.Params()), cls.summary()) for cls in plugins.registry(kind)]
 
 
 def _report(ctx, stage, stats):

@@ -163,11 +163,15 @@ class Registry(Generic[P]):
         return chosen
 
 
+def registry(kind: str) -> Registry:
+    """The registry of one extension point, its module imported on first use."""
+    if kind not in POINTS:
+        raise PluginError(f"unknown plug-in kind {kind!r} (known: {', '.join(POINTS)})")
+    importlib.import_module(POINTS[kind])
+    return REGISTRIES[kind]
+
+
 def describe(kind: str | None = None) -> list[tuple[str, str, str]]:
-    """(kind, name, summary) for every member of every registry, or of one kind."""
-    for module in ([POINTS[kind]] if kind in POINTS else POINTS.values()):
-        importlib.import_module(module)
-    if kind and kind not in REGISTRIES:
-        raise PluginError(f"unknown plug-in kind {kind!r} (known: {', '.join(REGISTRIES)})")
-    regs = [REGISTRIES[kind]] if kind else list(REGISTRIES.values())
+    """(kind, name, summary) for every member of every extension point, or of one kind."""
+    regs = [registry(k) for k in ([kind] if kind else POINTS)]
     return [(r.kind, cls.name, cls.summary()) for r in regs for cls in r]
