@@ -47,14 +47,19 @@ def run(ctx: Context) -> dict:
             row = stored.get(rec.id)
             if row and row["origin"] == "harvest":  # declared or exact: the source knows best
                 run.put(rec.id, "ok", None, {"how": row["how"], "by": "harvest"})
+                _tally(run, "kept")
                 continue
             todo.append(rec)
         for rec, found, reason, evidence in bind(todo, binders, ctx, conf.get("probe", "none"), cfg.probe_timeout):
             ctx.store.put_binding(rec.id, found, "bind", reason, evidence)
             payload = {"how": found.how, "by": found.by, "key": found.key} if found else {"unbound": reason}
             run.put(rec.id, "ok", None, payload)
-            run.count("bound" if found else "unbound", None)
+            _tally(run, "bound" if found else "unbound")
     return run.stats
+
+
+def _tally(run: StageRun, key: str) -> None:
+    run.stats[key] = run.stats.get(key, 0) + 1
 
 
 def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0):
