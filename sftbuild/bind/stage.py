@@ -142,7 +142,9 @@ def _run_tasks(queued, ctx, probe: str, timeout: float) -> list:
     """Each task's result (or WorkerFailure), in order: GPU workers, else the Triton interpreter, else none."""
     if not queued:
         return []
-    items = [{"task_fn": b.task_fn, "task": task, "language": rec.language} for rec, b, task in queued]
+    device = "cuda" if probe == "gpu" else "cpu"  # where the task runs, for a task that allocates inputs
+    items = [{"task_fn": b.task_fn, "task": {"device": device, **task} if isinstance(task, dict) else task,
+              "language": rec.language} for rec, b, task in queued]
     if probe == "gpu":
         out = dict()
         for item, res in ctx.executor.map_gpu(run_task, [dict(it, n=i) for i, it in enumerate(items)],

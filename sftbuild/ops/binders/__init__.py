@@ -21,14 +21,16 @@ CUDA records unless they set `languages`.
 Running: strategies that must run the kernel (probing an entry point on generated inputs)
 define `plan(record) -> dict | None`, a picklable task, and `task_fn = "module:function"`. The
 stage runs the task in a GPU worker, or without a GPU, for Triton, in a sandboxed process under
-the Triton interpreter; never in the stage's own process. The task returns
+the Triton interpreter; never in the stage's own process. The stage sets the task's `device`
+(`cuda`, or `cpu` under the interpreter, where bf16 arithmetic is wrong) unless the plan did. The task returns
 `{"binding": {...}, "evidence": {...}}` or `{"unbound": "reason sentence", "evidence": {...}}`, and
 `accept(record, result)` turns that into a Binding (or a binding dict) with how `probed`, or None.
 Running binders see every language unless they set `languages`.
 
 `how` says how a binder's answers were found (default: its name when that is a `how`, else
-`probed` for running binders and `inferred` for static ones); `by` in the stored binding is the binder's name. A binder that reads data files
-lists them in `files`, so the bind stage re-runs when they change. `sftbuild list binder` shows
+`probed` for running binders and `inferred` for static ones); `by` in the stored binding is the
+binder's name. A binder that reads data files lists them in `files`, so the bind stage re-runs
+when they change. `sftbuild list binder` shows
 the strategies; `bind.binders` in the config turns one off.
 
 A name is a hypothesis: validate confirms an inferred binding on the GPU or drops the record.
