@@ -129,12 +129,14 @@ def _accept(rec, binder, result) -> tuple[Binding | None, str, dict]:
     ev = result.get("evidence") or {}
     if result.get("status") == "dropped":  # the sandbox's own failure report
         return None, f"probe error: {result.get('detail', '')}"[:300], ev
+    if result.get("unbound") and not result.get("binding"):
+        return None, str(result["unbound"]), ev
     try:
         found = binder.accept(rec, result)
     except Exception as e:
         return None, f"accept failed: {type(e).__name__}: {e}"[:300], ev
     if found is None:
-        return None, str(result.get("unbound") or "its result was not accepted"), ev
+        return None, "its result was not accepted", ev
     return binder.binding(found, ev), "", ev
 
 
