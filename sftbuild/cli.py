@@ -137,6 +137,7 @@ def bindings(ctx, how, as_json):
     if how is not None and how not in (*HOWS, "unbound"):
         raise click.ClickException(f"--how {how!r}: expected one of {', '.join((*HOWS, 'unbound'))}")
     rows = ctx.store.binding_rows()
+    table = []
     for rec in ctx.store.records():
         row = rows.get(rec.id)
         if row is None:
@@ -151,11 +152,13 @@ def bindings(ctx, how, as_json):
                 "evidence": row["evidence"], "reason": row["reason"]}
         if as_json:
             click.echo(json.dumps(item, sort_keys=True))
-        elif row["status"] == "bound":
-            ev = summary(row["evidence"])
-            click.echo(f"{rec.id[:12]}  {rec.name:<40} {target:<24} {shown:<17} {ev}".rstrip())
-        else:
-            click.echo(f"{rec.id[:12]}  {rec.name:<40} {'-':<24} unbound           {row['reason']}")
+            continue
+        how_by = f"{shown} ({b['by']})" if b.get("by") else shown
+        tail = summary(row["evidence"]) if row["status"] == "bound" else row["reason"]
+        table.append((rec.id[:12], rec.name, target or "-", how_by, tail or ""))
+    widths = [max((len(r[i]) for r in table), default=0) for i in range(4)]
+    for r in table:
+        click.echo(("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4]).rstrip())
 
 
 @main.command()

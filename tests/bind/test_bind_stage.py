@@ -260,3 +260,32 @@ def test_an_old_workspace_with_the_binding_column_migrates(tmp_path):
     s.put_binding(recs[1].id, Binding.from_dict({"op": "exp", "params": {"x": 1}, "how": "inferred"}))
     assert s.done_ids("validate", "c") == {recs[0].id, recs[2].id}
     s.close()
+
+
+class _OneGpu:
+    """An executor with one pretend GPU whose worker is this process (the task is our own test code)."""
+    gpu_count = 1
+
+    def __init__(self):
+        self.seen = []
+
+    def map_gpu(self, fn, items, timeout, desc=""):
+        for item in items:
+            self.seen.append(item)
+            yield item, fn(item)
+
+    def close(self):
+        pass
+
+
+def test_with_a_gpu_running_binders_go_to_the_gpu_workers(make_ctx, fake_probe):
+    from sftbuild.bind import stage
+
+    recs = [Record(language=lang, code=TRITON_RELU + f"# {lang}\n", source="t", entry={"kernels": ["relu_kernel"]})
+            for lang in ("triton", "cuda")]
+    ex = _OneGpu()
+    ctx = make_ctx(executor=ex)
+    out = {r.name + r.language: (b, why) for r, b, why, _ in stage.bind(recs, [fake_probe()], ctx, "gpu")}
+    assert [i["task"]["device"] for i in ex.seen] == ["cuda"]  # fake_probe binds Triton only
+    assert out["relu_kerneltriton"][0].how == "probed" and out["relu_kerneltriton"][0].target == "relu"
+    assert out["relu_kernelcuda"] == (None, "no binder handles cuda kernels")
