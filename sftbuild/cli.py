@@ -106,6 +106,63 @@ def harvest(ctx, sources, allow_unpinned):
 
 @main.command()
 @common
+def bind(ctx):
+    """Bind every kernel that harvest did not bind to a reference and a launch, or say why not.
+
+    \b
+    Example:
+        sftbuild bind && sftbuild bindings --how inferred
+    """
+    from sftbuild.bind import stage
+
+    _report(ctx, "bind", stage.run(ctx))
+
+
+@main.command()
+@click.option("--how", "how", default=None,
+              help="Only bindings found this way (declared, exact, inferred, probed, package_reference, "
+                   "file_reference), or `unbound`.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@common
+def bindings(ctx, how, as_json):
+    """List each record's binding: kernel, target, how it was found and the evidence, or why it is unbound.
+
+    \b
+    Example:
+        sftbuild bindings --how probed
+        sftbuild bindings --how unbound --json | jq .reason
+    """
+    from sftbuild.binding import HOWS, summary
+
+    if how is not None and how not in (*HOWS, "unbound"):
+        raise click.ClickException(f"--how {how!r}: expected one of {', '.join((*HOWS, 'unbound'))}")
+    rows = ctx.store.binding_rows()
+    table = []
+    for rec in ctx.store.records():
+        row = rows.get(rec.id)
+        if row is None:
+            continue  # not bound yet: `sftbuild bind` decides
+        b = row["binding"] or {}
+        shown = row["how"] if row["status"] == "bound" else "unbound"
+        if how is not None and shown != how:
+            continue
+        target = b.get("op") or b.get("program") or b.get("kind") or ""
+        item = {"id": rec.id, "kernel": rec.name, "source": rec.source, "kind": b.get("kind"), "target": target,
+                "how": shown, "by": b.get("by"), "origin": row["origin"], "key": row["key"] or None,
+                "evidence": row["evidence"], "reason": row["reason"]}
+        if as_json:
+            click.echo(json.dumps(item, sort_keys=True))
+            continue
+        how_by = f"{shown} ({b['by']})" if b.get("by") else shown
+        tail = summary(row["evidence"]) if row["status"] == "bound" else row["reason"]
+        table.append((rec.id[:12], rec.name, target or "-", how_by, tail or ""))
+    widths = [max((len(r[i]) for r in table), default=0) for i in range(4)]
+    for r in table:
+        click.echo(("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4]).rstrip())
+
+
+@main.command()
+@common
 def describe(ctx):
     """Write instructions (English and Chinese) for every harvested kernel.
 

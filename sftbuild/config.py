@@ -51,13 +51,20 @@ class HarvestConfig:
 
 
 @dataclasses.dataclass
+class BindConfig:
+    """How kernels that harvest did not bind are tied to a reference and a launch."""
+    binders: dict[str, Any] = opt({}, "binding strategies tried, in order, on kernels without a declared or "
+                                  "exact binding; NAME: false turns one off", plugins="binder")
+    probe_timeout: float = opt(300.0, "seconds per record for binders that run the kernel (probing)",
+                               lo=0, lo_open=True)
+
+
+@dataclasses.dataclass
 class DescribeConfig:
     """Instructions written for each kernel."""
     seed: int = opt(0, "same record + seed -> same instruction text")
     languages: list[str] = opt(["en", "zh"], "instruction languages", choices=("en", "zh"))
     levels: list[str] = opt(["brief", "detailed"], "instruction levels", choices=("brief", "detailed"))
-    binders: dict[str, Any] = opt({}, "binding strategies tried, in order, on unbound CUDA kernels",
-                                  plugins="binder")
     describers: dict[str, Any] = opt({}, "techniques looked for in the code and named in the text",
                                      plugins="describer")
 
@@ -147,6 +154,7 @@ class ExecutorConfig:
 @dataclasses.dataclass
 class Config:
     harvest: HarvestConfig = dataclasses.field(default_factory=HarvestConfig)
+    bind: BindConfig = dataclasses.field(default_factory=BindConfig)
     describe: DescribeConfig = dataclasses.field(default_factory=DescribeConfig)
     validate: ValidateConfig = dataclasses.field(default_factory=ValidateConfig)
     dedupe: DedupeConfig = dataclasses.field(default_factory=DedupeConfig)
@@ -197,6 +205,7 @@ MOVED = {
     "dedupe.licenses": "dedupe.filters.license.allowed",
     "harvest.max_file_bytes": "harvest.file_filters.oversize.max_bytes",
     "harvest.vendored_dirs": "harvest.file_filters.vendored.dirs",
+    "describe.binders": "bind.binders",
 }
 
 

@@ -4,7 +4,8 @@ Each stage module exposes `run(ctx, **options) -> dict` and follows the same
 steps, which `StageRun` does for it:
   1. hash the config the stage depends on; make it the stage's current one;
   2. open a run manifest (config, tool versions, host, GPU);
-  3. skip records already finished under that hash; commit results in small batches;
+  3. skip records already finished under that hash (for stages keyed on the binding, under the
+     record's current binding too: pass `binding_key` to `put`); commit results in small batches;
   4. close the manifest with the stage's stats.
 """
 from __future__ import annotations
@@ -79,8 +80,10 @@ class StageRun:
         return self.ctx.store.done_ids(self.stage, self.chash, statuses)
 
     def put(self, record_id: str, status: str, reason: str | None = None, payload: dict | None = None,
-            flush_every: int = 16) -> None:
-        self._pending.append((record_id, self.stage, self.chash, status, reason, payload))
+            flush_every: int = 16, binding_key: str | None = None) -> None:
+        """One record's result; `binding_key`: the key of the binding it was reached under
+        (default: the record's current one, for stages keyed on the binding)."""
+        self._pending.append((record_id, self.stage, self.chash, status, reason, payload, binding_key))
         self.count(status, reason)
         if len(self._pending) >= flush_every:
             self.flush()

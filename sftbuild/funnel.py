@@ -15,6 +15,8 @@ def format_funnel(funnel: dict) -> str:
             for reason, n in sorted(c[status].items()):
                 parts.append(f"{status}:{reason}={n}")
         lines.append(f"  {stage:<9} " + "  ".join(parts))
+        if stage == "bind" and funnel.get("bindings"):
+            lines.append("            " + _bindings(funnel["bindings"]))
     if len(funnel["by_source"]) > 0:
         lines.append("by source:")
         for src, s in sorted(funnel["by_source"].items()):
@@ -25,4 +27,11 @@ def format_funnel(funnel: dict) -> str:
                     parts += [f"{status}:{r}={n}" for r, n in sorted(c[status].items())]
                 lines.append(f"    {stage:<9} " + "  ".join(parts))
     return "\n".join(lines)
+
+
+def _bindings(counts: dict) -> str:
+    """bound by how, and how many are unbound (their reasons: `sftbuild bindings --how unbound`)."""
+    parts = [f"{how}={n}" for how, n in sorted(counts.get("bound", {}).items())]
+    unbound = sum(counts.get("unbound", {}).values())
+    return "bound: " + (" ".join(parts) or "none") + f"  unbound={unbound}"
 

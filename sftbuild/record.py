@@ -27,9 +27,12 @@ class Record:
     """One harvested kernel.
 
     entry:      what to launch: {"kernels": [names], "launch_sites": [...], ...}
-    binding:    what it is checked against, or None when unbound:
-                {"kind": "op"|"inductor"|"kernelbench", "op": name, "params": {...},
-                 "how": "manifest"|"exact"|"inferred", ...}
+    binding:    what it is checked against, or None when unbound: a source sets it at harvest
+                (declared or exact); read from the store, it is the current one from the
+                bindings table, `sftbuild.binding.Binding.to_dict()`:
+                {"kind": "op"|"inductor"|"kernelbench"|"program", "op": name, "params": {...},
+                 "how": "declared"|"exact"|"inferred"|"probed"|..., "key": ..., ...}
+    unbound:    read from the store: why the bind stage found no binding (None otherwise)
     provenance: {"source_kind", "url", "commit", "path", "lines": [a, b],
                  "package", "version", "license"}
     """
@@ -41,6 +44,7 @@ class Record:
     binding: dict[str, Any] | None = None
     provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
     id: str = ""
+    unbound: str | None = None
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:

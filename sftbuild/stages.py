@@ -3,6 +3,8 @@
 This one table drives `sftbuild run`, the store's stage names, the funnel that
 `status` prints and the order of `sftbuild --help`. A stage is a module with
 `run(ctx, ...) -> dict` (its stats); the CLI command of the same name calls it.
+A stage `keyed_on_binding` checks a record against its binding: each result carries the
+binding key it was reached under, and counts only while that is the record's current one.
 """
 from __future__ import annotations
 
@@ -16,17 +18,22 @@ class Stage:
     name: str
     module: str  # the module whose run(ctx) runs the stage
     summary: str
+    keyed_on_binding: bool = False
 
 
 STAGES = (
     Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence"),
-    Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese"),
-    Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing"),
+    Stage("bind", "sftbuild.bind.stage", "tie each kernel to a reference and a launch, or say why not"),
+    Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese",
+          keyed_on_binding=True),
+    Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing",
+          keyed_on_binding=True),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),
     Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),
     Stage("export", "sftbuild.output.stage", "SFT JSONL, chat, RLVR tasks and the dataset card"),
 )
 NAMES = tuple(s.name for s in STAGES)
+BINDING_KEYED = tuple(s.name for s in STAGES if s.keyed_on_binding)
 
 
 def get(name: str) -> Stage:

@@ -2,7 +2,10 @@
 
 Tables
   records      immutable kernel records, keyed by code hash
-  results      one row per (record, stage, config hash): status ok|dropped|waiting
+  bindings     one current binding per record (sftbuild.binding.Binding), or `unbound` and why;
+               `records.binding` is only read once, to migrate a workspace written before this table
+  results      one row per (record, stage, config hash): status ok|dropped|waiting, and for
+               stages keyed on the binding (describe, validate) the binding key it was reached under
   stage_state  the config hash each stage last ran under (defines "current")
   skips        things a harvest saw but did not turn into records, with a reason
   verdicts     append-only log of validation verdicts with their environment
@@ -11,6 +14,9 @@ Tables
 
 Every write is a small transaction, so a `kill -9` loses at most the work in
 flight, and every insert is keyed so a rerun never duplicates.
+
+A result of a binding-keyed stage counts (done_ids, alive, funnel) only while its binding key is
+the record's current one: a record whose binding changes is described and validated again.
 """
 from __future__ import annotations
 
@@ -22,10 +28,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from sftbuild.binding import Binding
 from sftbuild.record import Record, stable_json
-from sftbuild.stages import NAMES
+from sftbuild.stages import BINDING_KEYED, NAMES
 
 STAGES = NAMES  # pipeline order, from the one stage table
+ORIGINS = ("harvest", "bind")  # who set a binding: harvest's are declared or exact, and bind never replaces them
 STATUSES = ("ok", "dropped", "waiting")
 
 SCHEMA = """
@@ -48,9 +56,21 @@ CREATE TABLE IF NOT EXISTS results (
     reason TEXT,
     payload TEXT NOT NULL DEFAULT '{}',
     updated REAL NOT NULL,
+    binding_key TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (record_id, stage, config_hash)
 );
 CREATE INDEX IF NOT EXISTS results_stage ON results(stage, config_hash, status);
+CREATE TABLE IF NOT EXISTS bindings (
+    record_id TEXT PRIMARY KEY REFERENCES records(id),
+    status TEXT NOT NULL CHECK (status IN ('bound', 'unbound')),
+    key TEXT NOT NULL DEFAULT '',
+    how TEXT,
+    origin TEXT NOT NULL,
+    binding TEXT,
+    reason TEXT,
+    evidence TEXT NOT NULL DEFAULT '{}',
+    updated REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS stage_state (
     stage TEXT PRIMARY KEY,
     config_hash TEXT NOT NULL,
@@ -114,6 +134,7 @@ class Store:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
             self.db.executescript(SCHEMA)
+            self._migrate()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a usable sftbuild workspace: {e}") from e
 
@@ -124,9 +145,37 @@ class Store:
         """A write transaction: `with store.tx(): ...`."""
         return _Tx(self.db)
 
+    def _migrate(self) -> None:
+        """A workspace written before bindings had their table: key results, move bindings over."""
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(results)").fetchall()}
+        legacy = self.db.execute("SELECT id, binding FROM records WHERE binding IS NOT NULL").fetchall()
+        if "binding_key" in cols and not legacy:
+            return
+        with self.tx():
+            if "binding_key" not in cols:
+                self.db.execute("ALTER TABLE results ADD COLUMN binding_key TEXT NOT NULL DEFAULT ''")
+            for rid, text in legacy:
+                try:
+                    b = Binding.from_dict(json.loads(text))
+                except (ValueError, TypeError):
+                    continue  # a binding no stage could read: the record is unbound, as it was in effect
+                # `manifest` was written by harvest and by the table binder alike: harvest's is the safe guess
+                origin = "harvest" if b.how in ("declared", "exact") else "bind"
+                self._put_binding(rid, b, origin, None, {})
+            self.db.execute("UPDATE records SET binding=NULL WHERE binding IS NOT NULL")
+            if "binding_key" not in cols:  # the results so far were reached under the bindings just moved
+                marks = ",".join("?" * len(BINDING_KEYED))
+                self.db.execute(
+                    f"UPDATE results SET binding_key=(SELECT key FROM bindings b WHERE b.record_id=results.record_id) "
+                    f"WHERE stage IN ({marks}) AND record_id IN (SELECT record_id FROM bindings)", BINDING_KEYED)
+
     # ---- records -------------------------------------------------------
     def add_records(self, records: Iterable[Record]) -> int:
-        """Insert records not seen before; returns how many were new."""
+        """Insert records not seen before; returns how many were new.
+
+        A record that carries a binding (declared by its source, or exact) sets the stored one,
+        also when the code was stored before: a second source's declaration, or a changed one,
+        replaces what was there. A record without one leaves the stored binding alone."""
         new = 0
         now = time.time()
         with self.tx():
@@ -135,23 +184,59 @@ class Store:
                 seq += 1
                 cur = self.db.execute(
                     "INSERT OR IGNORE INTO records VALUES (?,?,?,?,?,?,?,?,?)",
-                    (r.id, seq, r.language, r.source, r.code, stable_json(r.entry),
-                     None if r.binding is None else stable_json(r.binding),
+                    (r.id, seq, r.language, r.source, r.code, stable_json(r.entry), None,
                      stable_json(r.provenance), now),
                 )
                 new += cur.rowcount
+                if r.binding:
+                    b = Binding.from_dict(r.binding, how="declared", by=f"source:{r.source}")
+                    self._put_binding(r.id, b, "harvest", None, {})
         return new
 
-    def update_binding(self, record_id: str, binding: dict | None) -> None:
-        """Bindings are derived (inferred or declared later); code never changes."""
+    # ---- bindings ------------------------------------------------------
+    def put_binding(self, record_id: str, binding: Binding | None, origin: str = "bind",
+                    reason: str | None = None, evidence: dict | None = None) -> None:
+        """Set a record's one current binding, or mark it unbound with `reason` (binding None)."""
         with self.tx():
-            self.db.execute("UPDATE records SET binding=? WHERE id=?",
-                            (None if binding is None else stable_json(binding), record_id))
+            self._put_binding(record_id, binding, origin, reason, evidence or {})
+
+    def _put_binding(self, record_id, binding, origin, reason, evidence) -> None:
+        if origin not in ORIGINS:
+            raise ValueError(f"bad binding origin {origin!r}")
+        if binding is None:
+            if not reason:
+                raise ValueError("an unbound record needs a reason")
+            row = ("unbound", "", None, None, reason, evidence)
+        else:
+            row = ("bound", binding.key, binding.how, stable_json(binding.to_dict()), None,
+                   evidence or binding.evidence)
+        status, key, how, text, why, ev = row
+        self.db.execute("INSERT OR REPLACE INTO bindings VALUES (?,?,?,?,?,?,?,?,?)",
+                        (record_id, status, key, how, origin, text, why, stable_json(ev), time.time()))
+
+    def binding(self, record_id: str) -> Binding | None:
+        """A record's current binding, or None when it has none (or is unbound)."""
+        row = self.binding_row(record_id)
+        return Binding.from_dict(row["binding"]) if row and row["binding"] else None
+
+    def binding_row(self, record_id: str) -> dict | None:
+        """The stored row: status bound|unbound, key, how, origin, binding (dict), reason, evidence."""
+        rows = self.binding_rows([record_id])
+        return rows.get(record_id)
+
+    def binding_rows(self, ids: Iterable[str] | None = None) -> dict[str, dict]:
+        """Stored binding rows by record id (all of them, or those of `ids`)."""
+        q = "SELECT record_id, status, key, how, origin, binding, reason, evidence FROM bindings"
+        if ids is None:
+            rows = self.db.execute(q).fetchall()
+        else:
+            rows = [r for i in ids for r in self.db.execute(q + " WHERE record_id=?", (i,)).fetchall()]
+        keys = ("status", "key", "how", "origin", "binding", "reason", "evidence")
+        return {r[0]: {**dict(zip(keys, r[1:])), "binding": json.loads(r[5]) if r[5] else None,
+                       "evidence": json.loads(r[7])} for r in rows}
 
     def get(self, record_id: str) -> Record:
-        row = self.db.execute(
-            "SELECT id, language, source, code, entry, binding, provenance FROM records WHERE id=?",
-            (record_id,)).fetchone()
+        row = self.db.execute(RECORD_SELECT + " WHERE r.id=?", (record_id,)).fetchone()
         if row is None:
             raise StoreError(f"no record {record_id}")
         return _row_record(row)
@@ -165,8 +250,7 @@ class Store:
 
     def records(self, ids: Iterable[str] | None = None) -> Iterator[Record]:
         if ids is None:
-            q = self.db.execute("SELECT id, language, source, code, entry, binding, provenance "
-                                "FROM records ORDER BY seq")
+            q = self.db.execute(RECORD_SELECT + " ORDER BY r.seq")
             for row in q.fetchall():
                 yield _row_record(row)
         else:
@@ -191,14 +275,23 @@ class Store:
         self.put_results([(record_id, stage, chash, status, reason, payload)])
 
     def put_results(self, rows: Iterable[tuple]) -> None:
+        """Rows of (record_id, stage, chash, status, reason, payload[, binding_key]); a binding key
+        left out or None is the record's current one (for stages keyed on the binding)."""
         now = time.time()
         with self.tx():
-            for record_id, stage, chash, status, reason, payload in rows:
+            for record_id, stage, chash, status, reason, payload, *key in rows:
                 if status not in STATUSES:
                     raise ValueError(f"bad status {status!r}")
+                key = key[0] if key and key[0] is not None else self._current_key(record_id, stage)
                 self.db.execute(
-                    "INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?,?)",
-                    (record_id, stage, chash, status, reason, stable_json(payload or {}), now))
+                    "INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?,?,?)",
+                    (record_id, stage, chash, status, reason, stable_json(payload or {}), now, key))
+
+    def _current_key(self, record_id: str, stage: str) -> str:
+        if stage not in BINDING_KEYED:
+            return ""
+        row = self.db.execute("SELECT key FROM bindings WHERE record_id=?", (record_id,)).fetchone()
+        return row[0] if row else ""
 
     def result(self, record_id: str, stage: str, chash: str | None = None) -> dict | None:
         chash = chash or self.stage_config(stage)
@@ -210,10 +303,12 @@ class Store:
         return {"status": row[0], "reason": row[1], "payload": json.loads(row[2])}
 
     def done_ids(self, stage: str, chash: str, statuses=("ok", "dropped")) -> set[str]:
+        """Records with a result of `stage` under `chash` in one of `statuses`; for a binding-keyed
+        stage, only results reached under the record's current binding."""
         marks = ",".join("?" * len(statuses))
         rows = self.db.execute(
-            f"SELECT record_id FROM results WHERE stage=? AND config_hash=? AND status IN ({marks})",
-            (stage, chash, *statuses)).fetchall()
+            f"SELECT s.record_id FROM results s {_CURRENT_KEY} WHERE s.stage=? AND s.config_hash=? "
+            f"AND s.status IN ({marks}){_keyed(stage)}", (stage, chash, *statuses)).fetchall()
         return {r[0] for r in rows}
 
     def alive(self, before: str) -> list[Record]:
@@ -264,12 +359,15 @@ class Store:
                 (record_id, stage, verdict, reason, stable_json(detail), stable_json(env), time.time()))
 
     def put_verdict(self, record_id: str, stage: str, chash: str, status: str, reason: str | None,
-                    payload: dict, env: dict, detail: dict | None = None) -> None:
-        """A stage result and its verdict-log entry (detail, default the payload), committed together."""
+                    payload: dict, env: dict, detail: dict | None = None, binding_key: str | None = None) -> None:
+        """A stage result and its verdict-log entry (detail, default the payload), committed together;
+        `binding_key`: the key of the binding it was reached under (default: the current one)."""
         now = time.time()
         with self.tx():
-            self.db.execute("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?,?)",
-                            (record_id, stage, chash, status, reason, stable_json(payload), now))
+            if binding_key is None:
+                binding_key = self._current_key(record_id, stage)
+            self.db.execute("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?,?,?,?)",
+                            (record_id, stage, chash, status, reason, stable_json(payload), now, binding_key))
             self.db.execute(
                 "INSERT INTO verdicts (record_id, stage, verdict, reason, detail, env, created) "
                 "VALUES (?,?,?,?,?,?,?)",
@@ -346,9 +444,12 @@ class Store:
             if chash is None:
                 continue
             counts: dict[str, Any] = {"ok": 0, "dropped": {}, "waiting": {}}
-            for rid, status, reason in self.db.execute(
-                    "SELECT record_id, status, reason FROM results WHERE stage=? AND config_hash=?",
-                    (stage, chash)).fetchall():
+            stale = "s.binding_key != COALESCE(b.key, '')" if stage in BINDING_KEYED else "0"
+            for rid, status, reason, old in self.db.execute(
+                    f"SELECT s.record_id, s.status, s.reason, {stale} FROM results s {_CURRENT_KEY} "
+                    "WHERE s.stage=? AND s.config_hash=?", (stage, chash)).fetchall():
+                if old:  # reached under a binding the record no longer has: to be redone
+                    status, reason = "waiting", "binding_changed"
                 per = by_source[sources.get(rid, "?")]["stages"].setdefault(
                     stage, {"ok": 0, "dropped": {}, "waiting": {}})
                 for c in (counts, per):
@@ -362,6 +463,16 @@ class Store:
         for (reason, n) in self.db.execute("SELECT reason, COUNT(*) FROM skips GROUP BY reason"):
             skips[reason] = n
         out["harvest_skips"] = dict(skips)
+        out["bindings"] = self.binding_counts()
+        return out
+
+    def binding_counts(self) -> dict:
+        """{"bound": {how: n}, "unbound": {reason: n}} over every record with a stored binding row."""
+        out: dict[str, dict] = {"bound": {}, "unbound": {}}
+        for status, how, reason, n in self.db.execute(
+                "SELECT status, how, reason, COUNT(*) FROM bindings GROUP BY status, how, reason"):
+            k = how if status == "bound" else reason
+            out[status][k] = out[status].get(k, 0) + n
         return out
 
 
@@ -378,7 +489,18 @@ class _Tx:
         return False
 
 
+RECORD_SELECT = ("SELECT r.id, r.language, r.source, r.code, r.entry, b.binding, r.provenance, b.reason "
+                 "FROM records r LEFT JOIN bindings b ON b.record_id = r.id")
+_CURRENT_KEY = "LEFT JOIN bindings b ON b.record_id = s.record_id"
+
+
+def _keyed(stage: str) -> str:
+    """The SQL condition that keeps a binding-keyed stage's results reached under the current binding."""
+    return " AND s.binding_key = COALESCE(b.key, '')" if stage in BINDING_KEYED else ""
+
+
 def _row_record(row) -> Record:
-    rid, language, source, code, entry, binding, provenance = row
+    rid, language, source, code, entry, binding, provenance, unbound = row
     return Record(id=rid, language=language, source=source, code=code, entry=json.loads(entry),
-                  binding=json.loads(binding) if binding else None, provenance=json.loads(provenance))
+                  binding=json.loads(binding) if binding else None, provenance=json.loads(provenance),
+                  unbound=unbound)

@@ -1,6 +1,6 @@
 """The shared test fixtures and marks, for every folder under tests/.
 
-Folders: one per stage (harvest/, describe/, validate/, dedupe/) and core/ (store, config, CLI,
+Folders: one per stage (harvest/, bind/, describe/, validate/, dedupe/) and core/ (store, config, CLI,
 executors, op registry, `sftbuild run` end to end); beside them data/ (checked-in inputs),
 redteam/ (the red-team cases) and tasks.py (task functions that executor workers import by name).
 

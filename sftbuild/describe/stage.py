@@ -1,10 +1,10 @@
-"""The describe stage: bind what can be bound, read static features, render instructions, check them.
+"""The describe stage: read static features, render instructions, check them.
 
-Per record: unbound CUDA kernels get a binding from the configured binders
-(`sftbuild.ops.binders`, stored before describing, since validate runs after this stage);
-features come from the parse tree through the configured describers; the instruction text
-comes from the seeded template bank in both languages and both detail levels; a record whose
-text claims what its features do not show is dropped as `description_mismatch`.
+Per record: features come from the parse tree through the configured describers; the
+instruction text comes from the seeded template bank in both languages and both detail
+levels, naming the op of the record's binding (set by harvest or the bind stage); a record
+whose text claims what its features do not show is dropped as `description_mismatch`.
+Results are keyed on the binding: a record whose binding changes is described again.
 """
 from __future__ import annotations
 
@@ -12,34 +12,28 @@ import hashlib
 import re
 
 from sftbuild import ops
+from sftbuild.binding import key_of
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T
 from sftbuild.describe.describers import DESCRIBERS
-from sftbuild.ops import binders as B
 
 
 def run(ctx: Context) -> dict:
     cfg = ctx.config.describe
     vcfg = ctx.config.validate
-    binders = B.BINDERS.configured(cfg.binders, "describe.binders")
     describers = DESCRIBERS.configured(cfg.describers, "describe.describers")
     conf = {"seed": cfg.seed, "languages": list(cfg.languages), "levels": list(cfg.levels), "arch": vcfg.arch,
             "smem_budget": vcfg.shared_memory_budget}
-    if cfg.binders or cfg.describers:  # only a non-default selection enters the key
-        conf.update(binders=cfg.binders, describers=cfg.describers)
-    with StageRun(ctx, "describe", conf, extra_key=_bank_hash(binders)) as run:
+    if cfg.describers:  # only a non-default selection enters the key
+        conf.update(describers=cfg.describers)
+    with StageRun(ctx, "describe", conf, extra_key=_bank_hash()) as run:
         done = run.done()
         for rec in ctx.store.alive("describe"):
             if rec.id in done:
                 continue
-            if rec.language == "cuda" and not rec.binding:
-                binding = B.infer(rec, binders)
-                if binding:
-                    ctx.store.update_binding(rec.id, binding)
-                    rec.binding = binding
             status, reason, payload = describe(rec, conf, describers)
-            run.put(rec.id, status, reason, payload)
+            run.put(rec.id, status, reason, payload, binding_key=key_of(rec.binding))
     return run.stats
 
 
@@ -100,10 +94,10 @@ def _param_name(param: str) -> str:
     return names[-1] if names else param
 
 
-def _bank_hash(binders) -> str:
-    """Changes to the templates or the binders' tables re-run describe."""
+def _bank_hash() -> str:
+    """Changes to the templates re-run describe (binding changes do through the binding key)."""
     h = hashlib.sha256()
-    for path in sorted(T.TEMPLATES.glob("*.j2")) + B.files(binders):
+    for path in sorted(T.TEMPLATES.glob("*.j2")):
         if path.exists():
             h.update(path.read_bytes())
     return h.hexdigest()[:16]

@@ -125,7 +125,7 @@ class Harvest:
         for b in self.src.bindings:
             if b.get("kernel") == kernel and fnmatch.fnmatch(rel, b.get("path", "*")):
                 out = {k: v for k, v in b.items() if k not in ("kernel", "path")}
-                out["how"] = "manifest"
+                out["how"] = "declared"
                 return out
         return None
 

@@ -13,6 +13,10 @@ Outcome per record (status, reason):
   dropped incorrect | degenerate | memcheck | cuda_error | illegal_address | timeout | crash | too_slow
   waiting needs_gpu       bound and compiled; correctness needs a GPU this machine lacks
 
+Verdicts are keyed on the record's binding (its key), so a record whose binding changes
+(gained later, re-probed, changed in the registry) is validated again and the old verdict
+no longer counts.
+
 Compile results go to <workspace>/cache/compile, or to $SFTBUILD_COMPILE_CACHE when set.
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from sftbuild.binding import key_of
 from sftbuild.context import Context, StageRun, UserError, environment
 from sftbuild.validate import compile as C
 from sftbuild.validate import pipeline
@@ -41,7 +46,7 @@ def run(ctx: Context) -> dict:
             env = {**environment(), **(payload.get("env") or {})}
             # result and verdict log in one transaction: a kill between them cannot split the two
             ctx.store.put_verdict(rec.id, "validate", run.chash, status, reason, payload, env,
-                                  detail={**payload, "tried": _tried(payload)})
+                                  detail={**payload, "tried": _tried(payload)}, binding_key=key_of(rec.binding))
             run.count(status, reason)
     return run.stats
 

@@ -47,7 +47,7 @@ def _pipeline_store(ws, n=20):
                    entry={"kernels": [f"k{i}"]}, binding={"op": "relu" if i % 2 else "exp"},
                    provenance={"license": "MIT", "path": f"f{i}.cu"}) for i in range(n)]
     s.add_records(recs)
-    for stage in ("harvest", "describe", "validate", "dedupe"):
+    for stage in ("harvest", "bind", "describe", "validate", "dedupe"):
         s.set_stage_config(stage, "c", {})
         payload = {"instructions": {"en:brief": f"Write k{{}}", "zh:brief": "实现"}} if stage == "describe" else {}
         s.put_results([(r.id, stage, "c", "ok", None, payload) for r in recs])

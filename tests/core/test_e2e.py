@@ -12,7 +12,7 @@ from sftbuild.cli import main
 from sftbuild.store import Store
 
 DATA = Path(__file__).parents[1] / "data"
-STAGES = {"harvest", "describe", "validate", "dedupe", "review"}
+STAGES = {"harvest", "bind", "describe", "validate", "dedupe", "review"}
 
 
 def _run_twice(*sources) -> dict:

@@ -42,6 +42,8 @@ def test_results_keyed_by_stage_and_config(tmp_path):
     s.add_records([rec(i) for i in range(3)])
     s.set_stage_config("harvest", "h1", {})
     s.put_results([(rec(i).id, "harvest", "h1", "ok", None, None) for i in range(3)])
+    s.set_stage_config("bind", "b1", {})
+    s.put_results([(rec(i).id, "bind", "b1", "ok", None, None) for i in range(3)])
     s.set_stage_config("describe", "d1", {})
     s.put_result(rec(0).id, "describe", "d1", "ok")
     s.put_result(rec(1).id, "describe", "d1", "dropped", "description_mismatch")

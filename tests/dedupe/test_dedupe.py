@@ -348,7 +348,7 @@ def test_stage_on_store(tmp_path, bench_dir, make_ctx):
     }
     store.add_records(recs.values())
     # earlier stages: everything ok; validation gives the speed-ups
-    for st in ("harvest", "describe", "validate"):
+    for st in ("harvest", "bind", "describe", "validate"):
         store.set_stage_config(st, "h", {})
         store.put_results([(r.id, st, "h", "ok", None,
                             {"speedup": 2.0} if (st == "validate" and k == "rep") else {})

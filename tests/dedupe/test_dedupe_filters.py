@@ -66,7 +66,7 @@ def _store(path) -> Store:
                    provenance={"source_kind": "git", "license": "MIT"})
             for code in (GOOD, "// @generated\n" + (KERNELS / "sum__warp_shuffle.cu").read_text())]
     store.add_records(recs)
-    for st in ("harvest", "describe", "validate"):
+    for st in ("harvest", "bind", "describe", "validate"):
         store.set_stage_config(st, "h", {})
         store.put_results([(r.id, st, "h", "ok", None, {}) for r in recs])
     return store

@@ -58,7 +58,7 @@ def test_torch_aten_default_with_binding(ctx):
     stats = stage.run(ctx, [])
     assert stats["errors"] == {} and stats["sources"]["torch-aten"] >= 34
     sm = [r for r in records(ctx) if r.name == "softmax_warp_forward"]
-    assert sm and sm[0].binding["how"] == "manifest" and sm[0].binding["op"] == "softmax"
+    assert sm and sm[0].binding["how"] == "declared" and sm[0].binding["op"] == "softmax"
     r = sm[0]
     assert r.provenance["license"] == "BSD-3-Clause" and r.provenance["package"] == "torch"
     assert r.entry["include_sets"] == ["torch"] and r.entry["launch_sites"]
@@ -228,7 +228,8 @@ def test_user_registry_file(ctx, tmp_path):
     stats = stage.run(ctx, [str(reg)])
     assert stats["errors"] == {} and stats["sources"]["mine"] >= 4
     sq = [r for r in records(ctx) if r.name == "square_kernel"][0]
-    assert sq.binding == {"op": "square", "how": "manifest"}
+    assert {k: sq.binding[k] for k in ("kind", "op", "how", "by")} == {"kind": "op", "op": "square",
+                                                                       "how": "declared", "by": "source:mine"}
 
 
 def test_cli_exit_codes(tmp_path):

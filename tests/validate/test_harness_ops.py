@@ -204,7 +204,8 @@ def test_aten_validate_stage(aten_copy):
 
     ws = aten_copy
     cli = str(Path(sys.executable).with_name("sftbuild"))
-    subprocess.run([cli, "describe", "-q", "-w", str(ws)], check=True, capture_output=True)
+    for stage in ("bind", "describe"):
+        subprocess.run([cli, stage, "-q", "-w", str(ws)], check=True, capture_output=True)
     recs = _aten_records(ws)
     proc = subprocess.run([cli, "validate", "-q", "-w", str(ws)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]

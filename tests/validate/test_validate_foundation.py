@@ -21,7 +21,9 @@ def _softmax_and_broken_twin(ctx, twin=True):
     if twin:
         ctx.store.add_records([broken])
         ctx.store.put_result(broken.id, "harvest", ctx.store.stage_config("harvest"), "ok")
-    for r in ctx.store.records():  # describe is not under test here
+    for r in ctx.store.records():  # bind and describe are not under test here
+        ctx.store.set_stage_config("bind", "b", {})
+        ctx.store.put_result(r.id, "bind", "b", "ok")
         ctx.store.set_stage_config("describe", "d", {})
         ctx.store.put_result(r.id, "describe", "d", "ok" if r.id in (soft.id, broken.id) else "dropped", "skip")
     return soft, broken

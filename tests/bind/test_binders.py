@@ -1,7 +1,9 @@
-"""Binding strategies: tried in order, the first answer wins, stored with the strategy's name as `how`."""
+"""Binding strategies: tried in order, the first answer wins, stored with how it was found and the strategy's
+name as `by`."""
 import pytest
 
 from sftbuild import plugins
+from sftbuild.binding import Binding
 from sftbuild.ops import binders as B
 from sftbuild.ops.binders import manifest
 from sftbuild.plugins import PluginError
@@ -28,7 +30,7 @@ def test_the_declared_table_comes_first():
     # a name and path the table declares: the table answers, though the signature reads as a row softmax
     rec = _rec(SOFTMAX_BW, "softmax_warp_backward", SOFTMAX_BW_PARAMS, "ATen/native/cuda/PersistentSoftmax.cuh")
     b = B.infer(rec)
-    assert b["how"] == "manifest" and b["kind"] == "op" and b["op"] == "softmax_backward"
+    assert b["how"] == "declared" and b["by"] == "manifest" and b["kind"] == "op" and b["op"] == "softmax_backward"
     assert b["harness"] == "aten_softmax_backward"
     elsewhere = B.infer(_rec(SOFTMAX_BW, "softmax_warp_backward", SOFTMAX_BW_PARAMS, "mine/softmax.cu"))
     assert elsewhere["how"] == "inferred" and elsewhere["op"] == "softmax"
@@ -41,8 +43,8 @@ def test_signature_inference_and_selection():
     assert b["harness_args"]["args"] == ["ptr:0", "ptr:1", "int:0"] and b["dtypes"] == ["float32"]
     only_table = B.BINDERS.configured({"inferred": False})
     assert B.infer(rec, only_table) is None
-    with pytest.raises(PluginError, match=r"describe\.binders\.probe"):
-        B.BINDERS.configured({"probe": {}}, "describe.binders")
+    with pytest.raises(PluginError, match=r"bind\.binders\.probe"):
+        B.BINDERS.configured({"probe": {}}, "bind.binders")
 
 
 def test_only_unbound_cuda_kernels_are_inferred():
@@ -62,10 +64,13 @@ def test_a_new_strategy_is_one_class(monkeypatch):
 
     try:
         rec = _rec("__global__ void odd(int* p) {}\n", "odd", ["int* p"])
-        assert B.infer(rec) == {"kind": "op", "how": "always", "op": "transpose"}
+        b = B.infer(rec)
+        assert {k: b[k] for k in ("kind", "how", "by", "op")} == {"kind": "op", "how": "inferred", "by": "always",
+                                                                  "op": "transpose"}
+        assert b["key"] == Binding.from_dict(b).key
     finally:
         B.BINDERS._members.pop("always")
 
 
-def test_binder_files_are_what_describe_hashes():
+def test_binder_files_are_what_bind_hashes():
     assert B.files() == [manifest.TABLE] and manifest.TABLE.exists()

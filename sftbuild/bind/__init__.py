@@ -1,0 +1,1 @@
+"""Bind: tie each harvested kernel to a reference and a launch, or record why not."""

@@ -1,0 +1,171 @@
+"""The bind stage: every kernel that harvest did not bind gets a binding, or an `unbound` reason.
+
+Between harvest and describe. Records whose source declared a binding, or that harvest bound
+exactly (Inductor, KernelBench), keep it. Every other record goes through the configured
+binders (`sftbuild.ops.binders`, `bind.binders`) in order; the first binding found is stored
+(`store.put_binding`, a `sftbuild.binding.Binding`), and when every binder declines the record
+is stored `unbound` with the reason. Either way the record moves on (status ok): validate still
+compiles an unbound kernel and drops it as `unbound`.
+
+Static binders answer in this process from the record's text. Binders that must run code
+return a task from `plan(record)`; the task runs through `task_fn` in a GPU worker
+(`executor.map_gpu`), or without a GPU, for Triton, in a sandboxed process under the Triton
+interpreter; harvested code never runs here. The task's result goes to the binder's
+`accept(record, result)`; a declined task passes the record on to the next binder.
+
+Resumable like every stage: the key holds the selection, the binders' parameters and data
+files (a registry or table change rebinds) and where probes can run (none, interpreter, GPU).
+Describe and validate key their results on the binding, so only records whose binding
+changed are described and validated again.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from sftbuild.binding import Binding
+from sftbuild.context import Context, StageRun
+from sftbuild.executor import WorkerFailure
+from sftbuild.ops import binders as B
+
+
+def run(ctx: Context) -> dict:
+    cfg = ctx.config.bind
+    binders = B.BINDERS.configured(cfg.binders, "bind.binders")
+    conf = {"binders": cfg.binders} if cfg.binders else {}
+    if any(b.runs_code for b in binders):
+        conf["probe"] = "gpu" if ctx.executor.gpu_count else (
+            "interpreter" if ctx.config.validate.cpu_interpret else "none")
+    with StageRun(ctx, "bind", conf, extra_key=B.data_hash(binders)) as run:
+        done = run.done()
+        stored = ctx.store.binding_rows()
+        todo = []
+        for rec in ctx.store.alive("bind"):
+            if rec.id in done:
+                continue
+            row = stored.get(rec.id)
+            if row and row["origin"] == "harvest":  # declared or exact: the source knows best
+                run.put(rec.id, "ok", None, {"how": row["how"], "by": "harvest"})
+                _tally(run, "kept")
+                continue
+            todo.append(rec)
+        for rec, found, reason, evidence in bind(todo, binders, ctx, conf.get("probe", "none"), cfg.probe_timeout):
+            ctx.store.put_binding(rec.id, found, "bind", reason, evidence)
+            payload = {"how": found.how, "by": found.by, "key": found.key} if found else {"unbound": reason}
+            run.put(rec.id, "ok", None, payload)
+            _tally(run, "bound" if found else "unbound")
+    return run.stats
+
+
+def _tally(run: StageRun, key: str) -> None:
+    run.stats[key] = run.stats.get(key, 0) + 1
+
+
+def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0):
+    """Yield (record, Binding | None, unbound reason | None, evidence) for each record.
+
+    Binders are tried in order; a running binder's tasks for all waiting records go out as one
+    batch, and a record its task did not bind moves on to the next binder."""
+    cursor = {r.id: 0 for r in records}  # the next binder each record tries
+    declined: dict[str, list[str]] = {r.id: [] for r in records}
+    evidence: dict[str, dict] = {r.id: {} for r in records}
+    pending = list(records)
+    while pending:
+        queued = []  # (record, binder, task): records waiting on a running binder
+        for rec in pending:
+            found = None
+            while cursor[rec.id] < len(binders):
+                b = binders[cursor[rec.id]]
+                cursor[rec.id] += 1
+                if not b.applies(rec):
+                    continue
+                try:
+                    if b.runs_code:
+                        task = b.plan(rec)
+                        if task is not None:
+                            queued.append((rec, b, task))
+                            break
+                    else:
+                        answer = b.bind(rec)
+                        if answer:
+                            found = b.binding(answer)
+                            break
+                except Exception as e:  # a binder failing on one record declines it, with the error
+                    declined[rec.id].append(f"{b.name} failed: {type(e).__name__}: {e}"[:200])
+                    continue
+                declined[rec.id].append(b.name)
+            else:
+                yield rec, None, _reason(rec, declined[rec.id]), evidence[rec.id]
+                continue
+            if found is not None:
+                yield rec, found, None, found.evidence
+        pending = []
+        for (rec, b, _), result in zip(queued, _run_tasks(queued, ctx, probe, timeout)):
+            found, why, ev = _accept(rec, b, result)
+            if found is not None:
+                yield rec, found, None, found.evidence or ev
+                continue
+            declined[rec.id].append(f"{b.name}: {why}")
+            evidence[rec.id] = ev or evidence[rec.id]
+            pending.append(rec)
+
+
+def _reason(rec, declined: list[str]) -> str:
+    if not (rec.entry or {}).get("kernels"):
+        return "no kernel entry to bind"
+    if not declined:
+        return f"no binder handles {rec.language} kernels"
+    return "no binder found a binding: " + "; ".join(declined)
+
+
+def _accept(rec, binder, result) -> tuple[Binding | None, str, dict]:
+    """(binding, why not, evidence) from one task's result."""
+    if isinstance(result, WorkerFailure):
+        last = (result.detail.strip().splitlines() or [""])[-1]
+        return None, f"probe {result.kind}: {last}"[:300], {}
+    if not isinstance(result, dict):
+        return None, f"probe returned {type(result).__name__}, not a result", {}
+    ev = result.get("evidence") or {}
+    if result.get("status") == "dropped":  # the sandbox's own failure report
+        return None, f"probe error: {result.get('detail', '')}"[:300], ev
+    if result.get("unbound") and not result.get("binding"):
+        return None, str(result["unbound"]), ev
+    try:
+        found = binder.accept(rec, result)
+    except Exception as e:
+        return None, f"accept failed: {type(e).__name__}: {e}"[:300], ev
+    if found is None:
+        return None, "its result was not accepted", ev
+    return binder.binding(found, ev), "", ev
+
+
+def _run_tasks(queued, ctx, probe: str, timeout: float) -> list:
+    """Each task's result (or WorkerFailure), in order: GPU workers, else the Triton interpreter, else none."""
+    if not queued:
+        return []
+    device = "cuda" if probe == "gpu" else "cpu"  # where the task runs, for a task that allocates inputs
+    items = [{"task_fn": b.task_fn, "task": {"device": device, **task} if isinstance(task, dict) else task,
+              "language": rec.language} for rec, b, task in queued]
+    if probe == "gpu":
+        out = dict()
+        for item, res in ctx.executor.map_gpu(run_task, [dict(it, n=i) for i, it in enumerate(items)],
+                                              timeout=timeout, desc="bind"):
+            out[item["n"]] = res
+        return [out.get(i, WorkerFailure("crash", "no result")) for i in range(len(items))]
+
+    from sftbuild.validate.sandbox import run_isolated
+
+    def one(item):
+        if probe != "interpreter" or item["language"] != "triton":
+            return {"unbound": "probing this kernel needs a GPU"}
+        return run_isolated(item["task_fn"], item["task"], timeout, env={"TRITON_INTERPRET": "1"})
+
+    with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
+        return list(pool.map(one, items))
+
+
+def run_task(item: dict):
+    """In a GPU worker: call the binder's `module:function` on its task."""
+    mod, _, name = item["task_fn"].partition(":")
+    return getattr(importlib.import_module(mod), name)(item["task"])

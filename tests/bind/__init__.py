@@ -1,0 +1,1 @@
+"""The bind stage: bindings as typed, keyed results, binders static and running."""
