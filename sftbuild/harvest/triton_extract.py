@@ -81,6 +81,7 @@ class Languages:
 
     def __init__(self, tree: ast.Module):
         self.names: dict[str, str] = {}
+        self._kinds: dict[int, tuple[str, str] | None] = {}
         for node in ast.walk(tree):  # breadth first: module-level imports bind first
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -103,19 +104,30 @@ class Languages:
 
     def of(self, fn) -> str | None:
         """"triton", another DSL's name, or None when `fn` is not a kernel definition at all."""
+        kind = self.kind(fn)
+        return kind[0] if kind else None
+
+    def kind(self, fn) -> tuple[str, str] | None:
+        """(language, the decorator as written) of a kernel definition, else None."""
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
-        qualified = [self.qualify(d) for d in _decorator_names(fn)]
-        for q in qualified:
+        if id(fn) not in self._kinds:
+            self._kinds[id(fn)] = self._kind(fn)
+        return self._kinds[id(fn)]
+
+    def _kind(self, fn) -> tuple[str, str] | None:
+        written = _decorator_names(fn)
+        qualified = [self.qualify(d) for d in written]
+        for d, q in zip(written, qualified):
             dsl = _dsl(q)
             if dsl and q.rsplit(".", 1)[-1] in KERNEL_WORDS:
-                return dsl
-        for q in qualified:
+                return dsl, d
+        for d, q in zip(written, qualified):
             if q.rsplit(".", 1)[-1] != "jit":
                 continue
             if q.startswith("triton.") or self._uses_triton(fn):
-                return "triton"
-            return q.split(".")[0] if "." in q and not q.startswith(".") else f"unresolved {q}"
+                return "triton", d
+            return (q.split(".")[0] if "." in q and not q.startswith(".") else f"unresolved {q}"), d
         return None
 
     def is_triton(self, fn) -> bool:
@@ -246,10 +258,9 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
 
 def _other_dsl(langs: Languages, node, line: int, others: list[dict]) -> None:
     """List a kernel of a DSL other than Triton."""
-    lang = langs.of(node)
-    if lang and lang != "triton":
-        decorator = next(d for d in _decorator_names(node) if d.rsplit(".", 1)[-1] in KERNEL_WORDS)
-        others.append({"line": line, "reason": "unsupported_dsl", "detail": f"{lang}: @{decorator} {node.name}"})
+    kind = langs.kind(node)
+    if kind and kind[0] != "triton":
+        others.append({"line": line, "reason": "unsupported_dsl", "detail": f"{kind[0]}: @{kind[1]} {node.name}"})
 
 
 def _called(fn) -> set[str]:

@@ -186,3 +186,8 @@ def test_stage_run_records_dsl_skips(ctx, tmp_path):
     stats = stage.run(ctx, [str(d)])
     assert stats["sources"][str(d)] == 0 and not list(ctx.store.records())
     assert {s["item"] for s in ctx.store.skips() if s["reason"] == "unsupported_dsl"} == {"line 5", "line 12"}
+
+
+def test_decorator_imported_under_another_name():
+    src = "from cutlass.cute import kernel as device_kernel\n\n\n@device_kernel\ndef k(x):\n    x[0] = 1\n"
+    assert listed(src) == {"cute_dsl: @device_kernel k": "unsupported_dsl"}
