@@ -153,6 +153,18 @@ def test_local_pip_path_reads_without_pip(ctx, tmp_path):
     assert "does not exist" in stage.run(ctx, [f"pip:{tmp_path}/missing.whl"])["errors"][f"pip:{tmp_path}/missing.whl"]
 
 
+def test_local_pip_folder_is_read_in_place(make_ctx, tmp_path):
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(sdist(tmp_path, "dirpkg", "License-Expression: MPL-2.0")) as t:
+        t.extractall(unpacked)
+    ctx = make_ctx()
+    stats = stage.run(ctx, [f"pip:{unpacked}"])
+    assert stats["errors"] == {}, stats["errors"]
+    [r] = ctx.store.records()
+    assert (r.provenance["license"], r.provenance["license_source"]) == ("MPL-2.0", "metadata")
+    assert r.provenance["path"] == "dirpkg-1.0/src/dirpkg/ops.py"
+
+
 def test_installed_package_folder_takes_its_dist_info(ctx, tmp_path):
     site = tmp_path / "site-packages"
     with zipfile.ZipFile(wheel(tmp_path, "instpkg", "License-Expression: BSD-2-Clause")) as z:
