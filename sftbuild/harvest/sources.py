@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import hashlib
-import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -73,7 +72,8 @@ class Tree:
     provenance: dict[str, Any]
     include: list[str]
     exclude: list[str]
-    license: str | None = None  # the package's declared licence; file headers and LICENSE files win
+    license: str | None = None  # the package licence when the kind knows it; None: the tree's own metadata
+    # (see sftbuild.harvest.license for the order: header, LICENSE file, metadata, registry)
     torch_headers: bool = False  # its kernels compile against torch's headers (the "torch" include set)
 
 
@@ -244,10 +244,3 @@ def _link_reason(root: Path, p: Path) -> str:
     inside = target == root.resolve() or root.resolve() in target.parents
     return "symlink" if inside else "symlink_outside_root"
 
-
-def package_license(dist: str) -> str | None:
-    try:
-        meta = importlib.metadata.metadata(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return meta.get("License-Expression") or meta.get("License") or None

@@ -149,8 +149,7 @@ class Harvest:
                 continue
             todo.append((rel, path))
         preludes = self._preludes(todo)
-        default_license = self._default_license(tree)
-        licenses: dict[Path, str | None] = {}
+        licenses = L.Resolver(tree.root, tree.license, self.src.license)
         batches = _batches([(rel, str(p), preludes.get(rel, b"")) for rel, p in todo],
                            getattr(self.ctx.executor, "cpu_workers", 1))
         tasks = [ParseTask(batch, self.data_filters) for batch in batches]
@@ -161,7 +160,7 @@ class Harvest:
                 continue
             records, spans = [], []
             for res in results:
-                r, s = self._file_result(tree, res, licenses, default_license)
+                r, s = self._file_result(tree, res, licenses)
                 records += r
                 spans += s
             self.flush_skips()
@@ -177,10 +176,7 @@ class Harvest:
                     continue
         return late_includes(files)
 
-    def _default_license(self, tree: S.Tree) -> str | None:
-        return L.normalize(self.src.license) or L.normalize(tree.license)
-
-    def _file_result(self, tree: S.Tree, res: dict, licenses: dict, default_license: str | None):
+    def _file_result(self, tree: S.Tree, res: dict, licenses: L.Resolver):
         rel = res["rel"]
         if "skip" in res:
             self.skip(rel, *res["skip"])
@@ -190,13 +186,10 @@ class Harvest:
             self.listed += 1
         if not res["kernels"]:
             return [], []
-        folder = (tree.root / rel).parent
-        if folder not in licenses:
-            licenses[folder] = L.from_tree(tree.root, rel)
-        lic = res["license"] or licenses[folder] or default_license or "unknown"
+        lic, lic_source = licenses.resolve(rel, res["license"])
         records, spans = [], []
         for k in _merge_same_code(res["kernels"]):
-            prov = dict(tree.provenance, path=rel, lines=list(k["lines"]), license=lic)
+            prov = dict(tree.provenance, path=rel, lines=list(k["lines"]), license=lic, license_source=lic_source)
             prov.setdefault("package", None)
             prov.setdefault("version", None)
             entry = _entry(res["language"], k, tree.torch_headers)

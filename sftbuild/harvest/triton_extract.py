@@ -1,5 +1,14 @@
 """Extract `@triton.jit` kernels from Python with `ast`.
 
+Which functions are Triton kernels is decided by `Languages`: each decorator is resolved through
+the file's imports (`from triton import jit`, `import triton.language as tl`, `from cutlass import
+cute`, `from triton.experimental import gluon`, module-level aliases). A `jit` that resolves into
+`triton` (outside `triton.experimental`) is Triton. Kernels of other Python DSLs (CuTe DSL, Gluon,
+TileLang, numba.cuda, cupy, Helion, Warp, cuTile, TVM, jax, ...) and CUDA source in Python strings
+(cupy `RawKernel`, pycuda `SourceModule`) are never Triton: they are listed with reason
+`unsupported_dsl` and the DSL named. A `jit` from elsewhere (a package's own re-export) counts as
+Triton only when the function's body uses `triton.language`.
+
 For each kernel we keep, in file order: the imports it and its wrappers use,
 the module-level constants and helpers they reach by name (other jit functions,
 constexpr globals, plain Python helpers), the kernel with its decorators
@@ -44,8 +53,107 @@ def _decorator_names(fn) -> list[str]:
 
 
 def is_jit(fn) -> bool:
+    """Decorated by anything named `jit`, whatever it resolves to (see `Languages` for Triton's)."""
     return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
         n.split(".")[-1] == "jit" for n in _decorator_names(fn))
+
+
+# module prefix -> DSL name, most specific first; a decorator resolving here is never Triton
+DSLS = [("triton.experimental.gluon", "gluon"), ("triton.experimental", "triton_experimental"),
+        ("cutlass", "cute_dsl"), ("tilelang", "tilelang"), ("tvm", "tvm"), ("numba", "numba_cuda"),
+        ("cupyx", "cupy"), ("cupy", "cupy"), ("helion", "helion"), ("warp", "warp"), ("cuda.tile", "cutile"),
+        ("pycuda", "pycuda"), ("jax", "jax"), ("taichi", "taichi"), ("mlx", "mlx")]
+KERNEL_WORDS = {"jit", "kernel", "prim_func", "fuse", "rawkernel"}  # what a kernel decorator is called
+SOURCE_CALLS = {"RawKernel", "RawModule", "ElementwiseKernel", "ReductionKernel", "SourceModule"}  # CUDA in strings
+# what an unimported name means in snippets that use the usual aliases
+USUAL = {"tl": "triton.language", "triton": "triton", "gluon": "triton.experimental.gluon", "cute": "cutlass.cute",
+         "tilelang": "tilelang", "wp": "warp", "helion": "helion", "cp": "cupy", "ct": "cuda.tile"}
+HINTS = (b"jit", b"kernel", b"prim_func", b"fuse", b"RawKernel", b"RawModule", b"SourceModule")
+
+
+def may_define_kernels(data: bytes) -> bool:
+    """A cheap test: can this Python file hold a kernel of any DSL (is it worth parsing)?"""
+    return any(h in data for h in HINTS)
+
+
+class Languages:
+    """The language of each kernel-decorated function of one module, read through its imports."""
+
+    def __init__(self, tree: ast.Module):
+        self.names: dict[str, str] = {}
+        self._kinds: dict[int, tuple[str, str] | None] = {}
+        for node in ast.walk(tree):  # breadth first: module-level imports bind first
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.names.setdefault(a.asname or a.name.split(".")[0], a.name if a.asname
+                                          else a.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                mod = "." * node.level + (node.module or "")
+                for a in node.names:
+                    if a.name != "*":
+                        self.names.setdefault(a.asname or a.name, mod + ("" if mod.endswith(".") else ".") + a.name)
+        for node in tree.body:  # `jit = triton.jit`, `tl = triton.language`
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id not in self.names:
+                        self.names[t.id] = self.qualify(ast.unparse(node.value))
+
+    def qualify(self, dotted: str) -> str:
+        root, dot, rest = dotted.partition(".")
+        return (self.names.get(root) or USUAL.get(root, root)) + dot + rest
+
+    def of(self, fn) -> str | None:
+        """"triton", another DSL's name, or None when `fn` is not a kernel definition at all."""
+        kind = self.kind(fn)
+        return kind[0] if kind else None
+
+    def kind(self, fn) -> tuple[str, str] | None:
+        """(language, the decorator as written) of a kernel definition, else None."""
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        if id(fn) not in self._kinds:
+            self._kinds[id(fn)] = self._kind(fn)
+        return self._kinds[id(fn)]
+
+    def _kind(self, fn) -> tuple[str, str] | None:
+        written = _decorator_names(fn)
+        qualified = [self.qualify(d) for d in written]
+        for d, q in zip(written, qualified):
+            dsl = _dsl(q)
+            if dsl and q.rsplit(".", 1)[-1] in KERNEL_WORDS:
+                return dsl, d
+        for d, q in zip(written, qualified):
+            if q.rsplit(".", 1)[-1] != "jit":
+                continue
+            if q.startswith("triton.") or self._uses_triton(fn):
+                return "triton", d
+            return (q.split(".")[0] if "." in q and not q.startswith(".") else f"unresolved {q}"), d
+        return None
+
+    def is_triton(self, fn) -> bool:
+        return self.of(fn) == "triton"
+
+    def _uses_triton(self, fn) -> bool:
+        body = ast.Module(body=list(fn.body), type_ignores=[])
+        return any(self.qualify(n) == "triton.language" or self.qualify(n).startswith("triton.language.")
+                   for n in _names(body))
+
+    def sources(self, tree: ast.Module) -> list[tuple[ast.Call, str]]:
+        """Calls that compile CUDA source held in a Python string (cupy RawKernel, pycuda SourceModule)."""
+        out = []
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute)):
+                q = self.qualify(ast.unparse(n.func))
+                if q.rsplit(".", 1)[-1] in SOURCE_CALLS and _dsl(q):
+                    out.append((n, _dsl(q)))
+        return out
+
+
+def _dsl(qualified: str) -> str | None:
+    for prefix, name in DSLS:
+        if qualified == prefix or qualified.startswith(prefix + "."):
+            return name
+    return None
 
 
 def _names(node) -> set[str]:
@@ -94,6 +202,8 @@ def _launches(node, kname: str) -> list[int]:
 def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
     """Kernels in a Python file, and every other jit function with a reason (raises SyntaxError)."""
     tree = ast.parse(src)
+    langs = Languages(tree)
+    is_jit = langs.is_triton  # in here, "jit" is Triton's only: other DSLs are listed as unsupported_dsl
     lines = src.splitlines()
     stmts = [_stmt(n) for n in tree.body if not _is_main_guard(n)]
     by_name: dict[str, list[int]] = {}
@@ -109,6 +219,7 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
     kernels, others = [], []
     for i, s in enumerate(stmts):
         if not is_jit(s.node):
+            _other_dsl(langs, s.node, s.start, others)
             continue
         kname = s.node.name
         if kname in called and kname not in launched:
@@ -137,7 +248,19 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
     for n in ast.walk(tree):
         if is_jit(n) and id(n) not in top:
             others.append({"line": n.lineno, "reason": "nested_definition", "detail": n.name})
+        elif id(n) not in top:
+            _other_dsl(langs, n, getattr(n, "lineno", 0), others)
+    for call, dsl in langs.sources(tree):
+        others.append({"line": call.lineno, "reason": "unsupported_dsl",
+                       "detail": f"{dsl}: CUDA source in a Python string ({ast.unparse(call.func)})"})
     return kernels, others
+
+
+def _other_dsl(langs: Languages, node, line: int, others: list[dict]) -> None:
+    """List a kernel of a DSL other than Triton."""
+    kind = langs.kind(node)
+    if kind and kind[0] != "triton":
+        others.append({"line": line, "reason": "unsupported_dsl", "detail": f"{kind[0]}: @{kind[1]} {node.name}"})
 
 
 def _called(fn) -> set[str]:
@@ -161,5 +284,8 @@ def _closure(start: list[int], stmts: list[_Stmt], by_name) -> set[int]:
 
 
 def count_jit(src: str) -> int:
-    """Every jit-decorated function in a file, nested or not (for recall accounting)."""
-    return sum(1 for n in ast.walk(ast.parse(src)) if is_jit(n))
+    """Every kernel definition in a file, nested or not, of any DSL (for recall accounting): each
+    is either extracted or listed with a reason."""
+    tree = ast.parse(src)
+    langs = Languages(tree)
+    return sum(1 for n in ast.walk(tree) if langs.of(n)) + len(langs.sources(tree))

@@ -38,9 +38,10 @@ def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter])
         return {"rel": rel, "skip": hit}
     out = {"rel": rel, "license": L.from_header(data), "kernels": [], "others": [], "language": None}
     if rel.endswith(PY_EXT):
-        if b"jit" not in data:
+        from sftbuild.harvest.triton_extract import extract_kernels, may_define_kernels
+
+        if not may_define_kernels(data):
             return out
-        from sftbuild.harvest.triton_extract import extract_kernels
 
         try:
             kernels, others = extract_kernels(data.decode("utf-8"))

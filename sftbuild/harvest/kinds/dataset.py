@@ -48,10 +48,13 @@ class Dataset(SourceKind):
                 continue
             code = pair["solution"]
             n = code.count("\n") + 1
-            lic = L.normalize(pair["license"]) or L.normalize(h.src.license) or "unknown"
+            lic = L.normalize(pair["license"])  # the row's own licence field, then the source's
+            lic_source = "metadata" if lic else "registry" if L.normalize(h.src.license) else "unknown"
+            lic = lic or L.normalize(h.src.license) or "unknown"
             prov = {"source_kind": self.name, "url": pair["url"], "commit": pair["commit"], "path": path,
                     "row": row["_row"], "format": pair["format"], "lines": [1, n],
-                    "package": None, "version": None, "license": lic}
+                    "package": None, "version": None, "license": lic,
+                    "license_source": lic_source}
             rec = KB.pair_record(h.src.name, code, pair["reference"], str(pair["name"]), prov)
             h.emit([rec], [(1, n)], [None if pair["correct"] else "marked_incorrect"])
         if not fmt_seen and rows:

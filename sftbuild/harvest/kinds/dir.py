@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sftbuild.harvest import license as L
 from sftbuild.harvest.kinds import KINDS, SourceKind
 from sftbuild.harvest.sources import Source, SourceError, Tree, git_head
 
 
 @KINDS.register
 class Dir(SourceKind):
-    """A local folder; the commit is recorded when it is a git checkout."""
+    """A local folder; the commit is recorded when it is a git checkout. An installed package folder
+    (site-packages/NAME) takes its licence from the dist-info beside it; any other folder from its own
+    metadata and licence files."""
     name = "dir"
     order = 1000  # the last resort for any folder
     url: str | None = None  # provenance URL; None: the folder's file:// URI
@@ -26,4 +29,4 @@ class Dir(SourceKind):
         root = root.resolve()
         prov = {"source_kind": self.name, "url": self.url or root.as_uri(), "commit": git_head(root)}
         return Tree(root, prov, src.include or list(self.default_include), src.exclude,
-                    torch_headers=self.torch_headers)
+                    license=L.installed_license(root), torch_headers=self.torch_headers)

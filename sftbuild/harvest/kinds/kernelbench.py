@@ -28,13 +28,14 @@ class KernelBench(SourceKind):
         pairs = KB.find_pairs(root)
         if not pairs:
             raise SourceError(f"{root}: no Model/ModelNew pairs found")
+        licenses = L.Resolver(root, registry=h.src.license)
         for ref, sol in pairs:
             rel = sol.relative_to(root).as_posix()
             code = sol.read_text(encoding="utf-8", errors="replace")
             reference = KB.reference_source(ref.read_text(encoding="utf-8", errors="replace"))
-            lic = L.from_header(code.encode()) or L.from_tree(root, rel) or L.normalize(h.src.license) or "unknown"
+            lic, lic_source = licenses.resolve(rel, L.from_header(code.encode()))
             n = code.count("\n") + 1
             prov = {"source_kind": self.name, "url": root.as_uri(), "commit": None, "path": rel,
                     "reference_path": ref.relative_to(root).as_posix(), "lines": [1, n],
-                    "package": None, "version": None, "license": lic}
+                    "package": None, "version": None, "license": lic, "license_source": lic_source}
             h.emit([KB.pair_record(h.src.name, code, reference, sol.stem, prov)], [(1, n)])

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sftbuild.harvest import license as L
 from sftbuild.harvest.kinds import KINDS, SourceKind
-from sftbuild.harvest.sources import Source, SourceError, Tree, cache_dir, safe_extract
+from sftbuild.harvest.kinds.wheelhouse import name_version
+from sftbuild.harvest.sources import ARCHIVE_EXT, Source, SourceError, Tree, cache_dir, safe_extract, unpack_cached
 
 PIP_TIMEOUT = 600
 
@@ -17,9 +17,11 @@ PIP_TIMEOUT = 600
 @KINDS.register
 class Pip(SourceKind):
     """A package from the index, `pip:NAME==VERSION` (needs the network); unpacked safely into the cache.
+    `pip:PATH` names a local wheel, sdist or unpacked package instead: it is read as it is, without
+    running pip (a source folder's build backend would run its code).
 
     Unpinned packages are refused unless `harvest.allow_unpinned`. The licence defaults to the
-    package's own metadata.
+    package's own metadata and licence files (`sftbuild.harvest.license`).
     """
     name = "pip"
     order = 10
@@ -27,10 +29,17 @@ class Pip(SourceKind):
     def recognise(self, spec: str, path: Path) -> Source | None:
         if not spec.startswith("pip:"):
             return None
+        if _is_path(spec[4:]):
+            path = Path(spec[4:]).expanduser()
+            if not path.exists():
+                raise SourceError(f"{spec}: {path} does not exist")
+            return Source(name=spec, kind=self.name, location=str(path.resolve()))
         name, _, version = spec[4:].partition("==")
         return Source(name=spec, kind=self.name, location=name.strip(), revision=version.strip(), network=True)
 
     def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
+        if _is_path(src.location):
+            return _local(src, workspace, cfg)
         name, version = src.location, src.revision
         if not version and not cfg.allow_unpinned:
             raise SourceError(f"pip:{name} is not pinned; write pip:{name}==VERSION or pass --allow-unpinned")
@@ -49,7 +58,27 @@ class Pip(SourceKind):
         archive = (base / ".sftbuild-done").read_text().strip()
         prov = {"source_kind": self.name, "url": f"https://pypi.org/project/{name}/", "commit": None,
                 "package": name, "version": version or archive, "archive": archive}
-        return Tree(out, prov, src.include, src.exclude, license=L.from_package(out))
+        return Tree(out, prov, src.include, src.exclude)
+
+
+def _is_path(location: str) -> bool:
+    """A package name never holds a slash nor ends like an archive; a path does."""
+    return "/" in location or location.startswith(("~", ".")) or location.endswith(ARCHIVE_EXT)
+
+
+def _local(src: Source, workspace: Path, cfg) -> Tree:
+    path = Path(src.location).expanduser()
+    if path.is_file() and path.name.endswith(ARCHIVE_EXT):
+        root, digest = unpack_cached(path, workspace, cfg)
+        package, version = name_version(path.name)
+        extra = {"archive": path.name, "sha256": digest}
+    elif path.is_dir():
+        root, (package, version), extra = path.resolve(), (path.resolve().name, None), {}
+    else:
+        raise SourceError(f"pip:{src.location} is neither a package archive ({', '.join(ARCHIVE_EXT)}) nor a folder")
+    prov = {"source_kind": "pip", "url": path.resolve().as_uri(), "commit": None, "package": package,
+            "version": version, **extra}
+    return Tree(root, prov, src.include, src.exclude)
 
 
 def _download(req: str, dest: Path) -> None:

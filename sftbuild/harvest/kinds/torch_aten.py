@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sftbuild.harvest.kinds import KINDS, SourceKind
-from sftbuild.harvest.sources import Source, SourceError, Tree, package_license, torch_root
+from sftbuild.harvest.sources import Source, SourceError, Tree, torch_root
 
 
 @KINDS.register
@@ -25,4 +25,4 @@ class TorchAten(SourceKind):
                 "commit": getattr(torch.version, "git_version", None), "package": "torch",
                 "version": torch.__version__}
         return Tree(root, prov, src.include or ["ATen/native/cuda/*.cuh"], src.exclude,
-                    license=package_license("torch"), torch_headers=True)
+                    torch_headers=True)  # licence: the registry's; torch's metadata ANDs all it bundles

@@ -52,7 +52,8 @@ class TorchInductor(SourceKind):
                     prov = {"source_kind": self.name, "url": "https://github.com/pytorch/pytorch",
                             "commit": getattr(torch.version, "git_version", None), "path": name, "lines": [1, n],
                             "package": "torch", "version": torch.__version__,
-                            "license": h.src.license or "unknown"}
+                            "license": h.src.license or "unknown",
+                            "license_source": "registry" if h.src.license else "unknown"}
                     rec = Record(language="triton", code=k["code"], source=h.src.name, entry=entry,
                                  binding=binding, provenance=prov)
                     h.emit([rec], [(1, n)])

@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sftbuild.harvest import license as L
 from sftbuild.harvest.kinds import KINDS, SourceKind
 from sftbuild.harvest.sources import ARCHIVE_EXT, Source, SourceError, Tree, unpack_cached
 
@@ -29,7 +28,8 @@ def name_version(archive: str) -> tuple[str, str | None]:
 @KINDS.register
 class Wheelhouse(SourceKind):
     """A folder holding only package archives (wheels, sdists, zips): each is unpacked safely and
-    harvested with its own package, version and licence.
+    harvested with its own package, version and licence (read from each
+    archive's own metadata and licence files, `sftbuild.harvest.license`).
 
     A folder is a wheelhouse when every visible entry in it is an archive file. An archive
     that cannot be unpacked is skipped as `bad_archive`; the others continue.
@@ -58,4 +58,4 @@ class Wheelhouse(SourceKind):
             package, version = name_version(archive.name)
             prov = {"source_kind": self.name, "url": archive.resolve().as_uri(), "commit": None,
                     "package": package, "version": version, "archive": archive.name, "sha256": digest}
-            h.tree(Tree(root, prov, h.src.include, h.src.exclude, license=L.from_package(root)))
+            h.tree(Tree(root, prov, h.src.include, h.src.exclude))
