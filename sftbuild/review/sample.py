@@ -63,7 +63,7 @@ def allocate(sizes: dict[tuple, int], n: int, seed: int) -> dict[tuple, int]:
     quotas = {g: n * s / total for g, s in sizes.items()}
     seats = {g: math.floor(q) for g, q in quotas.items()}
     left = n - sum(seats.values())
-    order = sorted(sizes, key=lambda g: (-(quotas[g] - seats[g]), _rank(seed, "seat", "/".join(g))))
+    order = sorted(sizes, key=lambda g: (-(quotas[g] - seats[g]), _rank(seed, "seat", str(g))))
     for g in order[:left]:
         seats[g] += 1
     return seats
@@ -143,7 +143,7 @@ def statement(size: int, population: int, rejects: int, decided: int, defect_rat
         return f"defect rate = {rejects / decided:.1%} exactly: every record was reviewed ({rejects} rejected)"
     bound = upper_bound(rejects, decided, confidence)
     tail = "" if decided == size else f"; {size - decided} verdicts still to come"
-    return (f"defect rate <= {bound:.1%} at {conf} confidence (Clopper-Pearson, {rejects} rejected of "
+    return (f"defect rate <= {bound:.2%} at {conf} confidence (Clopper-Pearson, {rejects} rejected of "
             f"{decided} reviewed{tail})")
 
 
