@@ -144,7 +144,7 @@ kbd{background:#444;border-radius:3px;padding:0 4px}
 <script>
 const TOKEN = document.querySelector('meta[name=review-token]').content;
 const REASONS = {d:'wrong_description', c:'wrong_code', l:'license', t:'trivial', u:'unsafe', o:'other'};
-let items = [], i = -1, rejecting = false, busy = false;
+let items = [], i = -1, rejecting = false;
 const $ = id => document.getElementById(id);
 const who = () => $('reviewer').value.trim();
 async function loadQueue() {
@@ -178,30 +178,34 @@ async function show(n) {
 }
 async function decide(verdict, reason) {
   if (!who()) { $('msg').textContent = 'enter a reviewer name first'; $('reviewer').focus(); return; }
-  busy = true;
   const r = await fetch('/api/verdict', {method: 'POST', headers: {'Content-Type': 'application/json',
     'X-Review-Token': TOKEN}, body: JSON.stringify({record_id: items[i].id, verdict, reason, reviewer: who()})});
   const body = await r.json();
   $('msg').textContent = r.ok ? '' : body.error;
   if (r.ok) { await loadQueue(); await show(nextOpen(i)); }
-  busy = false;
 }
-document.addEventListener('keydown', async e => {
-  if (e.target.tagName === 'INPUT' || busy || e.ctrlKey || e.metaKey || e.altKey) return;
+// keys are handled one after another, so fast typing never drops one
+let chain = Promise.resolve();
+document.addEventListener('keydown', e => {
+  if (e.target.tagName === 'INPUT' || e.ctrlKey || e.metaKey || e.altKey) return;
+  const key = e.key;
+  chain = chain.then(() => handle(key)).catch(err => { $('msg').textContent = String(err); });
+});
+async function handle(key) {
   if (rejecting) {
     rejecting = false; $('reasons').style.display = 'none';
-    if (REASONS[e.key]) await decide('reject', REASONS[e.key]);
+    if (REASONS[key]) await decide('reject', REASONS[key]);
     return;
   }
-  if (i >= items.length && e.key !== 'b') return;
+  if (i >= items.length && key !== 'b') return;
   const it = items[i];
-  if (e.key === 'a' || e.key === 'r') {
+  if (key === 'a' || key === 'r') {
     if (!(it.open || it.mine)) { $('msg').textContent = 'already decided'; return; }
-    if (e.key === 'a') await decide('accept', '');
+    if (key === 'a') await decide('accept', '');
     else { rejecting = true; $('reasons').style.display = 'block'; }
-  } else if (e.key === 's') await show(nextOpen(i));
-  else if (e.key === 'b') await show(Math.max(0, i - 1));
-});
+  } else if (key === 's') await show(nextOpen(i));
+  else if (key === 'b') await show(Math.max(0, i - 1));
+}
 $('reviewer').addEventListener('change', async () => { await loadQueue(); await show(nextOpen(-1)); });
 (async () => { await loadQueue(); await show(items.length ? nextOpen(-1) : 0); })();
 </script></body></html>
