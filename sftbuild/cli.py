@@ -210,7 +210,7 @@ def review_status(ctx, as_json):
 @click.option("--retired", is_flag=True, help="Records earlier samples held, with the verdicts they kept.")
 @common
 def review_list(ctx, pending, retired):
-    """List the sampled records and their verdicts.
+    """List the sampled records: stratum, where validated (gpu, interpreter, unbound), verdict, name.
 
     \b
     Example:
@@ -221,8 +221,8 @@ def review_list(ctx, pending, retired):
     for row in stage.listing(ctx, retired=retired):
         if pending and row["verdict"]:
             continue
-        click.echo(f"{row['record_id'][:12]}  {row['stratum']:<28} {row['verdict'] or '-':<7} "
-                   f"{row['name']}")
+        click.echo(f"{row['record_id'][:12]}  {row['stratum']:<28} {row['where']:<11} "
+                   f"{row['verdict'] or '-':<7} {row['name']}")
 
 
 @review.command("show")

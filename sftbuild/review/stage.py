@@ -111,8 +111,9 @@ def gate(ctx: Context) -> str | None:
 def listing(ctx: Context, retired: bool = False) -> list[dict]:
     out = []
     for row in ctx.store.review_rows(retired=retired):
-        rec = ctx.store.get(row["record_id"])
-        out.append({**row, "name": rec.name})
+        ev = evidence.gather(ctx.store, row["record_id"])
+        where = "unbound" if not ev.record.binding else ev.where
+        out.append({**row, "name": ev.record.name, "where": where})
     return out
 
 

@@ -176,3 +176,46 @@ def test_verdicts_survive_a_new_sample_after_dedupe_changes(tmp_path):
     s.close()
     invoke("review", "sample", "-q", "-w", ws)
     assert {row["record_id"]: row["verdict"] for row in sampled(ws)} == {row["record_id"]: "accept" for row in first}
+
+
+def test_program_records_show_their_reference_program_and_list_says_where(tmp_path):
+    ws = str(tmp_path / "ws")
+    recs = workspace.make(ws, 6)
+    s = Store(ws)
+    program = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.abs()\n"
+    s.update_binding(recs[0].id, {"kind": "kernelbench", "how": "exact", "reference": program})
+    s.close()
+    invoke("review", "sample", "-q", "-w", ws)
+    out = invoke("review", "show", recs[0].id[:12], "-w", ws).output
+    assert "cuda kernelbench record checked against its reference program" in out.splitlines()[0]
+    assert "--- reference program (kernelbench) ---\n" + program.rstrip() in out
+    listing = invoke("review", "list", "-w", ws).output
+    assert listing.count(" gpu ") == 3 and listing.count(" interpreter ") == 3
+
+
+def test_verdicts_from_before_the_log_are_kept(tmp_path):
+    """A workspace whose verdicts were written straight into the reviews table keeps them."""
+    ws = str(tmp_path / "ws")
+    workspace.make(ws, 10)
+    invoke("review", "sample", "-q", "-w", ws)
+    rid = sampled(ws)[0]["record_id"]
+    s = Store(ws)
+    with s.tx():
+        s.db.execute("UPDATE reviews SET verdict='accept', reviewer='old' WHERE record_id=?", (rid,))
+    s.close()
+    invoke("review", "sample", "-q", "-w", ws)
+    row = {r["record_id"]: r for r in sampled(ws)}[rid]
+    assert row["verdict"] == "accept" and row["reviewer"] == "old"
+    r = invoke("review", "next", "--reviewer", "new", "-w", ws, input="q")
+    assert "[2/10]" in r.output  # the legacy verdict counts as decided
+
+
+def test_review_settings_are_range_checked(tmp_path):
+    ws = str(tmp_path / "ws")
+    for text, msg in (("review: {defect_rate: 1}", "review.defect_rate: must be < 1"),
+                      ("review: {confidence: 0}", "review.confidence: must be > 0"),
+                      ("review: {overlap: 1.5}", "review.overlap: must be <= 1")):
+        r = invoke("review", "status", "-w", ws, "-c", config(tmp_path, text + "\n"))
+        assert r.exit_code != 0 and msg in r.output and "Traceback" not in r.output
+    r = invoke("review", "status", "-w", ws)
+    assert r.exit_code != 0 and "no review sample yet" in r.output
