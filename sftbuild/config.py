@@ -128,7 +128,8 @@ class ReviewConfig:
     seed: int = opt(0, "sample seed")
     max_reject_rate: float = opt(0.05, "export is blocked when more of the sample is rejected", lo=0, hi=1)
     defect_rate: float = opt(0.05, "the defect rate the sample must be able to rule out: it holds at least "
-                             "ln(1-confidence)/ln(1-defect_rate) records (59 at 5%, 95%)", lo=0, hi=1, lo_open=True, hi_open=True)
+                             "ln(1-confidence)/ln(1-defect_rate) records (59 at 5%, 95%)",
+                             lo=0, hi=1, lo_open=True, hi_open=True)
     confidence: float = opt(0.95, "confidence of that statement", lo=0, hi=1, lo_open=True, hi_open=True)
     overlap: float = opt(0.0, "share of the sample reviewed by two reviewers, for Cohen's kappa", lo=0, hi=1)
 

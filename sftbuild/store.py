@@ -324,7 +324,8 @@ class Store:
                 self.db.execute(
                     "INSERT INTO reviews (record_id, sample_key, stratum, copies) VALUES (?,?,?,?) "
                     "ON CONFLICT(record_id) DO UPDATE SET sample_key=excluded.sample_key, "
-                    "stratum=excluded.stratum, copies=excluded.copies", (rid, sample_key, stratum, rest[0] if rest else 1))
+                    "stratum=excluded.stratum, copies=excluded.copies",
+                    (rid, sample_key, stratum, rest[0] if rest else 1))
                 self._review_settle(rid)
         decided = {rid for rid, v in old if v}
         return {"kept_verdicts": len(keep & decided),

@@ -90,7 +90,8 @@ def _what(rec: Record) -> str:
     if b.get("op"):
         return f"{rec.language} kernel bound to op {b['op']}"
     if b.get("kind"):
-        return f"{rec.language} {b['kind']} record checked against its reference program"
+        kind = b["kind"] if b["kind"] == rec.language else f"{rec.language} {b['kind']}"
+        return f"{kind} record checked against its reference program"
     return f"{rec.language} kernel"
 
 
@@ -166,9 +167,10 @@ def _num(x) -> str:
 def lines(ev: Evidence) -> list[str]:
     """The text form: headline first, then what was tried, errors, timing, resources, versions."""
     rec, t = ev.record, ev.trials
+    binding = {k: v for k, v in (rec.binding or {}).items() if k != "reference"}  # the program is shown whole
     out = [ev.headline, f"id: {rec.id}   source: {rec.source}   language: {rec.language}   "
            f"license: {rec.provenance.get('license', '?')}   path: {rec.provenance.get('path', '?')}",
-           f"binding: {json.dumps(rec.binding, sort_keys=True)[:300]}"]
+           f"binding: {json.dumps(binding, sort_keys=True)[:300] if rec.binding else 'none'}"]
     if ev.status:
         out.append(f"validate: {ev.status}{' ' + ev.reason if ev.reason else ''}"
                    + (f" ({ev.detail})" if ev.detail and ev.status != "ok" else ""))

@@ -31,15 +31,15 @@ def config(tmp_path, text: str) -> str:
 
 def test_sample_states_its_bound_and_status_reports_it(tmp_path):
     ws = str(tmp_path / "ws")
-    workspace.make(ws, 300)
+    workspace.make(ws, 100)
     r = invoke("review", "sample", "-q", "-w", ws)
     assert r.exit_code == 0, r.output
-    assert "59 of 300 records sampled" in r.output
+    assert "59 of 100 records sampled" in r.output
     assert "defect rate <= 5% at 95% confidence" in r.output
     rows = sampled(ws)
     assert len(rows) == 59
     r = invoke("review", "status", "-w", ws)
-    assert "sampled: 59 of 300 records; verdicts: 0" in r.output
+    assert "sampled: 59 of 100 records; verdicts: 0" in r.output
     assert "the sample proves: defect rate <= 5% at 95% confidence" in r.output
     invoke("review", "next", "--reviewer", "r", "-w", ws, input="a" * 59)
     r = invoke("review", "status", "-w", ws)
