@@ -124,6 +124,8 @@ header{position:sticky;top:0;background:#222;color:#eee;padding:8px 14px;display
 header input{font:inherit}
 #headline{font-weight:600;padding:10px 14px;background:#fff;border-bottom:1px solid #ddd}
 #headline.warn{background:#fff3cd}
+#instruction{padding:10px 14px;background:#eef6ff;border-bottom:1px solid #ddd;white-space:pre-wrap}
+#instruction b{color:#555;font-weight:500}
 #evidence{margin:0;padding:8px 14px;white-space:pre-wrap;font:12px ui-monospace,monospace;background:#fff}
 #panes{display:grid;grid-template-columns:1fr 1fr;gap:8px;padding:8px}
 #panes>div{background:#fff;border:1px solid #ddd;overflow:auto;max-height:70vh}
@@ -138,7 +140,7 @@ kbd{background:#444;border-radius:3px;padding:0 4px}
 <span><kbd>a</kbd> accept <kbd>r</kbd> reject <kbd>s</kbd> skip <kbd>b</kbd> back</span><span id="msg"></span></header>
 <div id="reasons">reason: <kbd>d</kbd> wrong_description <kbd>c</kbd> wrong_code <kbd>l</kbd> license
 <kbd>t</kbd> trivial <kbd>u</kbd> unsafe <kbd>o</kbd> other <kbd>Esc</kbd> cancel</div>
-<div id="headline"></div><pre id="evidence"></pre>
+<div id="headline"></div><div id="instruction"></div><pre id="evidence"></pre>
 <div id="panes"><div><h3 id="reftitle">reference</h3><div id="reference"></div></div>
 <div><h3 id="codetitle">code</h3><div id="code"></div></div></div>
 <script>
@@ -162,7 +164,7 @@ async function show(n) {
   if (i >= items.length) {
     $('pos').textContent = ''; $('state').textContent = '';
     $('headline').textContent = 'Done: nothing left open for ' + who() + '.';
-    $('evidence').textContent = ''; $('code').innerHTML = ''; $('reference').innerHTML = '';
+    $('evidence').textContent = ''; $('instruction').textContent = ''; $('code').innerHTML = ''; $('reference').innerHTML = '';
     document.body.dataset.state = 'done'; return;
   }
   const it = items[i];
@@ -171,7 +173,14 @@ async function show(n) {
   $('state').textContent = it.mine ? 'your verdict: ' + it.mine.verdict : (it.open ? 'open' : 'decided: ' + it.verdict);
   $('headline').textContent = d.headline;
   $('headline').className = /^(UNBOUND|INTERPRETER|NOT)/.test(d.headline) ? 'warn' : '';
-  $('evidence').textContent = d.lines.slice(1).join('\\n');
+  $('evidence').textContent = d.lines.slice(1).filter(l => !l.startsWith('instruction[')).join('\\n');
+  const ins = Object.keys(d.instructions).sort((a, b) => (b.startsWith('en') - a.startsWith('en')) || a.localeCompare(b));
+  $('instruction').innerHTML = '';
+  for (const k of ins) {
+    const line = document.createElement('div'), tag = document.createElement('b');
+    tag.textContent = k + ': '; line.append(tag, d.instructions[k]); $('instruction').append(line);
+  }
+  if (!ins.length) $('instruction').textContent = '(no instruction)';
   $('reftitle').textContent = d.reference.title; $('reference').innerHTML = d.reference_html || '<pre>(none)</pre>';
   $('codetitle').textContent = 'code (' + d.language + ') ' + d.name; $('code').innerHTML = d.code_html;
   document.body.dataset.state = 'item'; document.body.dataset.item = it.id;
