@@ -52,6 +52,7 @@ def test_five_reviews_by_keyboard_land_in_the_store(server):
         assert page.inner_text("#progress") == "0 / 12 reviewed"
         assert page.inner_text("#reftitle").startswith("op ")  # the reference beside the code
         assert "trials: 8/8 passed" in page.inner_text("#evidence")
+        assert "Write the CUDA kernel k for" in page.inner_text("#instruction")
         assert page.get_attribute("body", "data-item") == order[0]
         # accept, accept, reject (wrong_description), skip, accept, back, back then reject (other) ... 
         for key, done in (("a", 1), ("a", 2), ("r d", 3), ("s", 3), ("a", 4)):
