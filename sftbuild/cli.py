@@ -276,7 +276,9 @@ def review_next(ctx, reviewer):
 
     if ctx.store.stage_config("review") is None:
         raise click.ClickException("no review sample yet: run `sftbuild review sample` first")
-    terminal.flow(ctx, reviewer.strip() or "?", terminal.key_reader(sys.stdin))
+    if not reviewer.strip():
+        raise click.ClickException("--reviewer needs a name")
+    terminal.flow(ctx, reviewer.strip(), terminal.key_reader(sys.stdin))
 
 
 @review.command("serve")

@@ -80,7 +80,10 @@ def flow(ctx: Context, reviewer: str, read_key: Callable[[], str | None], consol
         item = items[i]
         _render(console, ctx, items, i, reviewer, note)
         note = ""
-        k = read_key()
+        try:
+            k = read_key()
+        except KeyboardInterrupt:  # Ctrl-C quits like q; every verdict given is already committed
+            k = None
         if k is None or k == "q":
             session.keystrokes += k is not None
             break
@@ -98,7 +101,10 @@ def flow(ctx: Context, reviewer: str, read_key: Callable[[], str | None], consol
         reason = ""
         if k == "r":
             console.print(Text(f"reason: {REASON_HELP}", style="bold"))
-            code = read_key()
+            try:
+                code = read_key()
+            except KeyboardInterrupt:
+                code = None
             session.keystrokes += code is not None
             if code not in evidence.REASONS:
                 note = "reject cancelled"
