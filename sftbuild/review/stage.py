@@ -136,7 +136,10 @@ def status(ctx: Context) -> dict:
         if r["verdict"] == "reject":
             for code in (r["reason"] or "other").split("; "):
                 reasons[code] = reasons.get(code, 0) + 1
-    return {"population": population, "sampled": len(rows), "decided": len(decided), "rejected": rejects,
+    strata: dict[str, int] = {}
+    for r in rows:
+        strata[r["stratum"]] = strata.get(r["stratum"], 0) + 1
+    return {"population": population, "sampled": len(rows), "strata": strata, "decided": len(decided), "rejected": rejects,
             "double": sum(1 for r in rows if r["copies"] > 1), "double_done": len(pairs),
             "kappa": sample.cohen_kappa(pairs) if pairs else None,
             "agreement": (sum(a == b for a, b in pairs) / len(pairs)) if pairs else None,
@@ -149,7 +152,9 @@ def status(ctx: Context) -> dict:
 def status_lines(st: dict) -> list[str]:
     out = [f"sampled: {st['sampled']} of {st['population']} records; verdicts: {st['decided']} "
            f"({st['rejected']} rejected)",
-           f"the sample proves: {st['proves']}"]
+           f"the sample proves: {st['proves']}",
+           "strata (source/op family/language, * = merged): "
+           + ", ".join(f"{k} {v}" for k, v in sorted(st["strata"].items()))]
     if st["double"]:
         if st["kappa"] is not None:
             agree = f"Cohen's kappa {st['kappa']:.2f} ({st['agreement']:.0%} agreement)"

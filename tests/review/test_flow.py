@@ -41,6 +41,8 @@ def test_sample_states_its_bound_and_status_reports_it(tmp_path):
     r = invoke("review", "status", "-w", ws)
     assert "sampled: 59 of 100 records; verdicts: 0" in r.output
     assert "the sample proves: defect rate <= 5% at 95% confidence" in r.output
+    strata = re.search(r"strata \(source/op family/language, \* = merged\): (.*)", r.output).group(1)
+    assert sum(int(part.rsplit(" ", 1)[1]) for part in strata.split(", ")) == 59
     invoke("review", "next", "--reviewer", "r", "-w", ws, input="a" * 59)
     r = invoke("review", "status", "-w", ws)
     assert "defect rate <= 4.95% at 95% confidence (Clopper-Pearson, 0 rejected of 59 reviewed)" in r.output
