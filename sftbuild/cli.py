@@ -216,13 +216,14 @@ def dedupe(ctx):
 @main.group(invoke_without_command=True)
 @click.pass_context
 def review(cctx):
-    """Sample records for human review and record verdicts.
+    """Sample records for human review, review them, and record verdicts.
 
     \b
     Example:
-        sftbuild review sample
-        sftbuild review list
-        sftbuild review verdict 3f2a9c accept --reviewer alice --reason "clean"
+        sftbuild review sample           # the seeded, stratified sample and what it proves
+        sftbuild review next --reviewer alice     # one item per screen, single keys
+        sftbuild review serve --reviewer alice    # the same in a local browser page
+        sftbuild review status           # progress, the defect-rate bound, kappa
     """
     if cctx.invoked_subcommand is None:
         cctx.invoke(review_sample)
@@ -231,7 +232,10 @@ def review(cctx):
 @review.command("sample")
 @common
 def review_sample(ctx):
-    """Draw the seeded, stratified review sample (10% by default).
+    """Draw the seeded, stratified review sample and say what it proves.
+
+    Its size is the larger of review.fraction and the zero-defect acceptance plan for
+    review.defect_rate at review.confidence. Verdicts already given are never deleted.
 
     \b
     Example:
@@ -242,11 +246,28 @@ def review_sample(ctx):
     _report(ctx, "review", stage.run(ctx))
 
 
+@review.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@common
+def review_status(ctx, as_json):
+    """Progress, what the sample proves (a Clopper-Pearson bound), reject reasons and Cohen's kappa.
+
+    \b
+    Example:
+        sftbuild review status
+    """
+    from sftbuild.review import stage
+
+    st = stage.status(ctx)
+    click.echo(json.dumps(st, indent=2, sort_keys=True) if as_json else "\n".join(stage.status_lines(st)))
+
+
 @review.command("list")
 @click.option("--pending", is_flag=True, help="Only records still waiting for a verdict.")
+@click.option("--retired", is_flag=True, help="Records earlier samples held, with the verdicts they kept.")
 @common
-def review_list(ctx, pending):
-    """List the sampled records and their verdicts.
+def review_list(ctx, pending, retired):
+    """List the sampled records: stratum, where validated (gpu, interpreter, unbound), verdict, name.
 
     \b
     Example:
@@ -254,18 +275,18 @@ def review_list(ctx, pending):
     """
     from sftbuild.review import stage
 
-    for row in stage.listing(ctx):
+    for row in stage.listing(ctx, retired=retired):
         if pending and row["verdict"]:
             continue
-        click.echo(f"{row['record_id'][:12]}  {row['stratum']:<28} {row['verdict'] or '-':<7} "
-                   f"{row['name']}")
+        click.echo(f"{row['record_id'][:12]}  {row['stratum']:<28} {row['where']:<11} "
+                   f"{row['verdict'] or '-':<7} {row['name']}")
 
 
 @review.command("show")
 @click.argument("record_id")
 @common
 def review_show(ctx, record_id):
-    """Print one record: instruction, code, provenance and validation.
+    """Print one record: what was checked and where, trials, errors, timing, versions, reference and code.
 
     \b
     Example:
@@ -293,6 +314,85 @@ def review_verdict(ctx, record_id, verdict, reason, reviewer):
 
     rid = stage.verdict(ctx, record_id, verdict, reason, reviewer)
     click.echo(f"{rid[:12]}: {verdict}")
+
+
+@review.command("next")
+@click.option("--reviewer", required=True, help="Who is reviewing (required; resumes where they stopped).")
+@common
+def review_next(ctx, reviewer):
+    """Review the sample in the terminal: one item per screen, single keys.
+
+    a accept, r reject then a reason key, s skip, b back, q quit. Without a terminal,
+    keys are read from stdin.
+
+    \b
+    Example:
+        sftbuild review next --reviewer alice
+    """
+    from sftbuild.review import terminal
+
+    if ctx.store.stage_config("review") is None:
+        raise click.ClickException("no review sample yet: run `sftbuild review sample` first")
+    if not reviewer.strip():
+        raise click.ClickException("--reviewer needs a name")
+    terminal.flow(ctx, reviewer.strip(), terminal.key_reader(sys.stdin))
+
+
+@review.command("serve")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+              help="Port on 127.0.0.1 (0 picks a free one).")
+@click.option("--reviewer", default="", help="Reviewer name (else the page asks for one).")
+@common
+def review_serve(ctx, port, reviewer):
+    """Review in a local browser page (127.0.0.1 only): keyboard shortcuts, reference beside code.
+
+    \b
+    Example:
+        sftbuild review serve --reviewer alice   # then open the printed address
+    """
+    from sftbuild.review import web
+
+    if ctx.store.stage_config("review") is None:
+        raise click.ClickException("no review sample yet: run `sftbuild review sample` first")
+    try:
+        web.serve(ctx, port, reviewer)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}")
+
+
+@review.command("packet")
+@click.option("--format", "fmt", type=click.Choice(["label-studio", "argilla"]), required=True,
+              help="Label Studio task import JSON, or an Argilla dataset folder.")
+@click.argument("out", type=click.Path())
+@common
+def review_packet(ctx, fmt, out):
+    """Write the review sample for Label Studio or Argilla; read verdicts back with `review import`.
+
+    \b
+    Example:
+        sftbuild review packet --format label-studio tasks.json
+        sftbuild review packet --format argilla review-argilla/
+    """
+    from sftbuild.review import packets
+
+    written = packets.write(ctx, fmt, Path(out))
+    click.echo(f"wrote {written} records to {out} ({fmt})")
+
+
+@review.command("import")
+@click.argument("file", type=click.Path(exists=True))
+@common
+def review_import(ctx, file):
+    """Read verdicts from a Label Studio export JSON or an Argilla records file or folder.
+
+    \b
+    Example:
+        sftbuild review import project-1-export.json
+    """
+    from sftbuild.review import packets
+
+    st = packets.read(ctx, Path(file))
+    click.echo(", ".join(f"{k}={v}" for k, v in st.items()))
 
 
 @main.command()

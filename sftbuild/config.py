@@ -28,9 +28,10 @@ class ConfigError(Exception):
 
 
 def opt(default: Any, help: str = "", *, choices: tuple | None = None, lo: float | None = None,
-        hi: float | None = None, lo_open: bool = False, plugins: str | None = None) -> Any:
+        hi: float | None = None, lo_open: bool = False, hi_open: bool = False, plugins: str | None = None) -> Any:
     """A config field: its default, its help line, and the values it accepts."""
-    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "plugins": plugins}
+    meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
+            "plugins": plugins}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -133,6 +134,11 @@ class ReviewConfig:
     fraction: float = opt(0.1, "share of records sampled for human review", lo=0, hi=1, lo_open=True)
     seed: int = opt(0, "sample seed")
     max_reject_rate: float = opt(0.05, "export is blocked when more of the sample is rejected", lo=0, hi=1)
+    defect_rate: float = opt(0.05, "the defect rate the sample must be able to rule out: it holds at least "
+                             "ln(1-confidence)/ln(1-defect_rate) records (59 at 5%, 95%)",
+                             lo=0, hi=1, lo_open=True, hi_open=True)
+    confidence: float = opt(0.95, "confidence of that statement", lo=0, hi=1, lo_open=True, hi_open=True)
+    overlap: float = opt(0.0, "share of the sample reviewed by two reviewers, for Cohen's kappa", lo=0, hi=1)
 
 
 @dataclasses.dataclass
@@ -237,8 +243,8 @@ def _check(meta, value: Any, name: str) -> None:
             lo, hi = meta.get("lo"), meta.get("hi")
             if lo is not None and (v <= lo if meta.get("lo_open") else v < lo):
                 raise ConfigError(f"{name}: must be {'>' if meta.get('lo_open') else '>='} {lo}, got {v}")
-            if hi is not None and v > hi:
-                raise ConfigError(f"{name}: must be <= {hi}, got {v}")
+            if hi is not None and (v >= hi if meta.get("hi_open") else v > hi):
+                raise ConfigError(f"{name}: must be {'<' if meta.get('hi_open') else '<='} {hi}, got {v}")
 
 
 def _coerce(hint, value: Any, name: str):

@@ -382,33 +382,110 @@ class Store:
                  "env": json.loads(r[4]), "created": r[5]} for r in rows]
 
     # ---- review --------------------------------------------------------
-    def set_review_sample(self, sample_key: str, rows: list[tuple[str, str]]) -> None:
-        """Replace the sample; verdicts already given to records still sampled are kept."""
+    # The `reviews` row of a record holds its place in the current sample (`sample_key`, '' once a
+    # later sample leaves it out), how many reviewers it needs (`copies`) and the verdict that counts.
+    # Every reviewer's verdict is appended to `review_log`, keyed by record id (the code hash), and
+    # never deleted: a new sample keeps the verdicts of records it still holds and retires the rest.
+    REVIEW_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS review_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        record_id TEXT NOT NULL,
+        reviewer TEXT NOT NULL,
+        verdict TEXT NOT NULL CHECK (verdict IN ('accept', 'reject')),
+        reason TEXT,
+        via TEXT,
+        decided REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS review_log_record ON review_log(record_id, seq);
+    """
+
+    def _review_tables(self) -> None:
+        if getattr(self, "_review_ready", False):
+            return
+        self.db.executescript(self.REVIEW_SCHEMA)
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(reviews)")}
+        if "copies" not in cols:
+            self.db.execute("ALTER TABLE reviews ADD COLUMN copies INTEGER NOT NULL DEFAULT 1")
+        self._review_ready = True
+
+    def set_review_sample(self, sample_key: str, rows: list[tuple]) -> dict:
+        """Make `rows` ((record_id, stratum[, copies]) each) the sample. Nothing is deleted: records
+        still sampled keep their verdicts, the others are retired with theirs. Returns the counts."""
+        self._review_tables()
         with self.tx():
             keep = {r[0] for r in rows}
-            for (rid,) in self.db.execute("SELECT record_id FROM reviews").fetchall():
-                if rid not in keep:
-                    self.db.execute("DELETE FROM reviews WHERE record_id=?", (rid,))
-            for rid, stratum in rows:
+            old = self.db.execute("SELECT record_id, verdict FROM reviews WHERE sample_key != ''").fetchall()
+            retired = [rid for rid, _ in old if rid not in keep]
+            for rid in retired:
+                self.db.execute("UPDATE reviews SET sample_key='' WHERE record_id=?", (rid,))
+            for rid, stratum, *rest in rows:
                 self.db.execute(
-                    "INSERT INTO reviews (record_id, sample_key, stratum) VALUES (?,?,?) "
+                    "INSERT INTO reviews (record_id, sample_key, stratum, copies) VALUES (?,?,?,?) "
                     "ON CONFLICT(record_id) DO UPDATE SET sample_key=excluded.sample_key, "
-                    "stratum=excluded.stratum", (rid, sample_key, stratum))
+                    "stratum=excluded.stratum, copies=excluded.copies",
+                    (rid, sample_key, stratum, rest[0] if rest else 1))
+                self._review_settle(rid)
+        decided = {rid for rid, v in old if v}
+        return {"kept_verdicts": len(keep & decided),
+                "retired_verdicts": sum(1 for rid in retired if rid in decided),
+                "retired": len(retired)}
 
-    def review_rows(self) -> list[dict]:
+    def review_rows(self, retired: bool = False) -> list[dict]:
+        """The current sample (or, with `retired`, the records earlier samples held), by record id."""
+        self._review_tables()
         rows = self.db.execute(
-            "SELECT record_id, sample_key, stratum, verdict, reason, reviewer, decided FROM reviews "
-            "ORDER BY record_id").fetchall()
-        keys = ("record_id", "sample_key", "stratum", "verdict", "reason", "reviewer", "decided")
+            "SELECT record_id, sample_key, stratum, verdict, reason, reviewer, decided, copies FROM reviews "
+            f"WHERE sample_key {'=' if retired else '!='} '' ORDER BY record_id").fetchall()
+        keys = ("record_id", "sample_key", "stratum", "verdict", "reason", "reviewer", "decided", "copies")
         return [dict(zip(keys, r)) for r in rows]
 
-    def set_review_verdict(self, record_id: str, verdict: str, reason: str, reviewer: str) -> None:
+    def set_review_verdict(self, record_id: str, verdict: str, reason: str, reviewer: str,
+                           via: str = "cli") -> None:
+        """Append one reviewer's verdict; the record's verdict is settled once enough reviewers gave one."""
+        self._review_tables()
         with self.tx():
-            cur = self.db.execute(
-                "UPDATE reviews SET verdict=?, reason=?, reviewer=?, decided=? WHERE record_id=?",
-                (verdict, reason, reviewer, time.time(), record_id))
-            if cur.rowcount == 0:
+            row = self.db.execute("SELECT sample_key FROM reviews WHERE record_id=?", (record_id,)).fetchone()
+            if row is None or row[0] == "":
                 raise StoreError(f"record {record_id} is not in the review sample")
+            self.db.execute("INSERT INTO review_log (record_id, reviewer, verdict, reason, via, decided) "
+                            "VALUES (?,?,?,?,?,?)", (record_id, reviewer, verdict, reason, via, time.time()))
+            self._review_settle(record_id)
+
+    def review_votes(self, record_id: str | None = None) -> list[dict]:
+        """Each reviewer's latest verdict per record (one record, or all), oldest first."""
+        self._review_tables()
+        where, args = ("WHERE record_id=?", (record_id,)) if record_id else ("", ())
+        rows = self.db.execute(f"SELECT record_id, reviewer, verdict, reason, via, decided, seq FROM review_log "
+                               f"{where} ORDER BY seq", args).fetchall()
+        latest: dict[tuple, dict] = {}
+        for rid, reviewer, verdict, reason, via, decided, seq in rows:
+            latest.pop((rid, reviewer), None)  # a later verdict replaces the reviewer's earlier one
+            latest[(rid, reviewer)] = {"record_id": rid, "reviewer": reviewer, "verdict": verdict,
+                                       "reason": reason, "via": via, "decided": decided}
+        return list(latest.values())
+
+    def review_log(self) -> list[dict]:
+        """Every verdict ever given, in order (the append-only log)."""
+        self._review_tables()
+        rows = self.db.execute("SELECT record_id, reviewer, verdict, reason, via, decided FROM review_log "
+                               "ORDER BY seq").fetchall()
+        return [dict(zip(("record_id", "reviewer", "verdict", "reason", "via", "decided"), r)) for r in rows]
+
+    def _review_settle(self, record_id: str) -> None:
+        """The verdict that counts: none until `copies` reviewers decided, then reject if any rejected."""
+        votes = self.review_votes(record_id)
+        if not votes:  # verdicts from before the log stay as they were
+            return
+        (copies,) = self.db.execute("SELECT copies FROM reviews WHERE record_id=?", (record_id,)).fetchone()
+        if len(votes) < copies:
+            self.db.execute("UPDATE reviews SET verdict=NULL, reason=NULL, reviewer=NULL, decided=NULL "
+                            "WHERE record_id=?", (record_id,))
+            return
+        rejects = [v for v in votes if v["verdict"] == "reject"]
+        chosen = rejects or votes
+        self.db.execute("UPDATE reviews SET verdict=?, reason=?, reviewer=?, decided=? WHERE record_id=?",
+                        ("reject" if rejects else "accept", "; ".join(v["reason"] for v in chosen if v["reason"]),
+                         ",".join(v["reviewer"] for v in votes), max(v["decided"] for v in votes), record_id))
 
     # ---- manifests -----------------------------------------------------
     def start_run(self, stage: str, chash: str, config: Any, env: dict) -> int:
