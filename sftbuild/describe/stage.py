@@ -9,12 +9,14 @@ text claims what its features do not show is dropped as `description_mismatch`.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 
 from sftbuild import ops
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T
+from sftbuild.describe import writes as W
 from sftbuild.describe.describers import DESCRIBERS
 from sftbuild.ops import binders as B
 
@@ -57,24 +59,18 @@ def describe(rec, conf: dict, describers=None) -> tuple[str, str | None, dict]:
 
 
 def _facts(rec, feats: dict, conf: dict) -> dict:
+    """What the templates state: the task by kind (op, program or unbound), the kernel's
+    parameters with the ones it writes (from the code), and the static features."""
     binding = rec.binding or {}
     op = _op(binding.get("op"))
-    params = rec.entry.get("params") or []
-    if op:
-        semantics, noun = op.semantics, T.NOUNS.get(op.family, T.GENERIC_NOUN)
-        inputs, outputs = op.io["inputs"], op.io["outputs"]
-    else:
-        semantics = {"en": f"what `{rec.name}` computes, inferred from its name and signature",
-                     "zh": f"`{rec.name}`所表示的计算，由名称与签名推断"}
-        noun = T.GENERIC_NOUN
-        inputs = [p for p in params if "*" not in p or p.strip().startswith("const")] or ["(none)"]
-        outputs = [p for p in params if "*" in p and not p.strip().startswith("const")] or ["(in place)"]
-    return {
+    backend = rec.entry.get("backend") if rec.language == "kernelbench" else rec.language
+    params = rec.entry.get("params") or (W.triton_params(rec.code, rec.name) if rec.language == "triton" else [])
+    reads, writes = W.roles(rec.language, rec.code, rec.name, params)
+    facts = {
         "variant": T.variant(rec.id, conf["seed"]),
-        "lang_name": "Triton" if rec.language == "triton" else "CUDA",
-        "noun": {"en": noun[0], "zh": noun[1]},
-        "semantics": semantics,
-        "inputs": [f"`{s}`" for s in inputs], "outputs": [f"`{s}`" for s in outputs],
+        "lang_name": {"triton": "Triton", "cuda": "CUDA"}.get(backend, "GPU"),
+        "noun": {"en": T.GENERIC_NOUN[0], "zh": T.GENERIC_NOUN[1]},
+        "reads": [f"`{n}`" for n in reads], "writes": [f"`{n}`" for n in writes],
         "dtypes": feats["dtypes"],
         "techniques": feats["techniques"],
         "reduction": feats["reduction"],
@@ -84,6 +80,40 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         "arch": conf["arch"], "smem_budget": conf["smem_budget"],
         "signature": f"{rec.name}({', '.join(_param_name(p) for p in params)})",
     }
+    if binding.get("kind") in ("kernelbench", "inductor") and binding.get("reference"):
+        fused = re.match(r"triton_(poi|red|per|tem)_fused_(.+?)(?:_\d+)?$", rec.name)
+        facts.update(kind="program", flavor=binding["kind"], reference=binding["reference"].strip(),
+                     dtypes=binding.get("dtypes") or ["float32"],
+                     layouts=binding.get("layouts") or ["contiguous", "transposed", "sliced"],
+                     fused=fused.group(2) if fused else "",
+                     fused_kind=T.INDUCTOR_KINDS.get(fused.group(1) if fused else "", ("Triton", ""))[0],
+                     fused_kind_zh=T.INDUCTOR_KINDS.get(fused.group(1) if fused else "", ("", ""))[1])
+        if binding["kind"] == "kernelbench":
+            facts["signature"] = "ModelNew"
+    elif op:
+        noun = T.NOUNS.get(op.family, T.GENERIC_NOUN)
+        allowed = binding.get("dtypes") or list(op.dtypes)
+        dtypes = [d for d in op.dtypes if d in allowed and (not feats["dtypes"] or d in feats["dtypes"])]
+        # CUDA harnesses launch on contiguous tensors; Triton wrappers get the op's layouts
+        layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
+        facts.update(kind="op", op=op.name, semantics=op.semantics, noun={"en": noun[0], "zh": noun[1]},
+                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=[f"`{s}`" for s in op.io["outputs"]],
+                     shapes=_shapes(op.shape_pool, binding.get("constraints") or {}), dtypes=dtypes or feats["dtypes"],
+                     layouts=layouts)
+    else:
+        facts.update(kind="unbound")
+    return facts
+
+
+def _shapes(pool, cons: dict, most: int = 6) -> list[str]:
+    """Up to `most` shapes of the pool that the binding's own size limits allow, small to large."""
+    ok = [s for s in pool if ("max_numel" not in cons or math.prod(s) <= cons["max_numel"])
+          and ("max_cols" not in cons or s[-1] <= cons["max_cols"])]
+    ok = sorted(ok, key=math.prod)
+    if len(ok) > most:
+        step = (len(ok) - 1) / (most - 1)
+        ok = [ok[round(i * step)] for i in range(most)]
+    return ["(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")" for s in ok]
 
 
 def _op(name):
@@ -95,9 +125,7 @@ def _op(name):
         return None
 
 
-def _param_name(param: str) -> str:
-    names = re.findall(r"[A-Za-z_]\w*", param.split("=")[0])
-    return names[-1] if names else param
+_param_name = W.param_name
 
 
 def _bank_hash(binders) -> str:

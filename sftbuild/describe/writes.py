@@ -1,0 +1,219 @@
+"""Which parameters a kernel writes: its outputs are the pointers the code stores through.
+
+Read from the code's text or syntax tree, never run. A pointer the kernel writes is an
+output; everything else (const pointers, non-const pointers only read, scalars) is an input.
+
+CUDA: stores `p[i] = v`, `*p = v`, `*(p + i) = v`, compound assignments and increments,
+`p->f = v`, atomics and store intrinsics (`atomicAdd(&p[i], v)`, `__stcs(p + i, v)`),
+`memcpy`/`memset` into it, and any of these through a pointer derived from the parameter
+(`float4* q = reinterpret_cast<float4*>(p)`). A non-const pointer handed bare to another
+function counts as written: that function may store through it.
+
+Triton: `tl.store` and `tl.atomic_*` whose pointer's base (the additive terms of the
+pointer expression, followed through local assignments and `tl.make_block_ptr(base=...)`)
+is the parameter; offsets and strides (products) are not bases.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+ASSIGN_OP = r"(?:=(?!=)|[+\-*/%&|^]=|<<=|>>=|\+\+|--)"
+READ_ONLY_CALLS = {"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv", "min", "max", "sizeof", "static_cast",
+                   "reinterpret_cast", "const_cast", "if", "for", "while", "switch", "return", "float4", "make_float4"}
+
+
+def roles(language: str, code: str, kernel: str, params: list[str]) -> tuple[list[str], list[str]]:
+    """(reads, writes): parameter names in declaration order; empty when the code cannot be read."""
+    names = [param_name(p) for p in params]
+    if language == "cuda":
+        written = _cuda_writes(code, kernel, params)
+    elif language == "triton":
+        written = _triton_writes(code, kernel)
+    else:
+        return names, []
+    return [n for n in names if n not in written], [n for n in names if n in written]
+
+
+def param_name(param: str) -> str:
+    names = re.findall(r"[A-Za-z_]\w*", param.split("=")[0].split("[")[0])
+    return names[-1] if names else param
+
+
+# ---- CUDA ----------------------------------------------------------------------------
+
+def _strip(code: str) -> str:
+    code = re.sub(r"/\*.*?\*/", " ", code, flags=re.S)
+    code = re.sub(r"//[^\n]*", " ", code)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', code)
+
+
+def _body(code: str, kernel: str) -> str:
+    """The kernel's body (from its definition's `{` to the matching `}`), else the whole code."""
+    for m in re.finditer(r"\b" + re.escape(kernel) + r"\s*\(", code):
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        rest = code[i:]
+        head = re.match(r"[^;{]*\{", rest)
+        if not head:
+            continue  # a declaration or a launch, not the definition
+        start = i + head.end()
+        depth, j = 1, start
+        while j < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[j], 0)
+            j += 1
+        return code[start:j - 1]
+    return code
+
+
+def _data_const(decl: str) -> bool:
+    """`const T*` or `T const*`: the pointed-to data is const (a `T* const` pointer is not)."""
+    star = decl.rfind("*")
+    return star >= 0 and "const" in re.findall(r"\w+", decl[:star])
+
+
+def _cuda_writes(code: str, kernel: str, params: list[str]) -> set[str]:
+    body = _body(_strip(code), kernel)
+    pointers = {param_name(p): p for p in params if ("*" in p or "[" in p) and not _data_const(p)}
+    written = set()
+    for name in pointers:
+        aliases = _aliases(body, name)
+        if any(_stores(body, a) for a in aliases):
+            written.add(name)
+    return written
+
+
+def _aliases(body: str, name: str) -> set[str]:
+    """`name` and the non-const pointers assigned from it, to a fixed point."""
+    found = {name}
+    decl = re.compile(r"(?:^|[;{}(])\s*([^;{}()=]*?)\b([A-Za-z_]\w*)\s*=(?!=)\s*([^;]*);", re.M)
+    for _ in range(4):
+        grew = False
+        for m in decl.finditer(body):
+            typ, lhs, rhs = m.group(1), m.group(2), m.group(3)
+            if lhs in found or _data_const(typ + "*" if "*" not in typ else typ):
+                continue
+            if any(re.search(r"\b" + re.escape(a) + r"\b", rhs) for a in found) and ("*" in typ or "auto" in typ
+                                                                                      or not typ.strip()):
+                found.add(lhs)
+                grew = True
+        if not grew:
+            break
+    return found
+
+
+def _stores(body: str, n: str) -> bool:
+    w = re.escape(n)
+    for m in re.finditer(r"\b" + w + r"\s*\[", body):  # n[...] (balanced) then an assignment
+        depth, i = 1, m.end()
+        while i < len(body) and depth:
+            depth += {"[": 1, "]": -1}.get(body[i], 0)
+            i += 1
+        if re.match(r"\s*(?:\[[^\]]*\]\s*)*(?:\.\s*\w+\s*)*" + ASSIGN_OP, body[i:]):
+            return True
+        if re.search(r"(?:\+\+|--)\s*$", body[:m.start()]):
+            return True
+    patterns = [
+        r"\*\s*" + w + r"\s*" + ASSIGN_OP,  # *n = v
+        r"\*\s*\(\s*" + w + r"\b[^;()]*(?:\([^;()]*\)[^;()]*)*\)\s*" + ASSIGN_OP,  # *(n + i) = v
+        r"\b" + w + r"\s*->\s*\w+\s*" + ASSIGN_OP,  # n->f = v
+        r"\b(?:atomic\w*|__st\w*|red\w*|\w*[Ss]tore\w*|memcpy\w*|memset\w*)\s*\(\s*[&(]*\s*" + w + r"\b",
+    ]
+    if any(re.search(p, body) for p in patterns):
+        return True
+    # handed bare to another function, which may store through it
+    for m in re.finditer(r"\b([A-Za-z_][\w:]*)\s*(?:<[^;<>]*>)?\s*\(([^;]*)", body):
+        if m.group(1) in READ_ONLY_CALLS or m.group(1).startswith("__ld"):
+            continue
+        args = _top_args(m.group(2))
+        if any(re.fullmatch(r"\s*\(?\s*" + w + r"\s*(?:\+[^,]*)?\)?\s*", a) for a in args):
+            return True
+    return False
+
+
+def _top_args(text: str) -> list[str]:
+    depth, start, out = 0, 0, []
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                out.append(text[start:i])
+                return out
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    return out
+
+
+def triton_params(code: str, kernel: str) -> list[str]:
+    """The parameter names of Triton function `kernel` in `code` (for records whose entry has none)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
+    return [a.arg for a in fn.args.args] if fn else []
+
+
+# ---- Triton --------------------------------------------------------------------------
+
+def _triton_writes(code: str, kernel: str) -> set[str]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
+    if fn is None:
+        return set()
+    params = {a.arg for a in fn.args.args}
+    assigned: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    assigned.setdefault(t.id, []).append(node.value)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) and node.value:
+            assigned.setdefault(node.target.id, []).append(node.value)
+
+    def bases(expr, seen=frozenset()) -> set[str]:
+        if isinstance(expr, ast.Name):
+            if expr.id in params and expr.id not in assigned:
+                return {expr.id}
+            if expr.id in seen:
+                return set()
+            out = {expr.id} & params
+            for v in assigned.get(expr.id, []):
+                out |= bases(v, seen | {expr.id})
+            return out
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub)):
+            return bases(expr.left, seen) | bases(expr.right, seen)
+        if isinstance(expr, ast.Subscript):
+            return bases(expr.value, seen)
+        if isinstance(expr, ast.Call):
+            base = next((k.value for k in expr.keywords if k.arg == "base"), None)
+            if base is None and _dotted(expr.func).endswith(("make_block_ptr", "advance")) and expr.args:
+                base = expr.args[0]
+            return bases(base, seen) if base is not None else set()
+        return set()
+
+    written = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name.endswith(".store") or ".atomic_" in name:
+                ptr = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "pointer"), None)
+                if ptr is not None:
+                    written |= bases(ptr)
+    return written
+
+
+def _dotted(node) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
