@@ -24,7 +24,7 @@ STAGES = (
     Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing"),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),
     Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),
-    Stage("export", "sftbuild.output.stage", "SFT JSONL, chat, RLVR tasks and the dataset card"),
+    Stage("export", "sftbuild.output.stage", "SFT tables, RLVR tasks (verl, TRL) and the dataset card"),
 )
 NAMES = tuple(s.name for s in STAGES)
 
