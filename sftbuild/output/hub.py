@@ -11,10 +11,15 @@ from pathlib import Path
 from sftbuild.context import UserError
 
 
-def push(folder: Path, repo: str, private: bool = True) -> str:
-    """Create `repo` (a dataset repo, private unless it exists) and upload `folder`; returns the commit URL."""
+def check(repo: str) -> None:
+    """A repo id is OWNER/NAME; checked before anything is written."""
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise UserError(f"--push-to-hub {repo!r}: expected OWNER/NAME")
+
+
+def push(folder: Path, repo: str, private: bool = True) -> str:
+    """Create `repo` (a dataset repo, private unless it exists) and upload `folder`; returns the commit URL."""
+    check(repo)
     try:
         import huggingface_hub
     except ImportError as e:

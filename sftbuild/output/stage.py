@@ -54,6 +54,10 @@ def selected(formats: list[str]) -> list[Exporter]:
 def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> dict:
     cfg = ctx.config.export
     exporters = selected(cfg.formats)
+    if push_to_hub:
+        from sftbuild.output import hub
+
+        hub.check(push_to_hub)
     blocked = gate(ctx)
     if blocked:
         raise Waiting(f"waiting for review: {blocked}")
@@ -95,8 +99,6 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
                          rows=sum(i["rows"] for c in batch.configs.values() for i in c.values()),
                          **{f"split_{k}": len(v) for k, v in batch.by_split().items()})
     if push_to_hub:
-        from sftbuild.output import hub
-
         run.stats["pushed"] = hub.push(out_dir, push_to_hub)
     return run.stats
 
