@@ -11,8 +11,12 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from pathlib import Path
+
+import yaml
 
 from sftbuild import ops
+from sftbuild.ops import launch as ops_launch
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T
@@ -64,7 +68,7 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
     binding = rec.binding or {}
     op = _op(binding.get("op"))
     backend = rec.entry.get("backend") if rec.language == "kernelbench" else rec.language
-    params = rec.entry.get("params") or (W.triton_params(rec.code, rec.name) if rec.language == "triton" else [])
+    params = rec.entry.get("params") or (W.function_params(rec.code, rec.name) or [] if rec.language == "triton" else [])
     reads, writes = W.roles(rec.language, rec.code, rec.name, params)
     facts = {
         "variant": T.variant(rec.id, conf["seed"]),
@@ -98,17 +102,61 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
         facts.update(kind="op", op=op.name, semantics=op.semantics, noun={"en": noun[0], "zh": noun[1]},
                      inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=[f"`{s}`" for s in op.io["outputs"]],
-                     shapes=_shapes(op.shape_pool, binding.get("constraints") or {}), dtypes=dtypes or feats["dtypes"],
-                     layouts=layouts)
+                     shapes=_shapes(op.shape_pool, {**_harness_limits(binding.get("harness")),
+                                                    **(binding.get("constraints") or {})}),
+                     dtypes=dtypes or feats["dtypes"], layouts=layouts, roles=_roles(op, params, binding),
+                     launcher=_launcher(rec) if rec.language == "triton" else "")
     else:
         facts.update(kind="unbound")
     return facts
 
 
+def _launcher(rec) -> str:
+    """`name(args)` of the Python function in the record that launches its kernel (what validation
+    calls with the op's inputs), or "" when the record holds none."""
+    names = [rec.entry.get("wrapper")] + [site.get("function") for site in rec.entry.get("launch_sites") or []]
+    for name in filter(None, names):
+        args = W.function_params(rec.code, name)
+        if args is not None:
+            return f"{name}({', '.join(args)})"
+    return ""
+
+
+def _roles(op, params: list[str], binding: dict) -> list[tuple[str, str]]:
+    """(kernel parameter, op role) pairs where the binding maps parameters onto the op's launch
+    contract (`generic_launch`: "ptr:i" is the i-th of outputs then inputs, "int:i" the contract's
+    i-th size, named in its docstring as `ints = [...]`)."""
+    args = (binding.get("harness_args") or {}).get("args") or []
+    if binding.get("harness") != "generic_launch" or len(args) != len(params):
+        return []
+    tensors = [t.split(":")[0].strip() for t in op.io["outputs"] + op.io["inputs"]]
+    m = re.search(r"ints = \[([^\]]*)\]", ops_launch.CONTRACTS[op.launch].__doc__ or "")
+    sizes = [x.strip() for x in m.group(1).split(",")] if m else []
+    out = []
+    for param, arg in zip(params, args):
+        kind, _, i = arg.partition(":")
+        names = tensors if kind == "ptr" else sizes
+        if i.isdigit() and int(i) < len(names):
+            out.append((W.param_name(param), names[int(i)]))
+    return out
+
+
+def _harness_limits(name: str | None) -> dict:
+    """The `limits:` a CUDA harness template declares in its header (shapes its launch logic cannot
+    serve), read as text: describe runs before validate and does not import it."""
+    path = Path(__file__).parents[1] / "validate" / "templates" / f"{name}.cu.j2"
+    if not name or not path.is_file():
+        return {}
+    m = re.search(r"^limits:([^#\n]*)", path.read_text(encoding="utf-8")[:2000], re.M)
+    return (yaml.safe_load(m.group(1)) or {}) if m else {}
+
+
 def _shapes(pool, cons: dict, most: int = 6) -> list[str]:
-    """Up to `most` shapes of the pool that the binding's own size limits allow, small to large."""
+    """Up to `most` shapes of the pool that the size limits allow, small to large."""
+    dims = {int(a): n for a, n in (cons.get("dims") or {}).items()}
     ok = [s for s in pool if ("max_numel" not in cons or math.prod(s) <= cons["max_numel"])
-          and ("max_cols" not in cons or s[-1] <= cons["max_cols"])]
+          and ("max_cols" not in cons or s[-1] <= cons["max_cols"])
+          and all(a < len(s) and s[a] == n for a, n in dims.items())]
     ok = sorted(ok, key=math.prod)
     if len(ok) > most:
         step = (len(ok) - 1) / (most - 1)

@@ -54,6 +54,7 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              trim_blocks=False)
     env.filters["phrase"] = lambda key, lang: DESCRIBERS.get(key).phrase[lang]
+    env.filters["wrap"] = lambda text: f"`{text}`"
     env.filters["strategy"] = lambda key, lang: STRATEGY[key][0 if lang == "en" else 1]
     return env
 

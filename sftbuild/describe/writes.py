@@ -149,14 +149,14 @@ def _top_args(text: str) -> list[str]:
     return out
 
 
-def triton_params(code: str, kernel: str) -> list[str]:
-    """The parameter names of Triton function `kernel` in `code` (for records whose entry has none)."""
+def function_params(code: str, name: str) -> list[str] | None:
+    """The parameter names of Python function `name` in `code`; None when it is not defined there."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
-        return []
-    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
-    return [a.arg for a in fn.args.args] if fn else []
+        return None
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    return [a.arg for a in fn.args.args] if fn else None
 
 
 # ---- Triton --------------------------------------------------------------------------
