@@ -114,7 +114,8 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
 def _launcher(rec) -> str:
     """`name(args)` of the Python function in the record that launches its kernel (what validation
     calls with the op's inputs), or "" when the record holds none."""
-    names = [rec.entry.get("wrapper")] + [site.get("function") for site in rec.entry.get("launch_sites") or []]
+    names = [rec.entry.get("wrapper")] + [site.get("function") for site in rec.entry.get("launch_sites") or []] \
+        + [W.launcher(rec.code)]
     for name in filter(None, names):
         args = W.function_params(rec.code, name)
         if args is not None:

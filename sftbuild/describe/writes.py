@@ -159,6 +159,20 @@ def function_params(code: str, name: str) -> list[str] | None:
     return [a.arg for a in fn.args.args] if fn else None
 
 
+def launcher(code: str) -> str | None:
+    """The top-level Python function that launches a `@triton.jit` kernel (`kernel[grid](...)`),
+    public ones first: the wrapper validation calls when the record names none."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    jits = {f.name for f in tree.body if isinstance(f, ast.FunctionDef)
+            and any("jit" in ast.unparse(d) or "autotune" in ast.unparse(d) for d in f.decorator_list)}
+    found = [f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name not in jits and any(
+        isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in jits for n in ast.walk(f))]
+    return next((n for n in found if not n.startswith("_")), found[0] if found else None)
+
+
 # ---- Triton --------------------------------------------------------------------------
 
 def _triton_writes(code: str, kernel: str) -> set[str]:

@@ -231,3 +231,19 @@ def test_push_to_hub_uploads_the_folder(exported, tmp_path, monkeypatch):
     assert "hub.example/me/kernels" in r.output
     r = invoke("export", "-q", "-w", str(ws), "--push-to-hub", "not-a-repo")
     assert r.exit_code != 0 and "OWNER/NAME" in r.output and "Traceback" not in r.output
+
+
+def test_no_empty_success_on_a_machine_without_a_gpu(tmp_path):
+    """Every record waits for a GPU: the review sample is empty, so the gate is open, and export
+    still refuses with one sentence that says why and what to do, writing nothing."""
+    ws = tmp_path / "ws"
+    fixture.build(ws)
+    s = Store(ws)
+    s.set_stage_config("validate", "cpu", {})
+    s.put_results([(r.id, "validate", "cpu", "waiting", "needs_gpu", {}) for r in s.records()])
+    s.close()
+    assert invoke("review", "sample", "-q", "-w", str(ws)).exit_code == 0
+    r = invoke("export", "-q", "-w", str(ws))
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "0 records validated: 16 wait for a GPU; run `sftbuild validate` on a GPU machine" in r.output
+    assert not (ws / "export").exists()

@@ -100,7 +100,10 @@ def card(batch: Batch) -> str:
               f"{review.get('sampled', 0)} records were sampled for human review: {review.get('accepted', 0)} accepted, "
               f"{review.get('rejected', 0)} rejected, {review.get('pending', 0)} pending"
               + (f" (reviewers: {', '.join(review['reviewers'])})" if review.get("reviewers") else "") + ".",
-              f"What the sample shows: {review.get('statement', 'no review data')}.", ""]
+              f"What the sample shows: {review.get('statement', 'no review data')}.", "",
+              *([("The review stage's own record: " + ", ".join(
+                  f"{k}={v}" for k, v in sorted(review["stage"].items()) if not isinstance(v, (dict, list))) + "."), ""]
+                if review.get("stage") else [])]
     lines += ["## Licences", "", "| licence | records |", "| --- | --- |",
               *[f"| {lic} | {n} |" for lic, n in sorted(licences.items())], "",
               "## Sources", "", "| source | records |", "| --- | --- |",
