@@ -9,7 +9,7 @@ parquet file has the same schema whether or not a value is known.
 Splits: `train` holds records whose correctness was checked on a GPU; `cpu_interpreter`
 holds records checked only in the CPU Triton interpreter (exported only when
 `export.interpreter_only` is `split`); unbound records (nothing to check them against) are
-exported only with `export.include_unbound`, in `train` when a GPU ran them.
+exported only with `export.include_unbound`, as split `unbound`.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import datasets
 
 from sftbuild.record import Record
 
-SPLITS = ("train", "cpu_interpreter")
+SPLITS = ("train", "cpu_interpreter", "unbound")
 ERRORS = ("max_abs", "max_rel", "norm_rel")
 
 VALIDATION = {

@@ -17,7 +17,8 @@ Rules:
   review gate must be open.
 - Splits: `train` (correctness checked on a GPU); records checked only in the CPU
   interpreter are left out, or exported as split `cpu_interpreter` with
-  ``export.interpreter_only: split``; unbound records only with ``export.include_unbound``.
+  ``export.interpreter_only: split``; unbound records only with ``export.include_unbound``,
+  as split `unbound`.
   Left-out records are results of this stage (dropped: interpreter_only / unbound), so the
   funnel says so.
 - Nothing to export is an error that says why and what to do; the folder is not touched.
@@ -115,7 +116,7 @@ def _samples(ctx: Context, records) -> tuple[list[Sample], dict[str, str]]:
         if not bound(rec) and not cfg.include_unbound:
             left_out[rec.id] = "unbound"
             continue
-        split = "train" if where(payload) == "gpu" else "cpu_interpreter"
+        split = "unbound" if not bound(rec) else "train" if where(payload) == "gpu" else "cpu_interpreter"
         if split == "cpu_interpreter" and cfg.interpreter_only != "split":
             left_out[rec.id] = "interpreter_only"
             continue
@@ -157,6 +158,9 @@ def _out_dir(ctx: Context) -> Path:
         raise UserError(f"export.out_dir {out}: cannot create its parent folder ({e.strerror or e})") from e
     if not os.access(out.parent, os.W_OK):
         raise UserError(f"export.out_dir {out}: its folder {out.parent} is not writable")
+    aside = out.with_name(out.name + ".old")
+    if not out.exists() and aside.is_dir():  # a swap killed between its two renames: put the old one back
+        os.rename(aside, out)
     return out
 
 

@@ -202,7 +202,8 @@ def test_unbound_records_are_left_out_unless_asked_for(tmp_path):
         ctx = Context(Store(ws), cfg, LocalExecutor(cpu_workers=1, progress=False), echo=lambda m: None)
         stats = stage.run(ctx, force=True)
         ctx.store.close()
-        assert stats["records"] == expect
+        assert stats["records"] == expect and stats.get("split_unbound", 0) == int(include)
+    assert "`unbound`: 1 records, no reference is bound" in (ws / "export" / "README.md").read_text()
     status = invoke("status", "-w", str(ws)).output
     assert "dropped:interpreter_only=4" in status
 

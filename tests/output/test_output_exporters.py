@@ -60,3 +60,18 @@ def test_out_dir_that_is_a_file_is_one_sentence(tmp_path):
     invoke("review", "sample", "-q", "-w", ws)
     r = invoke("export", "-q", "-w", ws, "-c", str(cfg))
     assert r.exit_code != 0 and "Traceback" not in r.output
+
+
+def test_an_export_set_aside_by_a_killed_swap_comes_back(tmp_path):
+    from sftbuild.config import Config
+    from sftbuild.context import Context
+    from sftbuild.executor import LocalExecutor
+    from sftbuild.store import Store
+
+    aside = tmp_path / "ws" / "export.old"
+    aside.mkdir(parents=True)
+    (aside / "export.json").write_text(json.dumps({"records": 25}))
+    ctx = Context(Store(tmp_path / "ws"), Config(), LocalExecutor(cpu_workers=1, progress=False))
+    out = stage._out_dir(ctx)
+    ctx.store.close()
+    assert out == tmp_path / "ws" / "export" and stage.previous_records(out) == 25 and not aside.exists()

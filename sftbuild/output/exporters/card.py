@@ -66,9 +66,9 @@ def card(batch: Batch) -> str:
     cov = {split: summary.coverage(samples) for split, samples in sorted(splits.items())}
     lines = ["---", yaml.safe_dump(header(batch), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
              "# Validated GPU kernels (CUDA and Triton)", "",
-             f"{len(records)} kernels, each bound to a torch reference (an op, a KernelBench program or an Inductor "
-             "program), compiled, and checked for correctness over generated shapes, dtypes and layouts. The code "
-             "of every row is byte for byte what was validated.", ""]
+             f"{len(records)} kernels. Each record outside the `unbound` split is bound to a torch reference (an op, "
+             "a KernelBench program or an Inductor program), compiled, and checked for correctness over generated "
+             "shapes, dtypes and layouts. The code of every row is byte for byte what was validated.", ""]
     lines += [f"- `{split}`: {len(samples)} records, " + _where_sentence(split) for split, samples in
               sorted(splits.items())]
     lines += ["", "## Load", "", "```python", "from datasets import load_dataset",
@@ -178,6 +178,8 @@ def _licence(spdx: str | None) -> str:
 
 
 def _where_sentence(split: str) -> str:
+    if split == "unbound":
+        return "no reference is bound to these kernels: what they compute was not checked (export.include_unbound)."
     if split == "cpu_interpreter":
         return "checked only in the CPU Triton interpreter (TRITON_INTERPRET=1), never on a GPU; no timings."
     return "checked for correctness on a GPU (timed against torch eager where a speedup is given)."
