@@ -21,7 +21,9 @@ Rules:
   as split `unbound`.
   Left-out records are results of this stage (dropped: interpreter_only / unbound), so the
   funnel says so.
-- Nothing to export is an error that says why and what to do; the folder is not touched.
+- Nothing to export is never a silent success: the stage raises `Waiting` with one sentence
+  saying why and what to do (`sftbuild export` exits non-zero with it, `sftbuild run` prints
+  it above the funnel); the folder is not touched.
 - The export is written to a new folder next to the old one and swapped in by rename; an
   export with fewer records than the one it replaces needs ``force``.
 - The card's funnel is the store's once this stage's results are in: `sftbuild status` prints
@@ -65,8 +67,8 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
     out_dir = _out_dir(ctx)
     records = ctx.store.alive("export")
     samples, left_out = _samples(ctx, records)
-    if not samples:
-        raise UserError(_why_empty(ctx, left_out))
+    if not samples:  # `sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops
+        raise Waiting(_why_empty(ctx, left_out))
     before = previous_records(out_dir)
     if len(samples) < before and not force:
         raise UserError(f"this export has {len(samples)} records, fewer than the {before} in {out_dir}; "
