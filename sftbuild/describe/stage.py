@@ -85,13 +85,13 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         "signature": f"{rec.name}({', '.join(_param_name(p) for p in params)})",
     }
     if binding.get("kind") in ("kernelbench", "inductor") and binding.get("reference"):
+        # Inductor names a kernel after its kind and the ops it fuses: triton_poi_fused_add_relu_0
         fused = re.match(r"triton_(poi|red|per|tem)_fused_(.+?)(?:_\d+)?$", rec.name)
+        kind_words = T.INDUCTOR_KINDS[fused.group(1)] if fused else ("Triton", "")
         facts.update(kind="program", flavor=binding["kind"], reference=binding["reference"].strip(),
                      dtypes=binding.get("dtypes") or ["float32"],
                      layouts=binding.get("layouts") or ["contiguous", "transposed", "sliced"],
-                     fused=fused.group(2) if fused else "",
-                     fused_kind=T.INDUCTOR_KINDS.get(fused.group(1) if fused else "", ("Triton", ""))[0],
-                     fused_kind_zh=T.INDUCTOR_KINDS.get(fused.group(1) if fused else "", ("", ""))[1])
+                     fused=fused.group(2) if fused else "", fused_kind=kind_words[0], fused_kind_zh=kind_words[1])
         if binding["kind"] == "kernelbench":
             facts["signature"] = "ModelNew"
     elif op:

@@ -134,7 +134,7 @@ def plots(batch: Batch) -> dict[str, bytes]:
     ax.invert_yaxis()
     ax.set_xlabel("records")
     ax.set_title(f"Funnel: {batch.funnel.get('records', 0)} records harvested")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     out["plots/funnel.png"] = _png(fig, plt)
 
     vals = [validation(s) for s in batch.samples]
