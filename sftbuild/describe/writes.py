@@ -19,6 +19,9 @@ import ast
 import re
 
 ASSIGN_OP = r"(?:=(?!=)|[+\-*/%&|^]=|<<=|>>=|\+\+|--)"
+ASSIGN = re.compile(r"(?<![=!<>+\-*/%&|^])=(?!=)")  # a plain assignment, not ==, <=, +=
+MAX_CODE = 200_000  # characters of a kernel read; the rest is not looked at
+SPAN = 2_000  # how far a subscript or argument list is followed
 READ_ONLY_CALLS = {"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv", "min", "max", "sizeof", "static_cast",
                    "reinterpret_cast", "const_cast", "if", "for", "while", "switch", "return", "float4", "make_float4"}
 
@@ -26,12 +29,11 @@ READ_ONLY_CALLS = {"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv", "m
 def roles(language: str, code: str, kernel: str, params: list[str]) -> tuple[list[str], list[str]]:
     """(reads, writes): parameter names in declaration order; empty when the code cannot be read."""
     names = [param_name(p) for p in params]
-    if language == "cuda":
-        written = _cuda_writes(code, kernel, params)
-    elif language == "triton":
-        written = _triton_writes(code, kernel)
-    else:
-        return names, []
+    read = {"cuda": lambda: _cuda_writes(code, kernel, params), "triton": lambda: _triton_writes(code, kernel)}
+    try:
+        written = read[language]() if language in read else set()
+    except RecursionError:  # an expression nested past Python's limit: say nothing about writes
+        written = set()
     return [n for n in names if n not in written], [n for n in names if n in written]
 
 
@@ -50,9 +52,11 @@ def _strip(code: str) -> str:
 
 def _body(code: str, kernel: str) -> str:
     """The kernel's body (from its definition's `{` to the matching `}`), else the whole code."""
-    for m in re.finditer(r"\b" + re.escape(kernel) + r"\s*\(", code):
-        depth, i = 1, m.end()
-        while i < len(code) and depth:
+    for n, m in enumerate(re.finditer(r"\b" + re.escape(kernel) + r"\s*\(", code)):
+        if n >= 32:  # declarations and launches come first rarely more often than this
+            break
+        depth, i, stop = 1, m.end(), min(len(code), m.end() + 5 * SPAN)
+        while i < stop and depth:
             depth += {"(": 1, ")": -1}.get(code[i], 0)
             i += 1
         rest = code[i:]
@@ -75,7 +79,7 @@ def _data_const(decl: str) -> bool:
 
 
 def _cuda_writes(code: str, kernel: str, params: list[str]) -> set[str]:
-    body = _body(_strip(code), kernel)
+    body = _body(_strip(code[:MAX_CODE]), kernel)
     pointers = {param_name(p): p for p in params if ("*" in p or "[" in p) and not _data_const(p)}
     written = set()
     for name in pointers:
@@ -86,17 +90,22 @@ def _cuda_writes(code: str, kernel: str, params: list[str]) -> set[str]:
 
 
 def _aliases(body: str, name: str) -> set[str]:
-    """`name` and the non-const pointers assigned from it, to a fixed point."""
+    """`name` and the non-const pointers assigned from it, to a fixed point (one pass per statement,
+    linear in the code: it is untrusted and may be built to make a regex backtrack)."""
+    assigns = []
+    for stmt in re.split(r"[;{}]", body):
+        eq = ASSIGN.search(stmt)
+        lhs = eq and re.search(r"([A-Za-z_]\w*)\s*$", stmt[:eq.start()])
+        if lhs:
+            typ = stmt[:lhs.start()].split("(")[-1]
+            assigns.append((typ, lhs.group(1), set(re.findall(r"[A-Za-z_]\w*", stmt[eq.end():]))))
     found = {name}
-    decl = re.compile(r"(?:^|[;{}(])\s*([^;{}()=]*?)\b([A-Za-z_]\w*)\s*=(?!=)\s*([^;]*);", re.M)
     for _ in range(4):
         grew = False
-        for m in decl.finditer(body):
-            typ, lhs, rhs = m.group(1), m.group(2), m.group(3)
-            if lhs in found or _data_const(typ + "*" if "*" not in typ else typ):
+        for typ, lhs, rhs in assigns:
+            if lhs in found or _data_const(typ if "*" in typ else typ + "*"):
                 continue
-            if any(re.search(r"\b" + re.escape(a) + r"\b", rhs) for a in found) and ("*" in typ or "auto" in typ
-                                                                                      or not typ.strip()):
+            if rhs & found and ("*" in typ or "auto" in typ or not typ.strip()):
                 found.add(lhs)
                 grew = True
         if not grew:
@@ -106,12 +115,14 @@ def _aliases(body: str, name: str) -> set[str]:
 
 def _stores(body: str, n: str) -> bool:
     w = re.escape(n)
-    for m in re.finditer(r"\b" + w + r"\s*\[", body):  # n[...] (balanced) then an assignment
-        depth, i = 1, m.end()
-        while i < len(body) and depth:
+    for n, m in enumerate(re.finditer(r"\b" + w + r"\s*\[", body)):  # n[...] (balanced) then an assignment
+        if n >= 500:
+            break
+        depth, i, stop = 1, m.end(), min(len(body), m.end() + SPAN)
+        while i < stop and depth:
             depth += {"[": 1, "]": -1}.get(body[i], 0)
             i += 1
-        if re.match(r"\s*(?:\[[^\]]*\]\s*)*(?:\.\s*\w+\s*)*" + ASSIGN_OP, body[i:]):
+        if re.match(r"\s*(?:\[[^\]]*\]\s*)*(?:\.\s*\w+\s*)*" + ASSIGN_OP, body[i:i + SPAN]):
             return True
         if re.search(r"(?:\+\+|--)\s*$", body[:m.start()]):
             return True
@@ -123,30 +134,35 @@ def _stores(body: str, n: str) -> bool:
     ]
     if any(re.search(p, body) for p in patterns):
         return True
-    # handed bare to another function, which may store through it
-    for m in re.finditer(r"\b([A-Za-z_][\w:]*)\s*(?:<[^;<>]*>)?\s*\(([^;]*)", body):
-        if m.group(1) in READ_ONLY_CALLS or m.group(1).startswith("__ld"):
-            continue
-        args = _top_args(m.group(2))
-        if any(re.fullmatch(r"\s*\(?\s*" + w + r"\s*(?:\+[^,]*)?\)?\s*", a) for a in args):
+    # handed bare (or offset) to another function, which may store through it
+    arg = re.compile(r"[(,]\s*\(?\s*" + w + r"\s*(?:\+[^,();]{0,200})?\)?\s*[,)]")
+    for n, m in enumerate(arg.finditer(body)):
+        if n >= 200:
+            break
+        callee = _callee(body, m.start())
+        if callee and callee not in READ_ONLY_CALLS and not callee.startswith("__ld"):
             return True
     return False
 
 
-def _top_args(text: str) -> list[str]:
-    depth, start, out = 0, 0, []
-    for i, ch in enumerate(text):
-        if ch in "([{":
+def _callee(body: str, pos: int) -> str | None:
+    """The name of the call whose argument list holds position `pos` (a `(` or `,`), if any."""
+    depth, i = 0, pos
+    while i >= max(0, pos - SPAN):
+        ch = body[i]
+        if ch in ")]}":
             depth += 1
-        elif ch in ")]}":
+        elif ch in "([{":
             if depth == 0:
-                out.append(text[start:i])
-                return out
+                if ch != "(":
+                    return None
+                name = re.search(r"([A-Za-z_][\w:]*)\s*(?:<[^;<>]{0,200}>)?\s*$", body[max(0, i - 300):i])
+                return name.group(1) if name else None
             depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(text[start:i])
-            start = i + 1
-    return out
+        elif ch == ";":
+            return None
+        i -= 1
+    return None
 
 
 def function_params(code: str, name: str) -> list[str] | None:
@@ -193,26 +209,37 @@ def _triton_writes(code: str, kernel: str) -> set[str]:
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) and node.value:
             assigned.setdefault(node.target.id, []).append(node.value)
 
-    def bases(expr, seen=frozenset()) -> set[str]:
+    # which parameters each local's value derives from, as a pointer base: a fixed point over the
+    # assignments, so chains and cycles of any length cost linear passes, never exponential recursion
+    origin: dict[str, set[str]] = {p: {p} for p in params if p not in assigned}
+
+    def bases(expr) -> set[str]:
         if isinstance(expr, ast.Name):
-            if expr.id in params and expr.id not in assigned:
-                return {expr.id}
-            if expr.id in seen:
-                return set()
-            out = {expr.id} & params
-            for v in assigned.get(expr.id, []):
-                out |= bases(v, seen | {expr.id})
-            return out
+            return origin.get(expr.id, set())
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub)):
-            return bases(expr.left, seen) | bases(expr.right, seen)
+            return bases(expr.left) | bases(expr.right)
         if isinstance(expr, ast.Subscript):
-            return bases(expr.value, seen)
+            return bases(expr.value)
         if isinstance(expr, ast.Call):
             base = next((k.value for k in expr.keywords if k.arg == "base"), None)
             if base is None and _dotted(expr.func).endswith(("make_block_ptr", "advance")) and expr.args:
                 base = expr.args[0]
-            return bases(base, seen) if base is not None else set()
+            return bases(base) if base is not None else set()
         return set()
+
+    users: dict[str, set[str]] = {}  # name -> the locals whose values mention it
+    for name, values in assigned.items():
+        for v in values:
+            for n in ast.walk(v):
+                if isinstance(n, ast.Name):
+                    users.setdefault(n.id, set()).add(name)
+    todo = list(assigned)
+    while todo:  # a worklist: a local's set only grows (at most once per parameter)
+        name = todo.pop()
+        new = ({name} & params).union(*(bases(v) for v in assigned[name]))
+        if not new <= origin.get(name, set()):
+            origin[name] = origin.get(name, set()) | new
+            todo.extend(users.get(name, ()))
 
     written = set()
     for node in ast.walk(fn):

@@ -87,3 +87,17 @@ def test_an_unbound_kernel_claims_no_computation():
     assert "not stated" in instr["en:brief"] and "writes `b`" in instr["en:brief"]
     assert "computes" not in instr["en:brief"] and "inferred" not in instr["en:detailed"]
     assert "没有绑定参考计算" in instr["zh:brief"]
+
+
+def test_reading_writes_stays_fast_on_hostile_code():
+    import time
+
+    chain = "\n".join(f"    v{i} = v{i + 1} + v{i + 1}" for i in range(2000))
+    cases = [("cuda", "k(" * 100000), ("cuda", "__global__ void k(float* a){" + "a[" * 100000 + "}"),
+             ("cuda", "__global__ void k(float* a){" + "f(a, " * 50000 + "}"),
+             ("triton", "@triton.jit\ndef k(a, n):\n    v2000 = a\n" + chain + "\n    tl.store(v0, 1)\n")]
+    for language, code in cases:
+        start = time.monotonic()
+        roles(language, code, "k", ["float* a"] if language == "cuda" else ["a", "n"])
+        assert time.monotonic() - start < 5, (language, code[:40])
+    assert roles("triton", cases[-1][1], "k", ["a", "n"])[1] == ["a"]  # a chain 2000 long is followed
