@@ -87,10 +87,9 @@ def validation(sample: Sample) -> dict:
     trials = p.get("trials") or []
     shapes = {json.dumps(t.get("shape"), sort_keys=True) for t in trials if t.get("shape") is not None}
     errors = p.get("errors") or {}
-    gpus = env.get("gpus") or []
     return {
-        "where": where(p), "gpu": env.get("gpu") or (None if where(p) != "gpu" else (gpus[0] if gpus else None)),
-        "driver": _str(env.get("driver")), "cuda": _str(env.get("cuda")), "torch": _str(env.get("torch")),
+        "where": where(p), "gpu": (p.get("env") or {}).get("gpu"),  # the GPU the trials ran on, none in the interpreter
+        "driver": _str(env.get("driver") or _smi_driver(env.get("gpus"))), "cuda": _str(env.get("cuda")), "torch": _str(env.get("torch")),
         "triton": _str(env.get("triton")), "nvcc": _str(env.get("nvcc")),
         "trials": len(trials), "shapes": len(shapes),
         "dtypes": ",".join(sorted({t["dtype"] for t in trials if t.get("dtype")})),
@@ -131,6 +130,12 @@ def _language(rec: Record) -> str:
     if rec.language == "kernelbench":
         return rec.entry.get("backend") if rec.entry.get("backend") in ("cuda", "triton") else rec.language
     return rec.language
+
+
+def _smi_driver(gpus) -> str | None:
+    """The driver from the host environment's `nvidia-smi` line ("NVIDIA H200, 570.86.15")."""
+    first = (gpus or [""])[0]
+    return first.split(",")[-1].strip() if "," in first else None
 
 
 def _str(v) -> str | None:
