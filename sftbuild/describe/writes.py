@@ -135,7 +135,7 @@ def _stores(body: str, n: str) -> bool:
     if any(re.search(p, body) for p in patterns):
         return True
     # handed bare (or offset) to another function, which may store through it
-    arg = re.compile(r"[(,]\s*\(?\s*" + w + r"\s*(?:\+[^,();]{0,200})?\)?\s*[,)]")
+    arg = re.compile(r"[(,]\s*\(?\s*" + w + r"\s*(?=[+\-,)])")  # `f(p, ..)`, `f(p + i * n, ..)`
     for n, m in enumerate(arg.finditer(body)):
         if n >= 200:
             break
@@ -192,13 +192,28 @@ def launcher(code: str) -> str | None:
 # ---- Triton --------------------------------------------------------------------------
 
 def _triton_writes(code: str, kernel: str) -> set[str]:
+    """The parameters of `kernel` it stores through, following calls into the module's own
+    functions (a kernel often stores in a `@triton.jit` helper it hands the pointer to)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return set()
-    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == kernel), None)
-    if fn is None:
+    fns = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    if kernel not in fns:
         return set()
+    written: dict[str, set[str]] = {name: set() for name in fns}
+    for _ in range(16):  # helpers calling helpers: a few rounds reach a fixed point
+        changed = False
+        for name, fn in fns.items():
+            now = _stores_in(fn, fns, written)
+            if now != written[name]:
+                written[name], changed = now, True
+        if not changed:
+            break
+    return written[kernel]
+
+
+def _stores_in(fn: ast.FunctionDef, fns: dict, written: dict) -> set[str]:
     params = {a.arg for a in fn.args.args}
     assigned: dict[str, list[ast.AST]] = {}
     for node in ast.walk(fn):
@@ -208,7 +223,6 @@ def _triton_writes(code: str, kernel: str) -> set[str]:
                     assigned.setdefault(t.id, []).append(node.value)
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) and node.value:
             assigned.setdefault(node.target.id, []).append(node.value)
-
     # which parameters each local's value derives from, as a pointer base: a fixed point over the
     # assignments, so chains and cycles of any length cost linear passes, never exponential recursion
     origin: dict[str, set[str]] = {p: {p} for p in params if p not in assigned}
@@ -241,15 +255,21 @@ def _triton_writes(code: str, kernel: str) -> set[str]:
             origin[name] = origin.get(name, set()) | new
             todo.extend(users.get(name, ()))
 
-    written = set()
+    out = set()
     for node in ast.walk(fn):
-        if isinstance(node, ast.Call):
-            name = _dotted(node.func)
-            if name.endswith(".store") or ".atomic_" in name:
-                ptr = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "pointer"), None)
-                if ptr is not None:
-                    written |= bases(ptr)
-    return written
+        if not isinstance(node, ast.Call):
+            continue
+        name = _dotted(node.func)
+        if name.endswith(".store") or ".atomic_" in name:
+            ptr = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "pointer"), None)
+            if ptr is not None:
+                out |= bases(ptr)
+        elif name in fns and written.get(name):  # a helper of this module that stores through its parameters
+            callee = [a.arg for a in fns[name].args.args]
+            out |= set().union(*(bases(a) for i, a in enumerate(node.args)
+                                 if i < len(callee) and callee[i] in written[name]))
+            out |= set().union(*(bases(k.value) for k in node.keywords if k.arg in written[name]))
+    return out & params
 
 
 def _dotted(node) -> str:

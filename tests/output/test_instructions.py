@@ -37,6 +37,18 @@ def k(x_ptr, y_ptr, n, stride, BLOCK: tl.constexpr):
     tl.store(out, tl.load(x_ptr + offs * stride, mask=offs < n), mask=offs < n)
 """
     assert roles("triton", triton, "k", ["x_ptr", "y_ptr", "n", "stride", "BLOCK"])[1] == ["y_ptr"]
+    helper = """
+@triton.jit
+def _tile(src, dst, off):
+    tl.store(dst + off, tl.load(src + off))
+
+@triton.jit
+def k(x_ptr, out_ptr, n):
+    _tile(x_ptr, out_ptr + 1, tl.arange(0, 16))
+"""
+    assert roles("triton", helper, "k", ["x_ptr", "out_ptr", "n"]) == (["x_ptr", "n"], ["out_ptr"])
+    st_vec = "__global__ void k(float* out, const float* in, int n) { st_vec(out + (8*threadIdx.x) * n, v); }"
+    assert roles("cuda", st_vec, "k", ["float* out", "const float* in", "int n"])[1] == ["out"]
 
 
 def test_an_op_record_names_the_op_its_shapes_dtypes_and_layouts():
