@@ -101,9 +101,7 @@ def card(batch: Batch) -> str:
               f"{review.get('rejected', 0)} rejected, {review.get('pending', 0)} pending"
               + (f" (reviewers: {', '.join(review['reviewers'])})" if review.get("reviewers") else "") + ".",
               f"What the sample shows: {review.get('statement', 'no review data')}.", "",
-              *([("The review stage's own record: " + ", ".join(
-                  f"{k}={v}" for k, v in sorted(review["stage"].items()) if not isinstance(v, (dict, list))) + "."), ""]
-                if review.get("stage") else [])]
+              *([f"When the sample was drawn: {_drawn(review['stage'])}.", ""] if _drawn(review.get("stage")) else [])]
     lines += ["## Licences", "", "| licence | records |", "| --- | --- |",
               *[f"| {lic} | {n} |" for lic, n in sorted(licences.items())], "",
               "## Sources", "", "| source | records |", "| --- | --- |",
@@ -166,6 +164,14 @@ def _png(fig, plt) -> bytes:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
+
+
+def _drawn(stats: dict | None) -> str:
+    """What the review stage recorded when it drew the sample (sizes, and any bound it states),
+    without its per-record status counts, which the verdicts have since changed."""
+    keep = {k: v for k, v in (stats or {}).items()
+            if k != "ok" and ":" not in k and not isinstance(v, (dict, list))}
+    return ", ".join(f"{k}={v}" for k, v in sorted(keep.items()))
 
 
 def _default(batch: Batch) -> str:
