@@ -75,3 +75,20 @@ def test_an_export_set_aside_by_a_killed_swap_comes_back(tmp_path):
     out = stage._out_dir(ctx)
     ctx.store.close()
     assert out == tmp_path / "ws" / "export" and stage.previous_records(out) == 25 and not aside.exists()
+
+
+def test_card_header_names_the_one_licence_every_record_shares(tmp_path):
+    from sftbuild.output.exporters import Batch
+    from sftbuild.output.exporters.card import header
+    from sftbuild.output.rows import Sample
+    from sftbuild.store import Store
+    from tests.output import fixture
+
+    store = Store(tmp_path / "ws")
+    mit = [Sample(r, {}, {}) for r in fixture.records()["cuda"]]
+    batch = Batch(mit, store, configs={"sft_messages": {"train": {"path": "data/x.parquet", "rows": 2000}}})
+    head = header(batch)
+    assert head["license"] == "mit" and "license_name" not in head and head["size_categories"] == ["1K<n<10K"]
+    mixed = Batch(mit + [Sample(r, {}, {}) for r in fixture.records()["inductor"]], store, configs=batch.configs)
+    assert header(mixed)["license"] == "other" and header(mixed)["license_name"]
+    store.close()
