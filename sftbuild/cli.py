@@ -396,19 +396,26 @@ def review_import(ctx, file):
 
 
 @main.command()
+@click.option("--force", is_flag=True, help="Replace an export that holds more records than this one.")
+@click.option("--push-to-hub", "push_to_hub", metavar="OWNER/NAME", default=None,
+              help="Also upload the export as a Hugging Face dataset repo (huggingface_hub, HF_TOKEN).")
 @common
-def export(ctx):
-    """Write the SFT JSONL, chat messages, RLVR tasks and the dataset card.
+def export(ctx, force, push_to_hub):
+    """Write the SFT tables (messages, prompt/completion, instruction/input/output), the RLVR
+    tasks (verl, TRL) and the dataset card, as a folder `datasets.load_dataset` reads.
 
-    Refuses while sampled records lack a verdict or the review sample failed.
+    Refuses while sampled records lack a verdict or the review sample failed, when there is
+    nothing to export (it says why), and, without --force, when the export it would replace
+    holds more records.
 
     \b
     Example:
-        sftbuild export && ls sftbuild-work/export
+        sftbuild export && python -c "import datasets; print(datasets.load_dataset('sftbuild-work/export'))"
+        sftbuild export --push-to-hub me/gpu-kernels
     """
     from sftbuild.output import stage
 
-    _report(ctx, "export", stage.run(ctx))
+    _report(ctx, "export", stage.run(ctx, force=force, push_to_hub=push_to_hub))
 
 
 @main.command()

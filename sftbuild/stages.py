@@ -30,7 +30,7 @@ STAGES = (
           keyed_on_binding=True),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),
     Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),
-    Stage("export", "sftbuild.output.stage", "SFT JSONL, chat, RLVR tasks and the dataset card"),
+    Stage("export", "sftbuild.output.stage", "SFT tables, RLVR tasks (verl, TRL) and the dataset card"),
 )
 NAMES = tuple(s.name for s in STAGES)
 BINDING_KEYED = tuple(s.name for s in STAGES if s.keyed_on_binding)

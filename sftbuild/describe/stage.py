@@ -9,13 +9,19 @@ Results are keyed on the binding: a record whose binding changes is described ag
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+from pathlib import Path
+
+import yaml
 
 from sftbuild import ops
 from sftbuild.binding import key_of
+from sftbuild.ops import launch as ops_launch
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T
+from sftbuild.describe import writes as W
 from sftbuild.describe.describers import DESCRIBERS
 
 
@@ -51,24 +57,18 @@ def describe(rec, conf: dict, describers=None) -> tuple[str, str | None, dict]:
 
 
 def _facts(rec, feats: dict, conf: dict) -> dict:
+    """What the templates state: the task by kind (op, program or unbound), the kernel's
+    parameters with the ones it writes (from the code), and the static features."""
     binding = rec.binding or {}
     op = _op(binding.get("op"))
-    params = rec.entry.get("params") or []
-    if op:
-        semantics, noun = op.semantics, T.NOUNS.get(op.family, T.GENERIC_NOUN)
-        inputs, outputs = op.io["inputs"], op.io["outputs"]
-    else:
-        semantics = {"en": f"what `{rec.name}` computes, inferred from its name and signature",
-                     "zh": f"`{rec.name}`所表示的计算，由名称与签名推断"}
-        noun = T.GENERIC_NOUN
-        inputs = [p for p in params if "*" not in p or p.strip().startswith("const")] or ["(none)"]
-        outputs = [p for p in params if "*" in p and not p.strip().startswith("const")] or ["(in place)"]
-    return {
+    backend = rec.entry.get("backend") if rec.language == "kernelbench" else rec.language
+    params = rec.entry.get("params") or (W.function_params(rec.code, rec.name) or [] if rec.language == "triton" else [])
+    reads, writes = W.roles(rec.language, rec.code, rec.name, params)
+    facts = {
         "variant": T.variant(rec.id, conf["seed"]),
-        "lang_name": "Triton" if rec.language == "triton" else "CUDA",
-        "noun": {"en": noun[0], "zh": noun[1]},
-        "semantics": semantics,
-        "inputs": [f"`{s}`" for s in inputs], "outputs": [f"`{s}`" for s in outputs],
+        "lang_name": {"triton": "Triton", "cuda": "CUDA"}.get(backend, "GPU"),
+        "noun": {"en": T.GENERIC_NOUN[0], "zh": T.GENERIC_NOUN[1]},
+        "reads": [f"`{n}`" for n in reads], "writes": [f"`{n}`" for n in writes],
         "dtypes": feats["dtypes"],
         "techniques": feats["techniques"],
         "reduction": feats["reduction"],
@@ -78,6 +78,85 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         "arch": conf["arch"], "smem_budget": conf["smem_budget"],
         "signature": f"{rec.name}({', '.join(_param_name(p) for p in params)})",
     }
+    if binding.get("kind") in ("kernelbench", "inductor") and binding.get("reference"):
+        # Inductor names a kernel after its kind and the ops it fuses: triton_poi_fused_add_relu_0
+        fused = re.match(r"triton_(poi|red|per|tem)_fused_(.+?)(?:_\d+)?$", rec.name)
+        kind_words = T.INDUCTOR_KINDS[fused.group(1)] if fused else ("Triton", "")
+        facts.update(kind="program", flavor=binding["kind"], reference=binding["reference"].strip(),
+                     dtypes=binding.get("dtypes") or ["float32"],
+                     layouts=binding.get("layouts") or ["contiguous", "transposed", "sliced"],
+                     fused=fused.group(2) if fused else "", fused_kind=kind_words[0], fused_kind_zh=kind_words[1])
+        if binding["kind"] == "kernelbench":
+            facts["signature"] = "ModelNew"
+    elif op:
+        noun = T.NOUNS.get(op.family, T.GENERIC_NOUN)
+        allowed = binding.get("dtypes") or list(op.dtypes)
+        dtypes = [d for d in op.dtypes if d in allowed and (not feats["dtypes"] or d in feats["dtypes"])]
+        # CUDA harnesses launch on contiguous tensors; Triton wrappers get the op's layouts
+        layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
+        facts.update(kind="op", op=op.name, semantics=op.semantics, noun={"en": noun[0], "zh": noun[1]},
+                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=[f"`{s}`" for s in op.io["outputs"]],
+                     shapes=_shapes(op.shape_pool, {**_harness_limits(binding.get("harness")),
+                                                    **(binding.get("constraints") or {})}),
+                     dtypes=dtypes or feats["dtypes"], layouts=layouts, roles=_roles(op, params, binding),
+                     launcher=_launcher(rec) if rec.language == "triton" else "")
+    else:
+        facts.update(kind="unbound")
+    return facts
+
+
+def _launcher(rec) -> str:
+    """`name(args)` of the Python function in the record that launches its kernel (what validation
+    calls with the op's inputs), or "" when the record holds none."""
+    names = [rec.entry.get("wrapper")] + [site.get("function") for site in rec.entry.get("launch_sites") or []] \
+        + [W.launcher(rec.code)]
+    for name in filter(None, names):
+        args = W.function_params(rec.code, name)
+        if args is not None:
+            return f"{name}({', '.join(args)})"
+    return ""
+
+
+def _roles(op, params: list[str], binding: dict) -> list[tuple[str, str]]:
+    """(kernel parameter, op role) pairs where the binding maps parameters onto the op's launch
+    contract (`generic_launch`: "ptr:i" is the i-th of outputs then inputs, "int:i" the contract's
+    i-th size, named in its docstring as `ints = [...]`)."""
+    args = (binding.get("harness_args") or {}).get("args") or []
+    if binding.get("harness") != "generic_launch" or len(args) != len(params):
+        return []
+    tensors = [t.split(":")[0].strip() for t in op.io["outputs"] + op.io["inputs"]]
+    m = re.search(r"ints = \[([^\]]*)\]", ops_launch.CONTRACTS[op.launch].__doc__ or "")
+    sizes = [x.strip() for x in m.group(1).split(",")] if m else []
+    out = []
+    for param, arg in zip(params, args):
+        kind, _, i = arg.partition(":")
+        names = tensors if kind == "ptr" else sizes
+        if i.isdigit() and int(i) < len(names):
+            out.append((W.param_name(param), names[int(i)]))
+    return out
+
+
+def _harness_limits(name: str | None) -> dict:
+    """The `limits:` a CUDA harness template declares in its header (shapes its launch logic cannot
+    serve), read as text: describe runs before validate and does not import it."""
+    path = Path(__file__).parents[1] / "validate" / "templates" / f"{name}.cu.j2"
+    if not name or not path.is_file():
+        return {}
+    m = re.search(r"^limits:([^#\n]*)", path.read_text(encoding="utf-8")[:2000], re.M)
+    return (yaml.safe_load(m.group(1)) or {}) if m else {}
+
+
+def _shapes(pool, cons: dict, most: int = 6) -> list[str]:
+    """Up to `most` shapes of the pool that the size limits allow, small to large."""
+    dims = {int(a): n for a, n in (cons.get("dims") or {}).items()}
+    ok = [s for s in pool if ("max_numel" not in cons or math.prod(s) <= cons["max_numel"])
+          and ("max_cols" not in cons or s[-1] <= cons["max_cols"])
+          and all(a < len(s) and s[a] == n for a, n in dims.items())]
+    ok = sorted(ok, key=math.prod)
+    if len(ok) > most:
+        step = (len(ok) - 1) / (most - 1)
+        ok = [ok[round(i * step)] for i in range(most)]
+    return ["(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")" for s in ok]
 
 
 def _op(name):
@@ -89,9 +168,7 @@ def _op(name):
         return None
 
 
-def _param_name(param: str) -> str:
-    names = re.findall(r"[A-Za-z_]\w*", param.split("=")[0])
-    return names[-1] if names else param
+_param_name = W.param_name
 
 
 def _bank_hash() -> str:

@@ -1,5 +1,10 @@
 """Instructions from the template bank, and the fidelity check that reads their claims back.
 
+Templates: `<lang>_task.j2` states the task by record kind (an op with its shapes, dtypes and
+layouts; a program, KernelBench pair or Inductor kernel, with its reference program quoted; an
+unbound kernel, whose computation is not stated); `<lang>_brief.j2` is the task, `<lang>_detailed.j2`
+adds the hardware and correctness constraints; `program.j2` appends the reference program.
+
 The rendered text names techniques with each describer's `phrase`; `claims` parses a text
 back into the facts it asserts (techniques, dtypes, target arch, block size) with patterns
 of its own (each describer's `claim`), so a template or phrase that over-claims is caught
@@ -25,6 +30,7 @@ STRATEGY = {  # reduction strategy: (en, zh); each names the technique it relies
     "atomic": ("Combine partial results with atomic operations.", "用原子操作合并部分结果。"),
     "tl_reduce": ("Reduce with Triton's built-in reductions.", "用Triton内置归约。"),
 }
+FENCED = re.compile(r"```.*?```", re.S)
 BUDGET = re.compile(r"(per-block shared-memory budget of|共享内存预算为)\s*\d+")
 NOUNS = {  # op family: (en, zh)
     "elementwise": ("elementwise kernel", "逐元素Kernel"), "binary": ("elementwise binary kernel", "逐元素二元Kernel"),
@@ -38,12 +44,17 @@ NOUNS = {  # op family: (en, zh)
     "resample": ("resampling kernel", "重采样Kernel"), "quant": ("quantisation kernel", "量化Kernel"),
 }
 GENERIC_NOUN = ("kernel", "Kernel")
+INDUCTOR_KINDS = {  # Inductor's kernel-name prefix triton_<kind>_fused_...: (en, zh)
+    "poi": ("pointwise", "逐点"), "red": ("reduction", "归约"), "per": ("persistent-reduction", "持久化归约"),
+    "tem": ("template", "模板"),
+}
 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                              trim_blocks=False)
     env.filters["phrase"] = lambda key, lang: DESCRIBERS.get(key).phrase[lang]
+    env.filters["wrap"] = lambda text: f"`{text}`"
     env.filters["strategy"] = lambda key, lang: STRATEGY[key][0 if lang == "en" else 1]
     return env
 
@@ -57,13 +68,14 @@ def variant(record_id: str, seed: int, count: int = 6) -> int:
 
 
 def render(facts: dict, lang: str, level: str) -> str:
-    text = ENV.get_template(f"{lang}_{level}.j2").render(**facts)
+    text = ENV.get_template(f"{lang}_{level}.j2").render(**facts, lang=lang)
     return re.sub(r"[ \t]+\n", "\n", text).strip()
 
 
 def claims(text: str) -> dict:
     """The facts a rendered instruction asserts, read back from its words."""
-    plain = re.sub(r"`[^`]*`", " ", text)  # names and signatures in backticks are not claims
+    plain = FENCED.sub(" ", text)  # a quoted reference program is not a claim about the kernel
+    plain = re.sub(r"`[^`]*`", " ", plain)  # names and signatures in backticks are not claims
     plain = BUDGET.sub(" ", plain)
     techs = {d.name for d in DESCRIBERS if d.claim and re.search(d.claim, plain, re.IGNORECASE)}
     block = re.search(r"(\d+) threads per block|启动(\d+)个线程", plain)

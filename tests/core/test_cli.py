@@ -49,7 +49,8 @@ def _pipeline_store(ws, n=20):
     s.add_records(recs)
     for stage in ("harvest", "bind", "describe", "validate", "dedupe"):
         s.set_stage_config(stage, "c", {})
-        payload = {"instructions": {"en:brief": f"Write k{{}}", "zh:brief": "实现"}} if stage == "describe" else {}
+        payload = {"instructions": {"en:brief": f"Write k{{}}", "zh:brief": "实现"}} if stage == "describe" else \
+            {"env": {"gpu": "test GPU"}} if stage == "validate" else {}
         s.put_results([(r.id, stage, "c", "ok", None, payload) for r in recs])
     s.close()
     return recs
@@ -75,12 +76,13 @@ def test_review_gate_blocks_export_until_every_verdict(tmp_path):
         assert invoke("review", "verdict", rid[:10], "accept", "--reviewer", "r1", "-w", ws).exit_code == 0
     r = invoke("export", "-q", "-w", ws)
     assert r.exit_code == 0, r.output
-    rows = [json.loads(x) for x in (tmp_path / "ws" / "export" / "sft.jsonl").read_text().splitlines()]
+    out = tmp_path / "ws" / "export"
+    rows = [json.loads(x) for x in (out / "jsonl" / "sft_alpaca" / "train.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * len(recs)
     by_id = {r.id: r.code for r in recs}
     assert all(row["output"] == by_id[row["id"]] for row in rows)  # byte-exact code
-    assert (tmp_path / "ws" / "export" / "README.md").read_text().count("## Funnel") == 1
-    assert (tmp_path / "ws" / "export" / "rlvr_verl.parquet").exists()
+    assert (out / "README.md").read_text().count("## Funnel") == 1
+    assert (out / "data" / "rlvr_verl" / "train-00000-of-00001.parquet").exists()
 
 
 def test_review_sample_is_seeded(tmp_path):

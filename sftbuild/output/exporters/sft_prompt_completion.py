@@ -1,0 +1,19 @@
+"""SFT rows as `prompt` / `completion` strings (TRL's prompt-completion format)."""
+from __future__ import annotations
+
+import datasets
+
+from sftbuild.output.exporters import EXPORTERS, Batch, Exporter, per_instruction
+
+
+@EXPORTERS.register
+class SftPromptCompletion(Exporter):
+    """sft_prompt_completion: {"prompt": instruction, "completion": code, ...}, one row per record and instruction."""
+
+    name = "sft_prompt_completion"
+    order = 11
+
+    def tables(self, batch: Batch):
+        text = datasets.Value("string")
+        return {self.name: per_instruction(batch, {"prompt": text, "completion": text},
+                                           lambda s, t: {"prompt": t, "completion": s.record.code})}
