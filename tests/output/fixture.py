@@ -141,6 +141,8 @@ def build(ws) -> dict[str, list[Record]]:
     store.add_records(everything)
     store.set_stage_config("harvest", "h", {})
     store.put_results([(r.id, "harvest", "h", "ok", None, {}) for r in everything])
+    store.set_stage_config("bind", "b", {})
+    store.put_results([(r.id, "bind", "b", "ok", None, {}) for r in everything])
     ctx = Context(store=store, config=Config(), executor=LocalExecutor(cpu_workers=1, progress=False),
                   echo=lambda s: None, progress=False)
     describe_stage.run(ctx)

@@ -7,6 +7,7 @@ import re
 from click.testing import CliRunner
 
 from sftbuild.cli import main
+from sftbuild.binding import Binding
 from sftbuild.store import Store
 from tests.review import workspace
 
@@ -68,7 +69,7 @@ def test_show_carries_the_evidence(tmp_path):
     assert out.splitlines()[0].startswith("INTERPRETER ONLY: triton kernel bound to op exp; 8 of 8 trials passed "
                                           "on CPU with TRITON_INTERPRET=1, never on a GPU")
     s = Store(ws)
-    s.update_binding(recs[2].id, None)
+    s.put_binding(recs[2].id, None, reason="no binder found a binding")
     s.close()
     assert invoke("review", "show", recs[2].id[:12], "-w", ws).output.startswith("UNBOUND cuda kernel")
 
@@ -185,7 +186,10 @@ def test_program_records_show_their_reference_program_and_list_says_where(tmp_pa
     recs = workspace.make(ws, 6)
     s = Store(ws)
     program = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.abs()\n"
-    s.update_binding(recs[0].id, {"kind": "kernelbench", "how": "exact", "reference": program})
+    s.put_binding(recs[0].id, Binding.from_dict({"kind": "kernelbench", "reference": program}, how="exact"))
+    # describe and validate ran under this binding (results are keyed on it)
+    s.put_results([(recs[0].id, "describe", "c", "ok", None, {"instructions": {"en:detailed": "Write ModelNew."}}),
+                   (recs[0].id, "validate", "c", "ok", None, workspace.payload(recs[0], gpu=True))])
     s.close()
     invoke("review", "sample", "-q", "-w", ws)
     out = invoke("review", "show", recs[0].id[:12], "-w", ws).output

@@ -39,7 +39,7 @@ def make(ws, n: int = 80, dedupe_ok=None, **kw) -> list[Record]:
     s = Store(ws)
     recs = records(n, **kw)
     s.add_records(recs)
-    for stage in ("harvest", "describe", "validate"):
+    for stage in ("harvest", "bind", "describe", "validate"):
         s.set_stage_config(stage, "c", {})
         rows = []
         for r in recs:
