@@ -37,7 +37,8 @@ UNIT_TYPES = {
 SCOPE_TYPES = {"namespace_definition", "linkage_specification"}
 CONDITIONAL_TYPES = {"preproc_if", "preproc_ifdef"}
 # attribute-like macros that take arguments and precede a declaration
-ATTRIBUTE_CALLS = re.compile(rb"\b(__launch_bounds__|\w*LAUNCH_BOUNDS\w*|__attribute__|alignas)\s*\(")
+ATTRIBUTE_CALLS = re.compile(rb"\b(__launch_bounds__|\w*LAUNCH_BOUNDS\w*|__attribute__|alignas|__align__|"
+                             rb"__declspec)\s*\(")
 # any other all-caps macro call directly before `__global__` is an attribute too
 MACRO_BEFORE_GLOBAL = re.compile(rb"\b([A-Z_][A-Z0-9_]{2,})\s*\(")
 # attribute-like macros without arguments
@@ -211,6 +212,9 @@ def _collect_list(children, src, scopes, units, dead):
             _collect_list(body.children, src, scopes + ((opener, "}"),), units, dead)
         elif c.type in CONDITIONAL_TYPES:
             _collect_conditional(c, src, scopes, units, dead)
+        elif _is_using_namespace(c):
+            units.append(Unit(c.start_byte, c.end_byte, scopes, set(), set(), [],
+                              c.start_point[0] + 1, c.end_point[0] + 1, include=True))
         elif c.type in UNIT_TYPES:
             u = _unit(c, src, scopes)
             nxt = c.next_sibling
@@ -370,10 +374,18 @@ def _defined_names(node) -> set[str]:
             if n:
                 names.add(n)
         return names
-    if t == "alias_declaration":
-        n = node.child_by_field_name("name")
+    if t in ("alias_declaration", "namespace_alias_definition"):
+        n = node.child_by_field_name("name") or next(
+            (c for c in node.named_children if c.type in ("namespace_identifier", "identifier")), None)
         return {n.text.decode()} if n else set()
+    if t == "using_declaration" and not _is_using_namespace(node):  # `using std::min;` names `min`
+        last = node.named_children[-1] if node.named_children else None
+        return {last.text.decode().split("::")[-1]} if last is not None else set()
     return set()
+
+
+def _is_using_namespace(node) -> bool:
+    return node.type == "using_declaration" and any(c.type == "namespace" for c in node.children)
 
 
 def _declarator_name(d) -> str | None:
@@ -606,3 +618,95 @@ def _has_code(text: bytes) -> bool:
             continue
         return True
     return False
+
+
+# ---- a file's own headers: include folders and the local headers its includes reach ----------
+
+STANDARD_INCLUDE_DIRS = ("include", "csrc")
+MAX_HEADER_BYTES = 1 << 20  # one header
+MAX_HEADERS_BYTES = 4 << 20  # all the headers of one file
+
+
+def safe_rel(path: str) -> str | None:
+    """`path` normalised as a path inside a tree, or None when it is absolute or escapes the tree."""
+    if not path or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path) or "\0" in path:
+        return None
+    parts: list[str] = []
+    for p in path.replace("\\", "/").split("/"):
+        if p in ("", "."):
+            continue
+        if p == "..":
+            if not parts:
+                return None
+            parts.pop()
+        else:
+            parts.append(p)
+    return "/".join(parts) or "."
+
+
+def include_dirs(root, rel: str, extra: list[str] = ()) -> list[str]:
+    """Folders (relative to `root`, '.' for the root) searched for the includes of file `rel`:
+    its own folder, the root, the usual include/ and csrc/, then `extra`, those that exist."""
+    import os
+
+    own = rel.rsplit("/", 1)[0] if "/" in rel else "."
+    out: list[str] = []
+    for d in (own, ".", *STANDARD_INCLUDE_DIRS, *extra):
+        d = safe_rel(d)
+        if d is None or d in out:
+            continue
+        full = os.path.join(root, d)
+        if os.path.isdir(full) and not os.path.islink(full) and _inside_real(root, full):
+            out.append(d)
+    return out
+
+
+def local_headers(root, rel: str, dirs: list[str], src: bytes) -> dict[str, str]:
+    """The tree's own headers that `src` (the file `rel`) includes, transitively: {path: text}.
+
+    `#include "x"` is looked up in the including file's folder, then in `dirs`; `<x>` in `dirs`
+    only; a name not found in the tree is a system header and is left to the compiler. Nothing
+    outside the tree is ever read: absolute names, `..` escaping the root and links are ignored."""
+    import os
+
+    out: dict[str, str] = {}
+    total = 0
+    todo = [(rel, src)]
+    while todo:
+        cur, data = todo.pop()
+        here = cur.rsplit("/", 1)[0] if "/" in cur else "."
+        for m in INCLUDE_FULL.finditer(data):
+            quote, name = m.group(1), m.group(2).decode("utf-8", "replace")
+            bases = ([here] if quote == b'"' else []) + list(dirs)
+            for base in bases:
+                cand = safe_rel(f"{base}/{name}")
+                if cand is None or cand == rel:
+                    continue
+                if cand in out:
+                    break
+                full = os.path.join(root, cand)
+                if not os.path.isfile(full) or os.path.islink(full) or not _inside_real(root, full):
+                    continue
+                try:
+                    size = os.path.getsize(full)
+                    if size > MAX_HEADER_BYTES or total + size > MAX_HEADERS_BYTES:
+                        break
+                    with open(full, "rb") as f:
+                        text = f.read()
+                except OSError:
+                    break
+                total += size
+                out[cand] = text.decode("utf-8", "replace")
+                todo.append((cand, text))
+                break
+    return dict(sorted(out.items()))
+
+
+INCLUDE_FULL = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def _inside_real(root, path) -> bool:
+    import os
+
+    r, p = os.path.realpath(root), os.path.realpath(path)
+    return p == r or p.startswith(r.rstrip("/") + "/")

@@ -21,7 +21,7 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest import specs
-from sftbuild.harvest.cuda_extract import late_includes
+from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, parse_files
 from sftbuild.record import Record
@@ -177,6 +177,17 @@ class Harvest:
                     continue
         return late_includes(files)
 
+    def _headers(self, tree: S.Tree, rel: str) -> dict:
+        """The file's include folders and the tree's own headers it reaches, stored with each record
+        so the compile gate finds them after the source tree is gone (see cuda_extract.local_headers)."""
+        dirs = include_dirs(tree.root, rel, self.cfg.include_dirs)
+        try:
+            src = (tree.root / rel).read_bytes()
+        except OSError:
+            return {}
+        headers = local_headers(tree.root, rel, dirs, src)
+        return {"include_dirs": dirs, "headers": headers} if headers else {}
+
     def _default_license(self, tree: S.Tree) -> str | None:
         return L.normalize(self.src.license) or L.normalize(tree.license)
 
@@ -195,11 +206,13 @@ class Harvest:
             licenses[folder] = L.from_tree(tree.root, rel)
         lic = res["license"] or licenses[folder] or default_license or "unknown"
         records, spans = [], []
+        local = self._headers(tree, rel) if res["language"] == "cuda" else {}
         for k in _merge_same_code(res["kernels"]):
             prov = dict(tree.provenance, path=rel, lines=list(k["lines"]), license=lic)
             prov.setdefault("package", None)
             prov.setdefault("version", None)
             entry = _entry(res["language"], k, tree.torch_headers)
+            entry.update(local)
             records.append(Record(language=res["language"], code=k["code"], source=self.src.name, entry=entry,
                                   binding=self.binding(rel, k["name"]), provenance=prov))
             spans.append(tuple(k["lines"]))
