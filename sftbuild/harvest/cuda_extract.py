@@ -91,6 +91,8 @@ class Kernel:
     params: list[str]  # parameter declarations, as written
     launch_sites: list[dict]  # {"function", "lines", "macro"?, "template_args"?} in the same file
     instantiations: list[str] = dataclasses.field(default_factory=list)
+    # the file's CPU reference and the host launcher the code then includes (see `file_reference`)
+    file_reference: dict | None = None
 
 
 def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], list[dict]]:
@@ -121,7 +123,9 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
     kernels = []
     for i, u in enumerate(units):
         for kname in u.kernels:
-            need = _closure(i, units, by_name)
+            sites = _launch_sites(tree.root_node, units, src, kname, exclude=i)
+            found = file_reference(units, src, i, kname, sites, by_name)
+            ref, need = found if found else (None, _closure(i, units, by_name))
             code = _emit(src, include_units + [units[j] for j in sorted(need)])
             text = _text(src, u)
             head = text.split("{", 1)[0]
@@ -132,8 +136,9 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
                 launch_bounds=_launch_bounds(head),
                 template=text.lstrip().startswith("template"),
                 params=_params(head, kname),
-                launch_sites=_launch_sites(tree.root_node, units, src, kname, exclude=i),
+                launch_sites=sites,
                 instantiations=_instantiations(units, src, kname),
+                file_reference=ref,
             ))
     return kernels, _unaccounted(tree.root_node, src, kernels, dead)
 
@@ -710,3 +715,201 @@ def _inside_real(root, path) -> bool:
 
     r, p = os.path.realpath(root), os.path.realpath(path)
     return p == r or p.startswith(r.rstrip("/") + "/")
+
+
+# ---- the file's own CPU reference and host launcher (llm.c style) ------------------------------
+
+CPU_REFERENCE = re.compile(r"(?:_cpu|_reference|_ref|_host)$|^(?:ref_|reference_|cpu_|naive_cpu_)")
+INT_WORDS = {"int", "long", "size_t", "unsigned", "int64_t", "int32_t", "uint32_t", "uint64_t", "short"}
+FLOAT_WORDS = {"float", "double"}
+GENERATORS = {  # host generators whose value ranges the trials reproduce
+    "make_random_float": ("uniform", -1.0, 1.0), "make_random_float_01": ("uniform", 0.0, 1.0),
+    "make_zeros_float": ("zeros",), "make_ones_float": ("ones",), "make_random_int": ("int",),
+}
+
+
+def param_info(decl: str) -> dict | None:
+    """{type, name, ptr, const, kind: ptr|int|float} of one parameter declaration, None when unreadable."""
+    decl = re.sub(r"\b(__restrict__|__restrict|restrict)\b", " ", decl.split("=")[0])
+    if "&" in decl or "[" in decl or "(" in decl or decl.count("*") > 1:
+        return None
+    words = re.findall(r"[A-Za-z_]\w*", decl)
+    if len(words) < 2:
+        return None
+    name, types = words[-1], [w for w in words[:-1] if w not in ("const", "volatile", "signed")]
+    if not types:
+        return None
+    ptr = "*" in decl
+    base = " ".join(types)
+    const = "const" in words[:-1] and (not ptr or decl.find("const") < decl.find("*"))
+    if ptr:
+        kind = "ptr"
+    elif set(types) <= INT_WORDS:
+        kind = "int"
+    elif set(types) <= FLOAT_WORDS:
+        kind = "float"
+    else:
+        return None
+    return {"type": base, "name": name, "ptr": ptr, "const": const, "kind": kind}
+
+
+def _host_functions(units: list[Unit], src: bytes) -> dict[str, int]:
+    """Plain host function definitions by name (no templates, no __global__/__device__)."""
+    out = {}
+    for i, u in enumerate(units):
+        if u.kernels or u.include or (u.origin and u.origin is not src):
+            continue
+        text = _text(src, u).lstrip()
+        head = text.split("{", 1)[0]
+        if "{" not in text or text.startswith("template") or re.search(r"__(?:device|global)__", head) \
+                or not re.search(r"\)\s*$", head.strip()) or len(u.defines) != 1:
+            continue
+        out[next(iter(u.defines))] = i
+    return out
+
+
+def _signature(units, src, i, name) -> list[dict] | None:
+    head = _text(src, units[i]).split("{", 1)[0]
+    params = [param_info(p) for p in _params(head, name)]
+    return None if any(p is None for p in params) else params
+
+
+def _matches(cpu: list[dict], launcher: list[dict]) -> list[str] | None:
+    """The launcher's trailing parameters when its signature is the CPU one's plus trailing
+    block-size ints (pointers pair with pointers of the same constness, scalars with scalars)."""
+    if len(launcher) < len(cpu) or not any(p["ptr"] for p in cpu):
+        return None
+    for c, g in zip(cpu, launcher):
+        if c["kind"] != g["kind"] or c["const"] != g["const"] and c["ptr"]:
+            return None
+        if c["ptr"] and c["type"] not in ("float", "double") and c["type"] != g["type"]:
+            return None  # integer buffers pass through unconverted: same type only
+    rest = launcher[len(cpu):]
+    if any(p["kind"] != "int" or "block" not in p["name"].lower() for p in rest):
+        return None
+    return [p["name"] for p in rest]
+
+
+def _main_body(units, src) -> str:
+    for u in units:
+        if "main" in u.defines and not u.kernels and (not u.origin or u.origin is src):
+            return _text(src, u)
+    return ""
+
+
+def _call_args(text: str, name: str) -> list[str] | None:
+    m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", text)
+    if not m:
+        return None
+    depth, i, start, parts = 1, m.end(), m.end(), []
+    while i < len(text) and depth:
+        ch = text[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if (ch == "," and depth == 1) or depth == 0:
+            parts.append(" ".join(text[start:i].split()))
+            start = i + 1
+        i += 1
+    return [p for p in parts if p] if depth == 0 else None
+
+
+def _allocation(main: str, var: str) -> dict | None:
+    """How main() fills the host array `var`: {gen, size (C expression), lo/hi/high}, or None."""
+    m = re.search(r"\b" + re.escape(var) + r"\s*=\s*([^;]+);", main)
+    if not m:
+        return None
+    rhs = m.group(1).strip()
+    call = re.match(r"(\w+)\s*\((.*)\)\s*$", rhs, re.S)
+    if call and call.group(1) in GENERATORS:
+        args = _call_args(rhs, call.group(1)) or []
+        g = GENERATORS[call.group(1)]
+        out = {"gen": g[0], "size": args[0] if args else ""}
+        if g[0] == "uniform":
+            out.update(lo=g[1], hi=g[2])
+        if g[0] == "int":
+            if len(args) < 2:
+                return None
+            out["high"] = args[1]
+        return out
+    m = re.match(r"(?:\([^()]*\*\s*\))?\s*(malloc|calloc)\s*\((.*)\)\s*$", rhs, re.S)
+    if m:
+        args = _call_args(rhs, m.group(1)) or []
+        size = " * ".join(args) if m.group(1) == "calloc" else (args[0] if args else "")
+        size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", size).strip().strip("*").strip()
+        return {"gen": "zeros" if m.group(1) == "calloc" else "empty", "size": size}
+    return None
+
+
+def _main_values(main: str) -> tuple[list[list[str]], list[int]]:
+    """main()'s scalar definitions [(name, C expression)] in order, and its block sizes."""
+    decls = []
+    for m in re.finditer(r"(?m)^\s*(?:const\s+)?(?:unsigned\s+)?(int|long|size_t|int64_t|float|double)\s+"
+                         r"(\w+)\s*=\s*([^;{}]+);", main):
+        decls.append([m.group(2), " ".join(m.group(3).split()), "float" if m.group(1) in FLOAT_WORDS else "int"])
+    blocks: list[int] = []
+    m = re.search(r"\bblock_sizes\s*\[\s*\]\s*=\s*\{([^}]*)\}", main)
+    if m:
+        blocks = [int(x) for x in re.findall(r"\d+", m.group(1))]
+    return decls, blocks
+
+
+def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str, sites: list[dict],
+                   by_name: dict[str, list[int]]) -> tuple[dict, set[int]] | None:
+    """The file's CPU reference for kernel `kname`, called through a host launcher of the same file.
+
+    Returns ({cpu, cpu_code, launcher, cpu_params, launcher_params, trailing, main}, the units
+    the record then needs: kernel, launcher and their closures), or None when the file has no
+    CPU function whose signature the launcher repeats (plus trailing block sizes)."""
+    hosts = _host_functions(units, src)
+    cpus = [n for n in hosts if CPU_REFERENCE.search(n)]
+    main = _main_body(units, src)
+    if not cpus or not main:
+        return None
+    decls, blocks = _main_values(main)
+    for site in sites:
+        lname = site.get("function")
+        if lname not in hosts or lname == "main" or site.get("macro"):
+            continue
+        lsig = _signature(units, src, hosts[lname], lname)
+        if lsig is None:
+            continue
+        for cname in cpus:
+            csig = _signature(units, src, hosts[cname], cname)
+            trailing = _matches(csig, lsig) if csig else None
+            if trailing is None:
+                continue
+            args = _call_args(main, cname)
+            if not args or len(args) != len(csig):
+                continue
+            buffers, ok = [], True
+            for p, a in zip(csig, args):
+                if p["ptr"]:
+                    alloc = _allocation(main, a) if re.fullmatch(r"\w+", a) else None
+                    if alloc is None or not alloc["size"]:
+                        ok = False
+                        break
+                    buffers.append({"arg": a, **alloc})
+            if not ok:
+                continue
+            need = _closure_of([kernel_index, hosts[lname]], units, by_name, launcher=hosts[lname], src=src)
+            cpu_need = _closure_of([hosts[cname]], units, by_name) - need
+            ref = {"cpu": cname, "launcher": lname, "cpu_params": csig, "launcher_params": lsig,
+                   "trailing": trailing, "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]),
+                   "call_args": args, "buffers": buffers, "scalars": decls, "block_sizes": blocks}
+            return ref, need
+    return None
+
+
+def _closure_of(starts: list[int], units, by_name, launcher: int | None = None, src: bytes = b"") -> set[int]:
+    """Units the `starts` need; the kernels the launcher launches come along with it."""
+    need = set()
+    for s in starts:
+        need |= _closure(s, units, by_name)
+    if launcher is not None:
+        text = _text(src, units[launcher])
+        for j, u in enumerate(units):
+            if u.kernels and j not in need and any(_launch_pattern(k).search(text) for k in u.kernels):
+                need |= _closure(j, units, by_name)
+    return need

@@ -243,7 +243,8 @@ def _entry(language: str, k: dict, torch_headers: bool) -> dict:
         return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": k["template"],
                 "launch_bounds": k["launch_bounds"], "launch_sites": k["launch_sites"],
                 "instantiations": k["instantiations"], "includes": k["includes"], "needs": k["needs"],
-                "include_sets": ["torch"] if torch_set else []}
+                "include_sets": ["torch"] if torch_set else [],
+                **({"file_reference": k["file_reference"]} if k.get("file_reference") else {})}
     return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": False,
             "launch_bounds": None,
             "launch_sites": k["launch_sites"], "includes": k["imports"], "needs": k["needs"],
