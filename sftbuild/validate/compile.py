@@ -143,6 +143,8 @@ def unsafe_include(code: str, headers: dict, dirs: list[str]) -> str | None:
             if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
                 return f"{rel}: absolute #include {name[:80]}"
             if ".." in name.replace("\\", "/").split("/"):
+                if m.group(1) == '"' and safe_rel(f"{here}/{name}") in headers:
+                    continue  # found beside the including file: the compiler looks no further
                 bases = ([here] if m.group(1) == '"' else []) + list(dirs or ["."])
                 if m.group(1) == "<" or any(safe_rel(f"{b}/{name}") is None for b in bases):
                     return f"{rel}: #include {name[:80]} leaves the tree"
