@@ -754,40 +754,96 @@ def param_info(decl: str) -> dict | None:
 
 
 def _host_functions(units: list[Unit], src: bytes) -> dict[str, int]:
-    """Plain host function definitions by name (no templates, no __global__/__device__)."""
+    """Host function definitions by name (no __global__/__device__); templates only when every
+    template parameter is a type (`template <typename T>`), which a call can deduce."""
     out = {}
     for i, u in enumerate(units):
         if u.kernels or u.include or (u.origin and u.origin is not src):
             continue
         text = _text(src, u).lstrip()
         head = text.split("{", 1)[0]
-        if "{" not in text or text.startswith("template") or re.search(r"__(?:device|global)__", head) \
+        if "{" not in text or re.search(r"__(?:device|global)__", head) \
                 or not re.search(r"\)\s*$", head.strip()) or len(u.defines) != 1:
+            continue
+        if text.startswith("template") and not _type_template(head):
             continue
         out[next(iter(u.defines))] = i
     return out
 
 
+def _type_template(head: str) -> list[str] | None:
+    """Names of a template's parameters when all are types, else None (also for a non-template)."""
+    m = re.match(r"\s*template\s*<([^<>]*)>", head)
+    if not m:
+        return None
+    parts = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    names = [re.fullmatch(r"(?:typename|class)\s+(\w+)", p) for p in parts]
+    return [n.group(1) for n in names] if parts and all(names) else None
+
+
 def _signature(units, src, i, name) -> list[dict] | None:
     head = _text(src, units[i]).split("{", 1)[0]
     params = [param_info(p) for p in _params(head, name)]
-    return None if any(p is None for p in params) else params
-
-
-def _matches(cpu: list[dict], launcher: list[dict]) -> list[str] | None:
-    """The launcher's trailing parameters when its signature is the CPU one's plus trailing
-    block-size ints (pointers pair with pointers of the same constness, scalars with scalars)."""
-    if len(launcher) < len(cpu) or not any(p["ptr"] for p in cpu):
+    if any(p is None for p in params):
         return None
-    for c, g in zip(cpu, launcher):
-        if c["kind"] != g["kind"] or c["const"] != g["const"] and c["ptr"]:
+    for p in params:  # a template type parameter takes the CPU side's type (the harness passes that)
+        p["template"] = p["type"] in (_type_template(head) or [])
+    return params
+
+
+def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str):
+    """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size expression}) per leading
+    parameter, and the trailing block-size names; None when the launcher does not fit the CPU call.
+
+    The launcher repeats the CPU signature (by position, or by parameter name for a launcher that
+    takes a subset), then trailing block-size ints. A pointer the CPU function does not take is
+    device-only scratch, sized by main()'s cudaMalloc of it. Pointers pair with pointers (the
+    launcher's constness says what is an input), integer buffers with the same type, scalars with
+    scalars of their kind."""
+    n = len(launcher)
+    while n and launcher[n - 1]["kind"] == "int" and "block" in launcher[n - 1]["name"].lower():
+        n -= 1
+    head, trailing = launcher[:n], [p["name"] for p in launcher[n:]]
+    if len(trailing) > 1:
+        return None
+    by_name = {c["name"]: i for i, c in enumerate(cpu)}
+    positional = len(head) == len(cpu) and all(c["kind"] == g["kind"] for c, g in zip(cpu, head))
+    out = []
+    for j, g in enumerate(head):
+        i = j if positional else by_name.get(g["name"])
+        if i is None:
+            size = _device_size(main, g["name"]) if g["ptr"] else None
+            if size is None:
+                return None
+            out.append({"scratch": size})
+            continue
+        c = cpu[i]
+        if c["kind"] != g["kind"] or cpu_args[i] in ("NULL", "nullptr", "0"):
             return None
-        if c["ptr"] and c["type"] not in ("float", "double") and c["type"] != g["type"]:
+        if c["ptr"] and c["type"] not in ("float", "double") and c["type"] != g["type"] and not g.get("template"):
             return None  # integer buffers pass through unconverted: same type only
-    rest = launcher[len(cpu):]
-    if any(p["kind"] != "int" or "block" not in p["name"].lower() for p in rest):
+        out.append({"cpu": i})
+    if not any("cpu" in m and g["ptr"] and not g["const"] for m, g in zip(out, head)):
+        return None  # nothing the launcher writes can be compared
+    return out, trailing
+
+
+def _device_size(main: str, name: str) -> str | None:
+    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*(?:d_)?" + re.escape(name) + r"\s*,\s*([^;]+?)\)\s*\)?\s*;",
+                  main)
+    if not m:
         return None
-    return [p["name"] for p in rest]
+    size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", m.group(1)).strip().strip("*").strip()
+    return size or None
+
+
+def _validated(main: str, args: list[str]) -> list[str]:
+    """The host arrays main() checks the GPU result against (llm.c's `validate_result(d_x, x, ...)`)."""
+    names = []
+    for m in re.finditer(r"\bvalidate_\w*\s*\(\s*\w+\s*,\s*(\w+)\s*,", main):
+        if m.group(1) in args and m.group(1) not in names:
+            names.append(m.group(1))
+    return names
 
 
 def _main_body(units, src) -> str:
@@ -859,9 +915,10 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
                    by_name: dict[str, list[int]]) -> tuple[dict, set[int]] | None:
     """The file's CPU reference for kernel `kname`, called through a host launcher of the same file.
 
-    Returns ({cpu, cpu_code, launcher, cpu_params, launcher_params, trailing, main}, the units
-    the record then needs: kernel, launcher and their closures), or None when the file has no
-    CPU function whose signature the launcher repeats (plus trailing block sizes)."""
+    Returns ({cpu, cpu_code, launcher, cpu_params, launcher_params, launcher_map, trailing,
+    call_args, buffers, compare, scalars, block_sizes}, the units the record then needs: kernel,
+    launcher and their closures), or None when no CPU function (`*_cpu`, `*_reference`, `ref_*`)
+    that main() calls fits a launcher of the kernel (see `_map_params`)."""
     hosts = _host_functions(units, src)
     cpus = [n for n in hosts if CPU_REFERENCE.search(n)]
     main = _main_body(units, src)
@@ -877,15 +934,19 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
             continue
         for cname in cpus:
             csig = _signature(units, src, hosts[cname], cname)
-            trailing = _matches(csig, lsig) if csig else None
-            if trailing is None:
-                continue
-            args = _call_args(main, cname)
+            args = _call_args(main, cname) if csig and not any(p["template"] for p in csig) else None
             if not args or len(args) != len(csig):
                 continue
+            mapped = _map_params(csig, lsig, args, main)
+            if mapped is None:
+                continue
+            lmap, trailing = mapped
             buffers, ok = [], True
             for p, a in zip(csig, args):
                 if p["ptr"]:
+                    if a in ("NULL", "nullptr", "0"):
+                        buffers.append({"arg": a, "gen": "null", "size": "0"})
+                        continue
                     alloc = _allocation(main, a) if re.fullmatch(r"\w+", a) else None
                     if alloc is None or not alloc["size"]:
                         ok = False
@@ -893,11 +954,19 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
                     buffers.append({"arg": a, **alloc})
             if not ok:
                 continue
+            lsig = [dict(g) for g in lsig]
+            for m, g in zip(lmap, lsig):  # template types take the CPU side's
+                if g["template"]:
+                    g["type"] = csig[m["cpu"]]["type"] if "cpu" in m else "float"
+            written = sorted(m["cpu"] for m, g in zip(lmap, lsig) if "cpu" in m and g["ptr"] and not g["const"])
+            checked = [i for i in written if args[i] in _validated(main, args)]
             need = _closure_of([kernel_index, hosts[lname]], units, by_name, launcher=hosts[lname], src=src)
             cpu_need = _closure_of([hosts[cname]], units, by_name) - need
             ref = {"cpu": cname, "launcher": lname, "cpu_params": csig, "launcher_params": lsig,
-                   "trailing": trailing, "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]),
-                   "call_args": args, "buffers": buffers, "scalars": decls, "block_sizes": blocks}
+                   "launcher_map": lmap, "trailing": trailing,
+                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]),
+                   "call_args": args, "buffers": buffers, "compare": checked or written,
+                   "scalars": decls, "block_sizes": blocks}
             return ref, need
     return None
 

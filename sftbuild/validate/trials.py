@@ -258,11 +258,12 @@ def run_file_reference(task: dict) -> dict:
     function on host copies of the same inputs.
 
     For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
-    file and seed: const arrays are inputs (random in the range of the file's own generator) and
-    must come back unchanged; arrays main() fills (zeros, ones, random) and that the CPU function
-    takes non-const are in/out, both sides start from the same values; arrays main() only
-    allocates are outputs, poisoned with NaN (integers with their minimum) on the device. Every
-    non-const array is compared with the CPU result: within a tolerance relative to the
+    file and seed: arrays the launcher takes const are inputs (random in the range of the file's
+    own generator) and must come back unchanged; arrays main() fills (zeros, ones, random) that the
+    launcher writes are in/out, both sides start from the same values; arrays main() only
+    allocates are outputs, poisoned with NaN (integers with their minimum) on the device; the
+    launcher's scratch buffers start at zero. The arrays main() validates (else every array the
+    launcher writes) are compared with the CPU result: within a tolerance relative to the
     reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
     integers exactly. Each trial runs again on new values in the same buffers (a stale or
     input-independent result fails); a reference that is constant in every trial says nothing,
@@ -301,32 +302,41 @@ def load_file_harness(path: str) -> ctypes.CDLL:
 
 
 def _file_buffers(ref, p, seed):
-    """Host arrays for one trial: (tensors, roles), role in input | inout | output."""
+    """Host arrays for one trial, one per pointer of the CPU call: (tensors, roles); see
+    `file_reference.roles` (null arrays are empty and passed as NULL; an input main() only
+    allocates, filled by an earlier step, gets random values)."""
+    from sftbuild.ops.binders import file_reference as FR
+
     gen = torch.Generator().manual_seed(seed)
-    bufs, roles = [], []
+    bufs, roles = [], FR.roles(ref)
     ptrs = [c for c in ref["cpu_params"] if c["ptr"]]
-    for c, b, n, high in zip(ptrs, ref["buffers"], p["counts"], p["high"]):
+    for c, b, n, high, role in zip(ptrs, ref["buffers"], p["counts"], p["high"], roles):
+        if role == "input" and b["gen"] == "empty":  # filled by an earlier step of main(): any values
+            b = {**b, "gen": "uniform", "lo": -1.0, "hi": 1.0}
         integer = c["type"] not in ("float", "double")
         dtype = torch.float64 if c["type"] == "double" else torch.int32 if integer else torch.float32
-        if b["gen"] == "int" or (integer and b["gen"] != "zeros"):
+        if b["gen"] == "int" or (integer and b["gen"] not in ("zeros", "null")):
             t = torch.randint(0, max(1, high or 2), (n,), generator=gen, dtype=torch.int64).to(dtype)
         elif b["gen"] == "uniform":
             t = (torch.rand(n, generator=gen, dtype=torch.float64) * (b["hi"] - b["lo"]) + b["lo"]).to(dtype)
         elif b["gen"] == "ones":
             t = torch.ones(n, dtype=dtype)
-        elif b["gen"] == "zeros" or c["const"]:
+        elif b["gen"] in ("zeros", "null"):
             t = torch.zeros(n, dtype=dtype)
         else:
             t = torch.empty(n, dtype=dtype)
         bufs.append(t)
-        roles.append("input" if c["const"] else "output" if b["gen"] == "empty" else "inout")
     return bufs, roles
+
+
+def _addresses(tensors) -> list[int]:
+    return [t.data_ptr() if t.numel() else 0 for t in tensors]
 
 
 def _file_call(lib, ref, p, dev_bufs, block) -> int:
     ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
     floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
-    parr = (ctypes.c_void_p * len(dev_bufs))(*[t.data_ptr() for t in dev_bufs])
+    parr = (ctypes.c_void_p * max(1, len(dev_bufs)))(*_addresses(dev_bufs))
     carr = (ctypes.c_longlong * max(1, len(dev_bufs)))(*[t.numel() for t in dev_bufs])
     iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)
     farr = (ctypes.c_double * max(1, len(floats)))(*floats)
@@ -338,7 +348,7 @@ def file_reference_outputs(lib, ref, p, host_bufs) -> list:
     out = [t.clone() for t in host_bufs]
     ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
     floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
-    parr = (ctypes.c_void_p * len(out))(*[t.data_ptr() for t in out])
+    parr = (ctypes.c_void_p * max(1, len(out)))(*_addresses(out))
     iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)
     farr = (ctypes.c_double * max(1, len(floats)))(*floats)
     lib.sftbuild_file_reference(parr, iarr, farr)
@@ -349,7 +359,9 @@ def _file_trial(lib, ref, p, block, seed):
     """One (sizes, block size, seed), run twice on new values. Returns (ok, stats, reference moved)."""
     dev = torch.device("cuda")
     host, roles = _file_buffers(ref, p, seed)
-    d = [t.to(dev) for t in host]
+    ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
+    compared = [ptr_of[i] for i in ref["compare"]]
+    d = [t.to(dev) for t in host] + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
     moved, worst, first = False, {}, None
     for run in range(2):
         if run:  # new values in the same buffers
@@ -369,12 +381,13 @@ def _file_trial(lib, ref, p, block, seed):
         for i, (t, b) in enumerate(zip(d, before)):
             if b is not None and not torch.equal(t, b):
                 return False, {"reason": "cheat", "why": f"input array {i} was modified"}, moved
-        outs = [(i, t.cpu(), w) for i, (t, w, r) in enumerate(zip(d, want, roles)) if r != "input"]
-        for i, got, w in outs:
-            ok, stats = compare_file_output(got, w, lib.sftbuild_file_elem_bytes(i))
+        outs = [(k, d[k].cpu(), want[k]) for k in compared]
+        for k, got, w in outs:
+            ok, stats = compare_file_output(got, w, lib.sftbuild_file_elem_bytes(k))
             if not ok:
                 stale = " on new values in the same buffers (stale result)" if run else ""
-                return False, {**stats, "reason": "incorrect", "why": f"array {i}: {stats['why']}{stale}"}, moved
+                return False, {**stats, "reason": "incorrect",
+                               "why": f"{ref['call_args'][ref['compare'][compared.index(k)]]}: {stats['why']}{stale}"}, moved
             fold_worst(worst, stats)
         # the reference says something when it varies within an array or with the inputs
         moved |= any(w.numel() > 1 and bool((w != w.flatten()[0]).any()) for _, _, w in outs)
@@ -386,18 +399,27 @@ def _file_trial(lib, ref, p, block, seed):
 
 
 def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int) -> tuple[bool, dict]:
-    """Kernel output vs CPU reference: NaN never passes; floats within a tolerance relative to the
-    reference's magnitude; integers exactly."""
+    """Kernel output vs CPU reference: NaN never passes; infinities must be the reference's own;
+    floats within a tolerance relative to the reference's magnitude; integers exactly."""
     if got.shape != want.shape:
         return False, {"why": f"{got.numel()} elements, the reference has {want.numel()}"}
     if not want.is_floating_point():
         bad = int((got != want).sum())
         return bad == 0, {"exact": True, "mismatches": bad, **({"why": f"{bad} integers differ"} if bad else {})}
     want64, got64 = want.double(), got.double()
-    if not torch.isfinite(want64).all():
-        return False, {"why": "the CPU reference is not finite"}
+    if torch.isnan(want64).any():
+        return False, {"why": "the CPU reference has NaN"}
     if torch.isnan(got64).any():
         return False, {"why": f"{int(torch.isnan(got64).sum())} NaN (unwritten or invalid) elements"}
+    inf = torch.isinf(want64)
+    if inf.any():  # e.g. a causal mask's -inf: the same infinity, and the rest compared as usual
+        if not torch.equal(got64[inf], want64[inf]):
+            return False, {"why": "infinities differ from the reference's"}
+        if inf.all():
+            return True, {"exact": True}
+        want64, got64 = want64[~inf], got64[~inf]
+    if torch.isinf(got64).any():
+        return False, {"why": f"{int(torch.isinf(got64).sum())} infinite elements where the reference is finite"}
     tol = FILE_TOLERANCE.get(elem_bytes, 3e-2)
     scale = max(float(want64.abs().max()) if want64.numel() else 0.0, 1e-6)
     err = (got64 - want64).abs()

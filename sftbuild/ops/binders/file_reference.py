@@ -46,7 +46,43 @@ class FileReference(Binder):
         props = re.findall(r"(?m)^\s*cudaDeviceProp\s+(\w+)\s*;", record.code)
         return {"op": None, "how": "file_reference", "harness": "file_reference", "dtypes": ["float32"],
                 "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
-                "harness_args": {"ref": {**ref, "device_props": props}}}
+                "harness_args": {"ref": {**ref, "device_props": props}, "slots": slots(ref)}}
+
+
+def slots(ref: dict) -> list[dict]:
+    """Where the harness finds each leading launcher argument: {kind: ptr, slot, ltype, ctype, const}
+    (slot: the CPU call's pointers in order, then the scratch buffers), {kind: int|float, slot}."""
+    cpu = ref["cpu_params"]
+    ptr_slot, int_slot, float_slot = {}, {}, {}
+    for i, c in enumerate(cpu):
+        table = ptr_slot if c["ptr"] else int_slot if c["kind"] == "int" else float_slot
+        table[i] = len(table)
+    out, scratch = [], len(ptr_slot)
+    for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))], ref["launcher_params"]):
+        if "scratch" in m:
+            out.append({"kind": "ptr", "slot": scratch, "ltype": g["type"], "ctype": "float", "const": g["const"]})
+            scratch += 1
+        elif g["ptr"]:
+            out.append({"kind": "ptr", "slot": ptr_slot[m["cpu"]], "ltype": g["type"], "ctype": cpu[m["cpu"]]["type"],
+                        "const": g["const"]})
+        else:
+            out.append({"kind": g["kind"], "slot": (int_slot if g["kind"] == "int" else float_slot)[m["cpu"]],
+                        "ltype": g["type"]})
+    return out
+
+
+def roles(ref: dict) -> list[str]:
+    """Per CPU pointer argument: input | output | inout (what the launcher does with it, and whether
+    main() fills it first), host (the launcher does not take it) or null (main() passes NULL)."""
+    cpu = ref["cpu_params"]
+    fed = {m["cpu"]: g for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))],
+                                       ref["launcher_params"]) if "cpu" in m}
+    out = []
+    for i, b in zip([i for i, c in enumerate(cpu) if c["ptr"]], ref["buffers"]):
+        g = fed.get(i)
+        out.append("null" if b["gen"] == "null" else "host" if g is None else "input" if g["const"]
+                   else "output" if b["gen"] == "empty" else "inout")
+    return out
 
 
 def evaluate(expr: str, env: dict[str, float]) -> float:
@@ -127,6 +163,10 @@ def plan(ref: dict, halvings: int) -> dict | None:
     for p, a in zip(ref["cpu_params"], ref["call_args"]):
         if p["ptr"]:
             b = next(bufs)
+            if b["gen"] == "null":
+                counts.append(0)
+                args.append(None)
+                continue
             try:
                 n = evaluate(b["size"], env)
             except ValueError:
@@ -150,7 +190,17 @@ def plan(ref: dict, halvings: int) -> dict | None:
                 return None
         else:
             high.append(None)
-    return {"env": env, "args": args, "counts": counts, "high": high, "halvings": halvings}
+    scratch = []
+    for m in ref.get("launcher_map") or []:
+        if "scratch" in m:
+            try:
+                n = evaluate(m["scratch"], env)
+            except ValueError:
+                return None
+            if not isinstance(n, int) or n <= 0:
+                return None
+            scratch.append(n)
+    return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings}
 
 
 def plans(ref: dict, count: int = 2) -> list[dict]:
@@ -160,7 +210,7 @@ def plans(ref: dict, count: int = 2) -> list[dict]:
         p = plan(ref, h)
         if p is None:
             return []
-        if sum(p["counts"]) > MAX_ELEMENTS:
+        if sum(p["counts"]) + sum(p["scratch"]) > MAX_ELEMENTS:
             continue
         key = tuple(p["counts"]) + tuple(a for a in p["args"] if a is not None)
         if key in seen:
