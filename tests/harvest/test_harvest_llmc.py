@@ -99,3 +99,24 @@ def test_include_dirs_and_headers_stay_in_the_tree(tmp_path):
     assert set(got) == {"src/local.cuh", "include/lib/util.h", "include/lib/more.h"}
     assert all("SECRET" not in t for t in got.values())
     assert safe_rel("a/../../b") is None and safe_rel("/etc") is None and safe_rel("a/./b/../c") == "a/c"
+
+
+@needs_llmc
+def test_launchers_taking_part_of_the_cpu_call_scratch_and_null_arrays():
+    from sftbuild.ops.binders.file_reference import plans, roles
+
+    ref = _kernels("matmul_backward_bias.cu")["matmul_backward_bias_kernel1"].file_reference
+    assert ref["cpu"] == "matmul_backward_bias_cpu" and ref["call_args"][:2] == ["NULL", "NULL"]
+    assert roles(ref) == ["null", "null", "inout", "input", "null", "null"]  # dbias starts at zero in main()
+    assert [ref["call_args"][i] for i in ref["compare"]] == ["dbias"]
+    ref = _kernels("layernorm_backward.cu")["layernorm_backward_kernel5"].file_reference
+    assert ref["launcher"] == "layernorm_backward5"  # a template launcher, with a device-only scratch array
+    assert [m for m in ref["launcher_map"] if "scratch" in m] == [{"scratch": "(1024/32) * cuda_num_SMs * (2 * C + 1)"}]
+    assert [ref["call_args"][i] for i in ref["compare"]] == ["dinp", "dweight", "dbias"]
+
+
+@needs_llmc
+def test_a_launcher_that_calls_cublas_is_not_used():
+    k = _kernels("matmul_forward.cu")["add_bias"]
+    assert k.file_reference is None and "cublasSgemm" not in k.code
+    assert _kernels("attention_forward.cu")["softmax_forward_kernel4"].file_reference is None
