@@ -719,7 +719,9 @@ def _inside_real(root, path) -> bool:
 
 # ---- the file's own CPU reference and host launcher (llm.c style) ------------------------------
 
-LIBRARY_WORK = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(")
+# launchers not to validate through: library work (a cheat) or leaving the process (forbidden)
+LIBRARY_WORK = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(|"
+                          r"(?<![\w.:])(?:std::)?(?:exit|_exit|abort|quick_exit|system)\s*\(")
 CPU_REFERENCE = re.compile(r"(?:_cpu|_reference|_ref|_host)$|^(?:ref_|reference_|cpu_|naive_cpu_)")
 INT_WORDS = {"int", "long", "size_t", "unsigned", "int64_t", "int32_t", "uint32_t", "uint64_t", "short"}
 FLOAT_WORDS = {"float", "double"}
@@ -932,7 +934,7 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
             continue
         lsig = _signature(units, src, hosts[lname], lname)
         if lsig is None or LIBRARY_WORK.search(_text(src, units[hosts[lname]])):
-            continue  # a launcher that hands work to cuBLAS/cuDNN/thrust would make the kernel a cheat
+            continue  # handing work to cuBLAS/cuDNN/thrust, or exiting, would drop the kernel with it
         for cname in cpus:
             csig = _signature(units, src, hosts[cname], cname)
             args = _call_args(main, cname) if csig and not any(p["template"] for p in csig) else None
