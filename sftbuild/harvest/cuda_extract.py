@@ -628,8 +628,8 @@ def _has_code(text: bytes) -> bool:
 # ---- a file's own headers: include folders and the local headers its includes reach ----------
 
 STANDARD_INCLUDE_DIRS = ("include", "csrc")
-MAX_HEADER_BYTES = 1 << 20  # one header
-MAX_HEADERS_BYTES = 4 << 20  # all the headers of one file
+MAX_HEADER_BYTES = 512 << 10  # one header
+MAX_HEADERS_BYTES = 1 << 20  # all the headers of one file (stored with each of its records)
 
 
 def safe_rel(path: str) -> str | None:

@@ -180,6 +180,8 @@ class Harvest:
     def _headers(self, tree: S.Tree, rel: str) -> dict:
         """The file's include folders and the tree's own headers it reaches, stored with each record
         so the compile gate finds them after the source tree is gone (see cuda_extract.local_headers)."""
+        if tree.torch_headers:  # torch's own tree: its headers come from the torch include set
+            return {}
         dirs = include_dirs(tree.root, rel, self.cfg.include_dirs)
         try:
             src = (tree.root / rel).read_bytes()
