@@ -49,6 +49,8 @@ class HarvestConfig:
                                        plugins="file_filter")
     min_kernel_lines: int = opt(3, "shorter kernels are dropped as 'trivial'", lo=0)
     cache_dir: str = opt("", "git clones and downloads; default: <workspace>/cache")
+    include_dirs: list[str] = opt([], "extra include folders for CUDA sources, relative to each source's root "
+                                  "(the file's folder, the root, include/ and csrc/ are always searched)")
 
 
 @dataclasses.dataclass

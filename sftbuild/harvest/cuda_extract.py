@@ -37,7 +37,8 @@ UNIT_TYPES = {
 SCOPE_TYPES = {"namespace_definition", "linkage_specification"}
 CONDITIONAL_TYPES = {"preproc_if", "preproc_ifdef"}
 # attribute-like macros that take arguments and precede a declaration
-ATTRIBUTE_CALLS = re.compile(rb"\b(__launch_bounds__|\w*LAUNCH_BOUNDS\w*|__attribute__|alignas)\s*\(")
+ATTRIBUTE_CALLS = re.compile(rb"\b(__launch_bounds__|\w*LAUNCH_BOUNDS\w*|__attribute__|alignas|__align__|"
+                             rb"__declspec)\s*\(")
 # any other all-caps macro call directly before `__global__` is an attribute too
 MACRO_BEFORE_GLOBAL = re.compile(rb"\b([A-Z_][A-Z0-9_]{2,})\s*\(")
 # attribute-like macros without arguments
@@ -90,6 +91,8 @@ class Kernel:
     params: list[str]  # parameter declarations, as written
     launch_sites: list[dict]  # {"function", "lines", "macro"?, "template_args"?} in the same file
     instantiations: list[str] = dataclasses.field(default_factory=list)
+    # the file's CPU reference and the host launcher the code then includes (see `file_reference`)
+    file_reference: dict | None = None
 
 
 def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], list[dict]]:
@@ -120,7 +123,9 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
     kernels = []
     for i, u in enumerate(units):
         for kname in u.kernels:
-            need = _closure(i, units, by_name)
+            sites = _launch_sites(tree.root_node, units, src, kname, exclude=i)
+            found = file_reference(units, src, i, kname, sites, by_name)
+            ref, need = found if found else (None, _closure(i, units, by_name))
             code = _emit(src, include_units + [units[j] for j in sorted(need)])
             text = _text(src, u)
             head = text.split("{", 1)[0]
@@ -131,8 +136,9 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
                 launch_bounds=_launch_bounds(head),
                 template=text.lstrip().startswith("template"),
                 params=_params(head, kname),
-                launch_sites=_launch_sites(tree.root_node, units, src, kname, exclude=i),
+                launch_sites=sites,
                 instantiations=_instantiations(units, src, kname),
+                file_reference=ref,
             ))
     return kernels, _unaccounted(tree.root_node, src, kernels, dead)
 
@@ -211,6 +217,9 @@ def _collect_list(children, src, scopes, units, dead):
             _collect_list(body.children, src, scopes + ((opener, "}"),), units, dead)
         elif c.type in CONDITIONAL_TYPES:
             _collect_conditional(c, src, scopes, units, dead)
+        elif _is_using_namespace(c):
+            units.append(Unit(c.start_byte, c.end_byte, scopes, set(), set(), [],
+                              c.start_point[0] + 1, c.end_point[0] + 1, include=True))
         elif c.type in UNIT_TYPES:
             u = _unit(c, src, scopes)
             nxt = c.next_sibling
@@ -370,10 +379,18 @@ def _defined_names(node) -> set[str]:
             if n:
                 names.add(n)
         return names
-    if t == "alias_declaration":
-        n = node.child_by_field_name("name")
+    if t in ("alias_declaration", "namespace_alias_definition"):
+        n = node.child_by_field_name("name") or next(
+            (c for c in node.named_children if c.type in ("namespace_identifier", "identifier")), None)
         return {n.text.decode()} if n else set()
+    if t == "using_declaration" and not _is_using_namespace(node):  # `using std::min;` names `min`
+        last = node.named_children[-1] if node.named_children else None
+        return {last.text.decode().split("::")[-1]} if last is not None else set()
     return set()
+
+
+def _is_using_namespace(node) -> bool:
+    return node.type == "using_declaration" and any(c.type == "namespace" for c in node.children)
 
 
 def _declarator_name(d) -> str | None:
@@ -606,3 +623,365 @@ def _has_code(text: bytes) -> bool:
             continue
         return True
     return False
+
+
+# ---- a file's own headers: include folders and the local headers its includes reach ----------
+
+STANDARD_INCLUDE_DIRS = ("include", "csrc")
+MAX_HEADER_BYTES = 512 << 10  # one header
+MAX_HEADERS_BYTES = 1 << 20  # all the headers of one file (stored with each of its records)
+
+
+def safe_rel(path: str) -> str | None:
+    """`path` normalised as a path inside a tree, or None when it is absolute or escapes the tree."""
+    if not path or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path) or "\0" in path:
+        return None
+    parts: list[str] = []
+    for p in path.replace("\\", "/").split("/"):
+        if p in ("", "."):
+            continue
+        if p == "..":
+            if not parts:
+                return None
+            parts.pop()
+        else:
+            parts.append(p)
+    return "/".join(parts) or "."
+
+
+def include_dirs(root, rel: str, extra: list[str] = ()) -> list[str]:
+    """Folders (relative to `root`, '.' for the root) searched for the includes of file `rel`:
+    its own folder, the root, the usual include/ and csrc/, then `extra`, those that exist."""
+    import os
+
+    own = rel.rsplit("/", 1)[0] if "/" in rel else "."
+    out: list[str] = []
+    for d in (own, ".", *STANDARD_INCLUDE_DIRS, *extra):
+        d = safe_rel(d)
+        if d is None or d in out:
+            continue
+        full = os.path.join(root, d)
+        if os.path.isdir(full) and not os.path.islink(full) and _inside_real(root, full):
+            out.append(d)
+    return out
+
+
+def local_headers(root, rel: str, dirs: list[str], src: bytes) -> dict[str, str]:
+    """The tree's own headers that `src` (the file `rel`) includes, transitively: {path: text}.
+
+    `#include "x"` is looked up in the including file's folder, then in `dirs`; `<x>` in `dirs`
+    only; a name not found in the tree is a system header and is left to the compiler. Nothing
+    outside the tree is ever read: absolute names, `..` escaping the root and links are ignored."""
+    import os
+
+    out: dict[str, str] = {}
+    total = 0
+    todo = [(rel, src)]
+    while todo:
+        cur, data = todo.pop()
+        here = cur.rsplit("/", 1)[0] if "/" in cur else "."
+        for m in INCLUDE_FULL.finditer(data):
+            quote, name = m.group(1), m.group(2).decode("utf-8", "replace")
+            bases = ([here] if quote == b'"' else []) + list(dirs)
+            for base in bases:
+                cand = safe_rel(f"{base}/{name}")
+                if cand is None or cand == rel:
+                    continue
+                if cand in out:
+                    break
+                full = os.path.join(root, cand)
+                if not os.path.isfile(full) or os.path.islink(full) or not _inside_real(root, full):
+                    continue
+                try:
+                    size = os.path.getsize(full)
+                    if size > MAX_HEADER_BYTES or total + size > MAX_HEADERS_BYTES:
+                        break
+                    with open(full, "rb") as f:
+                        text = f.read()
+                except OSError:
+                    break
+                total += size
+                out[cand] = text.decode("utf-8", "replace")
+                todo.append((cand, text))
+                break
+    return dict(sorted(out.items()))
+
+
+INCLUDE_FULL = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def _inside_real(root, path) -> bool:
+    import os
+
+    r, p = os.path.realpath(root), os.path.realpath(path)
+    return p == r or p.startswith(r.rstrip("/") + "/")
+
+
+# ---- the file's own CPU reference and host launcher (llm.c style) ------------------------------
+
+# launchers not to validate through: library work (a cheat) or leaving the process (forbidden)
+LIBRARY_WORK = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(|"
+                          r"(?<![\w.:])(?:std::)?(?:exit|_exit|abort|quick_exit|system)\s*\(")
+CPU_REFERENCE = re.compile(r"(?:_cpu|_reference|_ref|_host)$|^(?:ref_|reference_|cpu_|naive_cpu_)")
+INT_WORDS = {"int", "long", "size_t", "unsigned", "int64_t", "int32_t", "uint32_t", "uint64_t", "short"}
+FLOAT_WORDS = {"float", "double"}
+GENERATORS = {  # host generators whose value ranges the trials reproduce
+    "make_random_float": ("uniform", -1.0, 1.0), "make_random_float_01": ("uniform", 0.0, 1.0),
+    "make_zeros_float": ("zeros",), "make_ones_float": ("ones",), "make_random_int": ("int",),
+}
+
+
+def param_info(decl: str) -> dict | None:
+    """{type, name, ptr, const, kind: ptr|int|float} of one parameter declaration, None when unreadable."""
+    decl = re.sub(r"\b(__restrict__|__restrict|restrict)\b", " ", decl.split("=")[0])
+    if "&" in decl or "[" in decl or "(" in decl or decl.count("*") > 1:
+        return None
+    words = re.findall(r"[A-Za-z_]\w*", decl)
+    if len(words) < 2:
+        return None
+    name, types = words[-1], [w for w in words[:-1] if w not in ("const", "volatile", "signed")]
+    if not types:
+        return None
+    ptr = "*" in decl
+    base = " ".join(types)
+    const = "const" in words[:-1] and (not ptr or decl.find("const") < decl.find("*"))
+    if ptr:
+        kind = "ptr"
+    elif set(types) <= INT_WORDS:
+        kind = "int"
+    elif set(types) <= FLOAT_WORDS:
+        kind = "float"
+    else:
+        return None
+    return {"type": base, "name": name, "ptr": ptr, "const": const, "kind": kind}
+
+
+def _host_functions(units: list[Unit], src: bytes) -> dict[str, int]:
+    """Host function definitions by name (no __global__/__device__); templates only when every
+    template parameter is a type (`template <typename T>`), which a call can deduce."""
+    out = {}
+    for i, u in enumerate(units):
+        if u.kernels or u.include or (u.origin and u.origin is not src):
+            continue
+        text = _text(src, u).lstrip()
+        head = text.split("{", 1)[0]
+        if "{" not in text or re.search(r"__(?:device|global)__", head) \
+                or not re.search(r"\)\s*$", head.strip()) or len(u.defines) != 1:
+            continue
+        if text.startswith("template") and not _type_template(head):
+            continue
+        out[next(iter(u.defines))] = i
+    return out
+
+
+def _type_template(head: str) -> list[str] | None:
+    """Names of a template's parameters when all are types, else None (also for a non-template)."""
+    m = re.match(r"\s*template\s*<([^<>]*)>", head)
+    if not m:
+        return None
+    parts = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    names = [re.fullmatch(r"(?:typename|class)\s+(\w+)", p) for p in parts]
+    return [n.group(1) for n in names] if parts and all(names) else None
+
+
+def _signature(units, src, i, name) -> list[dict] | None:
+    head = _text(src, units[i]).split("{", 1)[0]
+    params = [param_info(p) for p in _params(head, name)]
+    if any(p is None for p in params):
+        return None
+    for p in params:  # a template type parameter takes the CPU side's type (the harness passes that)
+        p["template"] = p["type"] in (_type_template(head) or [])
+    return params
+
+
+def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str):
+    """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size expression}) per leading
+    parameter, and the trailing block-size names; None when the launcher does not fit the CPU call.
+
+    The launcher repeats the CPU signature (by position, or by parameter name for a launcher that
+    takes a subset), then trailing block-size ints. A pointer the CPU function does not take is
+    device-only scratch, sized by main()'s cudaMalloc of it. Pointers pair with pointers (the
+    launcher's constness says what is an input), integer buffers with the same type, scalars with
+    scalars of their kind."""
+    n = len(launcher)
+    while n and launcher[n - 1]["kind"] == "int" and "block" in launcher[n - 1]["name"].lower():
+        n -= 1
+    head, trailing = launcher[:n], [p["name"] for p in launcher[n:]]
+    if len(trailing) > 1:
+        return None
+    by_name = {c["name"]: i for i, c in enumerate(cpu)}
+    positional = len(head) == len(cpu) and all(c["kind"] == g["kind"] for c, g in zip(cpu, head))
+    out = []
+    for j, g in enumerate(head):
+        i = j if positional else by_name.get(g["name"])
+        if i is None:
+            size = _device_size(main, g["name"]) if g["ptr"] else None
+            if size is None:
+                return None
+            out.append({"scratch": size})
+            continue
+        c = cpu[i]
+        if c["kind"] != g["kind"] or cpu_args[i] in ("NULL", "nullptr", "0"):
+            return None
+        if c["ptr"] and c["type"] not in ("float", "double") and c["type"] != g["type"] and not g.get("template"):
+            return None  # integer buffers pass through unconverted: same type only
+        out.append({"cpu": i})
+    if not any("cpu" in m and g["ptr"] and not g["const"] for m, g in zip(out, head)):
+        return None  # nothing the launcher writes can be compared
+    return out, trailing
+
+
+def _device_size(main: str, name: str) -> str | None:
+    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*(?:d_)?" + re.escape(name) + r"\s*,\s*([^;]+?)\)\s*\)?\s*;",
+                  main)
+    if not m:
+        return None
+    size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", m.group(1)).strip().strip("*").strip()
+    return size or None
+
+
+def _validated(main: str, args: list[str]) -> list[str]:
+    """The host arrays main() checks the GPU result against (llm.c's `validate_result(d_x, x, ...)`)."""
+    names = []
+    for m in re.finditer(r"\bvalidate_\w*\s*\(\s*\w+\s*,\s*(\w+)\s*,", main):
+        if m.group(1) in args and m.group(1) not in names:
+            names.append(m.group(1))
+    return names
+
+
+def _main_body(units, src) -> str:
+    for u in units:
+        if "main" in u.defines and not u.kernels and (not u.origin or u.origin is src):
+            return _text(src, u)
+    return ""
+
+
+def _call_args(text: str, name: str) -> list[str] | None:
+    m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", text)
+    if not m:
+        return None
+    depth, i, start, parts = 1, m.end(), m.end(), []
+    while i < len(text) and depth:
+        ch = text[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if (ch == "," and depth == 1) or depth == 0:
+            parts.append(" ".join(text[start:i].split()))
+            start = i + 1
+        i += 1
+    return [p for p in parts if p] if depth == 0 else None
+
+
+def _allocation(main: str, var: str) -> dict | None:
+    """How main() fills the host array `var`: {gen, size (C expression), lo/hi/high}, or None."""
+    m = re.search(r"\b" + re.escape(var) + r"\s*=\s*([^;]+);", main)
+    if not m:
+        return None
+    rhs = m.group(1).strip()
+    call = re.match(r"(\w+)\s*\((.*)\)\s*$", rhs, re.S)
+    if call and call.group(1) in GENERATORS:
+        args = _call_args(rhs, call.group(1)) or []
+        g = GENERATORS[call.group(1)]
+        out = {"gen": g[0], "size": args[0] if args else ""}
+        if g[0] == "uniform":
+            out.update(lo=g[1], hi=g[2])
+        if g[0] == "int":
+            if len(args) < 2:
+                return None
+            out["high"] = args[1]
+        return out
+    m = re.match(r"(?:\([^()]*\*\s*\))?\s*(malloc|calloc)\s*\((.*)\)\s*$", rhs, re.S)
+    if m:
+        args = _call_args(rhs, m.group(1)) or []
+        size = " * ".join(args) if m.group(1) == "calloc" else (args[0] if args else "")
+        size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", size).strip().strip("*").strip()
+        return {"gen": "zeros" if m.group(1) == "calloc" else "empty", "size": size}
+    return None
+
+
+def _main_values(main: str) -> tuple[list[list[str]], list[int]]:
+    """main()'s scalar definitions [(name, C expression)] in order, and its block sizes."""
+    decls = []
+    for m in re.finditer(r"(?m)^\s*(?:const\s+)?(?:unsigned\s+)?(int|long|size_t|int64_t|float|double)\s+"
+                         r"(\w+)\s*=\s*([^;{}]+);", main):
+        decls.append([m.group(2), " ".join(m.group(3).split()), "float" if m.group(1) in FLOAT_WORDS else "int"])
+    blocks: list[int] = []
+    m = re.search(r"\bblock_sizes\s*\[\s*\]\s*=\s*\{([^}]*)\}", main)
+    if m:
+        blocks = [int(x) for x in re.findall(r"\d+", m.group(1))]
+    return decls, blocks
+
+
+def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str, sites: list[dict],
+                   by_name: dict[str, list[int]]) -> tuple[dict, set[int]] | None:
+    """The file's CPU reference for kernel `kname`, called through a host launcher of the same file.
+
+    Returns ({cpu, cpu_code, launcher, cpu_params, launcher_params, launcher_map, trailing,
+    call_args, buffers, compare, scalars, block_sizes}, the units the record then needs: kernel,
+    launcher and their closures), or None when no CPU function (`*_cpu`, `*_reference`, `ref_*`)
+    that main() calls fits a launcher of the kernel (see `_map_params`)."""
+    hosts = _host_functions(units, src)
+    cpus = [n for n in hosts if CPU_REFERENCE.search(n)]
+    main = _main_body(units, src)
+    if not cpus or not main:
+        return None
+    decls, blocks = _main_values(main)
+    for site in sites:
+        lname = site.get("function")
+        if lname not in hosts or lname == "main" or site.get("macro"):
+            continue
+        lsig = _signature(units, src, hosts[lname], lname)
+        if lsig is None or LIBRARY_WORK.search(_text(src, units[hosts[lname]])):
+            continue  # handing work to cuBLAS/cuDNN/thrust, or exiting, would drop the kernel with it
+        for cname in cpus:
+            csig = _signature(units, src, hosts[cname], cname)
+            args = _call_args(main, cname) if csig and not any(p["template"] for p in csig) else None
+            if not args or len(args) != len(csig):
+                continue
+            mapped = _map_params(csig, lsig, args, main)
+            if mapped is None:
+                continue
+            lmap, trailing = mapped
+            buffers, ok = [], True
+            for p, a in zip(csig, args):
+                if p["ptr"]:
+                    if a in ("NULL", "nullptr", "0"):
+                        buffers.append({"arg": a, "gen": "null", "size": "0"})
+                        continue
+                    alloc = _allocation(main, a) if re.fullmatch(r"\w+", a) else None
+                    if alloc is None or not alloc["size"]:
+                        ok = False
+                        break
+                    buffers.append({"arg": a, **alloc})
+            if not ok:
+                continue
+            lsig = [dict(g) for g in lsig]
+            for m, g in zip(lmap, lsig):  # template types take the CPU side's
+                if g["template"]:
+                    g["type"] = csig[m["cpu"]]["type"] if "cpu" in m else "float"
+            written = sorted(m["cpu"] for m, g in zip(lmap, lsig) if "cpu" in m and g["ptr"] and not g["const"])
+            checked = [i for i in written if args[i] in _validated(main, args)]
+            need = _closure_of([kernel_index, hosts[lname]], units, by_name, launcher=hosts[lname], src=src)
+            cpu_need = _closure_of([hosts[cname]], units, by_name) - need
+            ref = {"cpu": cname, "launcher": lname, "cpu_params": csig, "launcher_params": lsig,
+                   "launcher_map": lmap, "trailing": trailing,
+                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]),
+                   "call_args": args, "buffers": buffers, "compare": checked or written,
+                   "scalars": decls, "block_sizes": blocks}
+            return ref, need
+    return None
+
+
+def _closure_of(starts: list[int], units, by_name, launcher: int | None = None, src: bytes = b"") -> set[int]:
+    """Units the `starts` need; the kernels the launcher launches come along with it."""
+    need = set()
+    for s in starts:
+        need |= _closure(s, units, by_name)
+    if launcher is not None:
+        text = _text(src, units[launcher])
+        for j, u in enumerate(units):
+            if u.kernels and j not in need and any(_launch_pattern(k).search(text) for k in u.kernels):
+                need |= _closure(j, units, by_name)
+    return need

@@ -21,7 +21,7 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest import specs
-from sftbuild.harvest.cuda_extract import late_includes
+from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, parse_files
 from sftbuild.record import Record
@@ -176,6 +176,19 @@ class Harvest:
                     continue
         return late_includes(files)
 
+    def _headers(self, tree: S.Tree, rel: str) -> dict:
+        """The file's include folders and the tree's own headers it reaches, stored with each record
+        so the compile gate finds them after the source tree is gone (see cuda_extract.local_headers)."""
+        if tree.torch_headers:  # torch's own tree: its headers come from the torch include set
+            return {}
+        dirs = include_dirs(tree.root, rel, self.cfg.include_dirs)
+        try:
+            src = (tree.root / rel).read_bytes()
+        except OSError:
+            return {}
+        headers = local_headers(tree.root, rel, dirs, src)
+        return {"include_dirs": dirs, "headers": headers} if headers else {}
+
     def _file_result(self, tree: S.Tree, res: dict, licenses: L.Resolver):
         rel = res["rel"]
         if "skip" in res:
@@ -188,11 +201,13 @@ class Harvest:
             return [], []
         lic, lic_source = licenses.resolve(rel, res["license"])
         records, spans = [], []
+        local = self._headers(tree, rel) if res["language"] == "cuda" else {}
         for k in _merge_same_code(res["kernels"]):
             prov = dict(tree.provenance, path=rel, lines=list(k["lines"]), license=lic, license_source=lic_source)
             prov.setdefault("package", None)
             prov.setdefault("version", None)
             entry = _entry(res["language"], k, tree.torch_headers)
+            entry.update(local)
             records.append(Record(language=res["language"], code=k["code"], source=self.src.name, entry=entry,
                                   binding=self.binding(rel, k["name"]), provenance=prov))
             spans.append(tuple(k["lines"]))
@@ -223,7 +238,8 @@ def _entry(language: str, k: dict, torch_headers: bool) -> dict:
         return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": k["template"],
                 "launch_bounds": k["launch_bounds"], "launch_sites": k["launch_sites"],
                 "instantiations": k["instantiations"], "includes": k["includes"], "needs": k["needs"],
-                "include_sets": ["torch"] if torch_set else []}
+                "include_sets": ["torch"] if torch_set else [],
+                **({"file_reference": k["file_reference"]} if k.get("file_reference") else {})}
     return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": False,
             "launch_bounds": None,
             "launch_sites": k["launch_sites"], "includes": k["imports"], "needs": k["needs"],

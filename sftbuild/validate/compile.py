@@ -4,6 +4,13 @@ Runs in the CPU pool. Each compile has a timeout and a memory limit, and its
 result is cached under the workspace by a hash of the code, the flags and the
 toolchain version, so a rerun or a duplicate costs nothing; processes that share a
 cache (workers, or test runs in parallel) build each key once.
+
+A record's own headers travel with it (`entry["headers"]`: {path in its tree: text},
+`entry["include_dirs"]`: folders of that tree, the kernel's own first; see
+`sftbuild.harvest.cuda_extract.local_headers`): the compile lays them out under its build
+folder, writes the kernel into its own folder there and puts the folders on the command
+line. Headers are hostile input too: an `#include` that is absolute, computed by a macro,
+or whose `..` would leave that tree fails the gate as `unsafe_include` before nvcc runs.
 """
 from __future__ import annotations
 
@@ -54,9 +61,15 @@ def compile_task(task: dict) -> dict:
     only, for machines that cannot run it). Returns {ok, reason, log, resources, so, seconds, cached}."""
     link = task.get("link", True)
     nvcc = find_nvcc(task.get("nvcc", ""))
+    headers, dirs = task.get("headers") or {}, task.get("include_dirs") or []
+    unsafe = unsafe_include(task["code"], headers, dirs)
+    if unsafe:
+        return {"ok": False, "reason": "unsafe_include", "log": unsafe, "seconds": 0.0, "cached": False}
     # the same include sets and defines the harvest's compile-on-its-own check uses
     flags = nvcc_args(task["include_sets"]) + ["-lineinfo", f"-arch={task['arch']}"]
-    key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version()])
+    if headers:
+        flags = [f"-I{TREE}/{d}" for d in dirs or ["."]] + flags
+    key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version(), headers])
                          .encode()).hexdigest()[:24]
     out_dir = Path(task["cache_dir"]) / key
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +84,17 @@ def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key:
         res = json.loads(done.read_text())
         if not res.get("so") or Path(res["so"]).exists():
             return {**res, "cached": True}
-    (out_dir / "kernel.cuh").write_text(task["code"], encoding="utf-8")
+    headers = task.get("headers") or {}
+    if headers:  # the record's tree, with the kernel in its own folder (the first include folder)
+        for rel, text in headers.items():
+            dest = out_dir / TREE / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text, encoding="utf-8")
+        own = out_dir / TREE / ((task.get("include_dirs") or ["."])[0])
+        own.mkdir(parents=True, exist_ok=True)
+        (own / "kernel.cuh").write_text(task["code"], encoding="utf-8")
+    else:
+        (out_dir / "kernel.cuh").write_text(task["code"], encoding="utf-8")
     if task.get("harness") and link:
         (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")
         cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *flags, "harness.cu", "-o", "harness.so"]
@@ -94,6 +117,38 @@ def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key:
            "seconds": round(time.monotonic() - start, 3), "key": key}
     done.write_text(json.dumps(res))
     return {**res, "cached": False}
+
+
+TREE = "tree"  # the build folder's copy of a record's own headers
+INCLUDE_ANY = re.compile(r'^[ \t]*#[ \t]*include(?:_next)?\b[ \t]*(?:([<"])([^>"\n]*)[>"]|([^\s/][^\n]*))', re.M)
+
+
+def unsafe_include(code: str, headers: dict, dirs: list[str]) -> str | None:
+    """Why an include of the record or of its headers could read outside its tree, or None.
+
+    Each file's includes are resolved from its own folder and every include folder; a name
+    that is absolute, escapes the tree through `..`, or is computed by a macro is refused."""
+    from sftbuild.harvest.cuda_extract import safe_rel
+
+    bad_keys = [k for k in headers if safe_rel(k) != k or k == "."]
+    if bad_keys or any(safe_rel(d) is None for d in dirs):
+        return f"header path outside its tree: {(bad_keys or dirs)[0]!r}"
+    own = (dirs or ["."])[0]
+    for rel, text in [(f"{own}/kernel.cuh", code), *headers.items()]:
+        here = rel.rsplit("/", 1)[0] if "/" in rel else "."
+        for m in INCLUDE_ANY.finditer(re.sub(r"/\*.*?\*/", " ", text, flags=re.S)):
+            if m.group(3) is not None:
+                return f"{rel}: computed #include {m.group(3).strip()[:80]}"
+            name = m.group(2).strip()
+            if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+                return f"{rel}: absolute #include {name[:80]}"
+            if ".." in name.replace("\\", "/").split("/"):
+                if m.group(1) == '"' and safe_rel(f"{here}/{name}") in headers:
+                    continue  # found beside the including file: the compiler looks no further
+                bases = ([here] if m.group(1) == '"' else []) + list(dirs or ["."])
+                if m.group(1) == "<" or any(safe_rel(f"{b}/{name}") is None for b in bases):
+                    return f"{rel}: #include {name[:80]} leaves the tree"
+    return None
 
 
 def _limits():

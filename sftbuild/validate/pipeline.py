@@ -118,6 +118,7 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
         harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]
     return {"id": rec.id, "name": rec.name, "language": rec.language, "code": rec.code, "harnesses": harnesses,
             "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
+            "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
             "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
 
 

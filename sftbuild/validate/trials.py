@@ -1,5 +1,8 @@
 """Correctness and timing trials. Runs only inside a GPU worker process.
 
+A record bound to its file's own CPU reference (`how: file_reference`) takes the path at the
+end of this module instead (`run_file_reference`), with the same run-time checks.
+
 For one bound CUDA record: load its harness .so, then for every check (op)
 and every drawn (shape, dtype, seed):
   * inputs are made on the host from a seeded generator and copied to the GPU;
@@ -56,6 +59,8 @@ def run_record(task: dict) -> dict:
 
 
 def _run(task: dict) -> dict:
+    if (task.get("binding") or {}).get("how") == "file_reference":
+        return run_file_reference(task)
     dev = torch.device("cuda")
     tally, timing, notes = Tally(), {}, {}
     checks = C.selected(task.get("runtime_checks"))
@@ -241,3 +246,188 @@ def _time(lib, op, contract, check, shape, dtype, dev, warmup, runs) -> dict:
 
 def _events(fn, flush, warmup, runs) -> dict:
     return timing.events(fn, warmup, runs, flush)
+
+
+# ---- bound to the file's own CPU reference (ops/binders/file_reference.py) ----------------------
+
+FILE_TOLERANCE = {4: 2e-3, 8: 1e-6, 2: 3e-2}  # by the launcher's element size: fp32, fp64, fp16/bf16
+
+
+def run_file_reference(task: dict) -> dict:
+    """Trials of a kernel called through its file's host launcher, judged against the file's CPU
+    function on host copies of the same inputs.
+
+    For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
+    file and seed: arrays the launcher takes const are inputs (random in the range of the file's
+    own generator) and must come back unchanged; arrays main() fills (zeros, ones, random) that the
+    launcher writes are in/out, both sides start from the same values; arrays main() only
+    allocates are outputs, poisoned with NaN (integers with their minimum) on the device; the
+    launcher's scratch buffers start at zero. The arrays main() validates (else every array the
+    launcher writes) are compared with the CPU result: within a tolerance relative to the
+    reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
+    integers exactly. Each trial runs again on new values in the same buffers (a stale or
+    input-independent result fails); a reference that is constant in every trial says nothing,
+    so the record is dropped as degenerate."""
+    from sftbuild.ops.binders import file_reference as FR
+
+    ref = task["binding"]["harness_args"]["ref"]
+    lib = load_file_harness(task["sos"][0])
+    for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
+                      ("sftbuild_file_elem_bytes", ctypes.c_int)):
+        getattr(lib, name).restype = res
+    plans = FR.plans(ref, max(1, min(task.get("shapes", 2), 3)))
+    blocks = FR.block_sizes(ref)
+    if not plans:
+        return {"status": "dropped", "reason": "unbound", "detail": "no trial size fits the file's main()"}
+    tally, informative = Tally(), False
+    for p in plans:
+        for block in blocks:
+            for seed in range(max(1, task.get("seeds", 1))):
+                ok, stats, moved = _file_trial(lib, ref, p, block, seed)
+                informative |= moved
+                dropped = tally.add({"sizes": p["counts"], "block_size": block, "seed": seed}, ok, stats)
+                if dropped:
+                    return dropped
+    if not informative:
+        return {"status": "dropped", "reason": "degenerate", "trials": tally.tried,
+                "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
+    return {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": {}}
+
+
+def load_file_harness(path: str) -> ctypes.CDLL:
+    """dlopen with lazy binding: a repo's own helpers (llm.c's common.h setup calls cuBLAS) may name
+    library functions the launcher never calls; they stay unresolved instead of failing the load."""
+    _torch_libs_global()
+    return ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+
+
+def _file_buffers(ref, p, seed):
+    """Host arrays for one trial, one per pointer of the CPU call: (tensors, roles); see
+    `file_reference.roles` (null arrays are empty and passed as NULL; an input main() only
+    allocates, filled by an earlier step, gets random values)."""
+    from sftbuild.ops.binders import file_reference as FR
+
+    gen = torch.Generator().manual_seed(seed)
+    bufs, roles = [], FR.roles(ref)
+    ptrs = [c for c in ref["cpu_params"] if c["ptr"]]
+    for c, b, n, high, role in zip(ptrs, ref["buffers"], p["counts"], p["high"], roles):
+        if role == "input" and b["gen"] == "empty":  # filled by an earlier step of main(): any values
+            b = {**b, "gen": "uniform", "lo": -1.0, "hi": 1.0}
+        integer = c["type"] not in ("float", "double")
+        dtype = torch.float64 if c["type"] == "double" else torch.int32 if integer else torch.float32
+        if b["gen"] == "int" or (integer and b["gen"] not in ("zeros", "null")):
+            t = torch.randint(0, max(1, high or 2), (n,), generator=gen, dtype=torch.int64).to(dtype)
+        elif b["gen"] == "uniform":
+            t = (torch.rand(n, generator=gen, dtype=torch.float64) * (b["hi"] - b["lo"]) + b["lo"]).to(dtype)
+        elif b["gen"] == "ones":
+            t = torch.ones(n, dtype=dtype)
+        elif b["gen"] in ("zeros", "null"):
+            t = torch.zeros(n, dtype=dtype)
+        else:
+            t = torch.empty(n, dtype=dtype)
+        bufs.append(t)
+    return bufs, roles
+
+
+def _addresses(tensors) -> list[int]:
+    return [t.data_ptr() if t.numel() else 0 for t in tensors]
+
+
+def _file_call(lib, ref, p, dev_bufs, block) -> int:
+    ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
+    floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
+    parr = (ctypes.c_void_p * max(1, len(dev_bufs)))(*_addresses(dev_bufs))
+    carr = (ctypes.c_longlong * max(1, len(dev_bufs)))(*[t.numel() for t in dev_bufs])
+    iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)
+    farr = (ctypes.c_double * max(1, len(floats)))(*floats)
+    return lib.sftbuild_file_launch(parr, carr, iarr, farr, ctypes.c_int(block))
+
+
+def file_reference_outputs(lib, ref, p, host_bufs) -> list:
+    """The CPU function run on copies of `host_bufs`; returns the copies after the call."""
+    out = [t.clone() for t in host_bufs]
+    ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
+    floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
+    parr = (ctypes.c_void_p * max(1, len(out)))(*_addresses(out))
+    iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)
+    farr = (ctypes.c_double * max(1, len(floats)))(*floats)
+    lib.sftbuild_file_reference(parr, iarr, farr)
+    return out
+
+
+def _file_trial(lib, ref, p, block, seed):
+    """One (sizes, block size, seed), run twice on new values. Returns (ok, stats, reference moved)."""
+    dev = torch.device("cuda")
+    host, roles = _file_buffers(ref, p, seed)
+    ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
+    compared = [ptr_of[i] for i in ref["compare"]]
+    d = [t.to(dev) for t in host] + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
+    moved, worst, first = False, {}, None
+    for run in range(2):
+        if run:  # new values in the same buffers
+            host, _ = _file_buffers(ref, p, seed + 1000)
+            for t, h in zip(d, host):
+                t.copy_(h.to(dev))
+        want = file_reference_outputs(lib, ref, p, host)
+        for t, r in zip(d, roles):
+            if r == "output":
+                _poison(t)
+        before = [t.clone() if r == "input" else None for t, r in zip(d, roles)]
+        code = _file_call(lib, ref, p, d, block)
+        torch.cuda.synchronize()
+        if code != 0:
+            return False, {"reason": "launch_failed" if code == -1 else "cuda_error",
+                           "why": f"launcher {ref['launcher']} returned {code} (block size {block})"}, moved
+        for i, (t, b) in enumerate(zip(d, before)):
+            if b is not None and not torch.equal(t, b):
+                return False, {"reason": "cheat", "why": f"input array {i} was modified"}, moved
+        outs = [(k, d[k].cpu(), want[k]) for k in compared]
+        for k, got, w in outs:
+            ok, stats = compare_file_output(got, w, lib.sftbuild_file_elem_bytes(k))
+            if not ok:
+                stale = " on new values in the same buffers (stale result)" if run else ""
+                return False, {**stats, "reason": "incorrect",
+                               "why": f"{ref['call_args'][ref['compare'][compared.index(k)]]}: {stats['why']}{stale}"}, moved
+            fold_worst(worst, stats)
+        # the reference says something when it varies within an array or with the inputs
+        moved |= any(w.numel() > 1 and bool((w != w.flatten()[0]).any()) for _, _, w in outs)
+        if run == 0:
+            first = [w for _, _, w in outs]
+        else:
+            moved |= not all(torch.equal(a, w) for a, (_, _, w) in zip(first, outs))
+    return True, worst, moved
+
+
+def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int) -> tuple[bool, dict]:
+    """Kernel output vs CPU reference: NaN never passes; infinities must be the reference's own;
+    floats within a tolerance relative to the reference's magnitude; integers exactly."""
+    if got.shape != want.shape:
+        return False, {"why": f"{got.numel()} elements, the reference has {want.numel()}"}
+    if not want.is_floating_point():
+        bad = int((got != want).sum())
+        return bad == 0, {"exact": True, "mismatches": bad, **({"why": f"{bad} integers differ"} if bad else {})}
+    want64, got64 = want.double(), got.double()
+    if torch.isnan(want64).any():
+        return False, {"why": "the CPU reference has NaN"}
+    if torch.isnan(got64).any():
+        return False, {"why": f"{int(torch.isnan(got64).sum())} NaN (unwritten or invalid) elements"}
+    inf = torch.isinf(want64)
+    if inf.any():  # e.g. a causal mask's -inf: the same infinity, and the rest compared as usual
+        if not torch.equal(got64[inf], want64[inf]):
+            return False, {"why": "infinities differ from the reference's"}
+        if inf.all():
+            return True, {"exact": True}
+        want64, got64 = want64[~inf], got64[~inf]
+    if torch.isinf(got64).any():
+        return False, {"why": f"{int(torch.isinf(got64).sum())} infinite elements where the reference is finite"}
+    tol = FILE_TOLERANCE.get(elem_bytes, 3e-2)
+    scale = max(float(want64.abs().max()) if want64.numel() else 0.0, 1e-6)
+    err = (got64 - want64).abs()
+    bound = tol * scale + tol * want64.abs()
+    bad = int((err > bound).sum())
+    stats = {"max_abs": float(err.max()) if err.numel() else 0.0, "scale": scale, "tolerance": tol}
+    if bad:
+        j = int((err - bound).argmax())
+        return False, {**stats, "mismatches": bad,
+                       "why": f"{bad} elements off, e.g. [{j}] {float(got64[j]):.6g} vs {float(want64[j]):.6g}"}
+    return True, stats

@@ -1,4 +1,12 @@
-"""Bindings read from a kernel's name and parameter list."""
+"""Bindings read from a kernel's name and parameter list, checked against its code.
+
+A name picks a family, never a variant: where an op has variants the code tells apart, the
+code decides (`_variant`): a GELU computed with `tanh` is `gelu_tanh`, with `erf` it is `gelu`,
+with neither it stays unbound; a softmax whose code masks (a causal / triangular loop bound,
+`mask`, `causal`, a -inf written under an index comparison) is not the plain row softmax and
+stays unbound, as does a row kernel whose third integer is not a stride (B, T, NH: 4-D).
+A file's own CPU reference (binder `file_reference`, tried first) settles what it can.
+"""
 from __future__ import annotations
 
 import re
@@ -46,14 +54,16 @@ class Inferred(Binder):
         order = {outs[0][1]: "ptr:0", **{p[1]: f"ptr:{i + 1}" for i, p in enumerate(ins)}}
         templated = bool(record.entry.get("template"))
         if len(ints) == 1 and len(ins) in (1, 2):
-            op = _pick(record.name, UNARY_WORDS if len(ins) == 1 else BINARY_WORDS)
+            op = _variant(_pick(record.name, UNARY_WORDS if len(ins) == 1 else BINARY_WORDS), record, params)
             if op:
                 order[ints[0][1]] = "int:0"
                 return {"dtypes": dtypes, "params": {}, "op": op, "harness": "generic_launch",
                         "harness_args": {"args": [order[n] for _, n, _, _ in params], "grid": "elements",
                                          "templated": templated}}
         if len(ints) in (2, 3) and len(ins) == 1:
-            op = _pick(record.name, ROW_WORDS)
+            op = _variant(_pick(record.name, ROW_WORDS), record, params)
+            if len(ints) == 3 and not STRIDE_NAME.search(ints[2][1]):
+                op = None  # (B, T, NH) and the like: not rows, cols, stride
             if op:
                 # rows first, then cols, then an optional row stride, in declaration order
                 for i, (_, n, _, _) in enumerate(ints):
@@ -62,6 +72,45 @@ class Inferred(Binder):
                         "harness_args": {"args": [order[n] for _, n, _, _ in params], "grid": "rows",
                                          "templated": templated, "smem": _smem(record)}}
         return None
+
+
+STRIDE_NAME = re.compile(r"stride|^ld|pitch", re.I)
+MASKED = re.compile(r"\b(?:causal|mask\w*|tril|triu)\b", re.I)
+MASK_WRITE = re.compile(r"\b\w+\s*[<>]=?\s*\w+\s*\)?\s*[?{]?\s*[^;{}]*?-\s*(?:INFINITY|FLT_MAX|inf\w*)\b")
+
+
+def _variant(op: str | None, record, params) -> str | None:
+    """The op the code computes among the variants a name cannot tell apart, or None when unsure."""
+    if op is None:
+        return None
+    code = _body(record)
+    if op in ("gelu", "gelu_tanh"):
+        tanh = bool(re.search(r"\btanh[f]?\s*\(|\b__tanhf\s*\(|\btanh_approx", code))
+        erf = bool(re.search(r"\berf[f]?\s*\(|\bnormcdf[f]?\s*\(|M_SQRT1_2", code))
+        return None if tanh == erf else "gelu_tanh" if tanh else "gelu"
+    if op in ("softmax", "log_softmax"):
+        names = {n for _, n, _, _ in params}
+        triangular = any(b not in names and not b.isdigit() and b != "blockDim"
+                         for b in re.findall(r"for\s*\([^;]*;\s*\w+\s*<=\s*(\w+)", code))
+        if MASKED.search(code) or triangular or MASK_WRITE.search(re.sub(r"=\s*-\s*INFINITY\s*;", "", code)):
+            return None
+    return op
+
+
+def _body(record) -> str:
+    """The kernel's own definition, without comments (the closure's other units say nothing of it)."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", record.code, flags=re.S)
+    m = re.search(r"__global__[^;{]*?\b" + re.escape(record.name) + r"\s*\(", code)
+    if not m:
+        return code
+    start = code.find("{", m.end())
+    depth, i = 0, start
+    while 0 <= i < len(code):
+        depth += {"{": 1, "}": -1}.get(code[i], 0)
+        if depth == 0:
+            return code[m.start():i + 1]
+        i += 1
+    return code[m.start():]
 
 
 def _param(p: str) -> tuple[str, str, bool, bool]:

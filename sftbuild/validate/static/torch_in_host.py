@@ -1,4 +1,9 @@
-"""torch_in_host: ATen ops, cuBLAS or cuDNN doing the work inside the CUDA host code."""
+"""torch_in_host: ATen ops, cuBLAS, cuDNN or thrust doing the work inside the CUDA host code.
+
+An `#include` is never a finding, nor is a library's bookkeeping (handles, descriptors, settings,
+status checks): only a call that computes, e.g. `cublasSgemm(`, `cudnnConvolutionForward(`,
+`thrust::sort(`, `cub::DeviceReduce::Sum(`.
+"""
 from __future__ import annotations
 
 import re
@@ -23,6 +28,29 @@ TENSOR_METHOD_CHEATS = r"\.\s*(?:matmul|mm|bmm|addmm|baddbmm|conv\w*|softmax|log
                        r"sort|topk|pow|sqrt)\s*\("
 
 
+# library entry points that only manage state: handles, descriptors, settings, status, workspace
+LIBRARY_BOOKKEEPING = re.compile(r"^(?:cublas|cublasLt|cudnn)(?:Create|Destroy|Set|Get|Check|Status|Version|"
+                                 r"Init|LoggerSet|MatmulDescCreate|MatmulDescDestroy|MatmulDescSetAttribute|"
+                                 r"MatmulPreference|MatrixLayout|MatmulAlgoGetHeuristic)\w*$|Check$|Status\w*$")
+LIBRARY_CALL = re.compile(r"(?<![\w.:])(cublas\w+|cudnn\w+)\s*\(|"
+                          r"\b(thrust::(?:sort\w*|reduce\w*|transform\w*|inclusive_scan\w*|exclusive_scan\w*|"
+                          r"inner_product|count\w*|unique\w*|copy_if|remove_if|partition\w*|max_element|"
+                          r"min_element|minmax_element|merge\w*|gather|scatter\w*|for_each\w*|adjacent_difference|"
+                          r"stable_sort\w*|set_\w+))\s*\(|"
+                          r"\b(cub::Device\w+::\w+)\s*\(|\b(cutlass::gemm)\b")
+
+
+def library_call(code: str) -> str | None:
+    """The first call in `code` into a library that computes a result (not an include, not bookkeeping)."""
+    defined = set(re.findall(r"\b(?:void|int|cublasStatus_t|cudnnStatus_t)\s+(\w+)\s*\([^;{]*\)\s*\{", code))
+    for m in LIBRARY_CALL.finditer(re.sub(r"(?m)^[ \t]*#[ \t]*include[^\n]*", "", code)):
+        name = next(g for g in m.groups() if g)
+        if m.group(1) and (name in defined or LIBRARY_BOOKKEEPING.search(name)):
+            continue
+        return name
+    return None
+
+
 @STATIC_CHECKS.register
 class TorchInHost(StaticCheck):
     """ATen ops, cuBLAS or cuDNN doing the work inside the CUDA host code."""
@@ -38,9 +66,9 @@ class TorchInHost(StaticCheck):
             if fn not in TORCH_ALLOWED and not any(p.rstrip(":") in TORCH_ALLOWED for p in ns.split("::") if p):
                 yield self.found("cheat", f"{m.group(0).rstrip('(')}: torch computes the result, not the kernel")
                 return
-        m = re.search(r"\b(cublas\w+|cublasLt\w+|cudnn\w+|cutlass::gemm)\b", code)
+        m = library_call(code)
         if m:
-            yield self.found("cheat", f"{m.group(1)}: a library computes the result, not the kernel")
+            yield self.found("cheat", f"{m}: a library computes the result, not the kernel")
             return
         if src.language == "kernelbench" or "torch::Tensor" in code or "at::Tensor" in code:
             m = re.search(TENSOR_METHOD_CHEATS, host_only(code))

@@ -1,0 +1,230 @@
+"""Bindings to the file's own CPU reference, called through the file's own host launcher.
+
+Repos such as llm.c's `dev/cuda` keep, next to each kernel, a host launcher
+(`gelu_forward1(out, inp, N, block_size)`) and a CPU function computing the same thing
+(`gelu_forward_cpu(out, inp, N)`). Harvest finds the pair (`cuda_extract.file_reference`:
+the launcher's signature is the CPU one's plus trailing block-size ints) and stores in
+`entry["file_reference"]` what binding needs: both signatures, the CPU function's code,
+`main()`'s scalar definitions, how main() fills each array the CPU call takes (generator,
+size expression) and its `block_sizes[]`. This binder turns that into a binding with
+`how: file_reference`, validated by the `file_reference` harness and the file-reference
+trials (`validate/trials.py`): call the launcher, and compare what it wrote with the CPU
+function run on host copies of the same inputs.
+
+The helpers below are pure (no torch) so sizes can be planned and tested anywhere:
+`evaluate` reads a C integer expression over main()'s scalars, `plans` shrinks main()'s
+large literal sizes so trials run fast, keeping the divisibility the file implies.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+
+from sftbuild.ops.binders import BINDERS, Binder
+
+MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
+SHRINKABLE = 16  # main() literals at least this big are sizes the trials may shrink
+
+
+@BINDERS.register
+class FileReference(Binder):
+    """The file's own CPU reference (`*_cpu`, `*_reference`, `ref_*`), called through its host launcher."""
+    name = "file_reference"
+    order = 30
+
+    def bind(self, record) -> dict | None:
+        ref = record.entry.get("file_reference")
+        if not ref or not ref.get("launcher") or not ref.get("cpu"):
+            return None
+        try:
+            if not plans(ref):
+                return None
+        except ValueError:
+            return None
+        # device properties main() would have filled (cudaGetDeviceProperties) before calling launchers
+        props = re.findall(r"(?m)^\s*cudaDeviceProp\s+(\w+)\s*;", record.code)
+        return {"op": None, "how": "file_reference", "harness": "file_reference", "dtypes": ["float32"],
+                "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
+                "harness_args": {"ref": {**ref, "device_props": props}, "slots": slots(ref)}}
+
+
+def slots(ref: dict) -> list[dict]:
+    """Where the harness finds each leading launcher argument: {kind: ptr, slot, ltype, ctype, const}
+    (slot: the CPU call's pointers in order, then the scratch buffers), {kind: int|float, slot}."""
+    cpu = ref["cpu_params"]
+    ptr_slot, int_slot, float_slot = {}, {}, {}
+    for i, c in enumerate(cpu):
+        table = ptr_slot if c["ptr"] else int_slot if c["kind"] == "int" else float_slot
+        table[i] = len(table)
+    out, scratch = [], len(ptr_slot)
+    for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))], ref["launcher_params"]):
+        if "scratch" in m:
+            out.append({"kind": "ptr", "slot": scratch, "ltype": g["type"], "ctype": "float", "const": g["const"]})
+            scratch += 1
+        elif g["ptr"]:
+            out.append({"kind": "ptr", "slot": ptr_slot[m["cpu"]], "ltype": g["type"], "ctype": cpu[m["cpu"]]["type"],
+                        "const": g["const"]})
+        else:
+            out.append({"kind": g["kind"], "slot": (int_slot if g["kind"] == "int" else float_slot)[m["cpu"]],
+                        "ltype": g["type"]})
+    return out
+
+
+def roles(ref: dict) -> list[str]:
+    """Per CPU pointer argument: input | output | inout (what the launcher does with it, and whether
+    main() fills it first), host (the launcher does not take it) or null (main() passes NULL)."""
+    cpu = ref["cpu_params"]
+    fed = {m["cpu"]: g for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))],
+                                       ref["launcher_params"]) if "cpu" in m}
+    out = []
+    for i, b in zip([i for i, c in enumerate(cpu) if c["ptr"]], ref["buffers"]):
+        g = fed.get(i)
+        out.append("null" if b["gen"] == "null" else "host" if g is None else "input" if g["const"]
+                   else "output" if b["gen"] == "empty" else "inout")
+    return out
+
+
+def evaluate(expr: str, env: dict[str, float]) -> float:
+    """A C arithmetic expression over known names; integer division between ints. ValueError otherwise."""
+    e = re.sub(r"\(\s*(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|int64_t|float|double)\s*\)", " ", expr)
+    e = re.sub(r"(\d+\.?\d*(?:[eE][-+]?\d+)?)[fFuUlL]+\b", r"\1", e).strip()
+    try:
+        tree = ast.parse(e, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"cannot read {expr!r}") from None
+
+    def ev(n):
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+            return n.value
+        if isinstance(n, ast.Name):
+            if n.id not in env:
+                raise ValueError(f"unknown name {n.id}")
+            return env[n.id]
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = ev(n.operand)
+            return -v if isinstance(n.op, ast.USub) else v
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Add):
+                return a + b
+            if isinstance(n.op, ast.Sub):
+                return a - b
+            if isinstance(n.op, ast.Mult):
+                return a * b
+            if isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mod)):
+                if b == 0:
+                    raise ValueError("division by zero")
+                if isinstance(n.op, ast.Mod):
+                    return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else int(math.fmod(a, b))
+                if isinstance(a, int) and isinstance(b, int):
+                    return int(a / b)  # C truncation
+                return a / b
+            if isinstance(n.op, ast.LShift) and isinstance(a, int) and isinstance(b, int) and 0 <= b < 63:
+                return a << b
+            if isinstance(n.op, ast.RShift) and isinstance(a, int) and isinstance(b, int) and 0 <= b < 63:
+                return a >> b
+        raise ValueError(f"cannot evaluate {expr!r}")
+
+    return ev(tree)
+
+
+def scalars(ref: dict, halvings: int = 0) -> dict[str, float]:
+    """main()'s scalars, literal sizes halved `halvings` times (all together) while each stays a
+    multiple of the power of two it already is (up to 64 for sizes from 256, up to 8 below)."""
+    env: dict[str, float] = {}
+    for name, expr, kind in ref.get("scalars") or []:
+        try:
+            v = evaluate(expr, env)
+        except ValueError:
+            continue
+        if kind == "int":
+            if not isinstance(v, int):
+                continue
+            if re.fullmatch(r"[\d\s*+()]+", expr) and v >= SHRINKABLE:
+                # big sizes stay multiples of 64 (warps, vector widths), small ones of 8
+                unit = min(v & -v, 64 if v >= 256 else 8)
+                for _ in range(halvings):
+                    nv = v // 2
+                    if nv < unit or nv % unit:
+                        break
+                    v = nv
+        env[name] = v
+    return env
+
+
+def plan(ref: dict, halvings: int) -> dict | None:
+    """One trial's sizes: {env, args (the CPU call's values), counts (elements per buffer)}."""
+    env = scalars(ref, halvings)
+    args, counts = [], []
+    bufs = iter(ref["buffers"])
+    for p, a in zip(ref["cpu_params"], ref["call_args"]):
+        if p["ptr"]:
+            b = next(bufs)
+            if b["gen"] == "null":
+                counts.append(0)
+                args.append(None)
+                continue
+            try:
+                n = evaluate(b["size"], env)
+            except ValueError:
+                return None
+            if not isinstance(n, int) or n <= 0:
+                return None
+            counts.append(n)
+            args.append(None)
+        else:
+            try:
+                v = evaluate(a, env)
+            except ValueError:
+                return None
+            args.append(int(v) if p["kind"] == "int" else float(v))
+    high = []
+    for b in ref["buffers"]:
+        if b["gen"] == "int":
+            try:
+                high.append(int(evaluate(b["high"], env)))
+            except ValueError:
+                return None
+        else:
+            high.append(None)
+    scratch = []
+    for m in ref.get("launcher_map") or []:
+        if "scratch" in m:
+            try:
+                n = evaluate(m["scratch"], env)
+            except ValueError:
+                return None
+            if not isinstance(n, int) or n <= 0:
+                return None
+            scratch.append(n)
+    return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings}
+
+
+def plans(ref: dict, count: int = 2) -> list[dict]:
+    """`count` trial sizes: the largest under MAX_ELEMENTS, then smaller ones (distinct)."""
+    out, seen = [], set()
+    for h in range(0, 24):
+        p = plan(ref, h)
+        if p is None:
+            return []
+        if sum(p["counts"]) + sum(p["scratch"]) > MAX_ELEMENTS:
+            continue
+        key = tuple(p["counts"]) + tuple(a for a in p["args"] if a is not None)
+        if key in seen:
+            break
+        seen.add(key)
+        out.append(p)
+        if len(out) == count:
+            break
+    return out
+
+
+def block_sizes(ref: dict, count: int = 3) -> list[int]:
+    """Block sizes to try: the file's own `block_sizes[]` (smallest, middle, largest), else 128 and 256."""
+    blocks = sorted(set(ref.get("block_sizes") or [])) or [128, 256]
+    if len(blocks) <= count:
+        return blocks
+    return sorted({blocks[0], blocks[len(blocks) // 2], blocks[-1]})

@@ -1,0 +1,122 @@
+"""Real CUDA repos: llm.c's dev/cuda files (extraction only, no builds), a repo's own headers and
+include folders on the record, closures that keep file-scope aliases and structs, and hostile includes."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sftbuild.harvest import stage as harvest
+from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers, safe_rel
+
+LLMC = Path("/work/shared/corpora/llmc-dev-cuda")
+needs_llmc = pytest.mark.skipif(not LLMC.is_dir(), reason="llm.c dev/cuda corpus not on this machine")
+
+
+def _kernels(name: str) -> dict:
+    return {k.name: k for k in extract_kernels((LLMC / name).read_bytes())[0]}
+
+
+@needs_llmc
+def test_closure_keeps_namespace_aliases_and_struct_semicolons():
+    k = _kernels("classifier_fused.cu")["fused_classifier_kernel1"]
+    assert "namespace cg = cooperative_groups;" in k.code  # the file-scope alias prepare_softmax needs
+    k = _kernels("softmax_forward.cu")["softmax_forward_online_kernel2"]
+    start = k.code.index("struct __align__(8) SumMax")
+    assert k.code[start:].split("}", 1)[1].lstrip().startswith(";")
+
+
+def test_closure_keeps_using_declarations():
+    src = b"""#include <cstdio>
+using namespace std;
+using std::min;
+namespace cg = cooperative_groups;
+__device__ float f(float x) { return min(x, 1.0f); }
+__global__ void k(float* y, int n) { cg::thread_block b = cg::this_thread_block(); y[0] = f(y[0]); }
+"""
+    code = extract_kernels(src)[0][0].code
+    assert "using namespace std;" in code and "using std::min;" in code and "namespace cg =" in code
+
+
+@needs_llmc
+@pytest.mark.parametrize("file,kernel,launcher,cpu", [
+    ("gelu_forward.cu", "gelu_forward_kernel2", "gelu_forward2", "gelu_forward_cpu"),
+    ("layernorm_forward.cu", "layernorm_forward_kernel3", "layernorm_forward3", "layernorm_forward_cpu"),
+    ("softmax_forward.cu", "softmax_forward_online_kernel2", "softmax_forward_online2", "softmax_forward_cpu"),
+])
+def test_file_reference_found_with_launcher_in_the_code(file, kernel, launcher, cpu):
+    k = _kernels(file)[kernel]
+    ref = k.file_reference
+    assert ref["launcher"] == launcher and ref["cpu"] == cpu
+    assert f"void {launcher}(" in k.code and re.search(kernel + r"\s*<<<", k.code)  # what is validated is emitted
+    assert f"void {cpu}(" not in k.code and f"void {cpu}(" in ref["cpu_code"]
+    assert ref["trailing"] == ["block_size"] and ref["block_sizes"] == [32, 64, 128, 256, 512, 1024]
+    assert dict((n, e) for n, e, _ in ref["scalars"])["B"] == "8"
+    gens = {b["arg"]: b["gen"] for b in ref["buffers"]}
+    assert gens["inp"] == "uniform" and gens["out"] == "empty"
+
+
+@needs_llmc
+def test_launcher_of_several_kernels_makes_one_closure():
+    ks = _kernels("layernorm_forward.cu")
+    assert ks["mean_kernel"].code == ks["rstd_kernel"].code == ks["normalization_kernel"].code
+    assert "layernorm_forward2(" in ks["mean_kernel"].code
+
+
+@needs_llmc
+def test_harvest_stores_headers_and_include_dirs(ctx, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for f in ("gelu_forward.cu", "common.h", "LICENSE"):
+        shutil.copy(LLMC / f, repo / f)
+    stats = harvest.run(ctx, [str(repo)])
+    assert stats["errors"] == {}
+    recs = list(ctx.store.records())
+    assert {r.name for r in recs} == {"gelu_forward_kernel1", "gelu_forward_kernel2"}
+    for r in recs:
+        assert r.entry["include_dirs"] == ["."]
+        assert r.entry["headers"]["common.h"] == (LLMC / "common.h").read_text()
+        assert r.entry["file_reference"]["cpu"] == "gelu_forward_cpu"
+
+
+def test_include_dirs_and_headers_stay_in_the_tree(tmp_path):
+    root = tmp_path / "repo"
+    (root / "src").mkdir(parents=True)
+    (root / "include" / "lib").mkdir(parents=True)
+    (root / "csrc").mkdir()
+    (root / "include" / "lib" / "util.h").write_text('#include "more.h"\n#define UTIL 1\n')
+    (root / "include" / "lib" / "more.h").write_text("#define MORE 2\n")
+    (root / "src" / "local.cuh").write_text("#define LOCAL 3\n")
+    (tmp_path / "secret.h").write_text("SECRET\n")
+    (root / "src" / "link.h").symlink_to(tmp_path / "secret.h")
+    src = (b'#include "local.cuh"\n#include <lib/util.h>\n#include "../../secret.h"\n'
+           b'#include "/etc/passwd"\n#include "link.h"\n#include <cuda_runtime.h>\n')
+    dirs = include_dirs(root, "src/k.cu", ["extra", "../outside"])
+    assert dirs == ["src", ".", "include", "csrc"]
+    got = local_headers(root, "src/k.cu", dirs, src)
+    assert set(got) == {"src/local.cuh", "include/lib/util.h", "include/lib/more.h"}
+    assert all("SECRET" not in t for t in got.values())
+    assert safe_rel("a/../../b") is None and safe_rel("/etc") is None and safe_rel("a/./b/../c") == "a/c"
+
+
+@needs_llmc
+def test_launchers_taking_part_of_the_cpu_call_scratch_and_null_arrays():
+    from sftbuild.ops.binders.file_reference import plans, roles
+
+    ref = _kernels("matmul_backward_bias.cu")["matmul_backward_bias_kernel1"].file_reference
+    assert ref["cpu"] == "matmul_backward_bias_cpu" and ref["call_args"][:2] == ["NULL", "NULL"]
+    assert roles(ref) == ["null", "null", "inout", "input", "null", "null"]  # dbias starts at zero in main()
+    assert [ref["call_args"][i] for i in ref["compare"]] == ["dbias"]
+    ref = _kernels("layernorm_backward.cu")["layernorm_backward_kernel5"].file_reference
+    assert ref["launcher"] == "layernorm_backward5"  # a template launcher, with a device-only scratch array
+    assert [m for m in ref["launcher_map"] if "scratch" in m] == [{"scratch": "(1024/32) * cuda_num_SMs * (2 * C + 1)"}]
+    assert [ref["call_args"][i] for i in ref["compare"]] == ["dinp", "dweight", "dbias"]
+
+
+@needs_llmc
+def test_a_launcher_that_calls_cublas_is_not_used():
+    k = _kernels("matmul_forward.cu")["add_bias"]
+    assert k.file_reference is None and "cublasSgemm" not in k.code
+    assert _kernels("attention_forward.cu")["softmax_forward_kernel4"].file_reference is None

@@ -1,0 +1,238 @@
+"""Kernels bound to their file's own CPU reference: the binder, trial sizes, the compile gate
+with a repo's headers, hostile includes, the harness's CPU side, and (GPU) llm.c end to end."""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers
+from sftbuild.harvest.stage import _entry
+from sftbuild.ops.binders import infer
+from sftbuild.ops.binders import file_reference as FR
+from sftbuild.ops.binders.inferred import Inferred
+from sftbuild.record import Record
+from sftbuild.validate import compile as C
+from sftbuild.validate import harness as H
+from sftbuild.validate import trials as T
+from sftbuild.validate.static import scan
+
+LLMC = Path("/work/shared/corpora/llmc-dev-cuda")
+needs_llmc = pytest.mark.skipif(not LLMC.is_dir(), reason="llm.c dev/cuda corpus not on this machine")
+
+REPO_HEADER = """#pragma once
+#include <cuda_runtime.h>
+#define cudaCheck(e) (void)(e)
+template <class T> __host__ __device__ T ceil_div(T a, T b) { return (a + b - 1) / b; }
+float* make_random_float(size_t n);
+"""
+REPO_FILE = """#include <stdlib.h>
+#include "common.h"
+void scale_cpu(float* out, const float* inp, int N, int C) {
+    for (int i = 0; i < N * C; i++) out[i] = 2.0f * inp[i] + (float)(i % C);
+}
+__global__ void scale_kernel(float* out, const float* inp, int N, int C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N * C) out[i] = 2.0f * inp[i] + (float)(i % C);
+}
+void scale1(float* out, const float* inp, int N, int C, int block_size) {
+    scale_kernel<<<ceil_div(N * C, block_size), block_size>>>(out, inp, N, C);
+    cudaCheck(cudaGetLastError());
+}
+int main() {
+    int N = 4096;
+    int C = 768;
+    float* out = (float*)malloc(N * C * sizeof(float));
+    float* inp = make_random_float(N * C);
+    scale_cpu(out, inp, N, C);
+    int block_sizes[] = {64, 128, 256};
+    return 0;
+}
+"""
+
+
+def _record(root: Path, rel: str, kernel: str, bind: bool = True) -> Record:
+    src = (root / rel).read_bytes()
+    k = next(k for k in extract_kernels(src)[0] if k.name == kernel)
+    entry = _entry("cuda", dataclasses.asdict(k), False)
+    dirs = include_dirs(root, rel)
+    entry.update(include_dirs=dirs, headers=local_headers(root, rel, dirs, src))
+    rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=None, provenance={})
+    if bind:
+        rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=infer(rec), provenance={})
+    return rec
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "scale.cu").write_text(REPO_FILE)
+    return root
+
+
+def test_binder_binds_through_launcher_and_cpu_function(repo):
+    rec = _record(repo, "scale.cu", "scale_kernel")
+    b = rec.binding
+    assert (b["how"], b["cpu_reference"], b["launcher"], b["harness"]) == \
+        ("file_reference", "scale_cpu", "scale1", "file_reference")
+    assert "void scale1(" in rec.code
+
+
+def test_trial_sizes_shrink_and_keep_divisibility(repo):
+    ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    plans = FR.plans(ref)
+    assert len(plans) == 2
+    for p in plans:
+        n, c = p["args"][2], p["args"][3]
+        assert sum(p["counts"]) <= FR.MAX_ELEMENTS and p["counts"] == [n * c, n * c]
+        assert n % 64 == 0 and c % 64 == 0 and c <= 768
+    assert FR.block_sizes(ref) == [64, 128, 256]
+    assert FR.evaluate("B * T * (C / 3) + 7 % 4", {"B": 2, "T": 3, "C": 10}) == 2 * 3 * 3 + 3
+    with pytest.raises(ValueError):
+        FR.evaluate("__import__('os')", {})
+
+
+@needs_llmc
+@pytest.mark.parametrize("file,kernel,cpu", [
+    ("gelu_forward.cu", "gelu_forward_kernel1", "gelu_forward_cpu"),
+    ("layernorm_forward.cu", "layernorm_forward_kernel4", "layernorm_forward_cpu"),
+    ("softmax_forward.cu", "softmax_forward_kernel7", "softmax_forward_cpu"),
+])
+def test_llmc_kernels_bind_to_their_cpu_reference(file, kernel, cpu):
+    b = _record(LLMC, file, kernel).binding
+    assert b["how"] == "file_reference" and b["cpu_reference"] == cpu and FR.plans(b["harness_args"]["ref"])
+
+
+def _inferred(code: str, name: str, params: list[str]):
+    rec = Record(language="cuda", code=code, source="t", entry={"kernels": [name], "params": params},
+                 binding=None, provenance={})
+    return (Inferred().bind(rec) or {}).get("op")
+
+
+GELU = """__global__ void gelu_kernel(float* out, const float* inp, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) { float x = inp[i]; out[i] = 0.5f * x * (1.0f + BODY); }
+}
+"""
+SOFTMAX = """__global__ void softmax_kernel(float* out, const float* inp, int N, int C) {
+    int row = blockIdx.x; const float* x = inp + row * C;
+    float m = -INFINITY;
+    for (int i = 0; i < LIMIT; i++) m = fmaxf(m, x[i]);
+    float s = 0.f;
+    for (int i = 0; i < LIMIT; i++) s += expf(x[i] - m);
+    for (int i = 0; i < C; i++) out[row * C + i] = expf(x[i] - m) / s;
+}
+"""
+
+
+def test_inferred_reads_the_variant_from_the_code_not_the_name():
+    p = ["float* out", "const float* inp", "int N"]
+    assert _inferred(GELU.replace("BODY", "tanhf(0.7978845f * (x + 0.044715f * x * x * x))"), "gelu_kernel", p) \
+        == "gelu_tanh"
+    assert _inferred(GELU.replace("BODY", "erff(x * 0.70710678f)"), "gelu_kernel", p) == "gelu"
+    assert _inferred(GELU.replace("BODY", "x"), "gelu_kernel", p) is None
+    p = ["float* out", "const float* inp", "int N", "int C"]
+    assert _inferred(SOFTMAX.replace("LIMIT", "C"), "softmax_kernel", p) == "softmax"
+    assert _inferred(SOFTMAX.replace("< LIMIT", "<= row"), "softmax_kernel", p) is None  # causal
+    assert _inferred(SOFTMAX.replace("LIMIT", "C").replace("int N, int C", "int N, int C, int NH"),
+                     "softmax_kernel", p + ["int NH"]) is None  # (B, T, NH): 4-D attention, not rows
+
+
+def test_an_include_is_not_a_cheat_a_library_call_is():
+    code = "#include <cublas_v2.h>\n#include <thrust/sort.h>\ncublasHandle_t h;\n" \
+           "__global__ void k(float* y) { y[0] = 1.f; }\n" \
+           "void setup() { cublasCreate(&h); cublasSetMathMode(h, CUBLAS_DEFAULT_MATH); }\n"
+    assert scan(code, "cuda") == []
+    for call in ("cublasSgemm(h, 0, 0)", "cublasLtMatmul(h)", "thrust::sort(p, p + 4)", "cub::DeviceReduce::Sum(a)"):
+        found = scan(code + f"void run(float* p) {{ {call}; }}\n", "cuda")
+        assert found and found[0].reason == "cheat", call
+
+
+def test_gate_refuses_includes_that_leave_the_tree():
+    ok = {"common.h": "#define X 1\n", "sub/a.h": '#include "../common.h"\n'}
+    assert C.unsafe_include('#include "common.h"\n#include <cuda_runtime.h>\n', ok, ["."]) is None
+    for code, headers in [('#include "../../../../etc/shadow"\n', {}), ('#include "/etc/shadow"\n', {}),
+                          ("#define P </etc/shadow>\n#include P\n", {}),
+                          ('#include "common.h"\n', {"common.h": '#include "../../etc/passwd"\n'}),
+                          ('#include "x.h"\n', {"../x.h": "int a;\n"})]:
+        assert C.unsafe_include(code, headers, ["."]), code
+    res = C.compile_task({"id": "x", "code": '#include "../../../../etc/shadow"\n', "harness": None,
+                          "include_sets": [], "arch": "sm_90", "timeout": 30, "cache_dir": "/nonexistent"})
+    assert res["reason"] == "unsafe_include" and not res["ok"]
+
+
+@pytest.mark.nvcc
+def test_gate_finds_the_repos_own_header(repo, tmp_path):
+    rec = _record(repo, "scale.cu", "scale_kernel", bind=False)
+    shutil.rmtree(repo)  # the source tree is gone: the record carries its headers
+    task = {"id": rec.id, "code": rec.code, "harness": None, "include_sets": [], "arch": "sm_90",
+            "timeout": 120, "cache_dir": str(tmp_path / "cache"), "headers": rec.entry["headers"],
+            "include_dirs": rec.entry["include_dirs"]}
+    res = C.compile_task(task)
+    assert res["ok"], res.get("log")
+    assert not C.compile_task({**task, "headers": {}, "include_dirs": []})["ok"]  # common.h: no such file
+
+
+@pytest.mark.nvcc
+def test_harness_exports_the_cpu_reference(repo, tmp_path):
+    rec = _record(repo, "scale.cu", "scale_kernel")
+    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
+    res = C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
+                          "timeout": 300, "cache_dir": str(tmp_path / "cache"), "headers": rec.entry["headers"],
+                          "include_dirs": rec.entry["include_dirs"], "link": True})
+    assert res["ok"], res.get("log")
+    lib = T.load_file_harness(res["so"])
+    lib.sftbuild_file_elem_bytes.restype = ctypes.c_int
+    assert lib.sftbuild_file_elem_bytes(0) == 4
+    ref = rec.binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    host, roles = T._file_buffers(ref, p, 0)
+    assert roles == ["output", "input"]
+    out = T.file_reference_outputs(lib, ref, p, host)
+    c = p["args"][3]
+    want = 2 * host[1] + (torch.arange(host[1].numel()) % c).float()
+    assert torch.equal(out[0], want) and torch.equal(out[1], host[1])
+
+
+def test_file_output_comparison():
+    want = torch.linspace(-2, 2, 100)
+    assert T.compare_file_output(want + 1e-4, want, 4)[0]
+    assert not T.compare_file_output(want + 0.1, want, 4)[0]
+    assert T.compare_file_output(want + 0.02, want, 2)[0]  # a 16-bit launcher type: looser
+    nan = want.clone()
+    nan[3] = float("nan")
+    assert not T.compare_file_output(nan, want, 4)[0]
+    assert not T.compare_file_output(want, nan, 4)[0]
+    assert not T.compare_file_output(torch.tensor([1, 2], dtype=torch.int32),
+                                     torch.tensor([1, 3], dtype=torch.int32), 4)[0]
+
+
+@pytest.mark.gpu
+@needs_llmc
+def test_llmc_kernels_validate_end_to_end(make_ctx, tmp_path):
+    from sftbuild.bind import stage as bind
+    from sftbuild.describe import stage as describe
+    from sftbuild.harvest import stage as harvest
+    from sftbuild.validate import stage as validate
+
+    repo = tmp_path / "llmc"
+    repo.mkdir()
+    for f in ("gelu_forward.cu", "layernorm_forward.cu", "softmax_forward.cu", "common.h", "LICENSE"):
+        shutil.copy(LLMC / f, repo / f)
+    ctx = make_ctx()
+    harvest.run(ctx, [str(repo)])
+    shutil.rmtree(repo)  # validation needs only the workspace
+    bind.run(ctx)
+    describe.run(ctx)
+    validate.run(ctx)
+    names = {"gelu_forward_kernel1", "layernorm_forward_kernel3", "softmax_forward_kernel4"}
+    results = ctx.store.results_for("validate")
+    verdicts = {r.name: results.get(r.id, {}) for r in ctx.store.records()}
+    ok = {n for n, v in verdicts.items() if v.get("status") == "ok"}
+    assert names <= ok, {n: (v.get("status"), v.get("reason")) for n, v in verdicts.items()}
