@@ -44,7 +44,9 @@ class FileReference(Binder):
             return None
         # device properties main() would have filled (cudaGetDeviceProperties) before calling launchers
         props = re.findall(r"(?m)^\s*cudaDeviceProp\s+(\w+)\s*;", record.code)
-        return {"op": None, "how": "file_reference", "harness": "file_reference", "dtypes": ["float32"],
+        path = (record.provenance or {}).get("path", "")
+        return {"kind": "program", "program": f"{path}:{ref['cpu']}", "how": "file_reference",
+                "harness": "file_reference", "dtypes": ["float32"],
                 "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
                 "harness_args": {"ref": {**ref, "device_props": props}, "slots": slots(ref)}}
 
