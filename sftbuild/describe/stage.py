@@ -88,6 +88,11 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
                      fused=fused.group(2) if fused else "", fused_kind=kind_words[0], fused_kind_zh=kind_words[1])
         if binding["kind"] == "kernelbench":
             facts["signature"] = "ModelNew"
+    elif binding.get("how") == "file_reference":
+        ref = (binding.get("harness_args") or {}).get("ref") or {}
+        facts.update(kind="program", flavor="cpu_reference", reference=(ref.get("cpu_code") or "").strip(),
+                     fence="cpp", cpu=ref.get("cpu", ""), launcher=ref.get("launcher", ""),
+                     dtypes=binding.get("dtypes") or ["float32"], layouts=["contiguous"])
     elif op:
         noun = T.NOUNS.get(op.family, T.GENERIC_NOUN)
         allowed = binding.get("dtypes") or list(op.dtypes)
