@@ -294,7 +294,7 @@ define("add_rms_norm_residual", "fused",
         "outputs": ["y: [rows, cols]", "h: [rows, cols]"]},
        "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6}, outputs=2, tolerance=NORM_TOL)
 
-GN4_POOL = [(1, 64, 1, 1), (2, 64, 7, 7), (1, 128, 16, 16), (4, 32, 33, 5), (2, 320, 32, 32)]  # [N, C, H, W]
+GN4_POOL = [(1, 64, 2, 3), (2, 64, 7, 7), (1, 128, 16, 16), (4, 32, 33, 5), (2, 320, 32, 32)]  # [N, C, H, W]
 define("group_norm_4d", "norm",
        "group normalisation of an image batch x [N, C, H, W] over 32 channel groups (statistics over each group's "
        "channels and all pixels), then per-channel weight and bias",
