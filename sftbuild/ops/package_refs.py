@@ -33,6 +33,8 @@ NAME_PATTERNS = [(re.compile(p), why) for p, why in [
 REF_MODULES = {"naive", "reference", "ref"}
 NOT_REFERENCES = re.compile(r"dtype|device|version|available|config|to_triton|supported")
 SKIP_DIRS = {"__pycache__", ".git", "node_modules", "build", "dist"}
+# a cheap text test before parsing: a file without such a def (and not a reference module) has no candidate
+CANDIDATE = re.compile(r"^def\s+_*(naive_|ref_|reference_|torch_|\w+_ref\s*\(|\w+_reference\s*\()", re.M)
 
 
 def find_package_references(tree: Path) -> list[dict]:
@@ -45,7 +47,10 @@ def find_package_references(tree: Path) -> list[dict]:
         if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
             continue
         try:
-            mod = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if rel.stem not in REF_MODULES and not CANDIDATE.search(text):
+                continue
+            mod = ast.parse(text, filename=str(path))
         except (SyntaxError, ValueError, OSError):
             continue
         parts = list(rel.with_suffix("").parts)

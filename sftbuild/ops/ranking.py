@@ -19,7 +19,7 @@ NOISE = {"kernel", "kernels", "fwd", "forward", "triton", "cuda", "impl", "fn", 
          "default", "special", "compute", "run", "apply", "wrapper", "tl", "jit", "and", "v1", "v2", "v3", "the", "pkg"}
 COMPOUNDS = {"rmsnorm": "rms norm", "layernorm": "layer norm", "groupnorm": "group norm", "batchnorm": "batch norm",
              "logsoftmax": "log softmax", "crossentropy": "cross entropy", "kldiv": "kl div", "logsumexp": "logsumexp",
-             "silumul": "silu mul", "geglu": "geglu gelu glu", "swiglu": "swiglu silu glu", "addrmsnorm": "add rms norm",
+             "silumul": "silu mul", "geglu": "geglu gelu glu mul", "swiglu": "swiglu silu glu mul", "addrmsnorm": "add rms norm",
              "flashattn": "attention", "flashattention": "attention", "selfattention": "attention",
              "matmul": "matmul", "rotaryemb": "rope"}
 SYNONYMS = {"ce": "cross entropy", "xent": "cross entropy", "ln": "layer norm", "attn": "attention",
