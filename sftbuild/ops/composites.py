@@ -270,9 +270,9 @@ def _rms(x, w, eps=1e-6, offset=0.0):
 
 
 define("rms_norm_offset", "norm",
-       "Gemma-style RMS normalisation over the last dim with a unit offset on the weight: "
+       "RMS normalisation as in the `Gemma` models, over the last dim with a unit offset on the weight: "
        "x / sqrt(mean(x^2) + eps) * (1 + w)",
-       "Gemma风格的RMSNorm，weight带单位偏移：沿最后一维计算x / sqrt(mean(x^2) + eps) * (1 + w)",
+       "`Gemma`模型所用的RMSNorm，weight带单位偏移：沿最后一维计算x / sqrt(mean(x^2) + eps) * (1 + w)",
        _rms, _rows_w, ROW_POOL, {"inputs": ["x: [rows, cols]", "w: [cols]"], "outputs": ["y: [rows, cols]"]},
        "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6, "offset": 1.0}, tolerance=NORM_TOL)
 define("layer_norm_offset", "norm",

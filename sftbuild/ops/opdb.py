@@ -371,6 +371,13 @@ def _callable_name(info) -> str:
     return f"torch.Tensor.{info.name}" if hasattr(torch.Tensor, info.name) else info.name
 
 
+# words that instructions read as claims about a kernel's technique (describe's fidelity check):
+# a doc sentence that has one is left out rather than claim what the kernel may not do
+TECHNIQUE_WORDS = re.compile(r"tensor core|mma\b|atomic|vectori[sz]ed|shared[- ]memory|warp|grid[- ]stride|autotun|"
+                             r"\bCUB\b|cooperative|launch bounds|masked loads|cp\.async|asynchronous|float4|half2|"
+                             r"float32|float16|bfloat16|threads per block", re.I)
+
+
 def first_sentence(doc: str | None) -> str | None:
     """The first prose sentence of a torch docstring, without its signature line or reST markup."""
     if not doc:
@@ -383,6 +390,8 @@ def first_sentence(doc: str | None) -> str | None:
         para = para.replace("``", "`").replace("`", "")
         m = re.match(r"(.+?[.:])(\s|$)", para)
         sent = (m.group(1) if m else para).rstrip(".:").strip()
+        if TECHNIQUE_WORDS.search(sent):
+            return None
         if 8 <= len(sent) <= 240 and not sent.lower().startswith(("warning", "note", "args", "example")):
             return sent[0].lower() + sent[1:] if sent[:2] != sent[:2].upper() else sent
     return None

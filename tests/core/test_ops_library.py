@@ -1,6 +1,7 @@
 """The larger reference library: op_db-backed ops, composites against independent formulas,
 package reference discovery on real wheels, and the shortlist ranking."""
 import math
+import re
 import subprocess
 import sys
 import zipfile
@@ -307,3 +308,28 @@ def test_shortlist_keeps_variants_close():
     assert "silu_and_mul" in ops.shortlist("swiglu", ["a", "b"], k=4)
     assert ops.shortlist("qqq_zzz", ["x"]) == []
     assert len(ops.shortlist("softmax", [], k=3)) == 3
+
+
+# ---- describe renders the new ops --------------------------------------------------------------
+
+def test_describe_renders_new_ops(opdb_ops):
+    from sftbuild.describe import stage as S
+    from sftbuild.describe.describers import DESCRIBERS
+    from sftbuild.record import Record
+
+    conf = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90",
+            "smem_budget": 232448}
+    code = "__global__ void k(float* y, const float* x, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i]; }"
+    composites = sorted(n for n, op in ops.all_ops().items() if op.reference.__module__ == "sftbuild.ops.composites")
+    assert len(composites) >= 25
+    claims = re.compile("|".join(d.claim for d in DESCRIBERS if d.claim), re.I)
+    for name in sorted(opdb_ops):  # no op_db doc sentence reads as a technique claim
+        assert not claims.search(re.sub(r"`[^`]*`", " ", opdb_ops[name].semantics["en"])), name
+    for name in composites + _sample(opdb_ops)[:15]:
+        rec = Record(language="cuda", code=code, source="test", entry={"kernels": ["k"], "params": ["float* y"]})
+        rec.binding = {"op": name}
+        status, reason, payload = S.describe(rec, conf)
+        assert status == "ok", (name, payload.get("problems"))
+        op = ops.get(name)
+        text = payload["instructions"]
+        assert op.semantics["en"] in text["en:brief"] and op.semantics["zh"] in text["zh:brief"], name
