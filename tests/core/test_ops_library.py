@@ -333,3 +333,19 @@ def test_describe_renders_new_ops(opdb_ops):
         op = ops.get(name)
         text = payload["instructions"]
         assert op.semantics["en"] in text["en:brief"] and op.semantics["zh"] in text["zh:brief"], name
+
+
+def test_ops_command(opdb_ops):
+    from click.testing import CliRunner
+
+    from sftbuild.cli import main
+
+    r = CliRunner().invoke(main, ["ops"], catch_exceptions=False)
+    assert r.exit_code == 0 and "hand-written ops:" in r.output and "not loaded" in r.output
+    r = CliRunner().invoke(main, ["ops", "--opdb"], catch_exceptions=False)
+    assert r.exit_code == 0 and f"op_db ops (opdb.*): {len(opdb_ops)} registered" in r.output
+    assert "random or uninitialised output" in r.output
+    r = CliRunner().invoke(main, ["ops", "geglu_tanh"], catch_exceptions=False)
+    assert r.exit_code == 0 and "tanh-approximation" in r.output and "zh:" in r.output
+    r = CliRunner().invoke(main, ["ops", "no_such_op"])
+    assert r.exit_code != 0 and "unknown op 'no_such_op'" in r.output and "Traceback" not in r.output
