@@ -73,6 +73,8 @@ def get(name: str) -> Op:
 
         if name in opdb.load():
             return opdb.OPS[name]
+        if opdb.UNAVAILABLE:
+            raise KeyError(f"unknown op {name!r} ({opdb.UNAVAILABLE[0]})")
     raise KeyError(f"unknown op {name!r}")
 
 

@@ -48,13 +48,24 @@ def _io_names(op: Op) -> set[str]:
     return {re.sub(r"\[.*", "", n) for n in names} | {k.lower() for k in op.params}
 
 
-def score(name: str, params: list[str], op: Op) -> float:
-    q, o = set(tokens(name)), set(tokens(op.name))
+def name_score(name: str, other: str) -> float:
+    """How well two names agree: token overlap, plus whole-name and containment agreement."""
+    q, o = set(tokens(name)), set(tokens(other))
     if not q or not (q & o):
         return 0.0
-    s = len(q & o) / len(q | o) + (0.5 if q == o else 0.0) + (0.2 if o <= q else 0.0)
+    return len(q & o) / len(q | o) + (0.5 if q == o else 0.0) + (0.2 if o <= q else 0.0)
+
+
+def _tensor_params(params: list[str]) -> list[str]:
+    return [p for p in params if not NOT_TENSORS.match(p.strip().lstrip("*"))]
+
+
+def score(name: str, params: list[str], op: Op) -> float:
+    s = name_score(name, op.name)
+    if not s:
+        return 0.0
     if params:
-        tensors = [p for p in params if not NOT_TENSORS.match(p.strip().lstrip("*"))]
+        tensors = _tensor_params(params)
         ni, no = len(op.io.get("inputs", [])), len(op.io.get("outputs", []))
         s += 0.3 / (1 + min(abs(len(tensors) - ni), abs(len(tensors) - ni - no)))
         names = {p.strip().lstrip("*").lower().removesuffix("_ptr") for p in params}
@@ -64,11 +75,20 @@ def score(name: str, params: list[str], op: Op) -> float:
     return s
 
 
-def shortlist(name: str, params: list[str] | None = None, k: int = 8, opdb: bool | None = None) -> list[str]:
+def shortlist(name: str, params: list[str] | None = None, k: int = 8, opdb: bool | None = None,
+              extra: dict[str, list[str]] | None = None) -> list[str]:
     """The k op names that best fit a kernel or entry named `name` with parameter names `params`.
-    op_db ops are ranked too when `opdb` is true, or when it is None and they are already loaded."""
+    op_db ops are ranked too when `opdb` is true, or when it is None and they are already loaded.
+    `extra` adds candidates that are not ops yet, {name: parameter names} (package references found
+    by `find_package_references`, say), ranked by name and tensor-parameter count."""
     from sftbuild.ops import opdb as db
 
+    params = list(params or [])
     pool = all_ops(opdb=db._loaded if opdb is None else opdb)
-    scored = [(score(name, list(params or []), op), n) for n, op in pool.items()]
+    scored = [(score(name, params, op), n) for n, op in pool.items()]
+    for n, ps in (extra or {}).items():
+        s = name_score(name, n.rsplit(".", 1)[-1])  # the function's own name, not its module path
+        if s and params:
+            s += 0.3 / (1 + abs(len(_tensor_params(params)) - len(_tensor_params(list(ps)))))
+        scored.append((s, n))
     return [n for s, n in sorted((x for x in scored if x[0] > 0), key=lambda x: (-x[0], x[1]))[:k]]

@@ -23,6 +23,8 @@ def report(name: str | None = None, opdb: bool = False, skipped: bool = False) -
     from sftbuild.ops import opdb as db
 
     c = db.counts()
+    if db.UNAVAILABLE:
+        return lines + [f"op_db ops (opdb.*): none, {db.UNAVAILABLE[0]}"]
     lines += [f"op_db ops (opdb.*): {c['registered']} registered, {c['skipped']} entries skipped"]
     lines += [f"  {fam:<12} {n}" for fam, n in sorted(Counter(op.family for op in db.OPS.values()).items())]
     lines += ["skipped, by reason:"] + [f"  {n:>4}  {why}" for why, n in c["skipped_by_reason"].items()]

@@ -349,3 +349,9 @@ def test_ops_command(opdb_ops):
     assert r.exit_code == 0 and "tanh-approximation" in r.output and "zh:" in r.output
     r = CliRunner().invoke(main, ["ops", "no_such_op"])
     assert r.exit_code != 0 and "unknown op 'no_such_op'" in r.output and "Traceback" not in r.output
+
+
+def test_shortlist_ranks_package_references_too():
+    extra = {"mypkg.naive.rms_norm_ref": ["x", "weight", "eps"], "mypkg.naive.softmax_ref": ["x"]}
+    got = ops.shortlist("_rms_norm_fwd_kernel", ["Y", "X", "W", "eps"], extra=extra)
+    assert "mypkg.naive.rms_norm_ref" in got[:3] and "mypkg.naive.softmax_ref" not in got
