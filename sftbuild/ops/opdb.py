@@ -32,7 +32,7 @@ from torch.utils import _pytree as pytree
 from sftbuild.ops import DTYPES, Op, Tolerance
 
 PREFIX = "opdb."
-FORMAT = 6
+FORMAT = 7
 MAX_SAMPLES = 12  # distinct primary shapes kept per op
 MAX_EXAMINED = 60  # samples examined per op while building the catalogue
 MAX_NUMEL = 1 << 22
@@ -265,7 +265,10 @@ def _scan_samples(info):
         return None, why
     names, leaves, outs = first_io
     tensors = [(nm, x) for nm, x in zip(names, leaves) if isinstance(x, torch.Tensor)]
-    return {"samples": kept, "outputs": n_out, "dtypes": _dtypes(info),
+    dtypes = [d for d in _dtypes(info) if d == "float32" or _draws_shapes(info, d, shapes)]
+    if not dtypes:
+        return None, "its float16/bfloat16 samples have other shapes and it has no float32 kernel"
+    return {"samples": kept, "outputs": n_out, "dtypes": dtypes,
             "inputs": [_describe(nm, t) for nm, t in tensors],
             "outs": [_describe("out" if n_out == 1 else f"out{j}", o) for j, o in enumerate(outs)],
             "family": _family(info.name, tensors, outs)}, None
@@ -292,6 +295,17 @@ def _fits_float32(info, sample, ref64=None) -> bool:
     tol = _tolerance(_family(info.name, [], []))
     return outs is not None and len(outs) == len(ref64) and all(
         compare(o, r, "float32", tol, native=o)[0] for o, r in zip(outs, ref64))
+
+
+def _draws_shapes(info, dtype: str, shapes: set) -> bool:
+    """Whether the entry's samples at `dtype` have every kept shape (half FFTs, say, take other sizes)."""
+    from sftbuild.ops.pools import TORCH_DTYPES
+
+    try:
+        have = {_prim_shape(s) for s in draw(info, TORCH_DTYPES[dtype], 0)[:MAX_EXAMINED]}
+    except Exception:
+        return False
+    return shapes <= have
 
 
 def _names(sample) -> list[str]:
