@@ -375,13 +375,9 @@ def _inputs(info, entry):
 
         samples = draw(info, TORCH_DTYPES[dtype], int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen)))
         want, idx = tuple(shape), by_shape.get(tuple(shape))
-        # the catalogued sample (its index in the draw) where this draw has it, else one of that shape
-        pick = samples[idx] if idx is not None and idx < len(samples) and _prim_shape(samples[idx]) == want else None
-        if pick is None and idx is not None:  # this seed drew other shapes: the catalogue's own draw
-            first = draw(info, TORCH_DTYPES[dtype], 0)
-            pick = first[idx] if idx < len(first) and _prim_shape(first[idx]) == want else None
-        if pick is None:
-            pick = next((s for s in samples[:MAX_EXAMINED] if _prim_shape(s) == want), None)
+        pick = _pick(samples, idx, want)
+        if pick is None:  # this seed drew other shapes: the catalogue's own draw has them
+            pick = _pick(draw(info, TORCH_DTYPES[dtype], 0), idx, want)
         if pick is None:
             raise ValueError(f"{full_name(info)}: no sample input of shape {list(want)} for {dtype}")
         leaves, spec = _leaves(pick)
@@ -394,6 +390,13 @@ def _call(leaves, spec) -> tuple:
     """How the reference rebuilds the sample's call: (pytree spec, non-tensor leaves, tensor slots)."""
     slots = tuple(isinstance(x, torch.Tensor) for x in leaves)
     return spec, tuple(None if t else x for x, t in zip(leaves, slots)), slots
+
+
+def _pick(samples: list, idx: int | None, want: tuple):
+    """The catalogued sample (its index in the draw) where it has the shape, else the first of that shape."""
+    if idx is not None and idx < len(samples) and _prim_shape(samples[idx]) == want:
+        return samples[idx]
+    return next((s for s in samples[:MAX_EXAMINED] if _prim_shape(s) == want), None)
 
 
 def draw(info, dtype, seed: int) -> list:
