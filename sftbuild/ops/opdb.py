@@ -24,6 +24,7 @@ import re
 import sys
 import types
 import unittest
+import warnings
 from pathlib import Path
 
 import torch
@@ -83,8 +84,6 @@ def op_db() -> list:
             shim = types.ModuleType("expecttest")
             shim.TestCase = unittest.TestCase
             sys.modules["expecttest"] = shim
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.testing._internal.common_methods_invocations import op_db as db
@@ -169,17 +168,16 @@ def catalogue(infos: dict, rebuild: bool = False) -> dict:
 
 def scan(infos: dict) -> dict:
     """Decide, for every op_db entry in name order, whether it is an op and which samples it keeps."""
-    import warnings
-
     out, skipped = [], {}
-    warnings.simplefilter("ignore")  # deprecations and beta notices from thousands of sample calls
     for name in sorted(infos):
         info = infos[name]
         why = _skip_by_name(info)
         entry = None
         if not why:
             try:
-                entry, why = _scan_samples(info)
+                with warnings.catch_warnings():  # deprecations and beta notices from the sample calls
+                    warnings.simplefilter("ignore")
+                    entry, why = _scan_samples(info)
             except Exception as e:  # an entry whose samples cannot be drawn here: skipped, with the reason
                 why = f"samples failed: {type(e).__name__}"
         if why:
@@ -359,7 +357,9 @@ def _reference(info):
         it = iter(t.float() if down and t.dtype == torch.float64 else t for t in inputs)
         leaves = [next(it) if slot else c for c, slot in zip(consts, slots)]
         x, args, kwargs = pytree.tree_unflatten(leaves, spec)
-        res = info.op(x, *args, **kwargs)
+        with warnings.catch_warnings():  # deprecation and beta notices, once per call otherwise
+            warnings.simplefilter("ignore")
+            res = info.op(x, *args, **kwargs)
         outs = pytree.tree_leaves(res) if isinstance(res, (tuple, list)) else [res]
         if down:
             outs = [o.double() if isinstance(o, torch.Tensor) and o.is_floating_point() else o for o in outs]
