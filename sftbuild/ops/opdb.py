@@ -443,12 +443,12 @@ def first_sentence(doc: str | None) -> str | None:
         if not para or "->" in para.split(".")[0] or re.match(r"^[\w.]+\(.*\)\s*$", para) or para.startswith(".."):
             continue
         para = re.sub(r":\w+:`~?([^`<]*?)(?:\s*<[^>]*>)?`", r"\1", para)
-        para = para.replace("``", "`").replace("`", "")
+        para = re.sub(r"`_{1,2}", "`", re.sub(r"\s*<https?://[^>]*>", "", para)).replace("`", "")
         m = re.match(r"(.+?[.:])(\s|$)", para)
         sent = (m.group(1) if m else para).rstrip(".:").strip()
         if TECHNIQUE_WORDS.search(sent):
             return None
-        if 8 <= len(sent) <= 240 and not sent.lower().startswith(("warning", "note", "args", "example")):
+        if 8 <= len(sent) <= 240 and not sent.lower().startswith(("warning", "note", "args", "example", "see ")):
             return sent[0].lower() + sent[1:] if sent[:2] != sent[:2].upper() else sent
     return None
 
