@@ -413,3 +413,57 @@ define("attention_varlen_causal", "attention",
        "softmax(q k^T / sqrt(D)) v，允许分组查询head",
        lambda q, k, v, cu: _varlen(q, k, v, cu, causal=True), _varlen_inputs, VARLEN_POOL, VARLEN_IO, "tensors",
        layouts=ALL_LAYOUTS, tolerance=MM_TOL)
+
+
+# ---- backward passes of the gated activations and RoPE (what fused training kernels also ship) ----
+
+def _vjp(forward, n_grads: int):
+    """A backward reference: (dy, *xs) -> the gradients of forward(*xs) w.r.t. its first n_grads inputs,
+    by autograd in float32 for half inputs (float64 when given float64), returned in the inputs' dtype."""
+    def ref(dy, *xs, **params):
+        acc = _acc(xs[0])
+        with torch.enable_grad():
+            leaves = [x.detach().to(acc).requires_grad_(i < n_grads) for i, x in enumerate(xs)]
+            grads = torch.autograd.grad(forward(*leaves, **params), leaves[:n_grads], dy.to(acc))
+        return tuple(g.detach().to(x.dtype) for g, x in zip(grads, xs))
+    return ref
+
+
+def _three(shape, dtype, layout, gen, params):
+    return [rand(shape, dtype, "contiguous", gen), rand(shape, dtype, layout, gen, 2.0),
+            rand(shape, dtype, "contiguous", gen, 2.0)]
+
+
+GLU_BWD = [  # name, act, en, zh
+    ("swiglu_backward", F.silu, "y = silu(a) * b", "y = silu(a) * b"),
+    ("geglu_backward", F.gelu, "y = gelu(a) * b with the exact erf GELU", "y = gelu(a) * b（erf精确GELU）"),
+    ("geglu_tanh_backward", GELU_TANH, "y = gelu_tanh(a) * b with the tanh-approximation GELU",
+     "y = gelu_tanh(a) * b（tanh近似GELU）"),
+]
+for _name, _act, _en, _zh in GLU_BWD:
+    define(_name, "fused",
+           f"the backward pass of the gated unit {_en}: from dy, a and b, da = dy * b * act'(a) and db = dy * act(a)",
+           f"门控单元{_zh}的反向：由dy、a和b计算da = dy * b * act'(a)与db = dy * act(a)",
+           _vjp(lambda a, b, act=_act: act(a) * b, 2), _three, ROW_POOL,
+           {"inputs": ["dy: [rows, cols]", "a: [rows, cols]", "b: [rows, cols]"],
+            "outputs": ["da: [rows, cols]", "db: [rows, cols]"]}, "tensors", layouts=ALL_LAYOUTS, outputs=2,
+           tolerance=Tolerance(scale=2.0))
+
+
+def _rope_bwd(interleaved):
+    def ref(dq, dk, cos, sin, base=10000.0):
+        # the transpose of a rotation is the rotation by the opposite angle
+        return _rotate(dq, cos, -sin, interleaved), _rotate(dk, cos, -sin, interleaved)
+    return ref
+
+
+ROPE_BWD_IO = {"inputs": ["dq_out: [B, H, S, D]", "dk_out: [B, Hk, S, D]", "cos: [S, D / 2]", "sin: [S, D / 2]"],
+               "outputs": ["dq: [B, H, S, D]", "dk: [B, Hk, S, D]"]}
+for _name, _inter, _en, _zh in [("rope_backward", False, "half-rotation", "半旋转式"),
+                                ("rope_interleaved_backward", True, "interleaved", "交错式")]:
+    define(_name, "attention",
+           f"the backward pass of {_en} rotary position embedding: dq and dk are dq_out and dk_out rotated by the "
+           f"opposite angle (sin negated)",
+           f"{_zh}旋转位置编码的反向：dq与dk为dq_out与dk_out按相反角度旋转（sin取负）",
+           _rope_bwd(_inter), _rope_inputs, ROPE_POOL, ROPE_BWD_IO, "tensors", layouts=ALL_LAYOUTS,
+           params={"base": 10000.0}, outputs=2)

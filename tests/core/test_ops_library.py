@@ -355,3 +355,25 @@ def test_shortlist_ranks_package_references_too():
     extra = {"mypkg.naive.rms_norm_ref": ["x", "weight", "eps"], "mypkg.naive.softmax_ref": ["x"]}
     got = ops.shortlist("_rms_norm_fwd_kernel", ["Y", "X", "W", "eps"], extra=extra)
     assert "mypkg.naive.rms_norm_ref" in got[:3] and "mypkg.naive.softmax_ref" not in got
+
+
+def test_backward_composites():
+    (dy, a, b), (da, db), _ = _run("swiglu_backward", (17, 100))
+    sig = 1 / (1 + torch.exp(-a))
+    _close(da, dy * b * sig * (1 + a * (1 - sig)))
+    _close(db, dy * a * sig)
+    (dy, a, b), (da, db), _ = _run("geglu_backward", (17, 100))
+    cdf, pdf = 0.5 * (1 + torch.erf(a / math.sqrt(2))), torch.exp(-a * a / 2) / math.sqrt(2 * math.pi)
+    _close(da, dy * b * (cdf + a * pdf))
+    _close(db, dy * a * cdf)
+    (dy, a, b), (da_t, _), _ = _run("geglu_tanh_backward", (17, 100))
+    assert not torch.allclose(da_t, ops.get("geglu_backward").reference(dy, a, b)[0])
+    shape = (2, 4, 2, 17, 64)
+    (gq, gk, cos, sin), (dq, dk), _ = _run("rope_backward", shape)
+    # <rope(x), g> == <x, rope_backward(g)> for any x: the backward is the adjoint
+    x = torch.randn(gq.shape, dtype=torch.float64)
+    fwd = ops.get("rope").reference(x, gk, cos, sin)[0]
+    _close((fwd * gq).sum(), (x * dq).sum())
+    (gq, gk, cos, sin), (dq, _), _ = _run("rope_interleaved_backward", shape)
+    fwd = ops.get("rope_interleaved").reference(x, gk, cos, sin)[0]
+    _close((fwd * gq).sum(), (x * dq).sum())
