@@ -352,11 +352,9 @@ def _reference(info):
     def reference(*inputs, call=None, **_):
         if call is None:
             raise ValueError(f"{full_name(info)}: the reference needs the `call` params its input generator sets")
-        spec, consts, slots = call
         down = not f64 and any(t.dtype == torch.float64 for t in inputs)
-        it = iter(t.float() if down and t.dtype == torch.float64 else t for t in inputs)
-        leaves = [next(it) if slot else c for c, slot in zip(consts, slots)]
-        x, args, kwargs = pytree.tree_unflatten(leaves, spec)
+        args, kwargs = rebuild([t.float() if down and t.dtype == torch.float64 else t for t in inputs], call)
+        x, args = args[0], args[1:]
         with warnings.catch_warnings():  # deprecation and beta notices, once per call otherwise
             warnings.simplefilter("ignore")
             res = info.op(x, *args, **kwargs)
@@ -384,6 +382,16 @@ def _inputs(info, entry):
         params["call"] = _call(leaves, spec)
         return [x.detach().clone() for x in leaves if isinstance(x, torch.Tensor)]
     return make_inputs
+
+
+def rebuild(inputs: list, call: tuple) -> tuple[list, dict]:
+    """The sample's full call (positional args, keyword args) with `inputs` in its tensor slots:
+    `call` is the `params["call"]` an op_db op's input generator sets. A harness that calls a
+    candidate entry point the way torch's op is called (non-tensor arguments included) uses this."""
+    spec, consts, slots = call
+    it = iter(inputs)
+    x, args, kwargs = pytree.tree_unflatten([next(it) if slot else c for c, slot in zip(consts, slots)], spec)
+    return [x, *args], dict(kwargs)
 
 
 def _call(leaves, spec) -> tuple:

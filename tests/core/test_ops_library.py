@@ -377,3 +377,12 @@ def test_backward_composites():
     (gq, gk, cos, sin), (dq, _), _ = _run("rope_interleaved_backward", shape)
     fwd = ops.get("rope_interleaved").reference(x, gk, cos, sin)[0]
     _close((fwd * gq).sum(), (x * dq).sum())
+
+
+def test_opdb_rebuild_gives_the_torch_call(opdb_ops):
+    op = opdb_ops["opdb.addcdiv"]
+    params = {}
+    inputs = op.make_inputs(op.shape_pool[0], "float32", "contiguous", _gen(), params)
+    args, kwargs = opdb.rebuild(inputs, params["call"])
+    assert args[0] is inputs[0]
+    _close(torch.addcdiv(*args, **kwargs), op.run_reference(inputs, params))
