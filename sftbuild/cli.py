@@ -482,6 +482,27 @@ def list_plugins(kind):
         click.echo(f"  {name:<22} {summary}")
 
 
+@main.command("ops")
+@click.argument("name", required=False)
+@click.option("--opdb", is_flag=True, help="Also load and count the ops backed by torch's op_db (takes seconds).")
+@click.option("--skipped", is_flag=True, help="List each op_db entry that is no op, and why (implies --opdb).")
+def list_ops(name, opdb, skipped):
+    """List the reference ops by family, or show one op NAME in full.
+
+    \b
+    Example:
+        sftbuild ops                 # hand-written ops per family
+        sftbuild ops --opdb          # plus torch op_db ops, and what was skipped
+        sftbuild ops rope            # one op: semantics, I/O, dtypes, shapes
+    """
+    from sftbuild.ops import summary
+
+    try:
+        click.echo("\n".join(summary.report(name, opdb, skipped)))
+    except KeyError as e:
+        raise click.ClickException(str(e.args[0]) if e.args else "unknown op")
+
+
 def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:
     """(name, default parameters, summary) of each plug-in of `kind`, for the config template."""
     import dataclasses

@@ -6,7 +6,11 @@ harnesses. The same entry serves describe (it states the I/O), validate (it
 makes inputs and references) and export (it writes RLVR tasks).
 
 Ops register themselves by name with `add(Op(...))` (or `pools.define`), in one module
-per family; the registry imports every module of this package on first use.
+per family; the registry imports every module of this package on first use. Ops backed by
+torch's op_db (`opdb.<name>[.<variant>]`, see opdb.py) load only when one is asked for or
+`all_ops(opdb=True)`; hand-written ops win for the names they cover. `package_op` registers a
+package's own reference function at run time (package_refs.py), and `shortlist` ranks op names
+for a kernel's name and parameters.
 """
 from __future__ import annotations
 
@@ -62,15 +66,27 @@ def add(op: Op) -> Op:
 
 def get(name: str) -> Op:
     _load()
-    try:
+    if name in OPS:
         return OPS[name]
-    except KeyError:
-        raise KeyError(f"unknown op {name!r}") from None
+    if name.startswith("opdb."):  # torch's op_db loads on first use of one of its ops
+        from sftbuild.ops import opdb
+
+        if name in opdb.load():
+            return opdb.OPS[name]
+        if opdb.UNAVAILABLE:
+            raise KeyError(f"unknown op {name!r} ({opdb.UNAVAILABLE[0]})")
+    raise KeyError(f"unknown op {name!r}")
 
 
-def all_ops() -> dict[str, Op]:
+def all_ops(opdb: bool = False) -> dict[str, Op]:
+    """The hand-written ops (and package references registered in this process); with `opdb`,
+    also every op backed by torch's op_db (which costs seconds to load the first time)."""
     _load()
-    return OPS
+    if not opdb:
+        return OPS
+    from sftbuild.ops import opdb as db
+
+    return {**db.load(), **OPS}
 
 
 _loaded = False
@@ -93,3 +109,7 @@ def upcast(inputs: list) -> list:
 def as_outputs(result) -> list:
     """A reference's result as a list of output tensors."""
     return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+from sftbuild.ops.package_refs import find_package_references, package_op  # noqa: E402,F401  (need Op, add, get)
+from sftbuild.ops.ranking import shortlist  # noqa: E402,F401

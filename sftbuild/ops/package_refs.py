@@ -1,0 +1,172 @@
+"""A package's own reference implementations, found by AST and registered as ops inside a worker.
+
+`find_package_references(tree)` reads every .py file under `tree` with `ast` only (harvested code
+is never imported here) and returns the module-level functions that look like references:
+named `naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref` or `*_reference` (leading
+underscores ignored), or any public function of a module named `naive.py`, `reference.py` or
+`ref.py`. Each result: {module, path, name, params, signature, line, why}; `module` is the dotted
+import path relative to `tree`.
+
+`package_op(module, func, like=..., root=...)` builds an Op whose reference imports `module` and
+calls `func` on the inputs of `like` (an op or op name, whose input generator, shapes, dtypes,
+tolerance and launch contract it borrows; `like` may also be an io list such as
+["x: [rows, cols]", "w: [cols]"], whose named dims are drawn from a small pool). The import
+happens only when the reference runs, so only a worker that already imports the package tree
+(sandbox.run_isolated, executor.map_gpu) may call it; building the Op imports nothing.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from sftbuild.ops import OPS, Op, add, get
+
+NAME_PATTERNS = [(re.compile(p), why) for p, why in [
+    (r"^naive_\w+", "naive_*"), (r"^ref_\w+", "ref_*"), (r"^reference_\w+", "reference_*"),
+    (r"^torch_\w+", "torch_*"), (r"\w+_ref$", "*_ref"), (r"\w+_reference$", "*_reference")]]
+REF_MODULES = {"naive", "reference", "ref"}
+NOT_REFERENCES = re.compile(r"dtype|device|version|available|config|to_triton|supported")
+SKIP_DIRS = {"__pycache__", ".git", "node_modules", "build", "dist"}
+# a cheap text test before parsing: a file without such a def (and not a reference module) has no candidate
+CANDIDATE = re.compile(r"^def\s+_*(naive_|ref_|reference_|torch_|\w+_ref\s*\(|\w+_reference\s*\()", re.M)
+
+
+def find_package_references(tree: Path) -> list[dict]:
+    """Reference-like functions in the .py files under `tree`, in path then line order; unreadable
+    or unparsable files are skipped."""
+    tree = Path(tree)
+    found = []
+    for path in sorted(tree.rglob("*.py")):
+        rel = path.relative_to(tree)
+        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if rel.stem not in REF_MODULES and not CANDIDATE.search(text):
+                continue
+            mod = ast.parse(text, filename=str(path))
+        except (SyntaxError, ValueError, OSError):
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        module = ".".join(parts)
+        in_ref_module = rel.stem in REF_MODULES
+        for node in mod.body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            why = _why(node.name, in_ref_module)
+            params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+            if not why or not params or NOT_REFERENCES.search(node.name):
+                continue
+            found.append({"module": module, "path": str(rel), "name": node.name, "params": params,
+                          "signature": f"{node.name}({ast.unparse(node.args)})", "line": node.lineno, "why": why})
+    return found
+
+
+def _why(name: str, in_ref_module: bool) -> str | None:
+    bare = name.lstrip("_")
+    for pat, why in NAME_PATTERNS:
+        if pat.fullmatch(bare):
+            return why
+    if in_ref_module and not name.startswith("_"):
+        return "function in a reference module"
+    return None
+
+
+# ---- registering a package function as an op (inside a worker) ------------------------------------
+
+def load_function(module: str, func: str, root: str | Path | None = None):
+    """Import `module` (dotted, importable from `root`, or a .py file path) and return `func`."""
+    if module.endswith(".py"):
+        path = Path(root or ".") / module
+        spec = importlib.util.spec_from_file_location(f"sftbuild_pkgref_{abs(hash(str(path)))}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    else:
+        if root is not None and str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        mod = importlib.import_module(module)
+    fn = getattr(mod, func, None)
+    if not callable(fn):
+        raise AttributeError(f"{module} has no function {func!r}")
+    return fn
+
+
+DIM_POOL = [1, 7, 33, 100, 257, 1000]
+
+
+def _io_like(io_in: list[str]) -> tuple:
+    """An input generator and shape pool for an io list like ["x: [rows, cols]", "w: [cols]"]."""
+    from sftbuild.ops.pools import rand
+
+    specs = [[d.strip() for d in m.group(1).split(",") if d.strip()] if (m := re.search(r"\[([^\]]*)\]", s))
+             else [] for s in io_in]
+    dims = sorted({d for spec in specs for d in spec if not d.isdigit()})
+    pool = [tuple(DIM_POOL[(i + j) % len(DIM_POOL)] for j in range(len(dims))) for i in range(len(DIM_POOL))]
+
+    def make_inputs(shape, dtype, layout, gen, params):
+        size = dict(zip(dims, shape))
+        return [rand(tuple(int(d) if d.isdigit() else size[d] for d in spec), dtype, layout if i == 0 else
+                     "contiguous", gen) for i, spec in enumerate(specs)]
+    return make_inputs, pool
+
+
+def package_op(module: str, func: str, like, root: str | Path | None = None, name: str | None = None,
+               register: bool = True) -> Op:
+    """An op whose reference is the package function `module.func`, shaped like `like`."""
+    if isinstance(like, str):
+        like = get(like)
+    name = name or f"pkg.{module.removesuffix('.py').replace('/', '.')}.{func}"
+    cache: dict = {}
+
+    def reference(*inputs, **params):
+        if "fn" not in cache:
+            cache["fn"] = load_function(module, func, root)
+        fn = cache["fn"]
+        try:
+            import inspect
+
+            sig = inspect.signature(fn)
+            kw = params if any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()) else \
+                {k: v for k, v in params.items() if k in sig.parameters}
+        except (TypeError, ValueError):
+            kw = {}
+        return fn(*inputs, **kw)
+
+    sem = {"en": f"what the package reference `{module}.{func}` computes",
+           "zh": f"包内参考实现`{module}.{func}`的计算"}
+    if isinstance(like, Op):
+        op = Op(name=name, family=like.family, semantics=sem, reference=reference, make_inputs=like.make_inputs,
+                shape_pool=list(like.shape_pool), io=like.io, dtypes=like.dtypes, layouts=like.layouts,
+                params=dict(like.params), tolerance=like.tolerance, launch=like.launch, outputs=like.outputs,
+                mutates=like.mutates)
+    else:
+        io_in = list(like)
+        make_inputs, pool = _io_like(io_in)
+        op = Op(name=name, family="torch_op", semantics=sem, reference=reference, make_inputs=make_inputs,
+                shape_pool=pool, io={"inputs": io_in, "outputs": ["y"]}, launch="tensors",
+                dtypes=("float32", "float16"))
+    if register:
+        if name in OPS:
+            return OPS[name]
+        add(op)
+    return op
+
+
+def smoke(op: Op, dtype: str = "float32") -> torch.Tensor | tuple:
+    """Run an op's reference once on its smallest pool shape (a worker's first check of a package op)."""
+    import math
+
+    shape = min(op.shape_pool, key=math.prod)
+    params = dict(op.params)
+    inputs = op.make_inputs(shape, dtype, "contiguous", torch.Generator().manual_seed(0), params)
+    return op.run_reference(inputs, params)

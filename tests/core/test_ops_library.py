@@ -1,0 +1,388 @@
+"""The larger reference library: op_db-backed ops, composites against independent formulas,
+package reference discovery on real wheels, and the shortlist ranking."""
+import math
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sftbuild import ops
+from sftbuild.ops import compare, opdb
+
+WHEELS = Path("/work/pkgs")
+LIGER = WHEELS / "liger_kernel-0.8.5-py3-none-any.whl"
+GEMS = WHEELS / "flag_gems-5.0.2-py3-none-any.whl"
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def _run(name, shape=None, dtype="float64", seed=0, params=None):
+    op = ops.get(name)
+    shape = shape or min(op.shape_pool, key=math.prod)
+    p = {**op.params, **(params or {})}
+    inputs = op.make_inputs(shape, "float32", "contiguous", _gen(seed), p)
+    inputs = ops.upcast(inputs) if dtype == "float64" else inputs
+    return inputs, ops.as_outputs(op.run_reference(inputs, p)), p
+
+
+# ---- op_db ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def opdb_ops():
+    return opdb.load()
+
+
+def test_opdb_is_not_loaded_by_the_registry():
+    code = ("import sys; from sftbuild import ops; ops.all_ops(); ops.get('relu'); ops.shortlist('rms_norm', ['x']);"
+            "print('common_methods_invocations' in ' '.join(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_opdb_has_hundreds_of_ops_and_records_skips(opdb_ops):
+    assert len(opdb_ops) >= 300, len(opdb_ops)
+    assert all(n.startswith("opdb.") for n in opdb_ops)
+    assert not set(opdb_ops) & set(ops.all_ops())  # no clash with hand-written names
+    c = opdb.counts()
+    assert c["registered"] == len(opdb_ops) and c["skipped"] == len(opdb.SKIPPED) > 50
+    why = opdb.SKIPPED
+    assert why["opdb.sum"].startswith("covered") and why["opdb.nn.functional.gelu"].startswith("covered")
+    assert why["opdb.nn.functional.dropout"].startswith("random")
+    assert why["opdb.linalg.svd"].startswith("linear-algebra")
+    assert "opdb.masked.sum" in opdb_ops and "opdb.addcdiv" in opdb_ops  # variants and namespaces are not "covered"
+    assert ops.get("opdb.addcdiv") is opdb_ops["opdb.addcdiv"]
+    assert "opdb.addcdiv" in ops.all_ops(opdb=True) and "relu" in ops.all_ops(opdb=True)
+    with pytest.raises(KeyError):
+        ops.get("opdb.no_such_op")
+
+
+def test_opdb_semantics_and_metadata(opdb_ops):
+    op = opdb_ops["opdb.addcdiv"]
+    assert "torch.addcdiv" in op.semantics["en"] and "division" in op.semantics["en"]
+    assert "torch.addcdiv" in op.semantics["zh"] and "的计算" in op.semantics["zh"]
+    for op in opdb_ops.values():
+        assert op.semantics["en"] and op.semantics["zh"] and op.shape_pool and op.launch == "tensors", op.name
+        assert set(op.dtypes) <= {"float32", "float16", "bfloat16"} and op.dtypes, op.name
+        assert len(op.io["outputs"]) == op.outputs, op.name
+
+
+SAMPLE = 40
+
+
+def _sample(names):
+    names = sorted(names)
+    step = max(1, len(names) // SAMPLE)
+    return names[::step][:SAMPLE]
+
+
+def test_opdb_sample_runs_on_cpu(opdb_ops):
+    """A deterministic sample of ~40 op_db ops: inputs from the seed, the float32 reference agrees with the
+    float64 one, a fresh seed gives the same shapes, and an all-zero output does not pass every op."""
+    zero_caught = 0
+    for name in _sample(opdb_ops):
+        op = opdb_ops[name]
+        shape = op.shape_pool[0]
+        params = dict(op.params)
+        inputs = op.make_inputs(shape, "float32", "contiguous", _gen(0), params)
+        assert inputs and all(isinstance(t, torch.Tensor) for t in inputs), name
+        assert tuple(next(t for t in inputs).shape) == tuple(shape), name
+        outs = ops.as_outputs(op.run_reference(inputs, params))
+        ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
+        assert len(outs) == len(ref64) == op.outputs, name
+        for out, r64 in zip(outs, ref64):
+            assert tuple(out.shape) == tuple(r64.shape), name
+            ok, stats = compare(out, r64, "float32", op.tolerance, native=out)
+            assert ok, (name, stats)
+        again = op.make_inputs(shape, "float32", "contiguous", _gen(1), dict(op.params))
+        assert [t.shape for t in again] == [t.shape for t in inputs], name
+        zero_caught += any(not compare(torch.zeros_like(o), r, "float32", op.tolerance)[0]
+                           for o, r in zip(outs, ref64))
+    assert zero_caught >= SAMPLE * 0.8
+
+
+def test_opdb_inputs_follow_the_seed(opdb_ops):
+    op = opdb_ops["opdb.addcdiv"]
+    a = op.make_inputs(op.shape_pool[0], "float16", "contiguous", _gen(3), {})
+    b = op.make_inputs(op.shape_pool[0], "float16", "contiguous", _gen(3), {})
+    c = op.make_inputs(op.shape_pool[0], "float16", "contiguous", _gen(4), {})
+    assert all(torch.equal(x, y) for x, y in zip(a, b)) and not torch.equal(a[0], c[0])
+    assert a[0].dtype == torch.float16
+
+
+def test_first_sentence():
+    doc = "add(input, other, *, alpha=1, out=None) -> Tensor\n\nAdds :attr:`other`, scaled by :attr:`alpha`, " \
+          "to :attr:`input`.\n\n.. math::\n  x"
+    assert opdb.first_sentence(doc) == "adds other, scaled by alpha, to input"
+    assert opdb.first_sentence(None) is None and opdb.first_sentence("f(x) -> Tensor") is None
+
+
+# ---- composites against independent formulas --------------------------------------------------
+
+def _close(a, b, tol=1e-9):
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert torch.allclose(a.double(), b.double(), rtol=tol, atol=tol), float((a.double() - b.double()).abs().max())
+
+
+def test_gated_activations():
+    (a, b), (y,), _ = _run("swiglu", (17, 100))
+    _close(y, a / (1 + torch.exp(-a)) * b)
+    (a, b), (y,), _ = _run("geglu", (17, 100))
+    _close(y, 0.5 * a * (1 + torch.erf(a / math.sqrt(2))) * b)
+    (a, b), (y,), _ = _run("geglu_tanh", (17, 100))
+    _close(y, 0.5 * a * (1 + torch.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3))) * b)
+    assert not torch.allclose(ops.get("geglu").reference(a, b), y)  # erf and tanh GELU are different ops
+    (x,), (y,), _ = _run("silu_and_mul", (17, 100))
+    assert x.shape == (17, 200)
+    _close(y, F.silu(x[:, :100]) * x[:, 100:])
+
+
+def test_rope_half_and_interleaved():
+    shape = (2, 4, 2, 17, 64)
+    (q, k, cos, sin), (qo, ko), _ = _run("rope", shape)
+    rot = lambda t: torch.cat([-t[..., 32:], t[..., :32]], -1)  # noqa: E731  (HF rotate_half)
+    c, s = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    _close(qo, q * c + rot(q) * s)
+    _close(ko, k * c + rot(k) * s)
+    (q, k, cos, sin), (qo, ko), _ = _run("rope_interleaved", shape)
+    z = torch.view_as_complex(q.reshape(*q.shape[:-1], 32, 2).contiguous()) * torch.complex(cos, sin)
+    _close(qo, torch.view_as_real(z).flatten(-2))
+    pos = torch.arange(17, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, 64, 2) / 64)
+    _close(cos, pos.cos(), 1e-6)
+
+
+def test_cross_entropy_family():
+    (x, t), (loss,), p = _run("cross_entropy_mean", (64, 4099))
+    assert (t == -100).any() and (t != -100).any()
+    keep = t != -100
+    lse = torch.logsumexp(x, -1)
+    per = lse[keep] - x[keep].gather(1, t[keep, None])[:, 0]
+    _close(loss, per.mean())
+    _, (s,), _ = _run("cross_entropy_sum", (64, 4099))
+    _close(s, per.sum())
+    _, (none,), _ = _run("cross_entropy_ignore", (64, 4099))
+    assert none.shape == (64,) and (none[~keep] == 0).all()
+    _, (ls,), _ = _run("cross_entropy_label_smoothing", (64, 4099))
+    smooth = (lse[keep] - x[keep].mean(-1))
+    _close(ls, (0.9 * per + 0.1 * smooth).mean())
+    (h, w, t), (fl,), _ = _run("fused_linear_cross_entropy", (17, 64, 1000))
+    _close(fl, F.cross_entropy(h @ w.T, t, ignore_index=-100))
+
+
+def test_kl_and_jsd():
+    (x, y), (kl,), _ = _run("kl_div", (17, 1000))
+    assert torch.allclose(x.exp().sum(-1), torch.ones(17, dtype=x.dtype), atol=1e-5)
+    _close(kl, (y * (y.log() - x)).sum() / 17)
+    (x, ly), (kl2,), _ = _run("kl_div_log_target", (17, 1000))
+    _close(kl2, (ly.exp() * (ly - x)).sum() / 17)
+    (x, y), (j,), _ = _run("jsd", (17, 1000))
+    p, q = y.exp(), x.exp()
+    m = 0.5 * (p + q)
+    _close(j, (0.5 * (p * (p / m).log()).sum() + 0.5 * (q * (q / m).log()).sum()) / 17)
+    op = ops.get("jsd")
+    _close(op.reference(x, y, beta=0.0), (p * (y - x)).sum() / 17)  # beta 0: forward KL(P || Q)
+
+
+def test_norms_softmax_logsumexp():
+    (x, w), (y,), _ = _run("rms_norm_offset", (17, 100))
+    _close(y, x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * (1 + w))
+    (x, r, w), (y, h), _ = _run("add_rms_norm_residual", (17, 100))
+    _close(h, x + r)
+    _close(y, h / torch.sqrt((h * h).mean(-1, keepdim=True) + 1e-6) * w)
+    (x, w, b), (y,), _ = _run("layer_norm_offset", (17, 100))
+    mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    _close(y, (x - mu) / torch.sqrt(var + 1e-5) * (1 + w) + b)
+    (x, w, b), (y,), _ = _run("group_norm_4d", (2, 64, 7, 7))
+    g = x.reshape(2, 32, -1)
+    n = ((g - g.mean(-1, keepdim=True)) / torch.sqrt(g.var(-1, unbiased=False, keepdim=True) + 1e-5)).reshape(x.shape)
+    _close(y, n * w[:, None, None] + b[:, None, None])
+    (x,), (y,), _ = _run("softmax_temperature", (17, 100))
+    e = torch.exp(x / 0.7 - (x / 0.7).amax(-1, keepdim=True))
+    _close(y, e / e.sum(-1, keepdim=True))
+    (x,), (y,), _ = _run("logsumexp", (17, 100))
+    _close(y, x.exp().sum(-1).log())
+
+
+def _sdpa_manual(q, k, v, mask):
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def test_attention_masked_gqa_varlen():
+    (q, k, v, mask), (o,), _ = _run("sdpa_masked", (2, 4, 2, 17, 32))
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    _close(o, F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask))
+    (q, k, v), (o,), _ = _run("sdpa_gqa_causal", (2, 4, 2, 17, 32))
+    _close(o, F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True))
+    for name, causal in (("attention_varlen", False), ("attention_varlen_causal", True)):
+        (q, k, v, cu), (o,), _ = _run(name, (3, 2, 2, 32))
+        assert cu.dtype == torch.int32 and int(cu[-1]) == q.shape[0]
+        for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            n = b - a
+            m = torch.ones(n, n, dtype=torch.bool).tril() if causal else torch.ones(n, n, dtype=torch.bool)
+            want = _sdpa_manual(q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1), m)
+            _close(o[a:b], want.transpose(0, 1))
+
+
+# ---- package references ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    if not (LIGER.exists() and GEMS.exists()):
+        pytest.skip("package wheels not downloaded")
+    root = tmp_path_factory.mktemp("wheels")
+    for whl in (LIGER, GEMS):
+        with zipfile.ZipFile(whl) as z:
+            z.extractall(root / whl.stem)
+    return root
+
+
+def test_package_references_in_real_wheels(wheels):
+    before = set(sys.modules)
+    gems = ops.find_package_references(wheels / GEMS.stem)
+    liger = ops.find_package_references(wheels / LIGER.stem)
+    assert not any(m.startswith(("flag_gems", "liger_kernel")) for m in set(sys.modules) - before)  # AST only
+    names = {(r["module"], r["name"]) for r in gems}
+    assert ("flag_gems.fused.mhc.mhc_pre", "mhc_pre_ref") in names
+    assert len(gems) >= 15 and sum(r["name"] == "torch_matmul" for r in gems) >= 10  # one per vendor backend
+    assert not any(r["name"] == "torch_rotary_embedding" for r in gems)  # nested in a function: not importable
+    assert not any("dtype" in r["name"] for r in gems)  # torch_dtype_to_triton is a utility, not a reference
+    ref = next(r for r in gems if r["name"] == "mhc_pre_ref")
+    assert ref["path"].endswith("mhc_pre.py") and ref["params"] and ref["signature"].startswith("mhc_pre_ref(")
+    assert ref["why"] == "*_ref" and ref["line"] > 0
+    assert any(r["name"] == "_llama4_vision_rope_reference" and r["why"] == "*_reference" for r in liger)
+
+
+def test_package_op_imports_only_when_run(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "naive.py").write_text("import torch\n\ndef rms(x, w, eps=1e-6):\n"
+                                  "    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w\n\n"
+                                  "def _helper(x):\n    return x\n")
+    (pkg / "kern.py").write_text("def naive_swiglu(a, b):\n    import torch\n    return torch.nn.functional.silu(a) * b\n"
+                                 "def swiglu(a, b):\n    return a\n")
+    found = {(r["module"], r["name"], r["why"]) for r in ops.find_package_references(tmp_path)}
+    assert found == {("mypkg.naive", "rms", "function in a reference module"), ("mypkg.kern", "naive_swiglu", "naive_*")}
+    op = ops.package_op("mypkg.naive", "rms", like="rms_norm", root=tmp_path, name="pkg.test.rms")
+    assert "mypkg" not in sys.modules and ops.get("pkg.test.rms") is op
+    inputs, (y,), p = _run("pkg.test.rms", (17, 100))
+    want = ops.get("rms_norm").run_reference(inputs, p)
+    _close(y, want)
+    assert "mypkg.naive" in sys.modules
+    sw = ops.package_op("mypkg/kern.py", "naive_swiglu", like=["a: [rows, cols]", "b: [rows, cols]"], root=tmp_path,
+                        register=False)
+    a, b = sw.make_inputs(sw.shape_pool[1], "float32", "contiguous", _gen(), {})
+    assert a.shape == b.shape
+    _close(sw.reference(a, b), F.silu(a) * b)
+
+
+# ---- shortlist --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,params,want", [
+    ("rms_norm_forward", ["x", "w", "eps"], "rms_norm"),
+    ("_rms_norm_kernel", ["Y", "X", "W", "stride", "n_cols", "eps", "BLOCK_SIZE"], "rms_norm"),
+    ("swiglu", ["a", "b"], "swiglu"),
+    ("_geglu_tanh", ["a", "b"], "geglu_tanh"),
+    ("fused_linear_cross_entropy", ["x", "w", "target"], "fused_linear_cross_entropy"),
+    ("LigerRMSNormFunction", ["x", "w"], "rms_norm"),
+    ("apply_rotary_pos_emb", ["q", "k", "cos", "sin"], "rope"),
+    ("silu_and_mul_kernel", ["out", "x"], "silu_and_mul"),
+    ("jsd_fwd", ["x", "y", "beta"], "jsd"),
+])
+def test_shortlist_ranks_the_right_op_first(name, params, want):
+    got = ops.shortlist(name, params)
+    assert got[0] == want, got
+    assert got == ops.shortlist(name, params) and len(got) <= 8
+
+
+def test_shortlist_keeps_variants_close():
+    assert {"geglu", "gelu_tanh"} <= set(ops.shortlist("_geglu_tanh", ["a", "b"]))
+    assert "silu_and_mul" in ops.shortlist("swiglu", ["a", "b"], k=4)
+    assert ops.shortlist("qqq_zzz", ["x"]) == []
+    assert len(ops.shortlist("softmax", [], k=3)) == 3
+
+
+# ---- describe renders the new ops --------------------------------------------------------------
+
+def test_describe_renders_new_ops(opdb_ops):
+    from sftbuild.describe import stage as S
+    from sftbuild.describe.describers import DESCRIBERS
+    from sftbuild.record import Record
+
+    conf = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90",
+            "smem_budget": 232448}
+    code = "__global__ void k(float* y, const float* x, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i]; }"
+    composites = sorted(n for n, op in ops.all_ops().items() if op.reference.__module__ == "sftbuild.ops.composites")
+    assert len(composites) >= 25
+    claims = re.compile("|".join(d.claim for d in DESCRIBERS if d.claim), re.I)
+    for name in sorted(opdb_ops):  # no op_db doc sentence reads as a technique claim
+        assert not claims.search(re.sub(r"`[^`]*`", " ", opdb_ops[name].semantics["en"])), name
+    for name in composites + _sample(opdb_ops)[:15]:
+        rec = Record(language="cuda", code=code, source="test", entry={"kernels": ["k"], "params": ["float* y"]})
+        rec.binding = {"op": name}
+        status, reason, payload = S.describe(rec, conf)
+        assert status == "ok", (name, payload.get("problems"))
+        op = ops.get(name)
+        text = payload["instructions"]
+        assert op.semantics["en"] in text["en:brief"] and op.semantics["zh"] in text["zh:brief"], name
+
+
+def test_ops_command(opdb_ops):
+    from click.testing import CliRunner
+
+    from sftbuild.cli import main
+
+    r = CliRunner().invoke(main, ["ops"], catch_exceptions=False)
+    assert r.exit_code == 0 and "hand-written ops:" in r.output and "not loaded" in r.output
+    r = CliRunner().invoke(main, ["ops", "--opdb"], catch_exceptions=False)
+    assert r.exit_code == 0 and f"op_db ops (opdb.*): {len(opdb_ops)} registered" in r.output
+    assert "random or uninitialised output" in r.output
+    r = CliRunner().invoke(main, ["ops", "geglu_tanh"], catch_exceptions=False)
+    assert r.exit_code == 0 and "tanh-approximation" in r.output and "zh:" in r.output
+    r = CliRunner().invoke(main, ["ops", "no_such_op"])
+    assert r.exit_code != 0 and "unknown op 'no_such_op'" in r.output and "Traceback" not in r.output
+
+
+def test_shortlist_ranks_package_references_too():
+    extra = {"mypkg.naive.rms_norm_ref": ["x", "weight", "eps"], "mypkg.naive.softmax_ref": ["x"]}
+    got = ops.shortlist("_rms_norm_fwd_kernel", ["Y", "X", "W", "eps"], extra=extra)
+    assert "mypkg.naive.rms_norm_ref" in got[:3] and "mypkg.naive.softmax_ref" not in got
+
+
+def test_backward_composites():
+    (dy, a, b), (da, db), _ = _run("swiglu_backward", (17, 100))
+    sig = 1 / (1 + torch.exp(-a))
+    _close(da, dy * b * sig * (1 + a * (1 - sig)))
+    _close(db, dy * a * sig)
+    (dy, a, b), (da, db), _ = _run("geglu_backward", (17, 100))
+    cdf, pdf = 0.5 * (1 + torch.erf(a / math.sqrt(2))), torch.exp(-a * a / 2) / math.sqrt(2 * math.pi)
+    _close(da, dy * b * (cdf + a * pdf))
+    _close(db, dy * a * cdf)
+    (dy, a, b), (da_t, _), _ = _run("geglu_tanh_backward", (17, 100))
+    assert not torch.allclose(da_t, ops.get("geglu_backward").reference(dy, a, b)[0])
+    shape = (2, 4, 2, 17, 64)
+    (gq, gk, cos, sin), (dq, dk), _ = _run("rope_backward", shape)
+    # <rope(x), g> == <x, rope_backward(g)> for any x: the backward is the adjoint
+    x = torch.randn(gq.shape, dtype=torch.float64)
+    fwd = ops.get("rope").reference(x, gk, cos, sin)[0]
+    _close((fwd * gq).sum(), (x * dq).sum())
+    (gq, gk, cos, sin), (dq, _), _ = _run("rope_interleaved_backward", shape)
+    fwd = ops.get("rope_interleaved").reference(x, gk, cos, sin)[0]
+    _close((fwd * gq).sum(), (x * dq).sum())
+
+
+def test_opdb_rebuild_gives_the_torch_call(opdb_ops):
+    op = opdb_ops["opdb.addcdiv"]
+    params = {}
+    inputs = op.make_inputs(op.shape_pool[0], "float32", "contiguous", _gen(), params)
+    args, kwargs = opdb.rebuild(inputs, params["call"])
+    assert args[0] is inputs[0]
+    _close(torch.addcdiv(*args, **kwargs), op.run_reference(inputs, params))
