@@ -311,7 +311,7 @@ def _file_buffers(ref, p, seed):
     bufs, roles = [], FR.roles(ref)
     ptrs = [c for c in ref["cpu_params"] if c["ptr"]]
     for c, b, n, high, role in zip(ptrs, ref["buffers"], p["counts"], p["high"], roles):
-        if role == "input" and b["gen"] == "empty":  # filled by an earlier step of main(): any values
+        if role in ("input", "staged") and b["gen"] == "empty":  # filled by an earlier step of main(): any values
             b = {**b, "gen": "uniform", "lo": -1.0, "hi": 1.0}
         integer = c["type"] not in ("float", "double")
         dtype = torch.float64 if c["type"] == "double" else torch.int32 if integer else torch.float32
@@ -369,10 +369,12 @@ def _file_trial(lib, ref, p, block, seed):
             for t, h in zip(d, host):
                 t.copy_(h.to(dev))
         want = file_reference_outputs(lib, ref, p, host)
-        for t, r in zip(d, roles):
+        for t, r, w in zip(d, roles, want):
             if r == "output":
                 _poison(t)
-        before = [t.clone() if r == "input" else None for t, r in zip(d, roles)]
+            elif r == "staged":  # the step starts from what the CPU function computed before it
+                t.copy_(w.to(dev))
+        before = [t.clone() if r in ("input", "staged") else None for t, r in zip(d, roles)]
         code = _file_call(lib, ref, p, d, block)
         torch.cuda.synchronize()
         if code != 0:

@@ -74,15 +74,19 @@ def slots(ref: dict) -> list[dict]:
 
 
 def roles(ref: dict) -> list[str]:
-    """Per CPU pointer argument: input | output | inout (what the launcher does with it, and whether
-    main() fills it first), host (the launcher does not take it) or null (main() passes NULL)."""
+    """Per CPU pointer argument: input | staged | output | inout (what the launcher does with it, and
+    whether main() fills it first), host (the launcher does not take it) or null (main() passes NULL).
+    `staged`: the launcher only reads an array the CPU function may write (one step of a larger CPU
+    function, e.g. a softmax backward that reads the `datt` the CPU computed first): the launcher gets
+    the CPU's final values, so both sides start the step from the same data."""
     cpu = ref["cpu_params"]
     fed = {m["cpu"]: g for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))],
                                        ref["launcher_params"]) if "cpu" in m}
     out = []
     for i, b in zip([i for i, c in enumerate(cpu) if c["ptr"]], ref["buffers"]):
         g = fed.get(i)
-        out.append("null" if b["gen"] == "null" else "host" if g is None else "input" if g["const"]
+        out.append("null" if b["gen"] == "null" else "host" if g is None
+                   else ("input" if cpu[i]["const"] else "staged") if g["const"]
                    else "output" if b["gen"] == "empty" else "inout")
     return out
 
