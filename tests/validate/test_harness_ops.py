@@ -205,7 +205,7 @@ def test_aten_harnesses_compile(aten_workspace, compile_cache):
     assert _aten_harness_failures(recs, compile_cache) == []
 
 
-@pytest.mark.sweep  # some 50 builds against torch's headers
+@pytest.mark.sweep  # some 35 builds against torch's headers
 @pytest.mark.nvcc
 def test_every_aten_harness_compiles(aten_workspace, compile_cache):
     """Each check of each bound ATen record renders and builds, so a broken template or a kernel
