@@ -8,6 +8,10 @@ Marks (declared in pyproject.toml):
   gpu      needs a CUDA GPU        skipped here without one
   nvcc     needs the CUDA compiler skipped here without one
   slow     cannot be made fast     left out of a plain `pytest`; CI runs them with `pytest -m slow`
+  sweep    exhaustive builds       every ATen kernel, harness and red-team extension against torch's
+                                   headers, and the default `sftbuild run`: left out of a plain
+                                   `pytest` and of CI's slow step, where tests beside them check the
+                                   same on representatives; .ci/gpu-tests runs them on the GPU host
   network  downloads a package     skips itself when the download fails
 
 Fixtures:

@@ -1,5 +1,7 @@
 """`sftbuild run` end to end, no config, no network: on small checked-in sources (seconds), and on
-the built-in default (torch's ATen kernels: some 90 builds against torch's headers, so slow)."""
+the built-in default (torch's ATen kernels: some 70 builds against torch's headers, a sweep that
+.ci/gpu-tests runs; on the CPU CI the slow tests build representatives of those ATen kernels and
+harnesses, and the small run here covers every stage, the rerun and the waiting for a GPU)."""
 import json
 import shutil
 from pathlib import Path
@@ -49,7 +51,7 @@ def test_run_on_small_sources(tmp_path, monkeypatch):
     assert prov["path"] == "rowwise.cu" and prov["lines"][0] >= 1
 
 
-@pytest.mark.slow
+@pytest.mark.sweep
 @pytest.mark.nvcc
 def test_run_on_the_default_sources(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

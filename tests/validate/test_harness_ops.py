@@ -161,34 +161,58 @@ def _aten_records(workspace):
     return list(Store(workspace).records())
 
 
-@pytest.mark.slow  # some 50 builds against torch's headers, ten seconds each
-@pytest.mark.nvcc
-def test_every_aten_harness_compiles(aten_workspace, compile_cache):
-    """Each check of each bound ATen record renders and builds (torch include set), so a broken
-    template or a kernel signature a harness no longer matches shows up without a GPU. The builds are
-    validate's own, into the run's compile cache: the default run's validate reuses them."""
+def _aten_harness_failures(records, cache) -> list:
+    """Each check of each bound record rendered and built (torch include set) as validate builds it:
+    a launchable .so with a GPU, else the harness's device code only. The builds are validate's own,
+    into the run's compile cache. [(name, op, log tail)] of those that failed."""
     import os
 
-    recs = _aten_records(aten_workspace)
     jobs = []
-    for rec in recs:
-        rec.binding = rec.binding or binders.infer(rec)
-        if not rec.binding:
-            continue
+    for rec in records:
         for check in H.checks(rec.binding):
             src = H.render(rec, check, rec.binding.get("dtypes") or ["float32", "float16", "bfloat16"])
             jobs.append((rec, check["op"], src))
-    assert len({r.id for r, _, _ in jobs}) >= 28
 
     def build(job):
         rec, op, src = job
         return rec, op, C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": ["torch"],
-                                        "arch": "sm_90", "timeout": 900, "nvcc": "", "cache_dir": str(compile_cache),
+                                        "arch": "sm_90", "timeout": 900, "nvcc": "", "cache_dir": str(cache),
                                         "link": LINK})
 
     with ThreadPoolExecutor(os.cpu_count() or 2) as ex:
         results = list(ex.map(build, jobs))
-    failed = [(r.name, op, res.get("log", "")[-1500:]) for r, op, res in results if not res["ok"]]
+    return [(r.name, op, res.get("log", "")[-1500:]) for r, op, res in results if not res["ok"]]
+
+
+def _bound_aten(workspace) -> list:
+    recs = _aten_records(workspace)
+    for rec in recs:
+        rec.binding = rec.binding or binders.infer(rec)
+    return [r for r in recs if r.binding]
+
+
+# two harness templates (the sort's is built below, for real): ATen's functor-taking elementwise
+# kernel, and the manifest-bound softmax with its two checks (softmax, log_softmax)
+HARNESS_SAMPLE = ("vectorized_elementwise_kernel", "softmax_warp_forward")
+
+
+@pytest.mark.slow  # three builds against torch's headers
+@pytest.mark.nvcc
+def test_aten_harnesses_compile(aten_workspace, compile_cache):
+    """Bound ATen records of two templates render and build; the sweep below builds every one."""
+    recs = [r for r in _bound_aten(aten_workspace) if r.name in HARNESS_SAMPLE]
+    assert {r.name for r in recs} == set(HARNESS_SAMPLE)
+    assert _aten_harness_failures(recs, compile_cache) == []
+
+
+@pytest.mark.sweep  # some 35 builds against torch's headers
+@pytest.mark.nvcc
+def test_every_aten_harness_compiles(aten_workspace, compile_cache):
+    """Each check of each bound ATen record renders and builds, so a broken template or a kernel
+    signature a harness no longer matches shows up without running it."""
+    recs = _bound_aten(aten_workspace)
+    assert len({r.id for r in recs}) >= 28
+    failed = _aten_harness_failures(recs, compile_cache)
     assert not failed, failed
 
 

@@ -14,8 +14,14 @@ def _sources(name):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("ext"))  # shared so the precompiled header is built once
+def cache(tmp_path_factory, compile_cache):
+    """A fresh build cache for this module, whose precompiled headers (keyed by toolchain) are the
+    run's, where the validate stage keeps them: built once, by whichever test or CI step needs one first."""
+    path = tmp_path_factory.mktemp("ext")
+    pch = compile_cache / "ext" / "pch"
+    pch.mkdir(parents=True, exist_ok=True)
+    (path / "pch").symlink_to(pch, target_is_directory=True)
+    return str(path)
 
 
 def test_lean_source_rewrites_the_copy_only():
@@ -65,8 +71,11 @@ def test_falls_back_to_the_full_header_when_the_lean_one_lacks_something(cache, 
 GENUINE_COMPILE_ERRORS = {"cublas_host", "smem_over_budget"}
 
 
+# Some 20 builds, a few of them against all of torch/extension.h (a minute each on 2 cores): a sweep.
+# On the CPU CI, test_twin_compiles_lean_and_rerun_is_cached builds a red-team solution against the
+# lean header, and the fallback test above takes the full header's path.
 @pytest.mark.nvcc
-@pytest.mark.slow
+@pytest.mark.sweep
 def test_red_team_cuda_solutions_compile_lean(cache):
     seen = set()
     for case in RT.cases():
