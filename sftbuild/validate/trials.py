@@ -279,19 +279,34 @@ def run_file_reference(task: dict) -> dict:
     blocks = FR.block_sizes(ref)
     if not plans:
         return {"status": "dropped", "reason": "unbound", "detail": "no trial size fits the file's main()"}
-    tally, informative = Tally(), False
+    tally, informative, refused = Tally(), False, {}
     for p in plans:
         for block in blocks:
+            if block in refused:
+                continue
             for seed in range(max(1, task.get("seeds", 1))):
                 ok, stats, moved = _file_trial(lib, ref, p, block, seed)
+                if stats.get("code") in LAUNCH_CONFIG_ERRORS and block not in refused:
+                    # the launcher said this block size does not fit (as main() would have seen); a
+                    # wrong result is never excused, only a launch the CUDA runtime refused
+                    refused[block] = stats["why"]
+                    break
                 informative |= moved
                 dropped = tally.add({"sizes": p["counts"], "block_size": block, "seed": seed}, ok, stats)
                 if dropped:
                     return dropped
+    if not tally.tried:
+        return {"status": "dropped", "reason": "cuda_error", "trials": [],
+                "detail": "the launcher refused every block size: " + "; ".join(refused.values())}
     if not informative:
         return {"status": "dropped", "reason": "degenerate", "trials": tally.tried,
                 "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
-    return {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": {}}
+    return {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": {},
+            **({"refused_block_sizes": refused} if refused else {})}
+
+
+# cudaErrorInvalidValue, cudaErrorInvalidConfiguration: a launch configuration the runtime refuses
+LAUNCH_CONFIG_ERRORS = (1, 9)
 
 
 def load_file_harness(path: str) -> ctypes.CDLL:
@@ -378,7 +393,7 @@ def _file_trial(lib, ref, p, block, seed):
         code = _file_call(lib, ref, p, d, block)
         torch.cuda.synchronize()
         if code != 0:
-            return False, {"reason": "launch_failed" if code == -1 else "cuda_error",
+            return False, {"reason": "launch_failed" if code == -1 else "cuda_error", "code": code,
                            "why": f"launcher {ref['launcher']} returned {code} (block size {block})"}, moved
         for i, (t, b) in enumerate(zip(d, before)):
             if b is not None and not torch.equal(t, b):
