@@ -146,12 +146,24 @@ def cache_path() -> Path:
     return Path(root) / f"opdb-{FORMAT}-torch-{torch.__version__}.json"
 
 
+SHIPPED = Path(__file__).with_name("opdb_catalogues")  # scans made for released torch versions
+
+
+def shipped_path() -> Path:
+    return SHIPPED / f"opdb-{FORMAT}-torch-{torch.__version__.split('+')[0]}.json"
+
+
 def catalogue(infos: dict, rebuild: bool = False) -> dict:
+    """The scan for this torch: the cached one, else the one shipped for its release, else a new scan
+    (a minute of CPU), cached. `python -m sftbuild.ops.opdb --ship` writes the shipped file."""
     path = cache_path()
-    if not rebuild and path.exists():
+    for candidate, same in ((path, lambda v: v == torch.__version__),
+                            (shipped_path(), lambda v: str(v).split("+")[0] == torch.__version__.split("+")[0])):
+        if rebuild or not candidate.exists():
+            continue
         try:
-            cat = json.loads(path.read_text())
-            if cat.get("format") == FORMAT and cat.get("torch") == torch.__version__:
+            cat = json.loads(candidate.read_text())
+            if cat.get("format") == FORMAT and same(cat.get("torch")):
                 return cat
         except (OSError, ValueError):
             pass
@@ -481,6 +493,11 @@ def _op(info, entry) -> Op:
               outputs=entry["outputs"])
 
 
-if __name__ == "__main__":  # python -m sftbuild.ops.opdb: rebuild the catalogue and print the counts
-    catalogue({full_name(i): i for i in op_db()}, rebuild=True)
+if __name__ == "__main__":  # python -m sftbuild.ops.opdb [--ship]: rebuild the catalogue, print the counts
+    import sys
+
+    cat = catalogue({full_name(i): i for i in op_db()}, rebuild=True)
+    if "--ship" in sys.argv:  # the scan for this torch release, shipped with the package
+        SHIPPED.mkdir(exist_ok=True)
+        shipped_path().write_text(json.dumps(cat, indent=0, sort_keys=True))
     print(json.dumps(counts(), indent=1))
