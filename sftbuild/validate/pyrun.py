@@ -162,6 +162,26 @@ def pick_output(spec: dict, out, inputs: list):
     return out[spec["index"]] if isinstance(out, (list, tuple)) and len(out) > spec["index"] else None
 
 
+def to_list(out) -> list:
+    if isinstance(out, (list, tuple)):
+        return list(out)
+    return [out]
+
+
+def layout_of(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values in another memory layout."""
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dim() == 0:
+        return t
+    if layout == "transposed" and t.dim() >= 2:
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "sliced":
+        wide = torch.empty(*t.shape[:-1], t.shape[-1] * 2 + 1, dtype=t.dtype, device=t.device)
+        view = wide[..., 1::2]
+        view.copy_(t)
+        return view
+    return t
+
+
 # ---- problems: what gets called and what it is compared with --------------------
 
 class Problem:
