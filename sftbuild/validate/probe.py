@@ -119,19 +119,29 @@ def _try(mod, entry, op, dtypes, dev, task, deadline) -> dict:
     params = dict(op.params)
     mappings = list(arg_mappings(entry, op, params))
     if not mappings:
-        return {"why": "no mapping"}
-    last = "no mapping"
+        return {"why": "no mapping: " + _unmappable(entry, op, params)}
+    first = None  # the by-name mapping comes first: its failure is the one worth reporting
     for args in mappings[:12]:
         if time.monotonic() > deadline:
             return {"why": "time limit reached"}
         call = {"entry": entry["qualname"], "kind": entry["kind"], "args": args}
         outputs, why = _find_outputs(fn, call, op, shapes[0], dtypes[0], dev, params)
         if outputs is None:
-            last = why
+            first = first or why
             continue
         call["outputs"] = outputs
         return _confirm(fn, call, op, shapes, dtypes, dev, params)
-    return {"why": last}
+    return {"why": first or "no mapping"}
+
+
+def _unmappable(entry, op, params) -> str:
+    """Why no argument list fits: a required parameter nothing fills, or too few tensor parameters."""
+    for p in entry["params"]:
+        if p["kind"] == "pos" and not p["has_default"] and "hint" not in p and not _takes_tensor(p) \
+                and p["name"].lower() not in {k.lower() for k in params}:
+            return f"nothing fills parameter {p['name']!r}"
+    n = len(input_names(op))
+    return f"{op.name} takes {n} tensors; the entry's tensor parameters do not fit"
 
 
 def probe_shapes(op, n: int) -> list:
@@ -146,28 +156,23 @@ def _inputs(op, shape, dtype, seed, dev, params):
 
 
 def _call(fn, call, inputs, params):
-    args = pyrun.call_args(call, [t.clone() for t in inputs], params)
-    out = fn(*args)
-    if dev_sync():
+    out = fn(*pyrun.call_args(call, inputs, params))
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return out, [a for a, (src, _) in zip(args, call["args"]) if src == "input"]
-
-
-def dev_sync() -> bool:
-    return torch.cuda.is_available()
+    return out
 
 
 def _find_outputs(fn, call, op, shape, dtype, dev, params):
     """Which returned tensor (or updated input) matches each reference output, on one trial."""
     inputs = _inputs(op, shape, dtype, 0, dev, params)
+    refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))  # before the entry can touch them
+    natives = ops.as_outputs(op.run_reference(inputs, params))
     try:
-        out, passed = _call(fn, call, inputs, params)
+        out = _call(fn, call, inputs, params)
     except Exception as e:
         return None, f"error: {type(e).__name__}: {str(e)[:200]}"
-    refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
-    natives = ops.as_outputs(op.run_reference(inputs, params))
     # returned tensors only: an input updated in place would fail validation's inputs-unchanged check
-    found = [(dict(from_="return", index=i), t) for i, t in pyrun.returned(out)]
+    found = [({"index": i}, t) for i, t in pyrun.returned(out)]
     picks, why = [], "no output matches"
     for r64, nat in zip(refs64, natives):
         hit = None
@@ -183,13 +188,7 @@ def _find_outputs(fn, call, op, shape, dtype, dev, params):
         if hit is None:
             return None, why
         picks.append(hit)
-    return [{"from": "input" if p["from_"] == "input" else "return",
-             "index": _input_index(call, p["index"]) if p["from_"] == "input" else p["index"]} for p in picks], ""
-
-
-def _input_index(call, k):
-    """Position in the op's inputs of the k-th input passed to the entry."""
-    return [i for src, i in call["args"] if src == "input"][k]
+    return [{"from": "return", "index": p["index"]} for p in picks], ""
 
 
 def _err(stats) -> float:
@@ -232,15 +231,15 @@ def _dtypes(passed: list, dev) -> list:
 
 
 def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
-    gen = torch.Generator().manual_seed(seed)
-    inputs = [t.to(dev) for t in op.make_inputs(shape, dtype, layout, gen, params)]
-    try:
-        out, passed = _call(fn, call, inputs, params)
-        outs = [pyrun.pick_output(spec, out, passed_as_inputs(call, passed, inputs)) for spec in call["outputs"]]
-    except Exception as e:
-        return False, {}, f"error: {type(e).__name__}: {str(e)[:160]}"
+    # the layouts validation uses (pyrun.layout_of on every input), so a probed layout holds there
+    inputs = [pyrun.layout_of(t, layout) for t in _inputs(op, shape, dtype, seed, dev, params)]
     refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
     natives = ops.as_outputs(op.run_reference(inputs, params))
+    try:
+        out = _call(fn, call, inputs, params)
+        outs = [pyrun.pick_output(spec, out, inputs) for spec in call["outputs"]]
+    except Exception as e:
+        return False, {}, f"error: {type(e).__name__}: {str(e)[:160]}"
     worst: dict = {}
     for o, r64, nat in zip(outs, refs64, natives):
         ok, stats = ops.compare(o, r64, dtype, op.tolerance, native=nat)
@@ -248,14 +247,6 @@ def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
             return False, stats, f"worst error {_err(stats):.3g}: {stats.get('why', '')}"[:200]
         worst = {k: max(worst.get(k) or 0.0, stats.get(k) or 0.0) for k in ("norm_rel", "max_rel")}
     return True, worst, ""
-
-
-def passed_as_inputs(call, passed, inputs) -> list:
-    """The op's inputs, with the clones the entry received in place of the originals (in-place outputs)."""
-    out = list(inputs)
-    for (src, i), t in zip([a for a in call["args"] if a[0] == "input"], passed):
-        out[i] = t
-    return out
 
 
 # ---- argument mappings -----------------------------------------------------------------

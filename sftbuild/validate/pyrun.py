@@ -94,7 +94,8 @@ def package_tree(tree: str | None, rel: str | None):
 
 def interpreter_scalars() -> None:
     """Under TRITON_INTERPRET, pass Python floats to kernels as fp32 scalars, as compiled Triton does
-    (the interpreter hands them over raw, so `eps.to(tl.float32)` fails only on CPU)."""
+    (the interpreter hands them over raw, so `eps.to(tl.float32)` fails only on CPU), and None as a
+    constexpr None, as the compiler specialises it (an absent optional pointer)."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         return
     import numpy as np
@@ -108,6 +109,8 @@ def interpreter_scalars() -> None:
     def cvt(arg):
         if isinstance(arg, float):
             return tl.tensor(interp.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        if arg is None:
+            return tl.constexpr(None)
         return orig(arg)
 
     cvt._sftbuild = True
