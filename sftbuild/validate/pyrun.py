@@ -529,9 +529,10 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
     if why:
         return False, why
     if profile and dev.type == "cuda":
-        names = guards.profile_kernels(lambda: prob.candidate(variant, dtype, inputs))
-        if names is not None:
-            why = checks.judge(run.checks, checks.Profile(names, run.own, set(run.counter.names), run.counter.count))
+        times = guards.profile_kernel_times(lambda: prob.candidate(variant, dtype, inputs))
+        if times is not None:
+            why = checks.judge(run.checks, checks.Profile(list(times), run.own, set(run.counter.names),
+                                                          run.counter.count, times))
             if why:
                 return False, why
     ok, stats = _compare(out, prob.reference(variant, dtype, inputs, double=True),
