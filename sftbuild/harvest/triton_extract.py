@@ -83,8 +83,26 @@ def _stmt(node) -> _Stmt:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
             defines |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    elif isinstance(node, (ast.If, ast.Try, ast.With)):
+        # a guarded import or definition (`try: from triton.language.extra.libdevice import tanh`)
+        for child in _block_statements(node):
+            defines |= _stmt(child).defines
     start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
     return _Stmt(node, defines, _names(node) - defines, start, node.end_lineno)
+
+
+def _block_statements(node) -> list[ast.stmt]:
+    """The statements of an if/try/with block, nested blocks included, functions not entered."""
+    out = []
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        for child in getattr(node, field, []) or []:
+            if isinstance(child, ast.ExceptHandler):
+                out += _block_statements(child)
+            elif isinstance(child, (ast.If, ast.Try, ast.With)):
+                out += _block_statements(child)
+            else:
+                out.append(child)
+    return out
 
 
 def _launches(node, kname: str) -> list[int]:

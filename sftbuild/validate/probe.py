@@ -274,10 +274,13 @@ def arg_mappings(entry: dict, op, params: dict):
             return  # a required parameter nothing can fill
     names = input_names(op)
     n = len(names)
-    required = {j for j, p in enumerate(plist) if not p["has_default"]}
+    # a parameter the file gives a default elsewhere (hint) may stay at that value
+    required = {j for j, p in enumerate(plist) if not p["has_default"] and "hint" not in p}
     if len(slots) < n or len(required & set(slots)) > n:
         return
-    must = [j for j in fixed if fixed[j] and (fixed[j][0] == "param" or j in required)]
+    # op params are passed, and so is every parameter without a default of its own
+    must = [j for j in fixed if fixed[j] and fixed[j][0] == "param"] + \
+        [j for j, p in enumerate(plist) if not p["has_default"]]
     seen = set()
     for order in _orders(names, [plist[j]["name"] for j in slots]):
         used = {slots[k]: i for i, k in enumerate(order)}  # position -> op input index
@@ -288,7 +291,7 @@ def arg_mappings(entry: dict, op, params: dict):
             if j in used:
                 args.append(["input", used[j]])
             elif j in slots:
-                args.append(["value", plist[j]["default"]])
+                args.append(["value", plist[j]["default"] if plist[j]["has_default"] else plist[j].get("hint")])
             elif fixed.get(j) is None:
                 args = None
                 break
