@@ -19,9 +19,9 @@ def _rec(code, name, params, path="k.cu"):
 
 
 def test_binders_run_in_order_and_are_listed():
-    assert [b.name for b in B.BINDERS.configured({})] == ["manifest", "inferred"]
+    assert [b.name for b in B.BINDERS.configured({})] == ["manifest", "inferred", "probed"]
     listed = {name: summary for kind, name, summary in plugins.describe("binder")}
-    assert set(listed) == {"manifest", "inferred"} and all(listed.values())
+    assert set(listed) == {"manifest", "inferred", "probed"} and all(listed.values())
 
 
 def test_the_declared_table_comes_first():

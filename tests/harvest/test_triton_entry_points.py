@@ -139,3 +139,10 @@ def scale(x):
     scale_kernel[(triton.cdiv(n, block(n)),)](x, y, n, BLOCK=block(n))
     return y
 '''
+
+
+def test_guarded_imports_stay_in_the_closure():
+    src = wheel_file(LIGER, "liger_kernel/ops/geglu.py")
+    k = kernels(src)["_geglu_tanh_forward_kernel"]
+    assert "from triton.language.extra.libdevice import tanh" in k.code
+    assert "def compare_version" not in k.code and "compare_version" in k.code  # imported, used by the guard

@@ -159,3 +159,16 @@ def test_gpu_probe_and_validate_two_liger_kernels(liger_tree, tmp_path):
     with LocalExecutor(progress=False) as ex:
         out = list(pipeline.validate(bound, cfg, ex, str(tmp_path / "cc")))
     assert [o[1] for o in out] == ["ok", "ok"], [o[3] for o in out]
+
+
+def test_compile_gate_skips_names_the_module_defines(tmp_path):
+    from sftbuild.validate import compile as C
+    from tests.redteam.cases import TRITON_RELU
+
+    scaled = TRITON_RELU.replace("import triton.language as tl\n", "import triton.language as tl\n\nSCALE = 2.0\n")
+    code = scaled.replace("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x * SCALE, 0.0)")
+    res = C.triton_gate({"code": code, "cache_dir": str(tmp_path), "arch": "sm_90", "nvcc": ""})
+    assert res["ok"], res.get("log")
+    missing = TRITON_RELU.replace("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x * UNDEFINED_SCALE, 0.0)")
+    res = C.triton_gate({"code": missing, "cache_dir": str(tmp_path), "arch": "sm_90", "nvcc": ""})
+    assert not res["ok"] and res["reason"] == "compile_error"

@@ -2,7 +2,8 @@
 
 Host-side bookkeeping in a Triton wrapper is not the work: reductions (`.sum()` of a buffer of
 partial results the kernel wrote, a handful of elements), scans and sorts of indices, in a
-record whose functions launch its kernels. Those calls are left to the run-time checks, which see whose kernels took the GPU time
+record whose functions launch its kernels. Those calls are left to the run-time checks, which
+see whose kernels took the GPU time
 (sftbuild.validate.checks.library_kernels, own_kernels_ran). A package's reference function
 (`*_ref`, `naive_*`, `torch_*`, ...) that nothing in the record calls is not a wrapper at all.
 """
