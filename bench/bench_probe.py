@@ -55,6 +55,8 @@ def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None):
         task = binder.plan(r, dtypes=dtypes, seconds=seconds)
         if task is None:
             r.entry = {**r.entry, "unbound": "no entry point launches its kernels"}
+        elif not task["shortlist"]:  # the probe would say so too, after starting a process
+            r.entry = {**r.entry, "unbound": "no candidate reference"}
         else:
             plans.append((r, task))
     by_id = {r.id: r for r, _ in plans}

@@ -54,6 +54,12 @@ ALIASES = {  # op input names -> parameter names that usually carry them
 }
 
 
+PARAM_ALIASES = {  # op param -> parameter names that usually carry it
+    "eps": ("epsilon", "variance_epsilon", "eps_"), "dim": ("axis",), "groups": ("num_groups", "n_groups"),
+    "k": ("topk", "top_k"), "descending": ("reverse",),
+}
+
+
 def probe(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     pyrun.interpreter_scalars()
@@ -138,7 +144,8 @@ def _unmappable(entry, op, params) -> str:
     """Why no argument list fits: a required parameter nothing fills, or too few tensor parameters."""
     for p in entry["params"]:
         if p["kind"] == "pos" and not p["has_default"] and "hint" not in p and not _takes_tensor(p) \
-                and p["name"].lower() not in {k.lower() for k in params}:
+                and p["name"].lower() not in {k.lower() for k in params} | {a for v in PARAM_ALIASES.values()
+                                                                           for a in v}:
             return f"nothing fills parameter {p['name']!r}"
     n = len(input_names(op))
     return f"{op.name} takes {n} tensors; the entry's tensor parameters do not fit"
@@ -259,6 +266,7 @@ def arg_mappings(entry: dict, op, params: dict):
     """Positional argument lists for the entry: ["input", i], ["param", name], ["value", literal]."""
     plist = [p for p in entry["params"] if p["kind"] == "pos"]
     lower = {k.lower(): k for k in params}
+    lower.update({alias: k for k in params for alias in PARAM_ALIASES.get(k.lower(), ())})
     fixed: dict[int, list | None] = {}  # position -> what it gets when passed (None: cannot be passed)
     slots: list[int] = []  # positions that may take a tensor
     for j, p in enumerate(plist):

@@ -172,3 +172,20 @@ def test_compile_gate_skips_names_the_module_defines(tmp_path):
     missing = TRITON_RELU.replace("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x * UNDEFINED_SCALE, 0.0)")
     res = C.triton_gate({"code": missing, "cache_dir": str(tmp_path), "arch": "sm_90", "nvcc": ""})
     assert not res["ok"] and res["reason"] == "compile_error"
+
+
+def test_argument_mappings_by_name_first_then_every_order():
+    from sftbuild import ops
+    from sftbuild.validate.probe import arg_mappings
+
+    def p(name, **kw):
+        return {"name": name, "has_default": False, "default": None, "annotation": None, "kind": "pos", **kw}
+
+    op = ops.get("group_norm")  # x, w, b; params groups, eps
+    entry = {"params": [p("B"), p("X"), p("W"), p("num_groups"), p("eps"), p("mode", hint="fast"),
+                        p("out", has_default=True), p("flag", has_default=True, default=False)]}
+    maps = list(arg_mappings(entry, op, dict(op.params)))
+    assert maps[0] == [["input", 2], ["input", 0], ["input", 1], ["param", "groups"], ["param", "eps"],
+                       ["value", "fast"]]
+    assert len(maps) == 6  # the by-name guess, then the other orders of three tensors
+    assert list(arg_mappings({"params": [p("x"), p("count", annotation="int")]}, ops.get("relu"), {})) == []
