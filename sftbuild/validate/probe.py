@@ -38,7 +38,8 @@ from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import pyrun
 
 MIN_SHAPES, MIN_DTYPES = 3, 2
-MAX_PROBE_NUMEL = 1 << 16  # inputs the interpreter gets through quickly
+MAX_PROBE_NUMEL = 1 << 16  # shape products the interpreter gets through quickly
+MAX_PROBE_NUMEL_GPU = 1 << 24
 MIN_PROBE_NUMEL = 8  # a handful of elements cannot tell ops apart
 TENSOR_ANNOTATIONS = ("Tensor", "torch.Tensor")
 SCALAR_ANNOTATIONS = ("int", "float", "bool", "str")
@@ -118,7 +119,8 @@ def _try(mod, entry, op, dtypes, dev, task, deadline) -> dict:
         fn = pyrun.resolve_entry(mod, entry["qualname"])
     except pyrun.Reject as r:
         return {"why": r.why}
-    shapes = probe_shapes(op, task.get("shapes") or MIN_SHAPES)
+    shapes = probe_shapes(op, task.get("shapes") or MIN_SHAPES, MAX_PROBE_NUMEL_GPU if dev.type == "cuda" else
+                          MAX_PROBE_NUMEL)
     dtypes = [d for d in dtypes if d in op.dtypes]
     if len(shapes) < MIN_SHAPES or len(dtypes) < MIN_DTYPES:
         return {"why": f"the op offers {len(shapes)} shapes and {len(dtypes)} dtypes to probe"}
@@ -151,9 +153,9 @@ def _unmappable(entry, op, params) -> str:
     return f"{op.name} takes {n} tensors; the entry's tensor parameters do not fit"
 
 
-def probe_shapes(op, n: int) -> list:
-    """Up to n shapes from the op's pool, big enough to tell ops apart and small enough to interpret."""
-    pool = [s for s in op.shape_pool if MIN_PROBE_NUMEL <= math.prod(s) <= MAX_PROBE_NUMEL]
+def probe_shapes(op, n: int, most: int = MAX_PROBE_NUMEL) -> list:
+    """The n smallest shapes of the op's pool that are big enough to tell ops apart (and under `most`)."""
+    pool = [s for s in op.shape_pool if MIN_PROBE_NUMEL <= math.prod(s) <= most]
     return sorted(pool, key=math.prod)[:max(n, MIN_SHAPES)]
 
 
