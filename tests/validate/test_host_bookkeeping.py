@@ -90,3 +90,21 @@ def test_library_kernels_judged_by_their_share_of_gpu_time():
     # no own Triton kernel ran, or no times measured: any library kernel is the work
     assert _library(C.Profile(["reduce_kernel"], own=set(), triton=set(), times={"reduce_kernel": 1.0}))
     assert _library(C.Profile(["ampere_sgemm_128x64_nn", "my_kernel"], own={"my_kernel"}))
+
+
+def test_generated_kernels_calling_the_candidates_jit_functions_count_as_its_launches(tmp_path):
+    import types
+
+    from sftbuild.validate.guards import LaunchCounter
+
+    cand = tmp_path / "cand.py"
+    ns: dict = {}
+    exec(compile("def abs_func(x):\n    return x\n", str(cand), "exec"), ns)
+    own = types.SimpleNamespace(fn=ns["abs_func"])  # what a JITFunction wraps
+    gen: dict = {"abs_func": own}
+    exec(compile("def generated_kernel(x):\n    return abs_func(x)\n", str(tmp_path / "gen.py"), "exec"), gen)
+    other: dict = {}
+    exec(compile("def unrelated(x):\n    return x\n", str(tmp_path / "gen2.py"), "exec"), other)
+    counter = LaunchCounter(str(cand))
+    assert counter.calls_own(gen["generated_kernel"])
+    assert not counter.calls_own(other["unrelated"])
