@@ -115,6 +115,32 @@ def interpreter_scalars() -> None:
 
     cvt._sftbuild = True
     interp._implicit_cvt = cvt
+    _interpreter_libdevice()
+
+
+def _interpreter_libdevice() -> None:
+    """libdevice functions have no interpreter implementation (they return None on CPU); the ones
+    triton.language.math also offers, and tanh, are pointed at it before a record imports them."""
+    import triton.language as tl
+
+    mods = []
+    for name in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
+        try:
+            mods.append(importlib.import_module(name))
+        except Exception:
+            continue
+
+    def tanh(x):
+        return 2 * tl.sigmoid(2 * x) - 1
+
+    def late(name):  # looked up at call time: the interpreter patches tl.math only while a kernel runs
+        return lambda *args, **kw: getattr(tl.math, name)(*args, **kw)
+
+    for mod in mods:
+        for name in ("rsqrt", "sqrt", "exp", "erf", "log", "exp2", "log2", "floor", "ceil", "div_rn"):
+            if hasattr(tl.math, name):
+                setattr(mod, name, late(name))
+        mod.tanh = tanh
 
 
 # ---- entry-point calls: how a probed binding launches a record ------------------------
