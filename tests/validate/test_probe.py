@@ -138,6 +138,17 @@ def test_real_liger_softmax_binds_through_the_package_tree(liger_tree):
     assert b["call"]["outputs"] == [{"from": "return", "index": 0}]
 
 
+def test_real_liger_rms_norm_binds_with_the_files_defaults(liger_tree):
+    rel = "liger_kernel/ops/rms_norm.py"
+    rec = record((liger_tree / rel).read_text(), rel, str(liger_tree))
+    assert "libdevice import rsqrt" in rec.code  # a guarded import the interpreter is taught to run
+    _, res, b = probe(rec)
+    assert b is not None, res.get("unbound")
+    assert b["op"] == "rms_norm" and b["call"]["entry"] == "rms_norm_forward"
+    assert b["call"]["args"] == [["input", 0], ["input", 1], ["param", "eps"], ["value", 0.0], ["value", "llama"],
+                                 ["value", None]]
+
+
 def test_probe_without_the_tree_reports_the_import():
     rec = record("from liger_kernel_missing.utils import helper\n" + RMS.replace("X.contiguous()", "helper(X)"))
     _, res, b = probe(rec)
