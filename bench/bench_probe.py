@@ -3,7 +3,10 @@
 One command on a GPU machine (probes and validation run in the GPU workers):
 
     python bench/bench_probe.py /work/pkgs/liger_kernel-0.8.5-py3-none-any.whl
-    python bench/bench_probe.py /work/pkgs/flag_gems-5.0.2-py3-none-any.whl --json gems.json
+    python bench/bench_probe.py /work/pkgs/flag_gems-5.0.2-py3-none-any.whl --sample 400 --budget 300
+
+`--budget` stops probing after that many seconds (the rest count as unprobed) so the run fits a
+time limit; `--sample N` probes a seeded random sample (flag_gems has ~1500 records).
 
 Without a GPU (`--cpu`) every probe and validation runs in the Triton interpreter in a
 one-shot sandbox (fp32 and fp16), one record at a time, `--seconds` each.
@@ -21,6 +24,7 @@ import collections
 import dataclasses
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -47,8 +51,9 @@ def harvest(spec: str, workspace: str, quiet: bool):
     return ctx, [r for r in store.alive("describe") if r.language == "triton"]
 
 
-def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None):
+def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None, budget: float | None = None):
     binder = Probed()
+    stop = time.time() + budget if budget else None
     dtypes = ["float32", "float16"] if cpu else ["float32", "float16", "bfloat16"]
     plans = []
     for r in records[:limit]:
@@ -67,8 +72,10 @@ def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None):
         from sftbuild.validate.probe import probe
 
         results = ctx.executor.map_gpu(probe, tasks, timeout=seconds + 60, desc="probe")
+    done = set()
     for i, (task, res) in enumerate(results):
         rec = by_id[task["id"]]
+        done.add(rec.id)
         if isinstance(res, WorkerFailure):
             res = {"unbound": f"probe {res.kind}: {res.detail[-200:]}"}
         b = binder.accept(rec, res)
@@ -79,6 +86,12 @@ def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None):
         print(f"[{i + 1}/{len(tasks)}] {rec.name}: " + (f"bound {b['op']} via {b['call']['entry']} {b['evidence']}"
                                                         if b else f"unbound: {rec.entry['unbound'][:160]}"),
               flush=True)
+        if stop and time.time() > stop:
+            print(f"probe budget of {budget:.0f} s spent; the rest stay unprobed", flush=True)
+            break
+    for r, _ in plans:
+        if r.id not in done:
+            r.entry = {**r.entry, "unbound": "not probed (time budget)"}
     return records[:limit]
 
 
@@ -89,6 +102,8 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="interpreter only (no GPU)")
     ap.add_argument("--seconds", type=float, default=120.0, help="probe time per record")
     ap.add_argument("--limit", type=int, default=None, help="first N records only")
+    ap.add_argument("--sample", type=int, default=None, help="a seeded random sample of N records")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for all probes; the rest stay unprobed")
     ap.add_argument("--no-validate", action="store_true")
     ap.add_argument("--json", default=None, help="write per-record results here")
     ap.add_argument("--quiet", action="store_true")
@@ -97,7 +112,10 @@ def main() -> None:
     t0 = time.time()
     ctx, records = harvest(args.source, workspace, args.quiet)
     print(f"harvested {len(records)} Triton records into {workspace} ({time.time() - t0:.0f} s)")
-    records = probe_all(ctx, records, args.cpu, args.seconds, args.limit)
+    if args.sample and args.sample < len(records):
+        records = random.Random(0).sample(records, args.sample)
+        print(f"probing a sample of {len(records)} records")
+    records = probe_all(ctx, records, args.cpu, args.seconds, args.limit, args.budget)
     t1 = time.time()
     verdicts = {}
     if not args.no_validate:
