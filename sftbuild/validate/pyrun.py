@@ -71,7 +71,9 @@ def package_tree(tree: str | None, rel: str | None):
     while (root / "__init__.py").is_file() and root != Path(tree).parent:
         parts.insert(0, root.name)
         root = root.parent
-    added = [str(root), str(folder), str(tree)]
+    # only the folder above the record's package (or, for a loose script, its own folder): a package's
+    # own folder on the path would let its modules (copy.py, random.py) shadow others
+    added = [str(root)]
     before = set(sys.modules)
     sys.path[:0] = added
     package = ".".join(parts)
