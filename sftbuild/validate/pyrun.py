@@ -76,6 +76,9 @@ def package_tree(tree: str | None, rel: str | None):
     added = [str(root)]
     before = set(sys.modules)
     sys.path[:0] = added
+    if str(tree) not in sys.path:  # the tree's top packages, last: nothing installed is shadowed by them
+        sys.path.append(str(tree))
+        added.append(str(tree))
     package = ".".join(parts)
     try:
         if package:
