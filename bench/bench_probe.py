@@ -123,7 +123,7 @@ def main() -> None:
         if args.cpu:
             cfg = dataclasses.replace(cfg, cpu_interpret=True, timing=False)
         cache = os.path.join(workspace, "cache", "compile")
-        nvcc = "" if args.cpu else (find_nvcc(cfg.nvcc) or "")
+        nvcc = "" if args.cpu else _nvcc(cfg.nvcc)
         for rec, status, reason, payload in pipeline.validate(records, cfg, ctx.executor, cache, nvcc):
             verdicts[rec.id] = (status, reason, str(payload.get("detail") or payload.get("why") or "")[:200])
     report(records, verdicts, time.time() - t0, time.time() - t1, args.json)
@@ -155,6 +155,14 @@ def report(records, verdicts, total_s, validate_s, path) -> None:
                  "unbound": r.entry.get("unbound"), "verdict": verdicts.get(r.id)} for r in records]
         with open(path, "w") as f:
             json.dump(rows, f, indent=1, default=str)
+
+
+def _nvcc(configured: str) -> str:
+    """nvcc when present (the compile gate reads resources with cuobjdump); Triton runs without it."""
+    try:
+        return find_nvcc(configured) or ""
+    except Exception:
+        return ""
 
 
 def _short(reason: str) -> str:

@@ -27,7 +27,7 @@ NOISE = {"kernel", "kernels", "fwd", "forward", "bwd", "backward", "triton", "fu
 
 @BINDERS.register
 class Probed(Binder):
-    """Call the record's wrapper, autograd Function or module on each shortlisted op's inputs and keep
+    """Call the record's wrapper function or autograd Function on each shortlisted op's inputs and keep
     the op its outputs match over >= 3 shapes and 2 dtypes (Triton records with entry points)."""
     name = "probed"
     order = 80
