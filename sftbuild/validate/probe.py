@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import shutil
 import tempfile
 import time
 
@@ -74,10 +75,15 @@ def probe(task: dict) -> dict:
             except Exception as e:
                 return {"unbound": f"import failed: {type(e).__name__}: {str(e)[:300]}",
                         "evidence": {"candidates_tried": tried}}
-            return _search(task, mod, dev, deadline, tried)
+            out = _search(task, mod, dev, deadline, tried)
     except Exception as e:  # anything the record's code does to us is an unbound verdict, not a crash
-        return {"unbound": f"probe error: {type(e).__name__}: {str(e)[:300]}",
-                "evidence": {"candidates_tried": tried}}
+        out = {"unbound": f"probe error: {type(e).__name__}: {str(e)[:300]}", "evidence": {"candidates_tried": tried}}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    said = " ".join(str(t.get("why", "")) for t in tried) + str(out.get("unbound", ""))
+    if dev.type == "cuda" and any(w in said for w in ("CUDA", "illegal memory")):
+        out["recycle"] = True  # CUDA errors are sticky: the GPU worker is replaced before the next task
+    return out
 
 
 def _search(task, mod, dev, deadline, tried) -> dict:
