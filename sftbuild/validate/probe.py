@@ -297,7 +297,7 @@ def arg_mappings(entry: dict, op, params: dict):
     # op params are passed, and so is every parameter without a default of its own
     must = [j for j in fixed if fixed[j] and fixed[j][0] == "param"] + \
         [j for j, p in enumerate(plist) if not p["has_default"]]
-    seen = set()
+    seen, made = set(), []
     for order in _orders(names, [plist[j]["name"] for j in slots]):
         used = {slots[k]: i for i, k in enumerate(order)}  # position -> op input index
         if len(used) != n or not (required & set(slots)) <= set(used):
@@ -315,7 +315,19 @@ def arg_mappings(entry: dict, op, params: dict):
                 args.append(fixed[j])
         if args is not None and repr(args) not in seen:
             seen.add(repr(args))
+            made.append(args)
             yield args
+    # reductions: ops keep the reduced dim (size 1); an entry that drops it by default may keep it
+    keep = next((j for j, p in enumerate(plist) if p["name"] == "keepdim" and p["has_default"]
+                 and p["default"] is False), None)
+    if keep is not None:
+        for args in list(made):
+            if len(args) > keep:
+                continue
+            ext = args + [["value", plist[j]["default"]] for j in range(len(args), keep)] + [["value", True]]
+            if all(plist[j]["has_default"] and not isinstance(plist[j]["default"], dict)
+                   for j in range(len(args), keep)):
+                yield ext
 
 
 def _orders(names: list[str], slot_names: list[str]):

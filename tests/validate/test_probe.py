@@ -200,3 +200,16 @@ def test_argument_mappings_by_name_first_then_every_order():
                        ["value", "fast"]]
     assert len(maps) == 6  # the by-name guess, then the other orders of three tensors
     assert list(arg_mappings({"params": [p("x"), p("count", annotation="int")]}, ops.get("relu"), {})) == []
+
+
+def test_reductions_that_drop_the_dim_are_tried_keeping_it():
+    from sftbuild import ops
+    from sftbuild.validate.probe import arg_mappings
+
+    entry = {"params": [{"name": "inp", "has_default": False, "default": None, "annotation": None, "kind": "pos"},
+                        {"name": "dim", "has_default": True, "default": None, "annotation": None, "kind": "pos"},
+                        {"name": "keepdim", "has_default": True, "default": False, "annotation": None,
+                         "kind": "pos"}]}
+    op = ops.get("amax")
+    assert list(arg_mappings(entry, op, dict(op.params))) == [
+        [["input", 0], ["param", "dim"]], [["input", 0], ["param", "dim"], ["value", True]]]
