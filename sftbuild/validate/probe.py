@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import os
 import shutil
 import tempfile
@@ -39,6 +40,7 @@ from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import pyrun
 
 MIN_SHAPES, MIN_DTYPES = 3, 2
+SIZE_NAME = re.compile(r"^(n_|num_)(cols|rows|channels|elements|features|classes|heads)$|^(n|numel|hidden_size)$")
 MAX_PROBE_NUMEL = 1 << 16  # shape products the interpreter gets through quickly
 MAX_PROBE_NUMEL_GPU = 1 << 24
 MIN_PROBE_NUMEL = 8  # a handful of elements cannot tell ops apart
@@ -271,15 +273,20 @@ def input_names(op) -> list[str]:
 
 
 def arg_mappings(entry: dict, op, params: dict):
-    """Positional argument lists for the entry: ["input", i], ["param", name], ["value", literal]."""
+    """Positional argument lists for the entry: ["input", i], ["param", name], ["value", literal] or
+    ["shape", [i, axis]] (a size of input i; axis None: its numel)."""
     plist = [p for p in entry["params"] if p["kind"] == "pos"]
     lower = {k.lower(): k for k in params}
     lower.update({alias: k for k in params for alias in PARAM_ALIASES.get(k.lower(), ())})
     fixed: dict[int, list | None] = {}  # position -> what it gets when passed (None: cannot be passed)
     slots: list[int] = []  # positions that may take a tensor
+    sized: list[int] = []  # positions that take a size of the first input
     for j, p in enumerate(plist):
         if p["name"].lower() in lower:
             fixed[j] = ["param", lower[p["name"].lower()]]
+        elif SIZE_NAME.match(p["name"]) and not p["has_default"] and "hint" not in p:
+            sized.append(j)  # a size the caller reads off the input (n_cols, num_channels)
+            fixed[j] = ["shape", [0, -1]]
         elif _takes_tensor(p):
             slots.append(j)
         elif p["has_default"]:
@@ -288,6 +295,8 @@ def arg_mappings(entry: dict, op, params: dict):
             fixed[j] = ["value", p["hint"]]
         else:
             return  # a required parameter nothing can fill
+    if len(sized) > 1:
+        return  # two unknown sizes: too many guesses to tell apart
     names = input_names(op)
     n = len(names)
     # a parameter the file gives a default elsewhere (hint) may stay at that value
@@ -313,10 +322,11 @@ def arg_mappings(entry: dict, op, params: dict):
                 break
             else:
                 args.append(fixed[j])
-        if args is not None and repr(args) not in seen:
-            seen.add(repr(args))
-            made.append(args)
-            yield args
+        for variant in _size_variants(args, sized):
+            if repr(variant) not in seen:
+                seen.add(repr(variant))
+                made.append(variant)
+                yield variant
     # reductions: ops keep the reduced dim (size 1); an entry that drops it by default may keep it
     keep = next((j for j, p in enumerate(plist) if p["name"] == "keepdim" and p["has_default"]
                  and p["default"] is False), None)
@@ -328,6 +338,20 @@ def arg_mappings(entry: dict, op, params: dict):
             if all(plist[j]["has_default"] and not isinstance(plist[j]["default"], dict)
                    for j in range(len(args), keep)):
                 yield ext
+
+
+def _size_variants(args, sized: list[int]) -> list:
+    """`args` with a size parameter read off the first input: its last, second, first dim or numel."""
+    if args is None:
+        return []
+    if not sized or sized[0] >= len(args):
+        return [args]
+    out = []
+    for axis in (-1, 1, 0, None):
+        v = list(args)
+        v[sized[0]] = ["shape", [0, axis]]
+        out.append(v)
+    return out
 
 
 def _orders(names: list[str], slot_names: list[str]):

@@ -161,10 +161,15 @@ def resolve_entry(mod, qualname: str):
 
 
 def call_args(call: dict, inputs: list, params: dict) -> list:
-    """Positional arguments from a call's mapping: ["input", i], ["param", name] or ["value", literal]."""
+    """Positional arguments from a call's mapping: ["input", i], ["param", name], ["value", literal] or
+    ["shape", [i, axis]] (a size of input i read at call time; axis None: its numel)."""
     out = []
     for src, key in call["args"]:
-        out.append(inputs[key] if src == "input" else params[key] if src == "param" else copy.deepcopy(key))
+        if src == "shape":
+            t = inputs[key[0]]
+            out.append(t.numel() if key[1] is None else t.shape[key[1]])
+        else:
+            out.append(inputs[key] if src == "input" else params[key] if src == "param" else copy.deepcopy(key))
     return out
 
 

@@ -213,3 +213,22 @@ def test_reductions_that_drop_the_dim_are_tried_keeping_it():
     op = ops.get("amax")
     assert list(arg_mappings(entry, op, dict(op.params))) == [
         [["input", 0], ["param", "dim"]], [["input", 0], ["param", "dim"], ["value", True]]]
+
+
+def test_sizes_read_off_the_input_are_tried_per_axis():
+    import torch
+
+    from sftbuild import ops
+    from sftbuild.validate import pyrun
+    from sftbuild.validate.probe import arg_mappings
+
+    def p(name):
+        return {"name": name, "has_default": False, "default": None, "annotation": None, "kind": "pos"}
+
+    op = ops.get("group_norm")
+    maps = list(arg_mappings({"params": [p("X"), p("num_channels"), p("num_groups"), p("W"), p("B"), p("eps")]},
+                             op, dict(op.params)))
+    assert [m[1] for m in maps[:4]] == [["shape", [0, -1]], ["shape", [0, 1]], ["shape", [0, 0]], ["shape", [0, None]]]
+    x = torch.zeros(2, 8, 33)
+    args = pyrun.call_args({"args": maps[1]}, [x, torch.ones(8), torch.zeros(8)], dict(op.params))
+    assert args[1] == 8 and args[2] == op.params["groups"] and args[5] == op.params["eps"]
