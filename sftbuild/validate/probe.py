@@ -113,7 +113,8 @@ def _search(task, mod, dev, deadline, tried) -> dict:
 def _unbound(reason, tried) -> dict:
     """The reason of the attempt that got furthest (agreed on some trials, else any)."""
     if reason is None:
-        best = max(tried, key=lambda t: (t.get("agreed", 0), t.get("why", "") != "no mapping"), default=None)
+        best = max(tried, key=lambda t: (t.get("agreed", 0), not t.get("why", "").startswith("no mapping")),
+                   default=None)
         reason = (f"{best['entry']} vs {best['op']}: {best['why']}" if best else "no candidate tried")
     worst = [t["worst_error"] for t in tried if t.get("worst_error") is not None]
     return {"unbound": reason, "evidence": {"candidates_tried": tried,
@@ -180,10 +181,13 @@ def _call(fn, call, inputs, params):
 
 
 def _find_outputs(fn, call, op, shape, dtype, dev, params):
-    """Which returned tensor (or updated input) matches each reference output, on one trial."""
+    """Which returned tensor matches each reference output, on one trial."""
     inputs = _inputs(op, shape, dtype, 0, dev, params)
-    refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))  # before the entry can touch them
-    natives = ops.as_outputs(op.run_reference(inputs, params))
+    try:  # the references first, before the entry can touch the inputs
+        refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
+        natives = ops.as_outputs(op.run_reference(inputs, params))
+    except Exception as e:
+        return None, f"the reference fails here: {type(e).__name__}: {str(e)[:160]}"
     try:
         out = _call(fn, call, inputs, params)
     except Exception as e:
@@ -250,8 +254,11 @@ def _dtypes(passed: list, dev) -> list:
 def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
     # the layouts validation uses (pyrun.layout_of on every input), so a probed layout holds there
     inputs = [pyrun.layout_of(t, layout) for t in _inputs(op, shape, dtype, seed, dev, params)]
-    refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
-    natives = ops.as_outputs(op.run_reference(inputs, params))
+    try:
+        refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
+        natives = ops.as_outputs(op.run_reference(inputs, params))
+    except Exception as e:
+        return False, {}, f"the reference fails here: {type(e).__name__}: {str(e)[:160]}"
     try:
         out = _call(fn, call, inputs, params)
         outs = [pyrun.pick_output(spec, out, inputs) for spec in call["outputs"]]
