@@ -42,7 +42,10 @@ class Executor:
     def map_cpu(self, fn: Callable, items: Iterable, desc: str = "") -> Iterator[tuple[Any, Any]]:
         raise NotImplementedError
 
-    def map_gpu(self, fn: Callable, items: Iterable, timeout: float, desc: str = "") -> Iterator[tuple[Any, Any]]:
+    def map_gpu(self, fn: Callable, items: Iterable, timeout: float, desc: str = "",
+                per_gpu: int = 1) -> Iterator[tuple[Any, Any]]:
+        """`fn(item)` in GPU workers; `per_gpu` workers share each GPU (for work that times nothing,
+        such as probing, where Triton's JIT on the CPU is the bottleneck)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -119,13 +122,13 @@ class LocalExecutor(Executor):
         finally:
             bar.close()
 
-    def map_gpu(self, fn, items, timeout, desc=""):
+    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1):
         items = list(items)
         if not items:
             return
         if not self.gpus:
             raise RuntimeError("map_gpu called with no visible GPU")
-        workers = [GpuWorker(g) for g in self.gpus[: len(items)]]
+        workers = [GpuWorker(g) for g in (list(self.gpus) * max(1, per_gpu))[: len(items)]]
         bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
         queue = list(reversed(items))
         busy: dict[GpuWorker, tuple[Any, float]] = {}

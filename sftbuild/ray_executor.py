@@ -55,7 +55,7 @@ class RayExecutor(Executor):
                     bar.update()
                     yield item, self._get(ref)
 
-    def map_gpu(self, fn, items, timeout, desc=""):
+    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1):  # Ray packs one actor per GPU
         items = list(items)
         if not items:
             return

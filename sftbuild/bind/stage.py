@@ -150,7 +150,8 @@ def _run_tasks(queued, ctx, probe: str, timeout: float) -> list:
     if probe == "gpu":
         out = dict()
         for item, res in ctx.executor.map_gpu(run_task, [dict(it, n=i) for i, it in enumerate(items)],
-                                              timeout=timeout, desc="bind"):
+                                              timeout=timeout, desc="bind",
+                                              per_gpu=ctx.config.bind.probe_workers_per_gpu):
             out[item["n"]] = res
         return [out.get(i, WorkerFailure("crash", "no result")) for i in range(len(items))]
 

@@ -244,7 +244,7 @@ def _entry(language: str, k: dict, torch_headers: bool) -> dict:
             "launch_bounds": None,
             "launch_sites": k["launch_sites"], "includes": k["imports"], "needs": k["needs"],
             "include_sets": [], "helpers": k["helpers"], "autotune": k["autotune"],
-            "heuristics": k["heuristics"]}
+            "heuristics": k["heuristics"], "entry_points": k.get("entry_points") or []}
 
 
 def _batches(items: list, workers: int) -> list[list]:

@@ -13,7 +13,16 @@ For each kernel we keep, in file order: the imports it and its wrappers use,
 the module-level constants and helpers they reach by name (other jit functions,
 constexpr globals, plain Python helpers), the kernel with its decorators
 (`@triton.autotune`, `@triton.heuristics` included), and the wrappers that
-launch it (`kernel[grid](...)`). A class whose method launches it is kept whole.
+launch it (`kernel[grid](...)`, or a plain call when a decorator makes the kernel
+callable). A class whose method launches it is kept whole.
+
+`entry_points(code)` reads the emitted code (never imports it) and lists the
+callables that launch its kernels, directly or through same-code helpers:
+
+    {"qualname": "swiglu_forward" | "Cls.apply" | "Cls", "kind": "function" | "autograd" | "module",
+     "params": [{"name", "default", "has_default", "annotation", "kind", "hint"?}], "init": [...] (modules),
+     "launches": [kernel names], "role": "forward" | "backward",
+     "backward": {"launches": [...]} (autograd: what its backward launches)}
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ class TritonKernel:
     autotune: bool
     heuristics: bool
     helpers: list[str]
+    entry_points: list[dict] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -181,8 +191,26 @@ def _stmt(node) -> _Stmt:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
             defines |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    elif isinstance(node, (ast.If, ast.Try, ast.With)):
+        # a guarded import or definition (`try: from triton.language.extra.libdevice import tanh`)
+        for child in _block_statements(node):
+            defines |= _stmt(child).defines
     start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
     return _Stmt(node, defines, _names(node) - defines, start, node.end_lineno)
+
+
+def _block_statements(node) -> list[ast.stmt]:
+    """The statements of an if/try/with block, nested blocks included, functions not entered."""
+    out = []
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        for child in getattr(node, field, []) or []:
+            if isinstance(child, ast.ExceptHandler):
+                out += _block_statements(child)
+            elif isinstance(child, (ast.If, ast.Try, ast.With)):
+                out += _block_statements(child)
+            else:
+                out.append(child)
+    return out
 
 
 def _launches(node, kname: str) -> list[int]:
@@ -195,6 +223,8 @@ def _launches(node, kname: str) -> list[int]:
                 lines.append(n.lineno)
             elif isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name) \
                     and f.value.id == kname:
+                lines.append(n.lineno)
+            elif isinstance(f, ast.Name) and f.id == kname:  # a decorator made it callable (pointwise_dynamic)
                 lines.append(n.lineno)
     return lines
 
@@ -212,6 +242,7 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
             by_name.setdefault(name, []).append(i)
 
     jit_names = {s.node.name for s in stmts if is_jit(s.node)}
+    hints = default_hints(tree)
     # a jit function only called from other jit functions is a device helper: it is part of
     # every kernel that calls it, not a kernel of its own
     called = {n for s in stmts if is_jit(s.node) for n in _called(s.node) if n != s.node.name} & jit_names
@@ -243,6 +274,7 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
             autotune=any(d.split(".")[-1] == "autotune" for d in decos),
             heuristics=any(d.split(".")[-1] == "heuristics" for d in decos),
             helpers=sorted(stmts[j].node.name for j in need if j != i and is_jit(stmts[j].node)),
+            entry_points=entry_points(code, hints),
         ))
     top = {id(s.node) for s in stmts}
     for n in ast.walk(tree):
@@ -289,3 +321,131 @@ def count_jit(src: str) -> int:
     tree = ast.parse(src)
     langs = Languages(tree)
     return sum(1 for n in ast.walk(tree) if langs.of(n)) + len(langs.sources(tree))
+
+
+# ---- entry points -----------------------------------------------------------------
+
+OP_BASES = ("Function", "Module")  # torch.autograd.Function, torch.nn.Module (any spelling)
+BACKWARD_WORDS = ("backward", "bwd", "grad")
+
+
+def _base_kind(cls: ast.ClassDef) -> str | None:
+    for b in cls.bases:
+        last = ast.unparse(b).split(".")[-1]
+        if last.endswith("Function"):
+            return "autograd"
+        if last.endswith("Module"):
+            return "module"
+    return None
+
+
+def default_hints(tree: ast.AST) -> dict:
+    """Literal defaults the whole file declares, by parameter name (`casting_mode="llama"` on an
+    autograd Function): the values a wrapper without defaults is usually called with."""
+    out: dict = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(fn):
+            for p in _params(fn):
+                if p["has_default"] and not isinstance(p["default"], dict) and p["kind"] in ("pos", "kwonly"):
+                    out.setdefault(p["name"], p["default"])
+    return out
+
+
+def _params(fn, drop_first: bool = False) -> list[dict]:
+    a = fn.args
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+    out = []
+    for arg, d in zip(pos, defaults):
+        out.append(_param(arg, d, "pos"))
+    if a.vararg:
+        out.append({**_param(a.vararg, None, "var"), "has_default": True})
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append(_param(arg, d, "kwonly"))
+    if a.kwarg:
+        out.append({**_param(a.kwarg, None, "varkw"), "has_default": True})
+    return out[1:] if drop_first and out else out
+
+
+def _param(arg: ast.arg, default, kind: str) -> dict:
+    value = None
+    if default is not None:
+        try:
+            value = ast.literal_eval(default)
+        except (ValueError, SyntaxError, TypeError):
+            value = {"source": ast.unparse(default)}  # not a literal: the callee's own default applies
+    return {"name": arg.arg, "default": value, "has_default": default is not None,
+            "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None, "kind": kind}
+
+
+def _role(name: str, launches: list[str]) -> str:
+    low = name.lower()
+    if any(w in low for w in BACKWARD_WORDS):
+        return "backward"
+    if launches and all(any(w in k.lower() for w in BACKWARD_WORDS) for k in launches):
+        return "backward"
+    return "forward"
+
+
+def entry_points(code: str, hints: dict | None = None) -> list[dict]:
+    """The callables of `code` that launch its kernels, directly or through its other functions.
+    A parameter without a default gets a `hint`: the literal default the file declares for the name.
+
+    Forward entries come first, then autograd Functions before plain functions, public names
+    before private ones (the order a probe tries them)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    jits = {n.name for n in tree.body if is_jit(n)}
+    funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(n)}
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def direct(node) -> set[str]:
+        return {k for k in jits if _launches(node, k)}
+
+    reach = {name: direct(f) for name, f in funcs.items()}
+    calls = {name: _called(f) for name, f in funcs.items()}
+    changed = True
+    while changed:  # a function reaches what the functions it calls reach
+        changed = False
+        for name in funcs:
+            more = set().union(*(reach.get(c, set()) for c in calls[name] if c in funcs)) - reach[name]
+            if more:
+                reach[name] |= more
+                changed = True
+
+    def method_reach(m) -> set[str]:
+        return direct(m) | set().union(*(reach.get(c, set()) for c in _called(m) if c in funcs))
+
+    out = []
+    for name, f in funcs.items():
+        if reach[name]:
+            launches = sorted(reach[name])
+            out.append({"qualname": name, "kind": "function", "params": _params(f), "launches": launches,
+                        "role": _role(name, launches)})
+    for cname, cls in classes.items():
+        kind = _base_kind(cls)
+        methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        fwd = methods.get("forward")
+        if kind is None or fwd is None:
+            continue
+        launches = sorted(method_reach(fwd))
+        bwd = sorted(method_reach(methods["backward"])) if "backward" in methods else []
+        if not launches and not bwd:
+            continue
+        if kind == "autograd":
+            out.append({"qualname": f"{cname}.apply", "kind": "autograd", "params": _params(fwd, drop_first=True),
+                        "launches": launches, "role": "forward", "backward": {"launches": bwd}})
+        else:
+            init = _params(methods["__init__"], drop_first=True) if "__init__" in methods else []
+            out.append({"qualname": cname, "kind": "module", "params": _params(fwd, drop_first=True),
+                        "init": init, "launches": launches, "role": "forward"})
+    for e in out:
+        for p in e["params"] + e.get("init", []):
+            if not p["has_default"] and p["name"] in (hints or {}):
+                p["hint"] = hints[p["name"]]
+    rank = {"autograd": 0, "function": 1, "module": 2}
+    out.sort(key=lambda e: (e["role"] != "forward", e["qualname"].startswith("_"), rank[e["kind"]],
+                            e["qualname"]))
+    return out

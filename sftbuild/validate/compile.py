@@ -189,7 +189,7 @@ def triton_gate(task: dict) -> dict:
             aot[f.name] = f"skipped: {e}"[:300]
         except Exception as e:
             msg = str(e)
-            if type(e).__name__ == "CompilationError" and GENUINE.search(msg):
+            if type(e).__name__ == "CompilationError" and GENUINE.search(msg) and not _module_name(msg, tree):
                 return {"ok": False, "reason": "compile_error", "log": msg[-4000:], "aot": {f.name: "error"},
                         "seconds": round(time.monotonic() - start, 3), "cached": False}
             aot[f.name] = f"skipped: {type(e).__name__}: {msg[:300]}"
@@ -205,6 +205,29 @@ GENUINE = re.compile(r"has no attribute|is not defined|NameError|unsupported AST
 
 class _Skip(Exception):
     pass
+
+
+def _module_name(msg: str, tree) -> bool:
+    """The error names something the module defines or imports at top level (a helper, a constant):
+    the gate compiles the kernel alone, so only the full module can tell; not a genuine error."""
+    import ast
+
+    m = re.search(r"(\w+)'? is not defined", msg)
+    if not m:
+        return False
+    top = set()
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            top.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            top |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                top |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+        elif isinstance(n, (ast.Try, ast.If)):
+            top |= {a.asname or a.name for x in ast.walk(n) if isinstance(x, (ast.Import, ast.ImportFrom))
+                    for a in x.names}
+    return m.group(1) in top
 
 
 def _triton_aot(task, f, launch_kw) -> dict:

@@ -6,6 +6,7 @@ They set up and record; the verdicts on what they record are the run-time checks
   strict_precision()   force fp32 math to full precision; report the flags a candidate flips
   LaunchCounter        count Triton launches of kernels defined in the candidate's own file
   profile_kernels()    CUDA kernel names a call launched (torch.profiler), to spot decoys and library gemms
+  profile_kernel_times()  the same, with each kernel's GPU time
   library_kernels()    which of those names are cuBLAS, cuDNN or ATen compute kernels
   scrub()              fill the allocator's free blocks with NaN so unwritten outputs show
   snapshot()           copies of the inputs, to check them unchanged after the call
@@ -81,7 +82,7 @@ class LaunchCounter:
             def run(self_, *args, __orig=orig, **kwargs):
                 fn = getattr(self_, "fn", None)
                 code = getattr(fn, "__code__", None)
-                if code is not None and code.co_filename == counter.filename:
+                if code is not None and (code.co_filename == counter.filename or counter.calls_own(fn)):
                     counter.count += 1
                     counter.names.add(fn.__name__)
                 return __orig(self_, *args, **kwargs)
@@ -89,6 +90,16 @@ class LaunchCounter:
             self._saved.append((cls, orig))
             cls.run = run
         return self
+
+    def calls_own(self, fn) -> bool:
+        """A kernel generated elsewhere (flag_gems' pointwise_dynamic) that calls a jit function of the
+        candidate's file runs the candidate's device code, so its launches count."""
+        g = getattr(fn, "__globals__", None) or {}
+        for name in getattr(getattr(fn, "__code__", None), "co_names", ()):
+            inner = getattr(g.get(name), "fn", None)
+            if getattr(getattr(inner, "__code__", None), "co_filename", None) == self.filename:
+                return True
+        return False
 
     def __exit__(self, *exc):
         for cls, orig in reversed(self._saved):
@@ -135,6 +146,28 @@ def profile_kernels(fn) -> list[str] | None:
         if dev is not None and "CUDA" in str(dev) and e.name not in names:
             names.append(e.name)
     return names
+
+
+def profile_kernel_times(fn) -> dict[str, float] | None:
+    """GPU time (us) per CUDA kernel name that `fn()` launched, in launch order; None when the
+    profiler cannot see CUDA here."""
+    if not torch.cuda.is_available():
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+    except Exception:
+        return None
+    times: dict[str, float] = {}
+    for e in prof.events():
+        dev = getattr(e, "device_type", None)
+        if dev is not None and "CUDA" in str(dev):
+            us = getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0
+            times[e.name] = times.get(e.name, 0.0) + float(us)
+    return times
 
 
 def library_kernels(names: list[str], own: set[str]) -> list[str]:

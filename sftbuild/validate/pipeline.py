@@ -34,10 +34,13 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
             yield rec, "dropped", f.reason, {"static": [dataclasses.asdict(x) for x in findings[:8]],
                                              "detail": f"{f.check}: {f.detail}"}
             continue
-        if rec.language in ("cuda", "triton") and not rec.binding:
-            if rec.language == "triton":
-                yield rec, "dropped", "unbound", {}
-                continue
+        if rec.language == "triton" and not rec.binding:
+            # the bind stage (probing included) has had its say: keep its reason
+            why = rec.unbound or (rec.entry or {}).get("unbound") or ("no entry point launches its kernels"
+                                                       if not (rec.entry or {}).get("entry_points") else
+                                                       "not probed yet")
+            yield rec, "dropped", "unbound", {"detail": why if isinstance(why, str) else str(why)}
+            continue
         todo.append(rec)
     by_id = {r.id: r for r in todo}
     # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
@@ -227,6 +230,7 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
     binding = rec.binding or {}
     return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
             "binding": binding, "entry": rec.entry, "dtypes": binding.get("dtypes") or ALL_DTYPES,
+            "tree": (rec.provenance or {}).get("tree"), "path": (rec.provenance or {}).get("path"),
             "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
             "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": cfg.runtime_checks,
             "max_speedup": cfg.max_speedup, "ext_cache": os.path.join(cache_dir, "ext"),

@@ -16,6 +16,7 @@ the results moved with the inputs.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -43,15 +44,161 @@ class Reject(Exception):
         self.reason, self.why = reason, why
 
 
-def load_module(code: str, name: str, workdir: str):
-    """Import candidate or reference source from a real file (Triton reads its source back)."""
+def load_module(code: str, name: str, workdir: str, package: str = ""):
+    """Import candidate or reference source from a real file (Triton reads its source back).
+    With `package`, the module is loaded as a submodule of it, so its relative imports resolve."""
     path = Path(workdir) / f"{name}.py"
     path.write_text(code, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(f"sftbuild_cand_{name}", path)
+    modname = f"{package}.sftbuild_cand_{name}" if package else f"sftbuild_cand_{name}"
+    spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod, str(path)
+
+
+@contextlib.contextmanager
+def package_tree(tree: str | None, rel: str | None):
+    """The record's package tree (a harvested copy, see sftbuild.harvest.kinds._tree) on sys.path for
+    the block; yields the dotted package of the record's file ("" when it belongs to none).
+    Modules imported from the tree are forgotten afterwards, so a long-lived worker starts clean."""
+    if not tree or not rel or not os.path.isdir(tree):
+        yield ""
+        return
+    folder = Path(tree, rel).parent
+    parts: list[str] = []
+    root = folder
+    while (root / "__init__.py").is_file() and root != Path(tree).parent:
+        parts.insert(0, root.name)
+        root = root.parent
+    # only the folder above the record's package (or, for a loose script, its own folder): a package's
+    # own folder on the path would let its modules (copy.py, random.py) shadow others
+    added = [str(root)]
+    before = set(sys.modules)
+    sys.path[:0] = added
+    if str(tree) not in sys.path:  # the tree's top packages, last: nothing installed is shadowed by them
+        sys.path.append(str(tree))
+        added.append(str(tree))
+    package = ".".join(parts)
+    try:
+        if package:
+            try:
+                importlib.import_module(package)
+            except Exception:  # the package itself does not import here: absolute imports may still work
+                package = ""
+        yield package
+    finally:
+        for p in added:
+            if p in sys.path:
+                sys.path.remove(p)
+        for name in set(sys.modules) - before:
+            f = getattr(sys.modules[name], "__file__", None) or ""
+            if f.startswith(str(tree)) or name.startswith("sftbuild_cand_") or ".sftbuild_cand_" in name:
+                del sys.modules[name]
+
+
+def interpreter_scalars() -> None:
+    """Under TRITON_INTERPRET, pass Python floats to kernels as fp32 scalars, as compiled Triton does
+    (the interpreter hands them over raw, so `eps.to(tl.float32)` fails only on CPU), and None as a
+    constexpr None, as the compiler specialises it (an absent optional pointer)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    if getattr(interp._implicit_cvt, "_sftbuild", False):
+        return
+    orig = interp._implicit_cvt
+
+    def cvt(arg):
+        if isinstance(arg, float):
+            return tl.tensor(interp.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        if arg is None:
+            return tl.constexpr(None)
+        return orig(arg)
+
+    cvt._sftbuild = True
+    interp._implicit_cvt = cvt
+    _interpreter_libdevice()
+
+
+def _interpreter_libdevice() -> None:
+    """libdevice functions have no interpreter implementation (they return None on CPU); the ones
+    triton.language.math also offers, and tanh, are pointed at it before a record imports them."""
+    import triton.language as tl
+
+    mods = []
+    for name in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
+        try:
+            mods.append(importlib.import_module(name))
+        except Exception:
+            continue
+
+    def tanh(x):
+        return 2 * tl.sigmoid(2 * x) - 1
+
+    def late(name):  # looked up at call time: the interpreter patches tl.math only while a kernel runs
+        return lambda *args, **kw: getattr(tl.math, name)(*args, **kw)
+
+    for mod in mods:
+        for name in ("rsqrt", "sqrt", "exp", "erf", "log", "exp2", "log2", "floor", "ceil", "div_rn"):
+            if hasattr(tl.math, name):
+                setattr(mod, name, late(name))
+        mod.tanh = tanh
+
+
+# ---- entry-point calls: how a probed binding launches a record ------------------------
+
+def resolve_entry(mod, qualname: str):
+    """`fn`, `Cls.apply` or `Cls` (a module class) from the record's module."""
+    obj = mod
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise Reject("unbound", f"the record defines no {qualname}")
+    return obj
+
+
+def call_args(call: dict, inputs: list, params: dict) -> list:
+    """Positional arguments from a call's mapping: ["input", i], ["param", name], ["value", literal] or
+    ["shape", [i, axis]] (a size of input i read at call time; axis None: its numel)."""
+    out = []
+    for src, key in call["args"]:
+        if src == "shape":
+            t = inputs[key[0]]
+            out.append(t.numel() if key[1] is None else t.shape[key[1]])
+        else:
+            out.append(inputs[key] if src == "input" else params[key] if src == "param" else copy.deepcopy(key))
+    return out
+
+
+def call_entry(mod, call: dict, inputs: list, params: dict) -> list:
+    """Call the entry as the binding's `call` says and return the outputs it names, in the op's order."""
+    fn = resolve_entry(mod, call["entry"])
+    if call.get("kind") == "module":
+        fn = fn(*call_args({"args": call.get("init") or []}, inputs, params))
+    out = fn(*call_args(call, inputs, params))
+    return [pick_output(spec, out, inputs) for spec in call["outputs"]]
+
+
+def returned(out) -> list:
+    """The tensors a call returned, as (index, tensor): index None for a bare tensor."""
+    if isinstance(out, torch.Tensor):
+        return [(None, out)]
+    if isinstance(out, (list, tuple)):
+        return [(i, t) for i, t in enumerate(out) if isinstance(t, torch.Tensor)]
+    return []
+
+
+def pick_output(spec: dict, out, inputs: list):
+    """One output: {"from": "return", "index": i | None} (None: the bare returned tensor) or
+    {"from": "input", "index": i} (an input the entry updates in place)."""
+    if spec["from"] == "input":
+        return inputs[spec["index"]]
+    if spec["index"] is None:
+        return out
+    return out[spec["index"]] if isinstance(out, (list, tuple)) and len(out) > spec["index"] else None
 
 
 def to_list(out) -> list:
@@ -102,19 +249,27 @@ class Problem:
 
 
 class OpProblem(Problem):
-    """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s)."""
+    """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s).
+
+    A probed binding carries `call` (sftbuild.validate.probe): the entry point (`fn`, `Cls.apply`),
+    the argument mapping and which outputs to compare; it is called exactly so. Without `call` the
+    wrapper is picked by `pick_wrapper`."""
 
     def __init__(self, task, mod, dev):
         b = task["binding"]
         self.op = ops.get(b["op"])
         self.params = {**self.op.params, **(b.get("params") or {})}
-        self.fn = pick_wrapper(mod, task.get("entry") or {})
-        sig = inspect.signature(self.fn)
-        takes_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-        self.call_params = {k: v for k, v in self.params.items() if takes_kw or k in sig.parameters}
+        self.mod, self.call = mod, b.get("call")
+        if self.call:
+            resolve_entry(mod, self.call["entry"])
+        else:
+            self.fn = pick_wrapper(mod, task.get("entry") or {})
+            sig = inspect.signature(self.fn)
+            takes_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+            self.call_params = {k: v for k, v in self.params.items() if takes_kw or k in sig.parameters}
         allowed = b.get("dtypes") or list(self.op.dtypes)
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
-        self.layouts = list(self.op.layouts)
+        self.layouts = [lay for lay in self.op.layouts if lay in (b.get("layouts") or self.op.layouts)]
         cons = b.get("constraints") or {}
         pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
@@ -128,6 +283,8 @@ class OpProblem(Problem):
         return [t.to(dev) for t in self.op.make_inputs(shape, dtype, "contiguous", gen, self.params)]
 
     def candidate(self, shape, dtype, inputs):
+        if self.call:
+            return call_entry(self.mod, self.call, inputs, self.params)
         return to_list(self.fn(*inputs, **self.call_params))
 
     def reference(self, shape, dtype, inputs, double=False):
@@ -289,12 +446,15 @@ def _odd_small(v: int, name: str) -> int:
 
 def run_python(task: dict) -> dict:
     """Task: {id, language, code, binding, entry, dtypes?, shapes, seeds, timing, warmup, runs,
-    device ('cuda'|'cpu'), ext_cache}. Returns a verdict dict."""
+    device ('cuda'|'cpu'), ext_cache, tree?, path?}. Returns a verdict dict. `tree` (the harvested
+    package copy) and `path` (the record's file in it) let the record import its package."""
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
+    interpreter_scalars()
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
     try:
-        return _run_python(task, dev, workdir)
+        with package_tree(task.get("tree"), task.get("path")) as package:
+            return _run_python(task, dev, workdir, package)
     except Reject as r:
         return {"status": "dropped", "reason": r.reason, "detail": r.why}
     except torch.cuda.OutOfMemoryError as e:
@@ -327,14 +487,14 @@ class Run:
         return _expects_triton(self.prob)
 
 
-def _run_python(task, dev, workdir):
+def _run_python(task, dev, workdir, package=""):
     from sftbuild.validate import extension
 
     kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
     with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
         with guards.LaunchCounter(os.path.join(workdir, "cand.py")) as counter:
             try:
-                mod, path = load_module(task["code"], "cand", workdir)
+                mod, path = load_module(task["code"], "cand", workdir, package)
             except SyntaxError as e:
                 raise Reject("compile_error", f"syntax error: {e}")
             if kind == "op":
@@ -405,9 +565,10 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
     if why:
         return False, why
     if profile and dev.type == "cuda":
-        names = guards.profile_kernels(lambda: prob.candidate(variant, dtype, inputs))
-        if names is not None:
-            why = checks.judge(run.checks, checks.Profile(names, run.own, set(run.counter.names), run.counter.count))
+        times = guards.profile_kernel_times(lambda: prob.candidate(variant, dtype, inputs))
+        if times is not None:
+            why = checks.judge(run.checks, checks.Profile(list(times), run.own, set(run.counter.names),
+                                                          run.counter.count, times))
             if why:
                 return False, why
     ok, stats = _compare(out, prob.reference(variant, dtype, inputs, double=True),

@@ -21,9 +21,9 @@ def _rec(code, name, params, path="k.cu"):
 
 
 def test_binders_run_in_order_and_are_listed():
-    assert [b.name for b in B.BINDERS.configured({})] == ["manifest", "file_reference", "inferred"]
+    assert [b.name for b in B.BINDERS.configured({})] == ["manifest", "file_reference", "inferred", "probed"]
     listed = {name: summary for kind, name, summary in plugins.describe("binder")}
-    assert set(listed) == {"manifest", "file_reference", "inferred"} and all(listed.values())
+    assert set(listed) == {"manifest", "file_reference", "inferred", "probed"} and all(listed.values())
 
 
 def test_the_declared_table_comes_first():

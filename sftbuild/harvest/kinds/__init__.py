@@ -19,7 +19,9 @@ A kind does up to three things:
   registry entry keeps the default, which recognises nothing.
 - `materialize(src, workspace, cfg)`: put a file tree on disk and describe it as a `Tree`.
 - `harvest(h)`: turn the source into records through the harvest `h` (see
-  `sftbuild.harvest.stage.Harvest`); the default harvests the materialised tree.
+  `sftbuild.harvest.stage.Harvest`); the default harvests the materialised tree, after
+  keeping a content-addressed copy of its Python files for Triton records to import
+  (`_tree.keep`, provenance `tree`).
 """
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ class SourceKind(Plugin):
         raise SourceError(f"source {src.name!r}: kind {src.kind!r} is not a file tree")
 
     def harvest(self, h) -> None:
-        h.tree(self.materialize(h.src, h.ctx.workspace, h.cfg))
+        from sftbuild.harvest.kinds._tree import keep
+
+        h.tree(keep(self.materialize(h.src, h.ctx.workspace, h.cfg), h.ctx.workspace))
 
 
 KINDS: Registry[SourceKind] = Registry("source", SourceKind, __name__, doc="where kernels come from (harvest)")

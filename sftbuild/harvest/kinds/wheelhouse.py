@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 from sftbuild.harvest.kinds import KINDS, SourceKind
+from sftbuild.harvest.kinds._tree import keep
 from sftbuild.harvest.sources import ARCHIVE_EXT, Source, SourceError, Tree, unpack_cached
 
 
@@ -58,4 +59,4 @@ class Wheelhouse(SourceKind):
             package, version = name_version(archive.name)
             prov = {"source_kind": self.name, "url": archive.resolve().as_uri(), "commit": None,
                     "package": package, "version": version, "archive": archive.name, "sha256": digest}
-            h.tree(Tree(root, prov, h.src.include, h.src.exclude))
+            h.tree(keep(Tree(root, prov, h.src.include, h.src.exclude), h.ctx.workspace))

@@ -72,6 +72,7 @@ class Profile:
     own: set[str] = dataclasses.field(default_factory=set)  # kernels defined in the candidate's source
     triton: set[str] = dataclasses.field(default_factory=set)  # the candidate's Triton kernels seen launching
     triton_launches: int = 0  # its Triton launches so far in this record
+    times: dict[str, float] = dataclasses.field(default_factory=dict)  # GPU us per kernel name, when measured
 
     def ask(self, check: "RuntimeCheck") -> Finding | None:
         return check.after_profile(self)

@@ -1,0 +1,91 @@
+"""Bindings found by probing: call a Triton record's own entry points on generated inputs.
+
+Nothing here runs harvested code. `plan(record)` builds the task that
+`sftbuild.validate.probe:probe` runs in a sandboxed worker (a GPU worker, or the Triton
+interpreter on CPU); `accept(record, result)` turns its answer into the binding dict
+(`how: probed`, with the evidence), or None when the probe left the record unbound.
+`bind()` answers None: a name is a hypothesis, only a probe makes a binding.
+
+Shortlist: `sftbuild.ops.shortlist(name, params, k)` where the registry has it, else a ranking
+here by shared name words (kernel and entry-point names against op names).
+"""
+from __future__ import annotations
+
+import re
+
+from sftbuild import ops
+from sftbuild.ops.binders import BINDERS, Binder
+
+SHORTLIST = 8
+PROBE_DTYPES = ["float32", "float16"]
+PROBE_SECONDS = 120
+NOISE = {"kernel", "kernels", "fwd", "forward", "bwd", "backward", "triton", "func", "fn", "impl", "jit", "op",
+         "ops", "liger", "fused", "fast", "naive", "compute", "apply", "function", "the", "v1", "v2", "tl",
+         "launch", "run", "wrapper", "inner", "outer", "block", "tiled", "persistent", "autotune", "lib",
+         "gems", "torch", "default", "grad"}
+
+
+@BINDERS.register
+class Probed(Binder):
+    """Call the record's wrapper function or autograd Function on each shortlisted op's inputs and keep
+    the op its outputs match over >= 3 shapes and 2 dtypes (Triton records with entry points)."""
+    name = "probed"
+    order = 80
+    task_fn = "sftbuild.validate.probe:probe"
+
+    def bind(self, record) -> dict | None:
+        return None  # probing runs code, so it happens in a worker: plan -> probe -> accept
+
+    def plan(self, record, dtypes: list[str] | None = None, seconds: float = PROBE_SECONDS) -> dict | None:
+        """The probe task for a Triton record with entry points; None when there is nothing to probe."""
+        if record.language != "triton":
+            return None
+        entries = (record.entry or {}).get("entry_points") or []
+        if not entries:
+            return None
+        prov = record.provenance or {}
+        return {"id": record.id, "code": record.code, "entry": record.entry, "tree": prov.get("tree"),
+                "path": prov.get("path"), "shortlist": shortlist(record), "dtypes": dtypes or PROBE_DTYPES,
+                "shapes": 3, "time_limit": seconds}
+
+    def accept(self, record, result) -> dict | None:
+        """The binding a probe result makes, or None (the result's `unbound` says why)."""
+        if not isinstance(result, dict) or not result.get("binding"):
+            return None
+        b = dict(result["binding"])
+        ev = result.get("evidence") or {}
+        b["how"] = self.name
+        b["evidence"] = {"shapes": ev.get("shapes"), "dtypes": ev.get("dtypes"), "worst_error": ev.get("worst_error"),
+                         "candidates_tried": len(ev.get("candidates_tried") or [])}
+        return b
+
+
+def words(name: str) -> set[str]:
+    """`_rms_norm_forward_kernel`, `LigerRMSNormFunction.apply` -> {"rms", "norm"}."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name))
+    return {w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w and w not in NOISE and not w.isdigit()}
+
+
+def shortlist(record, k: int = SHORTLIST) -> list[str]:
+    """Candidate op names for a record, best first."""
+    entries = (record.entry or {}).get("entry_points") or []
+    names = [*(record.entry or {}).get("kernels", []), *(e["qualname"] for e in entries)]
+    fn = getattr(ops, "shortlist", None)
+    if fn is not None:
+        params = sorted({p["name"] for e in entries for p in e["params"]})
+        try:
+            found = list(fn(" ".join(names), params, k))
+            if found:
+                return [getattr(o, "name", o) for o in found]
+        except Exception:  # the registry's ranking is an optimisation; ours still works
+            pass
+    have = set().union(*(words(n) for n in names)) if names else set()
+    scored = []
+    for name in ops.all_ops():
+        w = words(name)
+        if not w:
+            continue
+        hit = len(w & have) / len(w)
+        if hit > 0:
+            scored.append((-hit, -len(w & have), len(name), name))
+    return [s[-1] for s in sorted(scored)[:k]]

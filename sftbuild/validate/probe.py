@@ -1,0 +1,391 @@
+"""Probe a Triton record through its own entry points: which op, if any, does it compute?
+
+`probe(task)` is a task function: it runs only in a sandboxed worker (a GPU worker, or on CPU
+in a one-shot sandbox under TRITON_INTERPRET=1 with fp32/fp16). It imports the record's code
+with its package tree on the path (pyrun.package_tree), then for each entry point the harvest
+found (sftbuild.harvest.triton_extract.entry_points), forward ones first, and each shortlisted
+op, it tries argument mappings:
+
+  * tensors from the op's own input generator go to the entry's parameters that take tensors
+    (no default, or a None default), by name first, then in every order;
+  * op params (eps, dim, ...) go to parameters of the same name; every other parameter keeps its
+    default, or the literal default the file declares for that name elsewhere (`hint`);
+  * the output is the returned tensor or an element of a returned tuple (an input updated in place
+    would fail validation's inputs-unchanged check, so it is not looked for).
+
+A mapping that matches the reference on a first small trial is confirmed over at least 3 shapes
+and 2 dtypes; a dtype counts when every shape passes at it. Anything less stays unbound.
+
+Task: {id, code, entry, tree?, path?, shortlist: [op names], dtypes, device?, shapes (>= 3),
+time_limit (s)}. Returns
+  {"binding": {"kind": "op", "op", "params", "dtypes", "layouts", "how": "probed",
+               "call": {"entry", "kind", "args", "outputs"}},
+   "evidence": {"shapes", "dtypes", "worst_error", "candidates_tried"}}
+or {"unbound": reason, "evidence": {...}}.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import os
+import shutil
+import tempfile
+import time
+
+import torch
+
+from sftbuild import ops
+from sftbuild.ops.pools import TORCH_DTYPES
+from sftbuild.validate import pyrun
+
+MIN_SHAPES, MIN_DTYPES = 3, 2
+SIZE_NAME = re.compile(r"^(n_|num_)(cols|rows|channels|elements|features|classes|heads)$|^(n|numel|hidden_size)$")
+MAX_PROBE_NUMEL = 1 << 16  # shape products the interpreter gets through quickly
+MAX_PROBE_NUMEL_GPU = 1 << 24
+MIN_PROBE_NUMEL = 8  # a handful of elements cannot tell ops apart
+TENSOR_ANNOTATIONS = ("Tensor", "torch.Tensor")
+SCALAR_ANNOTATIONS = ("int", "float", "bool", "str")
+ALIASES = {  # op input names -> parameter names that usually carry them
+    "x": ("x", "input", "inp", "input_", "a", "self", "src", "in", "in_", "logits", "hidden_states", "t"),
+    "w": ("w", "weight", "gamma", "scale"),
+    "b": ("b", "bias", "beta"),
+    "a": ("a", "x", "input", "inp", "self", "lhs", "gate"),
+    "r": ("r", "residual", "res"),
+    "dy": ("dy", "grad_output", "grad", "dout", "do", "dc"),
+    "target": ("target", "labels", "y", "targets"),
+    "mask": ("mask", "condition", "cond"),
+}
+
+
+PARAM_ALIASES = {  # op param -> parameter names that usually carry it
+    "eps": ("epsilon", "variance_epsilon", "eps_"), "dim": ("axis",), "groups": ("num_groups", "n_groups"),
+    "k": ("topk", "top_k"), "descending": ("reverse",),
+}
+
+
+def probe(task: dict) -> dict:
+    dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    pyrun.interpreter_scalars()
+    deadline = time.monotonic() + float(task.get("time_limit") or 120)
+    workdir = tempfile.mkdtemp(prefix="sftbuild_probe_")
+    tried: list[dict] = []
+    try:
+        with pyrun.package_tree(task.get("tree"), task.get("path")) as package:
+            try:
+                mod, _ = pyrun.load_module(task["code"], "cand", workdir, package)
+            except Exception as e:
+                return {"unbound": f"import failed: {type(e).__name__}: {str(e)[:300]}",
+                        "evidence": {"candidates_tried": tried}}
+            out = _search(task, mod, dev, deadline, tried)
+    except Exception as e:  # anything the record's code does to us is an unbound verdict, not a crash
+        out = {"unbound": f"probe error: {type(e).__name__}: {str(e)[:300]}", "evidence": {"candidates_tried": tried}}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    said = " ".join(str(t.get("why", "")) for t in tried) + str(out.get("unbound", ""))
+    if dev.type == "cuda" and any(w in said for w in ("CUDA", "illegal memory")):
+        out["recycle"] = True  # CUDA errors are sticky: the GPU worker is replaced before the next task
+    return out
+
+
+def _search(task, mod, dev, deadline, tried) -> dict:
+    entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"]
+    if not entries:
+        return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
+    names = [n for n in task.get("shortlist") or [] if n in ops.all_ops()]
+    if not names:
+        return {"unbound": "no candidate reference", "evidence": {"candidates_tried": tried}}
+    dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
+    for entry in entries:
+        for name in names:
+            if time.monotonic() > deadline:
+                return _unbound("time limit reached", tried)
+            op = ops.get(name)
+            result = _try(mod, entry, op, dtypes, dev, task, deadline)
+            tried.append({"entry": entry["qualname"], "op": name, **{k: v for k, v in result.items()
+                                                                    if k != "binding"}})
+            if result.get("binding"):
+                b = result["binding"]
+                return {"binding": b, "evidence": {**result["evidence"], "candidates_tried": tried}}
+    return _unbound(None, tried)
+
+
+def _unbound(reason, tried) -> dict:
+    """The reason of the attempt that got furthest (agreed on some trials, else any)."""
+    if reason is None:
+        best = max(tried, key=lambda t: (t.get("agreed", 0), not t.get("why", "").startswith("no mapping")),
+                   default=None)
+        reason = (f"{best['entry']} vs {best['op']}: {best['why']}" if best else "no candidate tried")
+    worst = [t["worst_error"] for t in tried if t.get("worst_error") is not None]
+    return {"unbound": reason, "evidence": {"candidates_tried": tried,
+                                             "worst_error": min(worst) if worst else None}}
+
+
+# ---- one (entry, op) pair -------------------------------------------------------------
+
+def _try(mod, entry, op, dtypes, dev, task, deadline) -> dict:
+    try:
+        fn = pyrun.resolve_entry(mod, entry["qualname"])
+    except pyrun.Reject as r:
+        return {"why": r.why}
+    shapes = probe_shapes(op, task.get("shapes") or MIN_SHAPES, MAX_PROBE_NUMEL_GPU if dev.type == "cuda" else
+                          MAX_PROBE_NUMEL)
+    dtypes = [d for d in dtypes if d in op.dtypes]
+    if len(shapes) < MIN_SHAPES or len(dtypes) < MIN_DTYPES:
+        return {"why": f"the op offers {len(shapes)} shapes and {len(dtypes)} dtypes to probe"}
+    params = dict(op.params)
+    mappings = list(arg_mappings(entry, op, params))
+    if not mappings:
+        return {"why": "no mapping: " + _unmappable(entry, op, params)}
+    first = None  # the by-name mapping comes first: its failure is the one worth reporting
+    for args in mappings[:12]:
+        if time.monotonic() > deadline:
+            return {"why": "time limit reached"}
+        call = {"entry": entry["qualname"], "kind": entry["kind"], "args": args}
+        outputs, why = _find_outputs(fn, call, op, shapes[0], dtypes[0], dev, params)
+        if outputs is None:
+            first = first or why
+            continue
+        call["outputs"] = outputs
+        return _confirm(fn, call, op, shapes, dtypes, dev, params)
+    return {"why": first or "no mapping"}
+
+
+def _unmappable(entry, op, params) -> str:
+    """Why no argument list fits: a required parameter nothing fills, or too few tensor parameters."""
+    for p in entry["params"]:
+        if p["kind"] == "pos" and not p["has_default"] and "hint" not in p and not _takes_tensor(p) \
+                and p["name"].lower() not in {k.lower() for k in params} | {a for v in PARAM_ALIASES.values()
+                                                                           for a in v}:
+            return f"nothing fills parameter {p['name']!r}"
+    n = len(input_names(op))
+    return f"{op.name} takes {n} tensors; the entry's tensor parameters do not fit"
+
+
+def probe_shapes(op, n: int, most: int = MAX_PROBE_NUMEL) -> list:
+    """The n smallest shapes of the op's pool that are big enough to tell ops apart (and under `most`)."""
+    pool = [s for s in op.shape_pool if MIN_PROBE_NUMEL <= math.prod(s) <= most]
+    return sorted(pool, key=math.prod)[:max(n, MIN_SHAPES)]
+
+
+def _inputs(op, shape, dtype, seed, dev, params):
+    gen = torch.Generator().manual_seed(seed)
+    return [t.to(dev) for t in op.make_inputs(shape, dtype, "contiguous", gen, params)]
+
+
+def _call(fn, call, inputs, params):
+    out = fn(*pyrun.call_args(call, inputs, params))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return out
+
+
+def _find_outputs(fn, call, op, shape, dtype, dev, params):
+    """Which returned tensor matches each reference output, on one trial."""
+    inputs = _inputs(op, shape, dtype, 0, dev, params)
+    try:  # the references first, before the entry can touch the inputs
+        refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
+        natives = ops.as_outputs(op.run_reference(inputs, params))
+    except Exception as e:
+        return None, f"the reference fails here: {type(e).__name__}: {str(e)[:160]}"
+    try:
+        out = _call(fn, call, inputs, params)
+    except Exception as e:
+        return None, f"error: {type(e).__name__}: {str(e)[:200]}"
+    # returned tensors only: an input updated in place would fail validation's inputs-unchanged check
+    found = [({"index": i}, t) for i, t in pyrun.returned(out)]
+    picks, why = [], "no output matches"
+    for r64, nat in zip(refs64, natives):
+        hit = None
+        for spec, t in found:
+            if tuple(t.shape) != tuple(r64.shape):
+                why = f"shape mismatch: {tuple(t.shape)} vs {tuple(r64.shape)}"
+                continue
+            ok, stats = ops.compare(t, r64, dtype, op.tolerance, native=nat)
+            if ok:
+                hit = spec
+                break
+            why = f"worst error {_err(stats):.3g}: {stats.get('why', '')}"[:200]
+        if hit is None:
+            return None, why
+        picks.append(hit)
+    return [{"from": "return", "index": p["index"]} for p in picks], ""
+
+
+def _err(stats) -> float:
+    return max([stats.get(k) or 0.0 for k in ("norm_rel", "max_rel")] + [0.0])
+
+
+def _confirm(fn, call, op, shapes, dtypes, dev, params) -> dict:
+    """Agreement over every shape at >= MIN_DTYPES dtypes, or the reason there is none."""
+    passed, worst, fails, agreed = [], 0.0, [], 0
+    for dtype in dtypes:
+        ok_all = True
+        for si, shape in enumerate(shapes):
+            ok, stats, why = _trial(fn, call, op, shape, dtype, dev, params, seed=si + 1)
+            if ok:
+                agreed += 1
+                worst = max(worst, _err(stats))
+            else:
+                ok_all = False
+                fails.append(f"{dtype} {list(shape)}: {why}")
+                break
+        if ok_all:
+            passed.append(dtype)
+    evidence = {"shapes": [list(s) for s in shapes], "dtypes": passed, "worst_error": worst}
+    if len(passed) < MIN_DTYPES:
+        return {"why": "; ".join(fails)[:300] or "too few dtypes agree", "agreed": agreed, "evidence": evidence,
+                "worst_error": worst}
+    layouts = ["contiguous"] + [lay for lay in op.layouts if lay != "contiguous"
+                                and _trial(fn, call, op, shapes[-1], passed[0], dev, params, 7, lay)[0]]
+    binding = {"kind": "op", "op": op.name, "params": {}, "dtypes": _dtypes(passed, dev), "layouts": layouts,
+               "how": "probed", "call": call}
+    return {"binding": binding, "evidence": evidence, "agreed": agreed, "why": "agrees"}
+
+
+def _dtypes(passed: list, dev) -> list:
+    """The dtypes the binding is validated at: those that agreed, and bfloat16 too when the probe ran
+    in the interpreter (its bf16 arithmetic is wrong, so only a GPU can judge it)."""
+    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and "bfloat16" not in passed:
+        return passed + ["bfloat16"]
+    return passed
+
+
+def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
+    # the layouts validation uses (pyrun.layout_of on every input), so a probed layout holds there
+    inputs = [pyrun.layout_of(t, layout) for t in _inputs(op, shape, dtype, seed, dev, params)]
+    try:
+        refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
+        natives = ops.as_outputs(op.run_reference(inputs, params))
+    except Exception as e:
+        return False, {}, f"the reference fails here: {type(e).__name__}: {str(e)[:160]}"
+    try:
+        out = _call(fn, call, inputs, params)
+        outs = [pyrun.pick_output(spec, out, inputs) for spec in call["outputs"]]
+    except Exception as e:
+        return False, {}, f"error: {type(e).__name__}: {str(e)[:160]}"
+    worst: dict = {}
+    for o, r64, nat in zip(outs, refs64, natives):
+        ok, stats = ops.compare(o, r64, dtype, op.tolerance, native=nat)
+        if not ok:
+            return False, stats, f"worst error {_err(stats):.3g}: {stats.get('why', '')}"[:200]
+        worst = {k: max(worst.get(k) or 0.0, stats.get(k) or 0.0) for k in ("norm_rel", "max_rel")}
+    return True, worst, ""
+
+
+# ---- argument mappings -----------------------------------------------------------------
+
+def input_names(op) -> list[str]:
+    return [s.split(":")[0].strip() for s in op.io.get("inputs") or []]
+
+
+def arg_mappings(entry: dict, op, params: dict):
+    """Positional argument lists for the entry: ["input", i], ["param", name], ["value", literal] or
+    ["shape", [i, axis]] (a size of input i; axis None: its numel)."""
+    plist = [p for p in entry["params"] if p["kind"] == "pos"]
+    lower = {k.lower(): k for k in params}
+    lower.update({alias: k for k in params for alias in PARAM_ALIASES.get(k.lower(), ())})
+    fixed: dict[int, list | None] = {}  # position -> what it gets when passed (None: cannot be passed)
+    slots: list[int] = []  # positions that may take a tensor
+    sized: list[int] = []  # positions that take a size of the first input
+    for j, p in enumerate(plist):
+        if p["name"].lower() in lower:
+            fixed[j] = ["param", lower[p["name"].lower()]]
+        elif SIZE_NAME.match(p["name"]) and not p["has_default"] and "hint" not in p:
+            sized.append(j)  # a size the caller reads off the input (n_cols, num_channels)
+            fixed[j] = ["shape", [0, -1]]
+        elif _takes_tensor(p):
+            slots.append(j)
+        elif p["has_default"]:
+            fixed[j] = None if isinstance(p["default"], dict) else ["value", p["default"]]
+        elif "hint" in p:
+            fixed[j] = ["value", p["hint"]]
+        else:
+            return  # a required parameter nothing can fill
+    if len(sized) > 1:
+        return  # two unknown sizes: too many guesses to tell apart
+    names = input_names(op)
+    n = len(names)
+    # a parameter the file gives a default elsewhere (hint) may stay at that value
+    required = {j for j, p in enumerate(plist) if not p["has_default"] and "hint" not in p}
+    if len(slots) < n or len(required & set(slots)) > n:
+        return
+    # op params are passed, and so is every parameter without a default of its own
+    must = [j for j in fixed if fixed[j] and fixed[j][0] == "param"] + \
+        [j for j, p in enumerate(plist) if not p["has_default"]]
+    seen, made = set(), []
+    for order in _orders(names, [plist[j]["name"] for j in slots]):
+        used = {slots[k]: i for i, k in enumerate(order)}  # position -> op input index
+        if len(used) != n or not (required & set(slots)) <= set(used):
+            continue
+        args = []
+        for j in range(max([*used, *must], default=-1) + 1):
+            if j in used:
+                args.append(["input", used[j]])
+            elif j in slots:
+                args.append(["value", plist[j]["default"] if plist[j]["has_default"] else plist[j].get("hint")])
+            elif fixed.get(j) is None:
+                args = None
+                break
+            else:
+                args.append(fixed[j])
+        for variant in _size_variants(args, sized):
+            if repr(variant) not in seen:
+                seen.add(repr(variant))
+                made.append(variant)
+                yield variant
+    # reductions: ops keep the reduced dim (size 1); an entry that drops it by default may keep it
+    keep = next((j for j, p in enumerate(plist) if p["name"] == "keepdim" and p["has_default"]
+                 and p["default"] is False), None)
+    if keep is not None:
+        for args in list(made):
+            if len(args) > keep:
+                continue
+            ext = args + [["value", plist[j]["default"]] for j in range(len(args), keep)] + [["value", True]]
+            if all(plist[j]["has_default"] and not isinstance(plist[j]["default"], dict)
+                   for j in range(len(args), keep)):
+                yield ext
+
+
+def _size_variants(args, sized: list[int]) -> list:
+    """`args` with a size parameter read off the first input: its last, second, first dim or numel."""
+    if args is None:
+        return []
+    if not sized or sized[0] >= len(args):
+        return [args]
+    out = []
+    for axis in (-1, 1, 0, None):
+        v = list(args)
+        v[sized[0]] = ["shape", [0, axis]]
+        out.append(v)
+    return out
+
+
+def _orders(names: list[str], slot_names: list[str]):
+    """Slot choices (indices into slot_names, one per op input): the by-name guess first, then
+    the first n slots in every order, then any other choice of n slots."""
+    n = len(names)
+    guess = []
+    for name in names:
+        want = ALIASES.get(name.lower(), (name.lower(),))
+        k = next((k for k, s in enumerate(slot_names) if s.lower().removesuffix("_ptr") in want
+                  and k not in guess), None)
+        if k is None:
+            break
+        guess.append(k)
+    if len(guess) == n:
+        yield tuple(guess)
+    yield from itertools.permutations(range(n))
+    if len(slot_names) > n:
+        yield from itertools.permutations(range(len(slot_names)), n)
+
+
+def _takes_tensor(p: dict) -> bool:
+    ann = p.get("annotation") or ""
+    if any(ann.startswith(a) for a in SCALAR_ANNOTATIONS):
+        return False
+    if any(t in ann for t in TENSOR_ANNOTATIONS):
+        return True
+    if p["has_default"]:
+        return p["default"] is None
+    return "hint" not in p or p["hint"] is None

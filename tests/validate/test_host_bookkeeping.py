@@ -1,0 +1,110 @@
+"""Host-side bookkeeping in Triton wrappers is not "torch does the work": the static rule lets it
+through and the run-time library_kernels check judges it by GPU time. Every red-team case stays
+caught (tests/validate/test_validate_redteam.py runs them; the static ones are re-checked here)."""
+from __future__ import annotations
+
+from sftbuild.validate import checks as C
+from sftbuild.validate import static
+from tests.redteam.cases import TRITON_RELU, cases
+
+PARTIALS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dw_partial_kernel(dy_ptr, x_ptr, dw_ptr, rows, cols, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for r in range(pid, rows, tl.num_programs(0)):
+        acc += tl.load(dy_ptr + r * cols + offs, mask=mask, other=0.0) * tl.load(x_ptr + r * cols + offs, mask=mask)
+    tl.store(dw_ptr + pid * cols + offs, acc, mask=mask)
+
+
+def dw(dy, x):
+    rows, cols = x.shape
+    programs = 8
+    partial = torch.empty(programs, cols, dtype=torch.float32, device=x.device)
+    _dw_partial_kernel[(programs,)](dy, x, partial, rows, cols, BLOCK=triton.next_power_of_2(cols))
+    order = torch.sort(torch.tensor([3, 1, 2])).indices  # a handful of indices
+    return partial.sum(dim=0).to(x.dtype), order
+'''
+
+
+def findings(code: str) -> list[str]:
+    return [f"{f.check}: {f.detail}" for f in static.scan(code, "triton")]
+
+
+def test_partial_sums_and_index_sorts_in_a_launching_wrapper_pass():
+    assert findings(PARTIALS) == []
+
+
+def test_the_same_reduction_without_any_launch_is_still_torch_doing_the_work():
+    no_launch = PARTIALS.replace(
+        "    _dw_partial_kernel[(programs,)](dy, x, partial, rows, cols, BLOCK=triton.next_power_of_2(cols))\n",
+        "    partial = dy * x\n")
+    assert any(f.startswith("torch_does_the_work") for f in findings(no_launch))
+
+
+def test_compute_ops_stay_cheats_even_beside_a_launch():
+    relu_by_torch = TRITON_RELU.replace("    return y\n", "    return torch.relu(y) + torch.matmul(x, x.T).sum()\n")
+    assert any("torch.relu" in f or "torch.matmul" in f for f in findings(relu_by_torch))
+    aten = TRITON_RELU.replace("    return y\n", "    return torch.ops.aten.relu(xc)\n")
+    assert findings(aten)
+
+
+def test_a_package_reference_nothing_calls_is_not_a_wrapper():
+    ref = PARTIALS + "\n\ndef dw_torch_ref(dy, x):\n    return torch.softmax(dy * x, -1).sum(0)\n"
+    assert findings(ref) == []
+    called = ref.replace("    return partial.sum(dim=0).to(x.dtype), order",
+                         "    return dw_torch_ref(dy, x), order")
+    assert any("torch.softmax" in f for f in findings(called))
+
+
+def test_static_red_team_cases_are_still_caught():
+    for case in cases():
+        if case.static:
+            found = static.scan(case.record["code"], case.record["language"])
+            assert found and found[0].reason in case.expect, case.name
+
+
+def _library(profile):
+    check = next(c for c in C.selected() if c.name == "library_kernels")
+    return check.after_profile(profile)
+
+
+def test_library_kernels_judged_by_their_share_of_gpu_time():
+    own = {"_dw_partial_kernel"}
+    small = C.Profile(["_dw_partial_kernel", "reduce_kernel<512, 1>"], own=set(), triton=own,
+                      times={"_dw_partial_kernel": 40.0, "reduce_kernel<512, 1>": 3.0})
+    assert _library(small) is None
+    big = C.Profile(["_dw_partial_kernel", "reduce_kernel<512, 1>"], own=set(), triton=own,
+                    times={"_dw_partial_kernel": 2.0, "reduce_kernel<512, 1>": 30.0})
+    assert "of the GPU time" in _library(big).why
+    gemm = C.Profile(["ampere_sgemm_128x64_nn", "relu_kernel"], own=set(), triton={"relu_kernel"},
+                     times={"ampere_sgemm_128x64_nn": 50.0, "relu_kernel": 1.0})
+    assert _library(gemm).reason == "cheat"
+    # no own Triton kernel ran, or no times measured: any library kernel is the work
+    assert _library(C.Profile(["reduce_kernel"], own=set(), triton=set(), times={"reduce_kernel": 1.0}))
+    assert _library(C.Profile(["ampere_sgemm_128x64_nn", "my_kernel"], own={"my_kernel"}))
+
+
+def test_generated_kernels_calling_the_candidates_jit_functions_count_as_its_launches(tmp_path):
+    import types
+
+    from sftbuild.validate.guards import LaunchCounter
+
+    cand = tmp_path / "cand.py"
+    ns: dict = {}
+    exec(compile("def abs_func(x):\n    return x\n", str(cand), "exec"), ns)
+    own = types.SimpleNamespace(fn=ns["abs_func"])  # what a JITFunction wraps
+    gen: dict = {"abs_func": own}
+    exec(compile("def generated_kernel(x):\n    return abs_func(x)\n", str(tmp_path / "gen.py"), "exec"), gen)
+    other: dict = {}
+    exec(compile("def unrelated(x):\n    return x\n", str(tmp_path / "gen2.py"), "exec"), other)
+    counter = LaunchCounter(str(cand))
+    assert counter.calls_own(gen["generated_kernel"])
+    assert not counter.calls_own(other["unrelated"])

@@ -1,0 +1,234 @@
+"""Probing Triton records through their own entry points (sftbuild.validate.probe), the probed
+binder's plan -> probe -> accept, validation of a probed binding exactly as its `call` says, and
+the unbound verdict with the probe's reason. CPU: the Triton interpreter in a sandbox process."""
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sftbuild.config import ValidateConfig
+from sftbuild.executor import LocalExecutor
+from sftbuild.harvest.stage import _entry
+from sftbuild.harvest.triton_extract import extract_kernels
+from sftbuild.ops.binders.probed import Probed, shortlist, words
+from sftbuild.record import Record
+from sftbuild.validate import pipeline
+from sftbuild.validate.sandbox import run_isolated
+
+pytest.importorskip("triton")
+LIGER = Path("/work/pkgs/liger_kernel-0.8.5-py3-none-any.whl")
+INTERP = {"TRITON_INTERPRET": "1"}
+
+RMS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    tl.store(y_ptr + row * n_cols + offs, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm_forward(X, W, eps, scale_mode):
+    X = X.contiguous()
+    Y = torch.empty_like(X)
+    n_rows, n_cols = X.shape
+    _rms_norm_fwd_kernel[(n_rows,)](X, W, Y, n_cols, eps, BLOCK=triton.next_power_of_2(n_cols))
+    return Y, n_rows
+
+
+def make(eps=1e-6, scale_mode="llama"):
+    return eps
+'''
+# the same name and signature, but it forgets the normalisation: it computes x * w
+DECOY = RMS.replace("(x * rstd * w)", "(x * w)")
+
+
+def record(code: str, path: str = "pkg/rms.py", tree: str | None = None) -> Record:
+    k = extract_kernels(code)[0][0]
+    return Record(language="triton", code=k.code, source="t", entry=_entry("triton", dataclasses.asdict(k), False),
+                  provenance={"path": path, "tree": tree})
+
+
+def probe(rec: Record, seconds: float = 60):
+    b = Probed()
+    task = b.plan(rec, seconds=seconds)
+    assert task is not None
+    res = run_isolated(b.task_fn, task, seconds + 60, env=INTERP)
+    assert isinstance(res, dict), res
+    return task, res, b.accept(rec, res)
+
+
+def test_shortlist_ranks_by_name_words():
+    assert words("LigerRMSNormFunction.apply") == {"rms", "norm"}
+    rec = record(RMS)
+    assert shortlist(rec)[0] == "rms_norm"
+
+
+def test_probe_binds_the_right_op_and_validation_calls_it_so(tmp_path):
+    rec = record(RMS)
+    entry = rec.entry["entry_points"][0]
+    assert entry["qualname"] == "rms_norm_forward"
+    assert next(p for p in entry["params"] if p["name"] == "scale_mode")["hint"] == "llama"
+    task, res, b = probe(rec)
+    assert b is not None, res.get("unbound")
+    assert b["op"] == "rms_norm" and b["how"] == "probed"
+    assert b["call"] == {"entry": "rms_norm_forward", "kind": "function",
+                         "args": [["input", 0], ["input", 1], ["param", "eps"], ["value", "llama"]],
+                         "outputs": [{"from": "return", "index": 0}]}
+    ev = b["evidence"]
+    assert len(ev["shapes"]) >= 3 and {"float32", "float16"} <= set(ev["dtypes"])
+    assert ev["worst_error"] is not None and ev["candidates_tried"] >= 1
+    # validation calls the entry exactly as the binding says (pick_wrapper alone would pass no scale_mode)
+    rec.binding = b
+    cfg = dataclasses.replace(ValidateConfig(), shapes=2, seeds=1, timing=False)
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        out = list(pipeline.validate([rec], cfg, ex, str(tmp_path / "cc")))
+    assert [(o[1], o[2]) for o in out] == [("ok", None)], out[0][3]
+
+
+def test_decoy_stays_unbound_with_a_reason():
+    rec = record(DECOY)
+    _, res, b = probe(rec)
+    assert b is None
+    assert "rms_norm" in res["unbound"] and ("worst error" in res["unbound"] or "no output" in res["unbound"])
+    tried = res["evidence"]["candidates_tried"]
+    assert any(t["op"] == "rms_norm" for t in tried)
+
+
+def test_unbound_triton_is_dropped_with_the_probes_reason(tmp_path):
+    rec = record(DECOY)
+    rec.entry = {**rec.entry, "unbound": "rms_norm_forward vs rms_norm: worst error 0.9"}
+    bare = Record(language="triton", code=RMS + "\n# no entry\n", source="t", entry={"kernels": ["k"]})
+    cfg = ValidateConfig()
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        out = {r.id: (s, why, p) for r, s, why, p in pipeline.validate([rec, bare], cfg, ex, str(tmp_path))}
+    assert out[rec.id][:2] == ("dropped", "unbound")
+    assert "worst error 0.9" in out[rec.id][2]["detail"]
+    assert out[bare.id][2]["detail"] == "no entry point launches its kernels"
+
+
+@pytest.fixture(scope="module")
+def liger_tree(tmp_path_factory):
+    if not LIGER.is_file():
+        pytest.skip("the liger-kernel wheel is not downloaded here")
+    root = tmp_path_factory.mktemp("liger")
+    with zipfile.ZipFile(LIGER) as z:
+        z.extractall(root, [n for n in z.namelist() if n.startswith("liger_kernel/")])
+    return root
+
+
+def test_real_liger_softmax_binds_through_the_package_tree(liger_tree):
+    rel = "liger_kernel/ops/softmax.py"
+    rec = record((liger_tree / rel).read_text(), rel, str(liger_tree))
+    assert "from liger_kernel.ops.utils import" in rec.code  # the package helper comes from the tree
+    _, res, b = probe(rec)
+    assert b is not None, res.get("unbound")
+    assert b["op"] == "softmax" and b["call"]["entry"] == "_softmax_forward"
+    assert b["call"]["outputs"] == [{"from": "return", "index": 0}]
+
+
+def test_real_liger_rms_norm_binds_with_the_files_defaults(liger_tree):
+    rel = "liger_kernel/ops/rms_norm.py"
+    rec = record((liger_tree / rel).read_text(), rel, str(liger_tree))
+    assert "libdevice import rsqrt" in rec.code  # a guarded import the interpreter is taught to run
+    _, res, b = probe(rec)
+    assert b is not None, res.get("unbound")
+    assert b["op"] == "rms_norm" and b["call"]["entry"] == "rms_norm_forward"
+    assert b["call"]["args"] == [["input", 0], ["input", 1], ["param", "eps"], ["value", 0.0], ["value", "llama"],
+                                 ["value", None]]
+
+
+def test_probe_without_the_tree_reports_the_import():
+    rec = record("from liger_kernel_missing.utils import helper\n" + RMS.replace("X.contiguous()", "helper(X)"))
+    _, res, b = probe(rec)
+    assert b is None and res["unbound"].startswith("import failed: ModuleNotFoundError")
+
+
+@pytest.mark.gpu
+def test_gpu_probe_and_validate_two_liger_kernels(liger_tree, tmp_path):
+    b = Probed()
+    bound = []
+    for rel in ("liger_kernel/ops/softmax.py", "liger_kernel/ops/rms_norm.py"):
+        rec = record((liger_tree / rel).read_text(), rel, str(liger_tree))
+        res = run_isolated(b.task_fn, b.plan(rec, dtypes=["float32", "float16", "bfloat16"]), 300)
+        rec.binding = b.accept(rec, res)
+        assert rec.binding, res.get("unbound")
+        bound.append(rec)
+    assert [r.binding["op"] for r in bound] == ["softmax", "rms_norm"]
+    cfg = dataclasses.replace(ValidateConfig(), timing=False)
+    with LocalExecutor(progress=False) as ex:
+        out = list(pipeline.validate(bound, cfg, ex, str(tmp_path / "cc")))
+    assert [o[1] for o in out] == ["ok", "ok"], [o[3] for o in out]
+
+
+def test_compile_gate_skips_names_the_module_defines(tmp_path):
+    from sftbuild.validate import compile as C
+    from tests.redteam.cases import TRITON_RELU
+
+    scaled = TRITON_RELU.replace("import triton.language as tl\n", "import triton.language as tl\n\nSCALE = 2.0\n")
+    code = scaled.replace("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x * SCALE, 0.0)")
+    res = C.triton_gate({"code": code, "cache_dir": str(tmp_path), "arch": "sm_90", "nvcc": ""})
+    assert res["ok"], res.get("log")
+    missing = TRITON_RELU.replace("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x * UNDEFINED_SCALE, 0.0)")
+    res = C.triton_gate({"code": missing, "cache_dir": str(tmp_path), "arch": "sm_90", "nvcc": ""})
+    assert not res["ok"] and res["reason"] == "compile_error"
+
+
+def test_argument_mappings_by_name_first_then_every_order():
+    from sftbuild import ops
+    from sftbuild.validate.probe import arg_mappings
+
+    def p(name, **kw):
+        return {"name": name, "has_default": False, "default": None, "annotation": None, "kind": "pos", **kw}
+
+    op = ops.get("group_norm")  # x, w, b; params groups, eps
+    entry = {"params": [p("B"), p("X"), p("W"), p("num_groups"), p("eps"), p("mode", hint="fast"),
+                        p("out", has_default=True), p("flag", has_default=True, default=False)]}
+    maps = list(arg_mappings(entry, op, dict(op.params)))
+    assert maps[0] == [["input", 2], ["input", 0], ["input", 1], ["param", "groups"], ["param", "eps"],
+                       ["value", "fast"]]
+    assert len(maps) == 6  # the by-name guess, then the other orders of three tensors
+    assert list(arg_mappings({"params": [p("x"), p("count", annotation="int")]}, ops.get("relu"), {})) == []
+
+
+def test_reductions_that_drop_the_dim_are_tried_keeping_it():
+    from sftbuild import ops
+    from sftbuild.validate.probe import arg_mappings
+
+    entry = {"params": [{"name": "inp", "has_default": False, "default": None, "annotation": None, "kind": "pos"},
+                        {"name": "dim", "has_default": True, "default": None, "annotation": None, "kind": "pos"},
+                        {"name": "keepdim", "has_default": True, "default": False, "annotation": None,
+                         "kind": "pos"}]}
+    op = ops.get("amax")
+    assert list(arg_mappings(entry, op, dict(op.params))) == [
+        [["input", 0], ["param", "dim"]], [["input", 0], ["param", "dim"], ["value", True]]]
+
+
+def test_sizes_read_off_the_input_are_tried_per_axis():
+    import torch
+
+    from sftbuild import ops
+    from sftbuild.validate import pyrun
+    from sftbuild.validate.probe import arg_mappings
+
+    def p(name):
+        return {"name": name, "has_default": False, "default": None, "annotation": None, "kind": "pos"}
+
+    op = ops.get("group_norm")
+    maps = list(arg_mappings({"params": [p("X"), p("num_channels"), p("num_groups"), p("W"), p("B"), p("eps")]},
+                             op, dict(op.params)))
+    assert [m[1] for m in maps[:4]] == [["shape", [0, -1]], ["shape", [0, 1]], ["shape", [0, 0]], ["shape", [0, None]]]
+    x = torch.zeros(2, 8, 33)
+    args = pyrun.call_args({"args": maps[1]}, [x, torch.ones(8), torch.zeros(8)], dict(op.params))
+    assert args[1] == 8 and args[2] == op.params["groups"] and args[5] == op.params["eps"]
