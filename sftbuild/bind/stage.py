@@ -94,7 +94,8 @@ def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0
                 except Exception as e:  # a binder failing on one record declines it, with the error
                     declined[rec.id].append(f"{b.name} failed: {type(e).__name__}: {e}"[:200])
                     continue
-                declined[rec.id].append(b.name)
+                why = b.why_not(rec)
+                declined[rec.id].append(f"{b.name}: {why}" if why else b.name)
             else:
                 yield rec, None, _reason(rec, declined[rec.id]), evidence[rec.id]
                 continue

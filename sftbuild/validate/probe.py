@@ -163,9 +163,19 @@ def _unmappable(entry, op, params) -> str:
 
 
 def probe_shapes(op, n: int, most: int = MAX_PROBE_NUMEL) -> list:
-    """The n smallest shapes of the op's pool that are big enough to tell ops apart (and under `most`)."""
-    pool = [s for s in op.shape_pool if MIN_PROBE_NUMEL <= math.prod(s) <= most]
-    return sorted(pool, key=math.prod)[:max(n, MIN_SHAPES)]
+    """The n smallest shapes of the op's pool that are big enough to tell ops apart (and under `most`);
+    where the pool has fewer in that range, the nearest others fill in (a pool entry's product is a
+    bound, not the tensors' size: (tokens, hidden, vocab) of a fused linear cross-entropy)."""
+    want = max(n, MIN_SHAPES)
+    fits = sorted((s for s in op.shape_pool if MIN_PROBE_NUMEL <= math.prod(s) <= most), key=math.prod)
+    if len(fits) >= want:
+        return fits[:want]
+
+    def distance(s):
+        v = max(1, math.prod(s))
+        return math.log(MIN_PROBE_NUMEL / v) if v < MIN_PROBE_NUMEL else math.log(v / most)
+    others = sorted((s for s in op.shape_pool if s not in fits), key=distance)
+    return sorted(fits + others[:want - len(fits)], key=math.prod)
 
 
 def _inputs(op, shape, dtype, seed, dev, params):

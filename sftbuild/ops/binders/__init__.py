@@ -52,6 +52,10 @@ class Binder(Plugin):
     how: str = ""  # default: the binder's name when that is a `how`, else probed (running) or inferred
     task_fn: str = ""  # "module:function" that runs a plan's task, for running binders
 
+    def why_not(self, record) -> str:
+        """One phrase on why this binder found nothing for `record` ("" when there is nothing to add)."""
+        return ""
+
     def bind(self, record) -> dict | None:
         """A binding dict for `record`, or None (static binders)."""
         return None

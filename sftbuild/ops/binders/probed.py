@@ -36,6 +36,11 @@ class Probed(Binder):
     def bind(self, record) -> dict | None:
         return None  # probing runs code, so it happens in a worker: plan -> probe -> accept
 
+    def why_not(self, record) -> str:
+        if record.language == "triton" and not (record.entry or {}).get("entry_points"):
+            return "no function in the record launches its kernels (they are launched from another module)"
+        return ""
+
     def plan(self, record, dtypes: list[str] | None = None, seconds: float = PROBE_SECONDS) -> dict | None:
         """The probe task for a Triton record with entry points; None when there is nothing to probe."""
         if record.language != "triton":
