@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The yield table of the README: each source through harvest, bind, describe and validate in a fresh
+# workspace, then its funnel and bindings. Run on a GPU machine from the repository root:
+#
+#   bench/yield_table.sh OUT_DIR CUDA_REPO LIGER_WHEEL [SECOND_WHEEL]
+#
+# Each source has its own time limits (bind, validate) so one slow source cannot starve the others;
+# what a limit cuts short stays unbound or unvalidated and shows so in its funnel.
+set -uo pipefail
+out=${1:?out dir}; repo=${2:?cuda repo}; liger=${3:?liger wheel}; second=${4:-}
+mkdir -p "$out"
+S="python3 -m sftbuild.cli"
+cfg=$(mktemp --suffix .yaml)
+printf "bind:\n  probe_workers_per_gpu: 8\n  probe_timeout: 120\n" > "$cfg"
+one() {  # name source bind_limit validate_limit
+  local name=$1 src=$2 w=/tmp/yield-$1
+  rm -rf "$w"
+  local t0=$SECONDS
+  $S harvest "$src" -w "$w" -q -c "$cfg" > "$out/$name.log" 2>&1
+  timeout "$3" $S bind -w "$w" -q -c "$cfg" >> "$out/$name.log" 2>&1
+  $S describe -w "$w" -q -c "$cfg" >> "$out/$name.log" 2>&1
+  timeout "$4" $S validate -w "$w" -q -c "$cfg" >> "$out/$name.log" 2>&1
+  echo "== $name ($((SECONDS - t0)) s)"
+  $S status -w "$w" 2>&1 | sed -n '1,12p' | tee "$out/$name-status.txt"
+  $S bindings -w "$w" > "$out/$name-bindings.txt" 2>&1
+  python3 bench/yield_row.py "$w" "$name" | tee -a "$out/table.md"
+}
+one llmc "$repo" 200 240
+one liger "$liger" 300 200
+[ -n "$second" ] && one second "$second" 240 200
+rm -f "$cfg"
