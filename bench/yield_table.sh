@@ -25,7 +25,7 @@ one() {  # name source bind_limit validate_limit
   $S bindings -w "$w" > "$out/$name-bindings.txt" 2>&1
   python3 bench/yield_row.py "$w" "$name" | tee -a "$out/table.md"
 }
-one llmc "$repo" 200 240
-one liger "$liger" 300 200
-[ -n "$second" ] && one second "$second" 240 200
+one llmc "$repo" 200 200
+one liger "$liger" 150 150
+[ -n "$second" ] && one second "$second" 150 120
 rm -f "$cfg"
