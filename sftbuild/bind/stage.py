@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from sftbuild.binding import Binding
 from sftbuild.context import Context, StageRun
@@ -102,7 +102,8 @@ def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0
             if found is not None:
                 yield rec, found, None, found.evidence
         pending = []
-        for (rec, b, _), result in zip(queued, _run_tasks(queued, ctx, probe, timeout)):
+        for n, result in _run_tasks(queued, ctx, probe, timeout):  # as they finish: each is stored at once
+            rec, b, _ = queued[n]
             found, why, ev = _accept(rec, b, result)
             if found is not None:
                 yield rec, found, None, found.evidence or ev
@@ -141,30 +142,31 @@ def _accept(rec, binder, result) -> tuple[Binding | None, str, dict]:
     return binder.binding(found, ev), "", ev
 
 
-def _run_tasks(queued, ctx, probe: str, timeout: float) -> list:
-    """Each task's result (or WorkerFailure), in order: GPU workers, else the Triton interpreter, else none."""
-    if not queued:
-        return []
+def _run_tasks(queued, ctx, probe: str, timeout: float):
+    """(index into `queued`, result or WorkerFailure) for each task, in the order they finish: GPU
+    workers, else the Triton interpreter, else none."""
     device = "cuda" if probe == "gpu" else "cpu"  # where the task runs, for a task that allocates inputs
     items = [{"task_fn": b.task_fn, "task": {"device": device, **task} if isinstance(task, dict) else task,
-              "language": rec.language} for rec, b, task in queued]
+              "language": rec.language, "n": n} for n, (rec, b, task) in enumerate(queued)]
+    if not items:
+        return
     if probe == "gpu":
-        out = dict()
-        for item, res in ctx.executor.map_gpu(run_task, [dict(it, n=i) for i, it in enumerate(items)],
-                                              timeout=timeout, desc="bind",
+        for item, res in ctx.executor.map_gpu(run_task, items, timeout=timeout, desc="bind",
                                               per_gpu=ctx.config.bind.probe_workers_per_gpu):
-            out[item["n"]] = res
-        return [out.get(i, WorkerFailure("crash", "no result")) for i in range(len(items))]
+            yield item["n"], res
+        return
 
     from sftbuild.validate.sandbox import run_isolated
 
     def one(item):
         if probe != "interpreter" or item["language"] != "triton":
-            return {"unbound": "probing this kernel needs a GPU"}
-        return run_isolated(item["task_fn"], item["task"], timeout, env={"TRITON_INTERPRET": "1"})
+            return item["n"], {"unbound": "probing this kernel needs a GPU"}
+        return item["n"], run_isolated(item["task_fn"], item["task"], timeout, env={"TRITON_INTERPRET": "1"})
 
     with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
-        return list(pool.map(one, items))
+        futures = [pool.submit(one, item) for item in items]
+        for fut in as_completed(futures):
+            yield fut.result()
 
 
 def run_task(item: dict):
