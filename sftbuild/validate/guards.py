@@ -129,23 +129,10 @@ LIBRARY_KERNELS = re.compile(r"gemm|gemv|cublas|cutlass|cudnn|xmma|sm\d+_.*(?:co
 
 
 def profile_kernels(fn) -> list[str] | None:
-    """Names of the CUDA kernels `fn()` launched; None when the profiler cannot see CUDA here."""
-    if not torch.cuda.is_available():
-        return None
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-    except Exception:
-        return None
-    names = []
-    for e in prof.events():
-        dev = getattr(e, "device_type", None)
-        if dev is not None and "CUDA" in str(dev) and e.name not in names:
-            names.append(e.name)
-    return names
+    """Names of the CUDA kernels `fn()` launched, in launch order; None when the profiler cannot see
+    CUDA here."""
+    times = profile_kernel_times(fn)
+    return None if times is None else list(times)
 
 
 def profile_kernel_times(fn) -> dict[str, float] | None:
