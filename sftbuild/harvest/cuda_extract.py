@@ -483,25 +483,27 @@ def _launch_bounds(head: str) -> str | None:
 
 
 def _params(head: str, name: str) -> list[str]:
-    m = None
-    for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", head):
-        break
-    if not m:
-        return []
-    depth, i, start, parts = 1, m.end(), m.end(), []
-    while i < len(head) and depth:
-        ch = head[i]
-        if ch in "(<[":
+    m = re.search(r"\b" + re.escape(name) + r"\s*\(", head)
+    return (_split_args(head, m.end(), "(<[", ")>]") or []) if m else []
+
+
+def _split_args(text: str, start: int, opens: str, closes: str) -> list[str] | None:
+    """The comma-separated arguments from `start` (just past an opening parenthesis) to its match,
+    each with its whitespace collapsed; None when the text ends first."""
+    depth, i, parts = 1, start, []
+    while i < len(text) and depth:
+        ch = text[i]
+        if ch in opens:
             depth += 1
-        elif ch in ")>]":
+        elif ch in closes:
             depth -= 1
         if (ch == "," and depth == 1) or depth == 0:
-            part = " ".join(head[start:i].split())
+            part = " ".join(text[start:i].split())
             if part:
                 parts.append(part)
             start = i + 1
         i += 1
-    return parts
+    return parts if depth == 0 else None
 
 
 def _launch_pattern(kname: str) -> re.Pattern:
@@ -858,20 +860,7 @@ def _main_body(units, src) -> str:
 
 def _call_args(text: str, name: str) -> list[str] | None:
     m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", text)
-    if not m:
-        return None
-    depth, i, start, parts = 1, m.end(), m.end(), []
-    while i < len(text) and depth:
-        ch = text[i]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if (ch == "," and depth == 1) or depth == 0:
-            parts.append(" ".join(text[start:i].split()))
-            start = i + 1
-        i += 1
-    return [p for p in parts if p] if depth == 0 else None
+    return _split_args(text, m.end(), "([{", ")]}") if m else None
 
 
 def _allocation(main: str, var: str) -> dict | None:

@@ -5,8 +5,7 @@ They set up and record; the verdicts on what they record are the run-time checks
 
   strict_precision()   force fp32 math to full precision; report the flags a candidate flips
   LaunchCounter        count Triton launches of kernels defined in the candidate's own file
-  profile_kernels()    CUDA kernel names a call launched (torch.profiler), to spot decoys and library gemms
-  profile_kernel_times()  the same, with each kernel's GPU time
+  profile_kernel_times()  GPU time per CUDA kernel a call launched (torch.profiler), to spot library kernels
   library_kernels()    which of those names are cuBLAS, cuDNN or ATen compute kernels
   scrub()              fill the allocator's free blocks with NaN so unwritten outputs show
   snapshot()           copies of the inputs, to check them unchanged after the call
@@ -126,13 +125,6 @@ def _triton_classes():
 
 LIBRARY_KERNELS = re.compile(r"gemm|gemv|cublas|cutlass|cudnn|xmma|sm\d+_.*(?:conv|mma)|softmax_warp|"
                              r"cunn_|layer_norm|reduce_kernel|conv\w*kernel|implicit_convolve", re.I)
-
-
-def profile_kernels(fn) -> list[str] | None:
-    """Names of the CUDA kernels `fn()` launched, in launch order; None when the profiler cannot see
-    CUDA here."""
-    times = profile_kernel_times(fn)
-    return None if times is None else list(times)
 
 
 def profile_kernel_times(fn) -> dict[str, float] | None:
