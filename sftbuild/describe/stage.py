@@ -92,6 +92,8 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         ref = (binding.get("harness_args") or {}).get("ref") or {}
         facts.update(kind="program", flavor="cpu_reference", reference=(ref.get("cpu_code") or "").strip(),
                      fence="cpp", cpu=ref.get("cpu", ""), launcher=ref.get("launcher", ""),
+                     same_args=all("cpu" in m for m in ref.get("launcher_map") or []) and
+                     len(ref.get("launcher_map") or ref.get("cpu_params") or []) >= len(ref.get("cpu_params") or []),
                      dtypes=binding.get("dtypes") or ["float32"], layouts=["contiguous"])
     elif op:
         noun = T.NOUNS.get(op.family, T.GENERIC_NOUN)
