@@ -39,7 +39,7 @@ from sftbuild.ops.binders.probed import Probed  # noqa: E402
 from sftbuild.store import Store  # noqa: E402
 from sftbuild.validate import pipeline  # noqa: E402
 from sftbuild.validate.compile import find_nvcc  # noqa: E402
-from sftbuild.validate.sandbox import run_isolated  # noqa: E402
+from sftbuild.sandbox import run_isolated  # noqa: E402
 
 
 def harvest(spec: str, workspace: str, quiet: bool):

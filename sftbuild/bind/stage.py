@@ -156,7 +156,7 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
             yield item["n"], res
         return
 
-    from sftbuild.validate.sandbox import run_isolated
+    from sftbuild.sandbox import run_isolated
 
     def one(item):
         if probe != "interpreter" or item["language"] != "triton":

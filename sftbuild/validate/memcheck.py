@@ -10,7 +10,7 @@ import re
 import shutil
 
 from sftbuild.executor import WorkerFailure
-from sftbuild.validate.sandbox import run_isolated
+from sftbuild.sandbox import run_isolated
 
 ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
 

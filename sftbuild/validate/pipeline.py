@@ -85,7 +85,7 @@ def _without_gpu(items, cfg, by_id):
     """Triton candidates through the interpreter in a sandbox; everything else waits for a GPU."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sftbuild.validate.sandbox import run_isolated
+    from sftbuild.sandbox import run_isolated
 
     def one(item):
         if item["language"] == "cuda" or not cfg.cpu_interpret or \

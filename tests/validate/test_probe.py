@@ -16,7 +16,7 @@ from sftbuild.harvest.triton_extract import extract_kernels
 from sftbuild.ops.binders.probed import Probed, shortlist, words
 from sftbuild.record import Record
 from sftbuild.validate import pipeline
-from sftbuild.validate.sandbox import run_isolated
+from sftbuild.sandbox import run_isolated
 
 pytest.importorskip("triton")
 LIGER = Path("/work/pkgs/liger_kernel-0.8.5-py3-none-any.whl")

@@ -1,7 +1,7 @@
 """One-shot isolated runs: a fresh Python process per call, killed at a timeout.
 
-Used for CPU-interpreter trials (untrusted code off the main process) and as the
-tiny standalone runner that compute-sanitizer wraps.
+Used for CPU-interpreter trials and probes (untrusted code off the main process), by
+validate and bind alike, and as the tiny standalone runner that compute-sanitizer wraps.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = 
         with open(src, "wb") as f:
             pickle.dump((func, task), f)
         try:
-            p = subprocess.run([*prefix, sys.executable, "-m", "sftbuild.validate.sandbox", src, dst],
+            p = subprocess.run([*prefix, sys.executable, "-m", "sftbuild.sandbox", src, dst],
                                capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
         except subprocess.TimeoutExpired:
             return WorkerFailure("timeout", f"no result within {timeout:.0f} s")
