@@ -15,6 +15,7 @@ from sftbuild.ops import binders
 from sftbuild.record import Record
 from sftbuild.validate import compile as C
 from sftbuild.validate import harness as H
+from sftbuild.validate import pipeline
 
 DATA = Path(__file__).parents[1] / "data" / "ops"
 EXPECTED = {"relu_kernel": "relu", "silu_kernel": "silu", "sigmoid_kernel": "sigmoid", "tanh_kernel": "tanh",
@@ -181,7 +182,10 @@ def _aten_harness_failures(records, cache) -> list:
 
     with ThreadPoolExecutor(os.cpu_count() or 2) as ex:
         results = list(ex.map(build, jobs))
-    return [(r.name, op, res.get("log", "")[-1500:]) for r, op, res in results if not res["ok"]]
+    # a kernel a preprocessor guard removes on this toolchain is validate's `compiled_out`, not a harness
+    # failure (torch 2.11's warp merge sort tests CUDA_VERSION >= 110600, false on every CUDA release)
+    return [(r.name, op, res.get("log", "")[-1500:]) for r, op, res in results
+            if not res["ok"] and not pipeline.compiled_out(res.get("log", ""), r.name)]
 
 
 def _bound_aten(workspace) -> list:
@@ -295,7 +299,6 @@ __global__ void guarded_kernel(float* x) { x[threadIdx.x] = 1.f; }
 def test_a_kernel_its_guard_removes_is_compiled_out(tmp_path):
     """A kernel whose own #if guard is false on this toolchain is `compiled_out`, not a harness error."""
     from sftbuild.config import ValidateConfig
-    from sftbuild.validate import pipeline
 
     harness = '#include "kernel.cuh"\nvoid launch(float* x) { guarded_kernel<<<1, 32>>>(x); }\n'
     task = {"id": "g", "name": "guarded_kernel", "language": "cuda", "code": GUARDED, "harnesses": [harness],
