@@ -109,6 +109,19 @@ def test_llmc_kernels_bind_to_their_cpu_reference(file, kernel, cpu):
     assert b["how"] == "file_reference" and b["cpu_reference"] == cpu and FR.plans(b["harness_args"]["ref"])
 
 
+@needs_llmc
+def test_a_step_launcher_reads_what_the_cpu_function_computed_first():
+    """attention_backward_cpu computes datt, then the softmax backward from it; the step's launcher
+    takes datt non-const but its kernel declares it const, so the step starts from the CPU's datt."""
+    ref = _record(LLMC, "attention_backward.cu", "softmax_autoregressive_backward_kernel1").binding["harness_args"]["ref"]
+    names = [c["name"] for c in ref["cpu_params"] if c["ptr"]]
+    roles = dict(zip(names, FR.roles(ref)))
+    assert roles["datt"] == "staged" and roles["att"] == "staged" and roles["dpreatt"] == "inout"
+    assert roles["dinp"] == "host" and "datt" in ref["kernel_reads"]
+    assert FR.kernel_reads(["float* __restrict__ out", "const float* __restrict__ inp", "const int* idx",
+                            "float* const p", "int n"]) == ["inp", "idx"]
+
+
 def _inferred(code: str, name: str, params: list[str]):
     rec = Record(language="cuda", code=code, source="t", entry={"kernels": [name], "params": params},
                  binding=None, provenance={})

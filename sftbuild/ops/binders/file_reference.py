@@ -45,10 +45,22 @@ class FileReference(Binder):
         # device properties main() would have filled (cudaGetDeviceProperties) before calling launchers
         props = re.findall(r"(?m)^\s*cudaDeviceProp\s+(\w+)\s*;", record.code)
         path = (record.provenance or {}).get("path", "")
+        ref = {**ref, "device_props": props, "kernel_reads": kernel_reads(record.entry.get("params") or [])}
         return {"kind": "program", "program": f"{path}:{ref['cpu']}", "how": "file_reference",
                 "harness": "file_reference", "dtypes": ["float32"],
                 "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
-                "harness_args": {"ref": {**ref, "device_props": props}, "slots": slots(ref)}}
+                "harness_args": {"ref": ref, "slots": slots(ref)}}
+
+
+def kernel_reads(params: list[str]) -> list[str]:
+    """Names of the kernel's pointer parameters declared const: arrays it only reads."""
+    out = []
+    for p in params:
+        decl = re.sub(r"\b(__restrict__|__restrict|restrict)\b", " ", p.split("=")[0])
+        m = re.search(r"\bconst\b[^*]*\*\s*(?:const\s+)?(\w+)\s*$", decl)
+        if m:
+            out.append(m.group(1))
+    return out
 
 
 def slots(ref: dict) -> list[dict]:
@@ -78,15 +90,17 @@ def roles(ref: dict) -> list[str]:
     whether main() fills it first), host (the launcher does not take it) or null (main() passes NULL).
     `staged`: the launcher only reads an array the CPU function may write (one step of a larger CPU
     function, e.g. a softmax backward that reads the `datt` the CPU computed first): the launcher gets
-    the CPU's final values, so both sides start the step from the same data."""
+    the CPU's final values, so both sides start the step from the same data. The launcher only reads
+    it when it takes it const, or passes it to a kernel that declares it const (`kernel_reads`)."""
     cpu = ref["cpu_params"]
     fed = {m["cpu"]: g for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))],
                                        ref["launcher_params"]) if "cpu" in m}
     out = []
     for i, b in zip([i for i, c in enumerate(cpu) if c["ptr"]], ref["buffers"]):
         g = fed.get(i)
+        reads = g is not None and (g["const"] or g.get("name") in (ref.get("kernel_reads") or ()))
         out.append("null" if b["gen"] == "null" else "host" if g is None
-                   else ("input" if cpu[i]["const"] else "staged") if g["const"]
+                   else ("input" if cpu[i]["const"] else "staged") if reads
                    else "output" if b["gen"] == "empty" else "inout")
     return out
 
