@@ -85,7 +85,7 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
         for reason in left_out.values():
             excluded[reason] = excluded.get(reason, 0) + 1
         batch = Batch(samples, ctx.store, funnel=ctx.store.funnel(), excluded=excluded,
-                      review=summary.review(ctx.store, getattr(ctx.config.review, "confidence", 0.95)))
+                      review=summary.review(ctx.store, ctx.config.review.confidence))
         tmp = _fresh(out_dir.with_name(f".{out_dir.name}.new"))
         try:
             for exporter in exporters:

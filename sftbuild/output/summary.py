@@ -1,35 +1,17 @@
 """Facts the dataset card states, computed from the store and the samples at export time.
 
-review(store, confidence)  the review sample, its verdicts and what they prove: an exact
-                           one-sided Clopper-Pearson upper bound on the defect rate
+review(store, confidence)  the review sample, its verdicts and what they prove: the exact
+                           one-sided Clopper-Pearson upper bound the review stage states
 environments(samples)      where validation ran: GPU models, drivers and tool versions, or the CPU interpreter
 coverage(samples)          trials, shapes and dtypes the verdicts rest on
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 from sftbuild.output.rows import Sample, validation
+from sftbuild.review.sample import upper_bound
 from sftbuild.store import Store
-
-
-def clopper_pearson_upper(defects: int, n: int, confidence: float) -> float:
-    """The exact one-sided upper bound on a rate after `defects` in `n` (1.0 when n is 0)."""
-    if n <= 0 or defects >= n:
-        return 1.0
-    alpha = 1.0 - confidence
-    if defects == 0:
-        return 1.0 - alpha ** (1.0 / n)
-
-    def cdf(p: float) -> float:  # P(X <= defects) for X ~ Binomial(n, p)
-        return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(defects + 1))
-
-    lo, hi = defects / n, 1.0
-    for _ in range(80):  # cdf falls as p rises: find where it crosses alpha
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) > alpha else (lo, mid)
-    return hi
 
 
 def review(store: Store, confidence: float = 0.95) -> dict:
@@ -38,7 +20,7 @@ def review(store: Store, confidence: float = 0.95) -> dict:
     n, rejected = len(rows), verdicts.get("reject", 0)
     decided = n - verdicts.get("pending", 0)
     stats = next((m["stats"] for m in reversed(store.manifests()) if m["stage"] == "review" and m["stats"]), {})
-    upper = clopper_pearson_upper(rejected, decided, confidence) if decided else None
+    upper = upper_bound(rejected, decided, confidence) if decided else None
     statement = (f"defect rate <= {upper:.1%} at {confidence:.0%} confidence ({rejected} of {decided} reviewed "
                  "records rejected; one-sided Clopper-Pearson)") if decided else "no record has been reviewed"
     return {"sampled": n, "accepted": verdicts.get("accept", 0), "rejected": rejected,

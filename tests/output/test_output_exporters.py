@@ -6,8 +6,9 @@ import json
 import pytest
 
 from sftbuild.context import UserError
-from sftbuild.output import stage, summary
+from sftbuild.output import stage
 from sftbuild.output.exporters import EXPORTERS
+from sftbuild.review.sample import upper_bound
 
 DEFAULTS = ["sft_messages", "sft_prompt_completion", "sft_alpaca", "rlvr_verl", "rlvr_trl", "card"]
 
@@ -36,9 +37,9 @@ def test_swap_replaces_the_folder_whole(tmp_path):
 
 def test_clopper_pearson_upper_bound():
     # zero defects in n: 1 - alpha^(1/n); 59 clean reviews bound the rate at 5% with 95% confidence
-    assert summary.clopper_pearson_upper(0, 59, 0.95) == pytest.approx(0.0495, abs=1e-3)
-    assert summary.clopper_pearson_upper(1, 20, 0.95) == pytest.approx(0.2161, abs=1e-3)  # beta.ppf(.95, 2, 19)
-    assert summary.clopper_pearson_upper(0, 0, 0.95) == 1.0
+    assert upper_bound(0, 59, 0.95) == pytest.approx(0.0495, abs=1e-3)
+    assert upper_bound(1, 20, 0.95) == pytest.approx(0.2161, abs=1e-3)  # beta.ppf(.95, 2, 19)
+    assert upper_bound(0, 0, 0.95) == 1.0
 
 
 def test_previous_records_reads_the_manifest_or_a_legacy_export(tmp_path):
