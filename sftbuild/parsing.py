@@ -2,10 +2,13 @@
 
 `cuda_parser()` is the tree-sitter CUDA parser: harvest extracts kernels with it and
 describe reads features from its trees. `cuda_language()` is its grammar, for queries.
+`param_info(decl)` reads one C/CUDA parameter declaration: harvest reads kernel, launcher and
+CPU-function signatures with it, and binders read the records' kernel parameters.
 """
 from __future__ import annotations
 
 import functools
+import re
 
 import tree_sitter as ts
 import tree_sitter_cuda
@@ -19,3 +22,32 @@ def cuda_language() -> ts.Language:
 @functools.lru_cache(maxsize=1)
 def cuda_parser() -> ts.Parser:
     return ts.Parser(cuda_language())
+
+
+INT_WORDS = {"int", "long", "size_t", "unsigned", "int64_t", "int32_t", "uint32_t", "uint64_t", "short"}
+FLOAT_WORDS = {"float", "double"}
+
+
+def param_info(decl: str) -> dict | None:
+    """{type, name, ptr, const, kind: ptr|int|float} of one parameter declaration, None when unreadable."""
+    decl = re.sub(r"\b(__restrict__|__restrict|restrict)\b", " ", decl.split("=")[0])
+    if "&" in decl or "[" in decl or "(" in decl or decl.count("*") > 1:
+        return None
+    words = re.findall(r"[A-Za-z_]\w*", decl)
+    if len(words) < 2:
+        return None
+    name, types = words[-1], [w for w in words[:-1] if w not in ("const", "volatile", "signed")]
+    if not types:
+        return None
+    ptr = "*" in decl
+    base = " ".join(types)
+    const = "const" in words[:-1] and (not ptr or decl.find("const") < decl.find("*"))
+    if ptr:
+        kind = "ptr"
+    elif set(types) <= INT_WORDS:
+        kind = "int"
+    elif set(types) <= FLOAT_WORDS:
+        kind = "float"
+    else:
+        return None
+    return {"type": base, "name": name, "ptr": ptr, "const": const, "kind": kind}

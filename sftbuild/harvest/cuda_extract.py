@@ -25,7 +25,7 @@ import re
 
 import tree_sitter as ts
 
-from sftbuild.parsing import cuda_language, cuda_parser
+from sftbuild.parsing import FLOAT_WORDS, cuda_language, cuda_parser, param_info
 
 WORD = re.compile(r"[A-Za-z_]\w*")
 UNIT_TYPES = {
@@ -725,37 +725,10 @@ def _inside_real(root, path) -> bool:
 LIBRARY_WORK = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(|"
                           r"(?<![\w.:])(?:std::)?(?:exit|_exit|abort|quick_exit|system)\s*\(")
 CPU_REFERENCE = re.compile(r"(?:_cpu|_reference|_ref|_host)$|^(?:ref_|reference_|cpu_|naive_cpu_)")
-INT_WORDS = {"int", "long", "size_t", "unsigned", "int64_t", "int32_t", "uint32_t", "uint64_t", "short"}
-FLOAT_WORDS = {"float", "double"}
 GENERATORS = {  # host generators whose value ranges the trials reproduce
     "make_random_float": ("uniform", -1.0, 1.0), "make_random_float_01": ("uniform", 0.0, 1.0),
     "make_zeros_float": ("zeros",), "make_ones_float": ("ones",), "make_random_int": ("int",),
 }
-
-
-def param_info(decl: str) -> dict | None:
-    """{type, name, ptr, const, kind: ptr|int|float} of one parameter declaration, None when unreadable."""
-    decl = re.sub(r"\b(__restrict__|__restrict|restrict)\b", " ", decl.split("=")[0])
-    if "&" in decl or "[" in decl or "(" in decl or decl.count("*") > 1:
-        return None
-    words = re.findall(r"[A-Za-z_]\w*", decl)
-    if len(words) < 2:
-        return None
-    name, types = words[-1], [w for w in words[:-1] if w not in ("const", "volatile", "signed")]
-    if not types:
-        return None
-    ptr = "*" in decl
-    base = " ".join(types)
-    const = "const" in words[:-1] and (not ptr or decl.find("const") < decl.find("*"))
-    if ptr:
-        kind = "ptr"
-    elif set(types) <= INT_WORDS:
-        kind = "int"
-    elif set(types) <= FLOAT_WORDS:
-        kind = "float"
-    else:
-        return None
-    return {"type": base, "name": name, "ptr": ptr, "const": const, "kind": kind}
 
 
 def _host_functions(units: list[Unit], src: bytes) -> dict[str, int]:

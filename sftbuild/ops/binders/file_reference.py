@@ -22,6 +22,7 @@ import math
 import re
 
 from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.parsing import param_info
 
 MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
 SHRINKABLE = 16  # main() literals at least this big are sizes the trials may shrink
@@ -54,13 +55,7 @@ class FileReference(Binder):
 
 def kernel_reads(params: list[str]) -> list[str]:
     """Names of the kernel's pointer parameters declared const: arrays it only reads."""
-    out = []
-    for p in params:
-        decl = re.sub(r"\b(__restrict__|__restrict|restrict)\b", " ", p.split("=")[0])
-        m = re.search(r"\bconst\b[^*]*\*\s*(?:const\s+)?(\w+)\s*$", decl)
-        if m:
-            out.append(m.group(1))
-    return out
+    return [p["name"] for p in map(param_info, params) if p and p["ptr"] and p["const"]]
 
 
 def slots(ref: dict) -> list[dict]:
