@@ -69,8 +69,8 @@ def where(payload: dict) -> str:
 
 
 def bound(record: Record) -> bool:
-    b = record.binding or {}
-    return bool(b.get("op") or b.get("reference"))
+    """The bind stage gave it a reference: an op, a program, or its file's CPU function."""
+    return bool(record.binding)
 
 
 def program(record: Record) -> str | None:

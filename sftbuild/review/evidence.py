@@ -138,6 +138,11 @@ def _reference(rec: Record) -> dict:
     if isinstance(b.get("reference"), str):
         return {"kind": "program", "title": f"reference program ({b.get('kind')})", "source": b["reference"],
                 "language": "python"}
+    if b.get("how") == "file_reference":
+        ref = (b.get("harness_args") or {}).get("ref") or {}
+        return {"kind": "program", "title": f"CPU reference {ref.get('cpu', '')} in {b.get('program', '')}, "
+                f"called through the launcher {ref.get('launcher', '')}", "source": ref.get("cpu_code", ""),
+                "language": "cpp"}
     if b.get("op"):
         from sftbuild import ops
 

@@ -93,3 +93,15 @@ def test_card_header_names_the_one_licence_every_record_shares(tmp_path):
     mixed = Batch(mit + [Sample(r, {}, {}) for r in fixture.records()["inductor"]], store, configs=batch.configs)
     assert header(mixed)["license"] == "other" and header(mixed)["license_name"]
     store.close()
+
+
+def test_every_binding_kind_counts_as_bound():
+    from sftbuild.output.rows import bound
+    from sftbuild.record import Record
+
+    def rec(binding):
+        return Record(language="cuda", code="__global__ void k() {}", source="t", binding=binding)
+
+    assert bound(rec({"kind": "op", "op": "relu"})) and bound(rec({"kind": "kernelbench", "reference": "x"}))
+    assert bound(rec({"kind": "program", "program": "scale.cu:scale_cpu", "how": "file_reference"}))
+    assert not bound(rec(None))

@@ -225,3 +225,16 @@ def test_review_settings_are_range_checked(tmp_path):
         assert r.exit_code != 0 and msg in r.output and "Traceback" not in r.output
     r = invoke("review", "status", "-w", ws)
     assert r.exit_code != 0 and "no review sample yet" in r.output
+
+
+def test_file_reference_records_show_their_cpu_function(tmp_path):
+    ws = str(tmp_path / "ws")
+    recs = workspace.make(ws, 6)
+    cpu = "void scale_cpu(float* out, const float* inp, int n) { for (int i = 0; i < n; i++) out[i] = 2 * inp[i]; }"
+    s = Store(ws)
+    s.put_binding(recs[0].id, Binding.from_dict(
+        {"kind": "program", "program": "scale.cu:scale_cpu", "harness": "file_reference",
+         "harness_args": {"ref": {"cpu": "scale_cpu", "launcher": "scale1", "cpu_code": cpu}}}, how="file_reference"))
+    s.close()
+    out = invoke("review", "show", recs[0].id[:12], "-w", ws).output
+    assert "--- CPU reference scale_cpu in scale.cu:scale_cpu, called through the launcher scale1 ---\n" + cpu in out
