@@ -18,6 +18,7 @@ import yaml
 from sftbuild import ops
 from sftbuild.binding import key_of
 from sftbuild.ops import launch as ops_launch
+from sftbuild.ops.pools import fits
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T
@@ -155,11 +156,7 @@ def _harness_limits(name: str | None) -> dict:
 
 def _shapes(pool, cons: dict, most: int = 6) -> list[str]:
     """Up to `most` shapes of the pool that the size limits allow, small to large."""
-    dims = {int(a): n for a, n in (cons.get("dims") or {}).items()}
-    ok = [s for s in pool if ("max_numel" not in cons or math.prod(s) <= cons["max_numel"])
-          and ("max_cols" not in cons or s[-1] <= cons["max_cols"])
-          and all(a < len(s) and s[a] == n for a, n in dims.items())]
-    ok = sorted(ok, key=math.prod)
+    ok = sorted((s for s in pool if fits(s, cons)), key=math.prod)
     if len(ok) > most:
         step = (len(ok) - 1) / (most - 1)
         ok = [ok[round(i * step)] for i in range(most)]

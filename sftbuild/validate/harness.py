@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import jinja2
 import yaml
 
 from sftbuild.ops import launch
+from sftbuild.ops.pools import fits  # noqa: F401  (trials and pyrun filter pools with it)
 
 CONTRACTS = launch.CONTRACTS  # name -> (inputs, outputs, params) -> (ptrs, ints); what trials call
 
@@ -137,17 +137,6 @@ def get(name: str) -> Harness:
 
 def _limits(name: str | None) -> dict:
     return get(name).limits if name else {}
-
-
-def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
-    """Whether a shape from an op's pool satisfies a binding's constraints (and a size cap)."""
-    n = math.prod(shape)
-    if (max_numel and n > max_numel) or ("max_numel" in cons and n > cons["max_numel"]):
-        return False
-    if "max_cols" in cons and shape[-1] > cons["max_cols"]:
-        return False
-    # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
-    return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 
 
 def checks(binding: dict) -> list[dict]:
