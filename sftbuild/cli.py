@@ -115,7 +115,7 @@ def bind(ctx):
     """
     from sftbuild.bind import stage
 
-    _report(ctx, "bind", stage.run(ctx))
+    _stage(ctx, "bind", stage.run)
 
 
 @main.command()
@@ -172,7 +172,7 @@ def describe(ctx):
     """
     from sftbuild.describe import stage
 
-    _report(ctx, "describe", stage.run(ctx))
+    _stage(ctx, "describe", stage.run)
 
 
 @main.command()
@@ -196,7 +196,7 @@ def validate(ctx, max_slowdown, memcheck):
         ctx.config.validate.max_slowdown = max_slowdown
     if memcheck is not None:
         ctx.config.validate.memcheck = memcheck
-    _report(ctx, "validate", stage.run(ctx))
+    _stage(ctx, "validate", stage.run)
 
 
 @main.command()
@@ -210,7 +210,7 @@ def dedupe(ctx):
     """
     from sftbuild.dedupe import stage
 
-    _report(ctx, "dedupe", stage.run(ctx))
+    _stage(ctx, "dedupe", stage.run)
 
 
 @main.group(invoke_without_command=True)
@@ -508,6 +508,30 @@ def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:
     import dataclasses
 
     return [(cls.name, dataclasses.asdict(cls.Params()), cls.summary()) for cls in plugins.registry(kind)]
+
+
+def _stage(ctx, name, run, **options):
+    """A stage's own command: the stages before it that prepare records run first where they have
+    work (bind and describe), then the stage; a stage with nothing to do says why."""
+    for st in stages.STAGES[1:stages.NAMES.index(name)]:
+        if st.prepares and ctx.store.alive(st.name):
+            stats = stages.module(st.name).run(ctx)
+            if stats:
+                _report(ctx, st.name, stats)
+    stats = run(ctx, **options)
+    if stats:
+        _report(ctx, name, stats)
+    else:
+        ctx.echo(f"{name}: nothing to do: {_idle_reason(ctx, name)}")
+
+
+def _idle_reason(ctx, name) -> str:
+    for st in stages.STAGES[:stages.NAMES.index(name)]:
+        if ctx.store.stage_config(st.name) is None:
+            return f"`{st.name}` has not run in this workspace yet (`sftbuild {st.name}`, or `sftbuild run`)"
+    if not ctx.store.alive(name):
+        return f"no record passed every stage before {name}; `sftbuild status` shows where each stopped and why"
+    return "every record is done under this config; `sftbuild status` shows the funnel"
 
 
 def _report(ctx, stage, stats):

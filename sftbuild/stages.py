@@ -18,14 +18,18 @@ class Stage:
     name: str
     module: str  # the module whose run(ctx) runs the stage
     summary: str
+    # a stage that later stages' commands run first when it has work, so `sftbuild harvest && sftbuild
+    # validate` binds and describes what harvest found before validating it (idempotent: done work is skipped)
+    prepares: bool = False
     keyed_on_binding: bool = False
 
 
 STAGES = (
     Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence"),
-    Stage("bind", "sftbuild.bind.stage", "tie each kernel to a reference and a launch, or say why not"),
+    Stage("bind", "sftbuild.bind.stage", "tie each kernel to a reference and a launch, or say why not",
+          prepares=True),
     Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese",
-          keyed_on_binding=True),
+          keyed_on_binding=True, prepares=True),
     Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing",
           keyed_on_binding=True),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),

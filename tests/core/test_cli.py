@@ -40,6 +40,21 @@ def test_unknown_source_fails_cleanly(tmp_path):
     assert r.exit_code != 0 and "no-such-source" in r.output
 
 
+def test_a_stage_command_prepares_its_records_and_says_when_it_has_nothing_to_do(tmp_path):
+    from pathlib import Path
+
+    ws = str(tmp_path / "ws")
+    out = invoke("validate", "-q", "-w", ws).output
+    assert "validate: nothing to do: `harvest` has not run in this workspace yet" in out
+    src = Path(__file__).parents[1] / "data" / "harvest" / "cuda_tree"
+    assert invoke("harvest", str(src), "-q", "-w", ws).exit_code == 0
+    out = invoke("describe", "-q", "-w", ws).output  # bind runs first: harvest && describe just works
+    assert out.startswith("bind: ") and "\ndescribe: " in out and "ok=" in out.split("describe: ")[1]
+    out = invoke("describe", "-q", "-w", ws).output
+    assert out.strip() == "describe: nothing to do: every record is done under this config; " \
+                          "`sftbuild status` shows the funnel"
+
+
 def _pipeline_store(ws, n=20):
     """A store where n records passed harvest..dedupe, as if the stages had run."""
     s = Store(ws)
