@@ -521,6 +521,9 @@ def _stage(ctx, name, run, **options):
     stats = run(ctx, **options)
     if stats:
         _report(ctx, name, stats)
+        if stats.get("waiting:needs_gpu"):
+            ctx.echo(f"  needs_gpu: {stats['waiting:needs_gpu']} records compiled and wait for a GPU; "
+                     f"`sftbuild {name}` on a machine with one picks them up")
     else:
         ctx.echo(f"{name}: nothing to do: {_idle_reason(ctx, name)}")
 

@@ -47,7 +47,7 @@ def run(ctx: Context) -> dict:
             row = stored.get(rec.id)
             if row and row["origin"] == "harvest":  # declared or exact: the source knows best
                 run.put(rec.id, "ok", None, {"how": row["how"], "by": "harvest"})
-                _tally(run, "kept")
+                _tally(run, "bound_by_harvest")
                 continue
             todo.append(rec)
         for rec, found, reason, evidence in bind(todo, binders, ctx, conf.get("probe", "none"), cfg.probe_timeout):

@@ -50,7 +50,7 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
 
 def run(ctx: Context, sources: list[str] | None = None) -> dict:
     cfg = ctx.config.harvest
-    stats: dict = {"sources": {}, "errors": {}, "listed": {}}
+    stats: dict = {"sources": {}, "errors": {}, "not_extracted": {}}
     filters = F.configured(cfg.file_filters)
     chosen = resolve(ctx, list(sources or []), stats["errors"])
     # the default selection hashes as it did before filters were plug-ins, so older workspaces stay current
@@ -63,7 +63,7 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
                 h = Harvest(ctx, run, src, filters)
                 h.run()
                 stats["sources"][src.name] = h.kernels
-                stats["listed"][src.name] = h.listed
+                stats["not_extracted"][src.name] = h.listed
             except (S.SourceError, OSError) as e:
                 msg = str(e) + (" (this source needs the network)" if src.network else "")
                 stats["errors"][src.name] = msg
