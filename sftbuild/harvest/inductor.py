@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import NamedTuple
 
 from sftbuild.harvest.sources import SourceError
 
 
-def programs(location: str) -> list[tuple[str, str]]:
-    """(program name, program source) pairs."""
+class Program(NamedTuple):
+    """One reference program: a KernelBench-format module's source, where it came from, and the
+    benchmark it belongs to (None for programs of no benchmark); decontamination reads `benchmark`."""
+
+    name: str
+    src: str
+    catalog: str = "handwritten"
+    benchmark: str | None = None
+
+
+def programs(location: str) -> list[Program]:
+    """The programs a location names: a built-in catalog or a program module."""
     if location in ("", "catalog"):
         from sftbuild.harvest.catalog.programs import catalog
 
-        return catalog()
+        return [Program(name, src) for name, src in catalog()]
     p = Path(location)
     if not p.is_file():
         raise SourceError(f"program module {location} does not exist")
@@ -29,7 +40,7 @@ def programs(location: str) -> list[tuple[str, str]]:
     names = {n.name for n in ast.parse(src).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     if not {"Model", "get_inputs"} <= names:
         raise SourceError(f"{location}: a program module needs `class Model` and `def get_inputs()`")
-    return [(str(p.resolve()), src)]
+    return [Program(str(p.resolve()), src, catalog="file")]
 
 
 def kernels_in_output(code: str) -> list[dict]:

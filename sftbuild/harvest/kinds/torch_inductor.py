@@ -36,7 +36,8 @@ class TorchInductor(SourceKind):
                 f"{torch.version.cuda or 'not built'}); run this source on a GPU machine")
         import triton
 
-        for name, src in inductor.programs(h.src.location):
+        for prog in inductor.programs(h.src.location):
+            name, src = prog.name, prog.src
             try:
                 outputs = inductor.compile_program(name, src)
             except Exception as e:  # one program failing must not stop the catalog
@@ -53,7 +54,8 @@ class TorchInductor(SourceKind):
                             "commit": getattr(torch.version, "git_version", None), "path": name, "lines": [1, n],
                             "package": "torch", "version": torch.__version__,
                             "license": h.src.license or "unknown",
-                            "license_source": "registry" if h.src.license else "unknown"}
+                            "license_source": "registry" if h.src.license else "unknown",
+                            "catalog": prog.catalog, "benchmark": prog.benchmark}
                     rec = Record(language="triton", code=k["code"], source=h.src.name, entry=entry,
                                  binding=binding, provenance=prov)
                     h.emit([rec], [(1, n)])
