@@ -503,6 +503,37 @@ def list_ops(name, opdb, skipped):
         raise click.ClickException(str(e.args[0]) if e.args else "unknown op")
 
 
+@main.group()
+def reward():
+    """The RLVR reward: score candidates with the validator (see the README's RLVR section)."""
+
+
+@reward.command("serve")
+@click.option("--port", default=8777, show_default=True, type=click.IntRange(0, 65535),
+              help="Port on 127.0.0.1 (0 picks a free one).")
+def reward_serve(port):
+    """Serve the reward to every trainer process on this node, with its GPU workers kept warm.
+
+    \b
+    Example:
+        sftbuild reward serve --port 8777 &
+        export SFTBUILD_REWARD_URL=http://127.0.0.1:8777   # trl_reward / compute_score use it
+    """
+    from sftbuild.validate import reward_service
+
+    try:
+        server = reward_service.make_server(port)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}")
+    click.echo(f"reward service on http://127.0.0.1:{server.server_address[1]} (POST /score, GET /health)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:
     """(name, default parameters, summary) of each plug-in of `kind`, for the config template."""
     import dataclasses

@@ -8,7 +8,11 @@ returning one picklable result. Two kinds of work exist:
 
 A GPU worker that hangs past its timeout, crashes, or reports a sticky CUDA
 fault is killed and replaced; that item gets a `WorkerFailure` as its result
-and the run continues.
+and the run continues. GPU workers outlive one `map_gpu` call and are reused by
+the next (their CUDA context and JIT caches stay warm, which a reward server
+called every training step depends on), as long as the task function is the same:
+a worker that ran another function (probing, say, before validation) starts afresh.
+`close()` stops them.
 """
 from __future__ import annotations
 
@@ -84,6 +88,13 @@ class LocalExecutor(Executor):
         self.gpus = visible_gpus(gpus)
         self.progress = progress
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._workers: list[GpuWorker] = []  # kept across map_gpu calls; the first n serve a call
+
+    def gpu_workers(self, n: int) -> list["GpuWorker"]:
+        """n workers spread over the GPUs (worker i on GPU i mod count), started where missing."""
+        while len(self._workers) < n:
+            self._workers.append(GpuWorker(self.gpus[len(self._workers) % len(self.gpus)]))
+        return self._workers[:n]
 
     @property
     def gpu_count(self) -> int:
@@ -128,7 +139,11 @@ class LocalExecutor(Executor):
             return
         if not self.gpus:
             raise RuntimeError("map_gpu called with no visible GPU")
-        workers = [GpuWorker(g) for g in (list(self.gpus) * max(1, per_gpu))[: len(items)]]
+        workers = self.gpu_workers(min(len(self.gpus) * max(1, per_gpu), len(items)))
+        for w in workers:
+            if w.fn not in (None, fn):  # no state carried from one kind of work into another
+                w.restart()
+            w.fn = fn
         bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
         queue = list(reversed(items))
         busy: dict[GpuWorker, tuple[Any, float]] = {}
@@ -156,10 +171,13 @@ class LocalExecutor(Executor):
                     yield item, result
         finally:
             bar.close()
-            for w in workers:
-                w.stop()
+            for w in busy:  # left mid-item (the caller stopped early): its result would arrive late
+                w.restart()
 
     def close(self):
+        for w in self._workers:
+            w.stop()
+        self._workers = []
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
@@ -183,6 +201,7 @@ class GpuWorker:
     def __init__(self, gpu: str):
         self.gpu = gpu
         self.proc = None
+        self.fn = None  # the task function it has run
         self.start()
 
     def start(self):

@@ -35,6 +35,17 @@ def check_misbehave(out: dict) -> None:
     assert len({out[x]["pid"] for x in "abcd"}) == 4  # ... replaced after each failure
 
 
+def pid(x):
+    """The worker process that ran this item (misbehaves like `misbehave` on "crash")."""
+    if x == "crash":
+        os._exit(3)
+    return os.getpid()
+
+
+def pid2(x):
+    return os.getpid()
+
+
 def gpu_identity(x):
     """Which GPU a worker sees, after a real kernel launch on it."""
     import torch
