@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from sftbuild import config as C
-from sftbuild import plugins, stages
+from sftbuild import plugins, serving, stages
 from sftbuild.context import Context, UserError, Waiting, make_executor
 from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
@@ -505,7 +505,12 @@ def list_ops(name, opdb, skipped):
 
 @main.group()
 def reward():
-    """The RLVR reward: score candidates with the validator (see the README's RLVR section)."""
+    """The RLVR reward: score candidates with the validator (see the README's RLVR section).
+
+    \b
+    Example:
+        sftbuild reward serve --port 8777   # one warm validator for every trainer process
+    """
 
 
 @reward.command("serve")
@@ -519,19 +524,14 @@ def reward_serve(port):
         sftbuild reward serve --port 8777 &
         export SFTBUILD_REWARD_URL=http://127.0.0.1:8777   # trl_reward / compute_score use it
     """
-    from sftbuild.validate import reward_service
+    from sftbuild.validate.reward import serve
 
     try:
-        server = reward_service.make_server(port)
+        server = serve(port)
     except OSError as e:
         raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}")
     click.echo(f"reward service on http://127.0.0.1:{server.server_address[1]} (POST /score, GET /health)")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serving.serve_until_interrupted(server)
 
 
 def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:

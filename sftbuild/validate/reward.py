@@ -76,6 +76,13 @@ def reward(task: dict | str, candidate_code: str, config: ValidateConfig | None 
     return reward_batch([task], [candidate_code], config, executor, cache_dir)[0]
 
 
+def serve(port: int):
+    """The local reward service (reward_service.py) scoring with this process's warm validator."""
+    from sftbuild.validate import reward_service
+
+    return reward_service.make_server(port, lambda tasks, codes: reward_batch(tasks, codes, config=default_config()))
+
+
 def default_config() -> ValidateConfig:
     """Validation settings for rewards: the validator's own, with memcheck off and fewer timed runs."""
     return ValidateConfig(memcheck="off", runs=30, warmup=5)
@@ -109,7 +116,7 @@ def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> li
     if url and executor is None and config is None:
         from sftbuild.validate import reward_service
 
-        return reward_service.remote_batch(url, tasks, codes)
+        return [Reward(**r) for r in reward_service.remote_batch(url, tasks, codes)]
     cfg = config or default_config()
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "sftbuild_reward_cache")
     records, bad = [], {}

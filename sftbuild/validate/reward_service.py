@@ -63,13 +63,8 @@ class _Batcher:
                 j["done"].set()
 
 
-def make_server(port: int = 8777, score=None) -> ThreadingHTTPServer:
-    """The service on 127.0.0.1:port (0 picks a free port); `score` defaults to the warm reward_batch."""
-    if score is None:
-        from sftbuild.validate.reward import default_config, reward_batch
-
-        def score(tasks, codes):
-            return reward_batch(tasks, codes, config=default_config())
+def make_server(port: int, score) -> ThreadingHTTPServer:
+    """The service on 127.0.0.1:port (0 picks a free port); `score(tasks, codes)` returns dataclasses."""
     batcher = _Batcher(score)
 
     class Handler(BaseHTTPRequestHandler):
@@ -111,13 +106,11 @@ def make_server(port: int = 8777, score=None) -> ThreadingHTTPServer:
     return ThreadingHTTPServer(("127.0.0.1", port), Handler)
 
 
-def remote_batch(url: str, tasks, codes, timeout: float = 3600) -> list:
-    """Score through a running service; the same `Reward`s a local call returns."""
-    from sftbuild.validate.reward import Reward
-
+def remote_batch(url: str, tasks, codes, timeout: float = 3600) -> list[dict]:
+    """Score through a running service: each reward as a dict of `Reward`'s fields."""
     body = json.dumps({"tasks": [json.loads(t) if isinstance(t, str) else t for t in tasks],
                        "codes": list(codes)}).encode()
     req = urllib.request.Request(url.rstrip("/") + "/score", data=body,
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return [Reward(**r) for r in json.loads(resp.read())["rewards"]]
+        return json.loads(resp.read())["rewards"]

@@ -28,7 +28,7 @@ def service():
 
 def test_remote_scores_come_back_in_order_as_rewards(service):
     url, _ = service
-    out = S.remote_batch(url, [{"task_id": i} for i in range(5)], ["a" * i for i in range(5)])
+    out = [R.Reward(**r) for r in S.remote_batch(url, [{"task_id": i} for i in range(5)], ["a" * i for i in range(5)])]
     assert [r.score for r in out] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert [r.detail["task"] for r in out] == list(range(5))
     with urllib.request.urlopen(url + "/health") as resp:
@@ -40,7 +40,7 @@ def test_concurrent_trainer_ranks_are_merged_into_batches(service):
     results = {}
 
     def rank(i):
-        results[i] = [r.score for r in S.remote_batch(url, [{"task_id": i}] * 8, ["x" * i] * 8)]
+        results[i] = [r["score"] for r in S.remote_batch(url, [{"task_id": i}] * 8, ["x" * i] * 8)]
 
     threads = [threading.Thread(target=rank, args=(i,)) for i in range(8)]
     for t in threads:
@@ -58,7 +58,7 @@ def test_bad_requests_get_a_sentence_not_a_crash(service):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(req)
         assert e.value.code == 400 and "bad request" in json.loads(e.value.read())["error"]
-    assert S.remote_batch(url, [{"task_id": 1}], ["ok"])[0].score == 2.0  # still serving
+    assert S.remote_batch(url, [{"task_id": 1}], ["ok"])[0]["score"] == 2.0  # still serving
 
 
 def test_reward_calls_go_to_the_service_when_one_is_named(service, monkeypatch):
