@@ -90,8 +90,9 @@ def analyse_task(item: tuple) -> tuple[list, Signatures]:
 
 
 def analyse(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Decontaminator | None = None,
-            workers: int = 1, mapper=None) -> tuple[list, list[Doc], Signatures]:
-    """Each document's drop (None, or (reason, payload)), the survivors, and the survivors' signatures.
+            workers: int = 1, mapper=None, every: bool = False) -> tuple[list, list[Doc], Signatures]:
+    """Each document's drop (None, or (reason, payload)), the survivors, and the survivors' signatures
+    (with `every`: all documents and their signatures, dropped or not).
 
     Filters, decontamination and signatures run per chunk in parallel (`mapper`, e.g. an
     executor's map_cpu, or a pool of `workers`).
@@ -103,7 +104,7 @@ def analyse(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Dec
         parts[item[0]] = res if isinstance(res, tuple) else analyse_task(item)  # redo a failed chunk here
     del items
     drops = [d for i in range(len(parts)) for d in parts[i][0]]
-    ordered = [(parts[i][1], np.array([d is None for d in parts[i][0]], bool)) for i in range(len(parts))]
+    ordered = [(parts[i][1], np.array([every or d is None for d in parts[i][0]], bool)) for i in range(len(parts))]
     parts.clear()
-    sigs = assemble(ordered, params.num_perm)  # the survivors' signatures only
-    return drops, [d for d, drop in zip(docs, drops) if drop is None], sigs
+    sigs = assemble(ordered, params.num_perm)  # the survivors' signatures only, unless every
+    return drops, [d for d, drop in zip(docs, drops) if every or drop is None], sigs

@@ -50,6 +50,7 @@ class Doc:
     how: str | None = None  # how the binding was found (sftbuild.binding.HOWS); None when unbound
     evidence: int = 0  # shapes and dtypes the binding was checked on when it was found
     n_tokens: int = 0  # normalised tokens; find_clusters fills it in from the signatures
+    filtered: str | None = None  # before validation: the filter (or `contaminated`) that will drop it
 
     @functools.cached_property
     def tokens(self) -> list[str]:
@@ -74,12 +75,13 @@ HOW_ORDER = ("exact", "declared", "probed", "package_reference", "file_reference
 
 def validation_order(doc: Doc) -> tuple:
     """Smaller is validated first. The rule that picks which member of a cluster of near duplicates
-    the GPU checks before any verdict: one already validated ok; then bound before unbound; then the
+    the GPU checks first: one that dedupe's filters and decontamination will keep; then one already
+    validated ok; then bound before unbound; then the
     stronger binding (`HOW_ORDER`: exact, declared, probed, package or file reference, inferred);
     then the richer binding evidence (more shapes and dtypes checked); then the source's priority;
     then a known licence; then the shorter code (fewer normalised tokens); then id."""
     how = HOW_ORDER.index(doc.how) if doc.how in HOW_ORDER else len(HOW_ORDER)
-    return (not doc.validated, doc.how is None, how, -doc.evidence, -(doc.priority or 0),
+    return (doc.filtered is not None, not doc.validated, doc.how is None, how, -doc.evidence, -(doc.priority or 0),
             not license_known(doc.license), doc.n_tokens, doc.id)
 
 

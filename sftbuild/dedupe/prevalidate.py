@@ -11,9 +11,10 @@ others wait as `waiting:duplicate`.
 
 Links are those of dedupe after validation (exact, plain, and abstract within one op), so a
 held-back record is one that dedupe would drop as a duplicate of the record it stands behind had
-both passed: the GPU time goes to records the dataset can keep. As after validation, a record a
-filter or decontamination would drop is left out of every cluster, so it never stands for records
-that would pass.
+both passed: the GPU time goes to records the dataset can keep. A record that a filter or
+decontamination will drop after validation (a licence outside the policy, too simple, ...) is
+clustered too but ranked after every member that will be kept, so it never stands for one of them,
+and a cluster of such records costs one check, not one each.
 
 Clustering is skipped when neither the records (with their bindings) nor the dedupe config
 changed since the stored clusters. `sftbuild validate` and `sftbuild run` call `run` before
@@ -31,6 +32,8 @@ from sftbuild.dedupe.analysis import LARGEST, analyse, setup, to_doc
 from sftbuild.record import config_hash
 
 MODE = "before validation"
+ORDER = ("validated ok, bound, binding how (exact, declared, probed, package_reference, file_reference, "
+         "inferred), binding evidence (shapes and dtypes), source priority, known licence, fewer tokens, id")
 
 
 def run(ctx: Context) -> dict:
@@ -40,18 +43,21 @@ def run(ctx: Context) -> dict:
     s = setup(ctx)
     docs = [to_doc(r, None) for r in records]
     docs.sort(key=lambda d: d.id)
-    chash = config_hash({"mode": MODE, "manifest": s.manifest,
+    chash = config_hash({"mode": MODE, "order": ORDER, "manifest": s.manifest,
                          "records": [[d.id, d.op, d.how, d.evidence] for d in docs]})
     report_path = ctx.workspace / "reports" / "clusters.json"
     if ctx.store.clusters_hash() == chash and report_path.exists():
         report = {**json.loads(report_path.read_text()), "report_path": str(report_path)}
+        report.pop("order", None)
         ctx.echo(f"dedupe ({MODE}): nothing changed since the last run; {_summary(report)}")
         return report
     run_id = ctx.store.start_run("dedupe", chash, {"mode": MODE, **s.manifest}, environment())
-    drops, survivors, sigs = analyse(docs, s.params, s.filters, s.decon, mapper=ctx.executor.map_cpu)
-    clusters = find_clusters(survivors, s.params, sigs=sigs, rank=validation_order)
+    drops, _, sigs = analyse(docs, s.params, s.filters, s.decon, mapper=ctx.executor.map_cpu, every=True)
+    for d, drop in zip(docs, drops):
+        d.filtered = drop[0] if drop else None
+    clusters = find_clusters(docs, s.params, sigs=sigs, rank=validation_order)
     del sigs
-    by_id = {d.id: d for d in survivors}
+    by_id = {d.id: d for d in docs}
     rows, ordered = [], []
     for members in clusters.clusters:
         ranked = sorted(members, key=lambda m: validation_order(by_id[m]))
@@ -59,23 +65,24 @@ def run(ctx: Context) -> dict:
         for rank, m in enumerate(ranked):
             rows.append((m, ranked[0], rank, clusters.dropped.get(m, {})))
     ctx.store.set_clusters(chash, rows)
-    report = build_report(docs, drops, ordered, by_id, clusters.pairs, clusters.params)
+    report = build_report(docs, ordered, by_id, clusters.pairs, clusters.params)
     report["config_hash"] = chash
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(json.dumps(report, indent=1, sort_keys=True))
+    report_path.write_text(json.dumps({**report, "order": ORDER}, indent=1, sort_keys=True))
     report["report_path"] = str(report_path)
     ctx.store.finish_run(run_id, {k: v for k, v in report["counts"].items() if not isinstance(v, dict)})
     ctx.echo(f"dedupe ({MODE}): {_summary(report)}")
     return report
 
 
-def build_report(docs: list[Doc], drops: list, ordered: list[list[str]], by_id: dict[str, Doc],
-                 links: dict, params: dict) -> dict:
+def build_report(docs: list[Doc], ordered: list[list[str]], by_id: dict[str, Doc], links: dict,
+                 params: dict) -> dict:
     in_clusters = sum(len(c) for c in ordered)
     sizes = Counter(len(c) for c in ordered)
-    filtered = Counter(drop[0] for drop in drops if drop is not None)
+    filtered = Counter(d.filtered for d in docs if d.filtered)
     largest = [{"size": len(c), "first": c[0], "members": [
-        {"id": m, "rank": i, "how": by_id[m].how, "n_tokens": by_id[m].n_tokens, **by_id[m].meta}
+        {"id": m, "rank": i, "how": by_id[m].how, "n_tokens": by_id[m].n_tokens,
+         **({"filtered": by_id[m].filtered} if by_id[m].filtered else {}), **by_id[m].meta}
         for i, m in enumerate(c)]} for c in ordered[:LARGEST]]
     return {
         "mode": MODE,
@@ -83,11 +90,9 @@ def build_report(docs: list[Doc], drops: list, ordered: list[list[str]], by_id: 
                    # validated only when every member ranked before them is dropped
                    "held_back": in_clusters - len(ordered),
                    "to_validate_first": len(docs) - in_clusters + len(ordered),
-                   "outside_clusters_by_filter": dict(sorted(filtered.items()))},
-        "clusters": {"size_histogram": {str(k): sizes[k] for k in sorted(sizes)}, "largest": largest,
-                     "order": "validated ok, bound, binding how (exact, declared, probed, package_reference, "
-                              "file_reference, inferred), binding evidence, source priority, known licence, "
-                              "fewer tokens, id"},
+                   # dedupe after validation will drop these: each ranks after the members it will keep
+                   "filtered": dict(sorted(filtered.items()))},
+        "clusters": {"size_histogram": {str(k): sizes[k] for k in sorted(sizes)}, "largest": largest},
         "links": links,
         "params": params,
     }

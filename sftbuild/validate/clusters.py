@@ -5,10 +5,9 @@ Dedupe before validation stores clusters of near-identical records, each member 
 the records to validate and the verdicts that already count, `Rounds` decides:
 
   - a record in no cluster is checked in the first round, as without clusters;
-  - a cluster with a member validated ok is done: its members without a verdict are held back;
-  - otherwise the cluster's best-ranked member that was not dropped is checked; the member after it
-    is checked in a later round only if it is dropped. One that ends waiting (for a GPU) holds the
-    rest back too, until a machine with one gives it a verdict.
+  - in a cluster, the best-ranked member that is not dropped must have a verdict: it is checked
+    when it has none; once it is validated ok, or while it waits (for a GPU), every member ranked
+    after it is held back; when it is dropped, the next one is checked in the next round.
 
 `held()` gives each member held back at the end of the run and the payload of its
 `waiting:duplicate` result: the record it stands behind (`duplicate_of`), why (`ok`: validated ok,
@@ -54,22 +53,21 @@ class Rounds:
         self.verdicts[rid] = status
 
     def _next_in(self, ms: list[str]) -> str | None:
-        if any(self.verdicts.get(m) == "ok" for m in ms):
-            return None
-        for m in ms:
-            if self.verdicts.get(m) == "dropped":
-                continue
-            if m in self.tried or m not in self.order:
-                return None  # it waits for its verdict: the members after it wait behind it
-            return m
-        return None
+        ahead = self._ahead(ms)
+        if ahead is None or self.verdicts.get(ahead) == "ok" or ahead in self.tried or ahead not in self.order:
+            return None  # validated ok, or waiting for its verdict: the members after it wait behind it
+        return ahead
+
+    def _ahead(self, ms: list[str]) -> str | None:
+        """The best-ranked member that is not dropped."""
+        return next((m for m in ms if self.verdicts.get(m) != "dropped"), None)
 
     def held(self) -> dict[str, dict]:
         """record id -> payload of its waiting:duplicate result, for each member not checked in this run."""
         out: dict[str, dict] = {}
         for ms in self.members.values():
-            ok = next((m for m in ms if self.verdicts.get(m) == "ok"), None)
-            ahead = ok or next((m for m in ms if self.verdicts.get(m) != "dropped"), None)
+            ahead = self._ahead(ms)
+            ok = self.verdicts.get(ahead) == "ok"
             for m in ms:
                 if m == ahead or m not in self.order or m in self.tried:
                     continue

@@ -136,6 +136,16 @@ def test_rounds_without_clusters_check_everything_at_once():
     assert r.next() == ["a", "b", "c"] and r.next() == [] and r.held() == {}
 
 
+def test_rounds_check_a_better_member_that_joined_after_a_verdict():
+    """b was validated ok; a, ranked before it, came later: a is checked; c, ranked after b, is not."""
+    clusters = {k: {"cluster": "a", "rank": i, "link": {}} for i, k in enumerate("abc")}
+    r = Rounds(clusters, ["a", "c"], {"b": "ok"})
+    assert r.next() == ["a"]
+    r.record("a", "dropped")
+    assert r.next() == []
+    assert r.held() == {"c": {**r.held()["c"], "duplicate_of": "b", "because": "ok"}}
+
+
 # ---- dedupe before validation ---------------------------------------------------------------
 def test_dedupe_before_validation_clusters_and_says_so(make_ctx):
     recs = corpus()
@@ -154,6 +164,22 @@ def test_dedupe_before_validation_clusters_and_says_so(make_ctx):
     assert ctx.store.results_for("dedupe") == {}  # nothing dropped before validation
     again = dedupe.run(ctx)
     assert "nothing changed" in lines[-1] and again["counts"] == report["counts"]
+
+
+def test_records_dedupe_will_drop_rank_after_those_it_keeps(make_ctx):
+    sm = kernel("softmax__block_row.cu")
+    recs = {"unlicensed": Record(language="cuda", code=sm, source="test", entry={"kernels": ["k"]},
+                                 binding={"kind": "op", "op": "softmax", "how": "exact"},
+                                 provenance={"license": "NOASSERTION", "priority": 5}),
+            "licensed": _record(sm.replace("//", "// mit:"), "softmax", "inferred"),
+            # a cluster whose members the licence filter will all drop still costs one check
+            "lone_a": _record(kernel("sum__warp_shuffle.cu"), "sum", license="NOASSERTION"),
+            "lone_b": _record(kernel("sum__warp_shuffle.cu").replace("//", "// b:"), "sum", license="NOASSERTION")}
+    ctx, _ = _messages(make_ctx, recs)
+    report = dedupe.run(ctx)
+    clusters = ctx.store.clusters()
+    assert clusters[recs["licensed"].id]["rank"] == 0 and clusters[recs["unlicensed"].id]["rank"] == 1
+    assert report["counts"]["filtered"] == {"license": 3} and report["counts"]["held_back"] == 2
 
 
 def test_dedupe_after_validation_says_so(make_ctx, fake):
@@ -277,3 +303,52 @@ def test_resume_after_a_kill_loses_nothing(make_ctx, fake):
     assert _state(ctx, recs) == want and len(want) == len(recs)
     assert not set(f.checked) & {recs[k].id for k in ("sum_declared", "sum_shuffle", "softmax", "loner")}
     assert all(len(ctx.store.verdicts(r.id)) <= 1 for r in recs.values())  # nothing checked twice
+
+
+# ---- end to end, with real builds -----------------------------------------------------------
+@pytest.mark.nvcc
+def test_harvest_dedupe_validate_builds_one_kernel_per_cluster(tmp_path):
+    """Row-wise kernels and a vendored copy whose kernels carry comments of their own: `sftbuild dedupe`
+    clusters them before validation and `sftbuild validate` builds and checks only the first of each
+    cluster (on a GPU it runs them; without one they wait for it, and the copies wait behind them)."""
+    import torch
+    from click.testing import CliRunner
+
+    from sftbuild.cli import main
+    from sftbuild.store import Store
+
+    src = tmp_path / "ops"
+    src.mkdir()
+    code = (Path(__file__).parents[1] / "data" / "ops" / "rowwise.cu").read_text()
+    (src / "rowwise.cu").write_text(code)
+    (src / "vendored.cu").write_text(code.replace("float buf[];", "float buf[];  // 2 * blockDim.x floats"))
+    ws = str(tmp_path / "ws")
+
+    def cli(*args):
+        r = CliRunner().invoke(main, [*args, "-w", ws], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    cli("harvest", str(src), "-q")
+    out = cli("dedupe")
+    # the copies, and softmax with log_softmax (89% of their 5-grams shared: dedupe after validation
+    # would keep one of the two), make two clusters; every record here is unlicensed, so each cluster
+    # is one the licence filter will drop: it still costs one check, not one per member
+    assert "dedupe (before validation): 6 records, 6 in 2 clusters" in out
+    out = cli("validate")
+    assert "duplicate: 4 records were not checked" in out
+    s = Store(ws)
+    clusters = s.clusters()
+    firsts = {rid for rid, c in clusters.items() if c["rank"] == 0}
+    res = s.results_for("validate")
+    assert len(res) == 6 and len(firsts) == 2
+    for rid, r in res.items():
+        if rid in firsts:
+            assert r["reason"] != "duplicate" and len(s.verdicts(rid)) == 1
+            if not torch.cuda.is_available():
+                assert (r["status"], r["reason"]) == ("waiting", "needs_gpu")
+        elif res[clusters[rid]["cluster"]]["status"] == "dropped":  # the first failed: the copy had its turn
+            assert r["reason"] != "duplicate"
+        else:
+            assert (r["status"], r["reason"]) == ("waiting", "duplicate") and not s.verdicts(rid)
+    s.close()
