@@ -102,6 +102,9 @@ def analyse(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Dec
     parts: dict[int, tuple] = {}
     for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc="dedupe: filter and hash"):
         parts[item[0]] = res if isinstance(res, tuple) else analyse_task(item)  # redo a failed chunk here
+    for item in items:  # a chunk the mapper never answered for: here too
+        if item[0] not in parts:
+            parts[item[0]] = analyse_task(item)
     del items
     drops = [d for i in range(len(parts)) for d in parts[i][0]]
     ordered = [(parts[i][1], np.array([every or d is None for d in parts[i][0]], bool)) for i in range(len(parts))]
