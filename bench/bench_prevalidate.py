@@ -80,7 +80,8 @@ def main(argv=None) -> int:
             c.store.close()
     c = report["counts"]
     print(f"{c['input']} records, {c['in_clusters']} in {c['clusters']} clusters: the GPU checks "
-          f"{stats.get('ok', 0)} (without clusters {plain.get('ok', 0)}); held back {stats.get('waiting:duplicate', 0)}")
+          f"{stats.get('ok', 0)} (without clusters {plain.get('ok', 0)}); "
+          f"held back {stats.get('waiting:duplicate', 0)}")
     return 0
 
 

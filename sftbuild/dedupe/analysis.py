@@ -62,8 +62,11 @@ def setup(ctx: Context) -> Setup:
         raise UserError(str(e)) from None
     decon = None
     if cfg.benchmarks:
-        decon = Decontaminator(cfg.benchmarks, threshold=cfg.contamination_threshold,
-                               ngram=cfg.contamination_ngram, max_df=cfg.contamination_max_df)
+        try:
+            decon = Decontaminator(cfg.benchmarks, threshold=cfg.contamination_threshold,
+                                   ngram=cfg.contamination_ngram, max_df=cfg.contamination_max_df)
+        except (ValueError, OSError) as e:  # a missing or unreadable benchmark: one sentence, not a traceback
+            raise UserError(f"dedupe.benchmarks: {e}") from None
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "filters"}
     manifest = {"params": params.manifest(), "config": config,
                 # what the selection amounts to: the same filters spelled differently hash the same

@@ -92,7 +92,8 @@ def build_report(docs: list[Doc], ordered: list[list[str]], by_id: dict[str, Doc
                    "to_validate_first": len(docs) - in_clusters + len(ordered),
                    # dedupe after validation will drop these: each ranks after the members it will keep
                    "filtered": dict(sorted(filtered.items()))},
-        "clusters": {"size_histogram": {str(k): sizes[k] for k in sorted(sizes)}, "largest": largest},
+        "clusters": {"count": len(ordered), "in_clusters": in_clusters,
+                     "size_histogram": {str(k): sizes[k] for k in sorted(sizes)}, "largest": largest},
         "links": links,
         "params": params,
     }

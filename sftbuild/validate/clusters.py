@@ -54,7 +54,8 @@ class Rounds:
 
     def _next_in(self, ms: list[str]) -> str | None:
         ahead = self._ahead(ms)
-        if ahead is None or self.verdicts.get(ahead) == "ok" or ahead in self.tried or ahead not in self.order:
+        settled = self.verdicts.get(ahead) == "ok" or ahead in self.tried or ahead not in self.order
+        if ahead is None or settled:
             return None  # validated ok, or waiting for its verdict: the members after it wait behind it
         return ahead
 
@@ -65,14 +66,14 @@ class Rounds:
     def held(self) -> dict[str, dict]:
         """record id -> payload of its waiting:duplicate result, for each member not checked in this run."""
         out: dict[str, dict] = {}
-        for ms in self.members.values():
+        for cluster, ms in self.members.items():
             ahead = self._ahead(ms)
             ok = self.verdicts.get(ahead) == "ok"
             for m in ms:
                 if m == ahead or m not in self.order or m in self.tried:
                     continue
                 why = "ok" if ok else "pending"
-                out[m] = {"duplicate_of": ahead, "because": why, "cluster": ms[0], **{
+                out[m] = {"duplicate_of": ahead, "because": why, "cluster": cluster, **{
                     k: v for k, v in self.links.get(m, {}).items() if k in ("similarity", "signature", "via")},
                     "detail": f"a near duplicate of {ahead[:12]}, which is "
                               + ("validated ok" if ok else "still waiting for its verdict")

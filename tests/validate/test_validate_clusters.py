@@ -352,3 +352,18 @@ def test_harvest_dedupe_validate_builds_one_kernel_per_cluster(tmp_path):
         else:
             assert (r["status"], r["reason"]) == ("waiting", "duplicate") and not s.verdicts(rid)
     s.close()
+
+
+def test_validate_clusters_first_and_a_bad_benchmark_is_one_sentence(make_ctx, tmp_path):
+    from sftbuild import stages
+    from sftbuild.config import Config
+    from sftbuild.context import UserError
+    from sftbuild.dedupe import prevalidate
+
+    assert stages.first("validate") is prevalidate  # `sftbuild validate` and `sftbuild run` cluster first
+    cfg = Config()
+    cfg.dedupe.benchmarks = [str(tmp_path / "missing")]
+    ctx = make_ctx(gpus="none", config=cfg)
+    _prepared(ctx, corpus())
+    with pytest.raises(UserError, match="dedupe.benchmarks: benchmark .*missing"):
+        prevalidate.run(ctx)
