@@ -6,8 +6,8 @@ stage, and stores the clusters (`Store.set_clusters`): each member's cluster, it
 `validation_order` (bound before unbound, the stronger binding, the richer evidence, source
 priority, a known licence, the shorter code) and the link it joined by. It drops nothing and
 writes no stage result. Validate reads the clusters (sftbuild.validate.clusters): it checks
-rank 0 of each cluster, and the next member only when every member before it was dropped; the
-others wait as `waiting:duplicate`.
+rank 0 of each cluster, and the next member only when every member before it was dropped (after
+two drops, the next 2, 4, ... together); the others wait as `waiting:duplicate`.
 
 Links are those of dedupe after validation (exact, plain, and abstract within one op), so a
 held-back record is one that dedupe would drop as a duplicate of the record it stands behind had

@@ -8,6 +8,10 @@ the records to validate and the verdicts that already count, `Rounds` decides:
   - in a cluster, the best-ranked member that is not dropped must have a verdict: it is checked
     when it has none; once it is validated ok, or while it waits (for a GPU), every member ranked
     after it is held back; when it is dropped, the next one is checked in the next round.
+  - a cluster whose members keep failing widens its window: once d members ranked first are
+    dropped (d >= 2), the next d are checked together (1, 1, 2, 4, 8, ...), so a cluster of n
+    failing members takes about log2(n) rounds, each of which starts the GPU workers afresh,
+    rather than n; at most about twice the checks of one at a time.
 
 `held()` gives each member held back at the end of the run and the payload of its
 `waiting:duplicate` result: the record it stands behind (`duplicate_of`), why (`ok`: validated ok,
@@ -41,9 +45,7 @@ class Rounds:
         """The records to check now, in `todo` order; empty when the run is done."""
         batch = [rid for rid in self.single if rid not in self.tried]
         for ms in self.members.values():
-            nxt = self._next_in(ms)
-            if nxt is not None:
-                batch.append(nxt)
+            batch.extend(self._next_in(ms))
         batch.sort(key=self.order.__getitem__)
         self.tried.update(batch)
         return batch
@@ -52,12 +54,20 @@ class Rounds:
         """The verdict one checked record reached (ok, dropped or waiting)."""
         self.verdicts[rid] = status
 
-    def _next_in(self, ms: list[str]) -> str | None:
-        ahead = self._ahead(ms)
-        settled = self.verdicts.get(ahead) == "ok" or ahead in self.tried or ahead not in self.order
-        if ahead is None or settled:
-            return None  # validated ok, or waiting for its verdict: the members after it wait behind it
-        return ahead
+    def _next_in(self, ms: list[str]) -> list[str]:
+        """The members of one cluster to check now: the first that is not dropped, when it has no
+        verdict yet, and after d >= 2 drops the d members from there on (up to one that has one)."""
+        dropped = next((i for i, m in enumerate(ms) if self.verdicts.get(m) != "dropped"), len(ms))
+        out: list[str] = []
+        for m in ms[dropped:]:
+            if len(out) == max(1, dropped):
+                break
+            if self.verdicts.get(m) == "dropped":
+                continue
+            if self.verdicts.get(m) == "ok" or m in self.tried or m not in self.order:
+                break  # validated ok, or waiting for its verdict: the members after it wait behind it
+            out.append(m)
+        return out
 
     def _ahead(self, ms: list[str]) -> str | None:
         """The best-ranked member that is not dropped."""

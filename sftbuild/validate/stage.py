@@ -18,7 +18,8 @@ Outcome per record (status, reason):
 GPU time goes to distinct work: where dedupe before validation stored clusters of near-identical
 records (`sftbuild validate` and `sftbuild run` cluster first; sftbuild.dedupe.prevalidate), each
 cluster's best-ranked member is checked first and the next one only if it is dropped, in rounds
-(sftbuild.validate.clusters). A held-back record's `waiting:duplicate` result is no verdict and goes
+(sftbuild.validate.clusters; a cluster that keeps failing checks 2, 4, 8, ... at once after its
+first two drops, so the rounds stay few). A held-back record's `waiting:duplicate` result is no verdict and goes
 to no verdict log: it is looked at again on every run, so when the verdict it stands behind changes,
 it is checked in its turn. Without stored clusters every record is checked, as before.
 

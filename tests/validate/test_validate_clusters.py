@@ -136,6 +136,28 @@ def test_rounds_without_clusters_check_everything_at_once():
     assert r.next() == ["a", "b", "c"] and r.next() == [] and r.held() == {}
 
 
+def test_rounds_widen_in_a_cluster_that_keeps_failing():
+    clusters = {f"m{i}": {"cluster": "m0", "rank": i, "link": {}} for i in range(8)}
+    r = Rounds(clusters, [f"m{i}" for i in range(8)], {})
+    sizes = []
+    while batch := r.next():
+        sizes.append(len(batch))
+        for m in batch:
+            r.record(m, "dropped")
+    assert sizes == [1, 1, 2, 4]  # one at a time while the first two fail, then twice as many each round
+
+
+def test_rounds_stop_widening_at_a_member_that_passes():
+    clusters = {f"m{i}": {"cluster": "m0", "rank": i, "link": {}} for i in range(8)}
+    r = Rounds(clusters, [f"m{i}" for i in range(8)], {})
+    for want in (["m0"], ["m1"], ["m2", "m3"]):
+        assert r.next() == want
+        for m in want:
+            r.record(m, "ok" if m == "m2" else "dropped")
+    assert r.next() == [] and set(r.held()) == {"m4", "m5", "m6", "m7"}
+    assert r.held()["m4"]["duplicate_of"] == "m2"
+
+
 def test_rounds_check_a_better_member_that_joined_after_a_verdict():
     """b was validated ok; a, ranked before it, came later: a is checked; c, ranked after b, is not."""
     clusters = {k: {"cluster": "a", "rank": i, "link": {}} for i, k in enumerate("abc")}
