@@ -67,7 +67,8 @@ def setup(ctx: Context) -> Setup:
                                    ngram=cfg.contamination_ngram, max_df=cfg.contamination_max_df)
         except (ValueError, OSError) as e:  # a missing or unreadable benchmark: one sentence, not a traceback
             raise UserError(f"dedupe.benchmarks: {e}") from None
-    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "filters"}
+    # before_validation decides whether dedupe runs before validation, never what it finds
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("filters", "before_validation")}
     manifest = {"params": params.manifest(), "config": config,
                 # what the selection amounts to: the same filters spelled differently hash the same
                 "filters": [[f.name, f.manifest()] for f in filters],

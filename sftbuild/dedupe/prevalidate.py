@@ -17,7 +17,8 @@ clustered too but ranked after every member that will be kept, so it never stand
 and a cluster of such records costs one check, not one each.
 
 Clustering is skipped when neither the records (with their bindings) nor the dedupe config
-changed since the stored clusters. `sftbuild validate` and `sftbuild run` call `run` before
+changed since the stored clusters; `dedupe.before_validation: false` turns it off (no clusters:
+validate checks every record). `sftbuild validate` and `sftbuild run` call `run` before
 validating; `sftbuild dedupe` calls it while no record has passed validation. The report goes
 to <workspace>/reports/clusters.json.
 """
@@ -32,6 +33,7 @@ from sftbuild.dedupe.analysis import LARGEST, analyse, setup, to_doc
 from sftbuild.record import config_hash
 
 MODE = "before validation"
+OFF = "off"  # the clusters hash while clustering before validation is turned off
 ORDER = ("validated ok, bound, binding how (exact, declared, probed, package_reference, file_reference, "
          "inferred), binding evidence (shapes and dtypes), source priority, known licence, fewer tokens, id")
 
@@ -40,6 +42,11 @@ def run(ctx: Context) -> dict:
     records = ctx.store.alive("validate")
     if not records:  # the caller says why a stage has nothing to do
         return {}
+    if not ctx.config.dedupe.before_validation:
+        if ctx.store.clusters_hash() != OFF:
+            ctx.store.set_clusters(OFF, [])  # validate then checks every record
+        ctx.echo(f"dedupe ({MODE}): off (dedupe.before_validation: false): validate checks every record")
+        return {"mode": MODE, "off": True}
     s = setup(ctx)
     docs = [to_doc(r, None) for r in records]
     docs.sort(key=lambda d: d.id)

@@ -389,3 +389,15 @@ def test_validate_clusters_first_and_a_bad_benchmark_is_one_sentence(make_ctx, t
     _prepared(ctx, corpus())
     with pytest.raises(UserError, match="dedupe.benchmarks: benchmark .*missing"):
         prevalidate.run(ctx)
+
+
+def test_clustering_before_validation_can_be_turned_off(make_ctx, fake):
+    recs = corpus()
+    ctx, lines = _messages(make_ctx, recs)
+    dedupe.run(ctx)
+    ctx.config.dedupe.before_validation = False
+    report = dedupe.run(ctx)
+    assert report["off"] and "off (dedupe.before_validation: false)" in lines[-1] and ctx.store.clusters() == {}
+    f = fake()
+    _validate(ctx)
+    assert sorted(f.checked) == sorted(r.id for r in recs.values())
