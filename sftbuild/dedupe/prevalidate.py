@@ -3,8 +3,9 @@
 `run(ctx)` clusters the records validate is about to check (those that passed harvest, bind and
 describe) with the same filters, decontamination, normalisation and MinHash LSH as the dedupe
 stage, and stores the clusters (`Store.set_clusters`): each member's cluster, its rank in
-`validation_order` (bound before unbound, the stronger binding, the richer evidence, source
-priority, a known licence, the shorter code) and the link it joined by. It drops nothing and
+`validation_order` (kept by dedupe's filters, then validated ok, bound before unbound, the stronger
+binding, the richer evidence, source priority, a known licence, the shorter code) and the link it
+joined by. It drops nothing and
 writes no stage result. Validate reads the clusters (sftbuild.validate.clusters): it checks
 rank 0 of each cluster, and the next member only when every member before it was dropped (after
 two drops, the next 2, 4, ... together); the others wait as `waiting:duplicate`.
@@ -28,14 +29,15 @@ import json
 from collections import Counter
 
 from sftbuild.context import Context, environment
-from sftbuild.dedupe.near import Doc, find_clusters, validation_order
 from sftbuild.dedupe.analysis import LARGEST, analyse, setup, to_doc
+from sftbuild.dedupe.near import Doc, find_clusters, validation_order
 from sftbuild.record import config_hash
 
 MODE = "before validation"
 OFF = "off"  # the clusters hash while clustering before validation is turned off
-ORDER = ("validated ok, bound, binding how (exact, declared, probed, package_reference, file_reference, "
-         "inferred), binding evidence (shapes and dtypes), source priority, known licence, fewer tokens, id")
+ORDER = ("kept by dedupe's filters and decontamination, validated ok, bound, binding how (exact, declared, "
+         "probed, package_reference, file_reference, inferred), binding evidence (shapes and dtypes), "
+         "source priority, known licence, fewer tokens, id")
 
 
 def run(ctx: Context) -> dict:
