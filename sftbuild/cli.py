@@ -204,6 +204,12 @@ def validate(ctx, max_slowdown, memcheck):
 def dedupe(ctx):
     """Drop exact and near duplicates, contaminated and low-quality samples.
 
+    Works on any record set and says which mode it used. After validation (once any record
+    passed it) it drops duplicates, contaminated and low-quality records among the validated
+    ones (reports/dedupe.json). Before validation it drops nothing: it clusters the harvested
+    and bound records so that validate checks one record per cluster first, and the next only
+    if that one fails (reports/clusters.json); `sftbuild validate` does this itself first.
+
     \b
     Example:
         sftbuild dedupe && cat sftbuild-work/reports/dedupe.json
@@ -450,6 +456,8 @@ def run(ctx, sources):
     for st in stages.STAGES:
         options = {"sources": list(sources)} if st.name == "harvest" else {}
         try:
+            if st.first:
+                stages.first(st.name).run(ctx)
             _report(ctx, st.name, stages.module(st.name).run(ctx, **options))
         except Waiting as e:
             click.echo(f"{st.name}: {e}")
@@ -549,12 +557,18 @@ def _stage(ctx, name, run, **options):
             stats = stages.module(st.name).run(ctx)
             if stats:
                 _report(ctx, st.name, stats)
+    if stages.get(name).first:
+        stages.first(name).run(ctx)
     stats = run(ctx, **options)
     if stats:
         _report(ctx, name, stats)
         if stats.get("waiting:needs_gpu"):
             ctx.echo(f"  needs_gpu: {stats['waiting:needs_gpu']} records compiled and wait for a GPU; "
                      f"`sftbuild {name}` on a machine with one picks them up")
+        if stats.get("waiting:duplicate"):
+            ctx.echo(f"  duplicate: {stats['waiting:duplicate']} records were not checked: each is a near "
+                     f"duplicate of a record of its cluster that is validated ok or still waiting, and is "
+                     f"checked only if that one is dropped (reports/clusters.json lists the clusters)")
     else:
         ctx.echo(f"{name}: nothing to do: {_idle_reason(ctx, name)}")
 

@@ -128,6 +128,9 @@ class DedupeConfig:
     contamination_ngram: int = opt(10, "n-gram size for decontamination", lo=1)
     contamination_max_df: float = opt(0.05, "n-grams in more benchmark documents than this share are ignored",
                                       lo=0, hi=1)
+    before_validation: bool = opt(True, "cluster near duplicates before validation, so validate checks one "
+                                  "record per cluster first and the next only if it fails; false checks every "
+                                  "record")
     filters: dict[str, Any] = opt({}, "quality filters, all on by default; NAME: {param: value} sets one's "
                                   "parameters, NAME: false turns it off", plugins="filter")
 
