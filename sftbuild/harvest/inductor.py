@@ -11,6 +11,7 @@ source needs CUDA; without it the source fails with a clear message.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,36 +45,104 @@ def programs(location: str) -> list[Program]:
 
 
 def kernels_in_output(code: str) -> list[dict]:
-    """Kernels in Inductor output code: `name = async_compile.triton('name', '''src''', ...)`."""
-    tree = ast.parse(code)
-    found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "triton" \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "async_compile" \
-                and len(node.args) >= 2 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
-                                                for a in node.args[:2]):
-            found[node.args[0].value] = {"name": node.args[0].value, "code": node.args[1].value,
-                                         "launch_sites": []}
-    for node in ast.walk(tree):  # launches: `kernel.run(...)` in the generated `call`
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run" \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id in found:
-            found[node.func.value.id]["launch_sites"].append(
-                {"function": "call", "line": node.lineno, "text": ast.unparse(node)[:500]})
-    return list(found.values())
+    """Kernels in Inductor output code (`name = async_compile.triton(name, source, ...)`), with the
+    ATen ops each fuses and its launches (see sftbuild.harvest.inductor_code.kernels)."""
+    from sftbuild.harvest import inductor_code
+
+    return inductor_code.kernels(code)
 
 
-def compile_program(name: str, src: str) -> list[str]:
-    """Run a program under torch.compile(dynamic=True) on the GPU; return the output code."""
+@dataclasses.dataclass
+class Compiled:
+    """One program compiled: the output code of each Dynamo graph, each graph's placeholder sources,
+    what the program returns ("tensor", the number of tensors of its tuple, or None for anything
+    else), the float dtype of its inputs, and how matmuls were generated (`gemm`: "triton", or
+    "extern" with `why`)."""
+
+    codes: list
+    graphs: list
+    returns: object
+    dtype: str
+    gemm: str = "triton"
+    why: str = ""
+
+
+def _source_name(s) -> str | None:
+    if s is None:
+        return None
+    n = s.name
+    return n() if callable(n) else n
+
+
+def _returns(out, n_outputs: int):
     import torch
+
+    if isinstance(out, torch.Tensor):
+        return "tensor" if n_outputs == 1 else None
+    if isinstance(out, (tuple, list)) and out and all(isinstance(t, torch.Tensor) for t in out) \
+            and len(out) == n_outputs:
+        return len(out)
+    return None
+
+
+# matmuls and convolutions as Triton templates, few configs so autotuning stays cheap
+TRITON_GEMM = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON",
+               "max_autotune_conv_backends": "TRITON", "test_configs.max_mm_configs": 4}
+
+
+def compile_program(name: str, src: str, device: str = "cuda") -> Compiled:
+    """Run a program under torch.compile(dynamic=True) with a backend that records each Dynamo graph's
+    placeholder sources before Inductor compiles it. On CUDA, matmuls and convolutions are generated
+    as Triton templates; where that fails they go to library kernels, and `gemm`/`why` say so."""
+    try:
+        return _compile(name, src, device, TRITON_GEMM if device == "cuda" else {})
+    except Exception as e:
+        if device != "cuda":
+            raise
+        out = _compile(name, src, device, {})
+        out.gemm, out.why = "extern", f"Triton templates failed: {type(e).__name__}: {str(e)[:200]}"
+        return out
+
+
+def _compile(name: str, src: str, device: str, config: dict) -> Compiled:
+    import torch
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import run_and_get_code
 
     ns: dict = {"__name__": f"sftbuild_program_{abs(hash(name))}"}
     exec(compile(src, name, "exec"), ns)
     init = ns.get("get_init_inputs", lambda: [])()
-    model = ns["Model"](*init).cuda()
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    torch.manual_seed(0)
+    model = ns["Model"](*init).to(device).eval()
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    floats = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    graphs, n_out = [], []
+
+    def backend(gm, example_inputs):
+        sources = [_source_name(getattr(n.meta.get("grapharg"), "source", None))
+                   for n in gm.graph.nodes if n.op == "placeholder"]
+        outs = [n for n in gm.graph.nodes if n.op == "output"]
+        fn = compile_fx(gm, example_inputs)  # raises when Dynamo must restart: that graph is not kept
+        graphs.append(sources)
+        n_out.append(len(outs[0].args[0]) if outs and isinstance(outs[0].args[0], (tuple, list)) else 1)
+        return fn
+
+    known = {k: v for k, v in config.items() if _has_config(inductor_config, k)}
     torch._dynamo.reset()
-    compiled = torch.compile(model, dynamic=True)
-    with torch.no_grad():
-        _, codes = run_and_get_code(compiled, *inputs)
-    return list(codes)
+    with inductor_config.patch(known):
+        compiled = torch.compile(model, backend=backend, dynamic=True)
+        with torch.no_grad():
+            out, codes = run_and_get_code(compiled, *inputs)
+    torch._dynamo.reset()
+    dtype = str(floats[0]).replace("torch.", "") if floats else "float32"
+    return Compiled(list(codes), graphs, _returns(out, n_out[0]) if len(n_out) == 1 else None, dtype)
+
+
+def _has_config(cfg, key: str) -> bool:
+    obj = cfg
+    for part in key.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
