@@ -1,0 +1,175 @@
+"""Inductor output code made standalone: kernels, stripping, splicing, arg building, the records a
+compiled program yields, and (on the CPU, where Inductor writes C++ with the same `call(args)`)
+ModelNew == Model through the validator's module path at more than one size."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sftbuild.binding import Binding
+from sftbuild.harvest import inductor
+from sftbuild.harvest import inductor_code as IC
+from sftbuild.harvest.inductor import Compiled, Program
+from sftbuild.harvest.kinds.torch_inductor import records
+from sftbuild.validate import guards, pipeline, static
+
+DATA = Path(__file__).parents[1] / "data" / "inductor"
+RMS = (DATA / "cuda_add_rms_norm.py").read_text()
+GEMM = (DATA / "cuda_linear_gelu_autotune.py").read_text()
+PROGRAM = (DATA / "program_ln_gelu.py").read_text()
+RMS_PROGRAM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1024))
+
+    def forward(self, x, r):
+        h = x + r
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w, h
+
+
+def get_inputs():
+    return [torch.randn(4096, 1024), torch.randn(4096, 1024)]
+'''
+RMS_SOURCES = ["L['x'].size()[0]", "L['x']", "L['r']", "L['self']._parameters['w']"]
+
+
+def test_kernels_name_what_they_fuse_and_where_they_launch():
+    ks = IC.kernels(GEMM)
+    assert [k["name"] for k in ks] == ["triton_tem_fused_addmm_t_0", "triton_poi_fused_addmm_gelu_1"]
+    assert ks[1]["aten"] == ["aten.addmm", "aten.gelu"]
+    assert all(len(k["launch_sites"]) == 1 and "@triton.jit" in k["code"] for k in ks)
+    assert IC.kernel_names(GEMM) == sorted(k["name"] for k in ks)
+    assert IC.extern_calls(GEMM) == [] and IC.extern_calls("extern_kernels.mm(a, b, out=c)") == ["mm"]
+
+
+def test_strip_drops_host_paths_and_benchmark_blocks():
+    out = IC.strip(RMS)
+    assert "/tmp/torchinductor" not in out and "kernel path" not in out
+    assert "def get_args" not in out and "benchmark_compiled_module" not in out and "__main__" not in out
+    assert "def call(self, args)" in out and "runner = Runner" in out
+    assert IC.kernels(out)[0]["code"] == IC.kernels(RMS)[0]["code"]
+
+
+def test_splice_replaces_one_kernel_and_keeps_the_rest():
+    ks = IC.kernels(GEMM)
+    new = ks[1]["code"].replace("tmp", "t_")
+    out = IC.splice(GEMM, ks[1]["name"], new)
+    after = IC.kernels(out)
+    assert after[1]["code"] == new and after[0]["code"] == ks[0]["code"]
+    assert IC.splice(out, ks[1]["name"], ks[1]["code"]) == GEMM
+    tricky = "x = '''\\n'''\n" + ks[0]["code"]  # backslashes and quotes survive
+    assert IC.kernels(IC.splice(GEMM, ks[0]["name"], tricky))[0]["code"] == tricky
+    with pytest.raises(IC.NotStandalone):
+        IC.splice(GEMM, "no_such_kernel", new)
+
+
+def test_solution_is_standalone_and_passes_the_static_checks():
+    sol = IC.solution(RMS_PROGRAM, RMS, RMS_SOURCES, 2)
+    assert "class ModelNew(nn.Module)" in sol and "self.w = nn.Parameter(torch.ones(1024))" in sol
+    assert "class Model(" not in sol and "def get_inputs" not in sol and "/tmp/torchinductor" not in sol
+    assert "args = [L['x'].size()[0], L['x'], L['r'], L['self']._parameters['w']]" in sol
+    assert "globals()" not in sol and "set_device" not in sol and "ctypes" not in sol
+    assert static.scan(sol, "kernelbench") == []
+    for k in IC.kernels(sol):
+        assert static.scan(k["code"], "triton") == []
+
+
+def test_placeholder_sources_must_be_lookups_on_the_locals():
+    assert IC.check_source("L['self']._modules['ln']._parameters['weight']")
+    for bad in ("G['torch'].pi", "L['x'].sum()", "L[__import__('os')]", "open('f')", "L['x'"):
+        with pytest.raises(IC.NotStandalone):
+            IC.check_source(bad)
+
+
+def test_free_sizes_are_the_constants_only_inputs_read():
+    assert IC.free_sizes(PROGRAM) == ["batch_size"]
+    assert IC.free_sizes(RMS_PROGRAM) == []
+
+
+def test_records_pair_and_kernels_all_bound():
+    comp = Compiled([GEMM], [["L['self']._modules['fc']._parameters['weight']",
+                              "L['self']._modules['fc']._parameters['bias']", "L['x'].size()[0]", "L['x']"]],
+                    "tensor", "float32")
+    prog = Program("linear_gelu", RMS_PROGRAM.replace("self.w = nn.Parameter(torch.ones(1024))",
+                                                      "self.fc = nn.Linear(1024, 1024)"))
+    recs = records("torch-inductor", prog, comp, {"torch": "2.x", "triton": "3.x"})
+    pair, kernels = recs[0], recs[1:]
+    assert pair.language == "kernelbench" and pair.binding["kind"] == "kernelbench"
+    assert pair.binding["reference"] == prog.src and pair.binding["dtypes"] == ["float32"]
+    assert pair.entry["generator"] == "inductor" and pair.entry["gemm"] == "triton"
+    assert [k.entry["kernels"][0] for k in kernels] == [k["name"] for k in IC.kernels(GEMM)]
+    for k in kernels:
+        b = k.binding
+        assert b["kind"] == "inductor" and b["solution"] == pair.code and b["kernel"] == k.entry["kernels"][0]
+        assert IC.splice(b["solution"], b["kernel"], k.code) == pair.code
+        assert Binding.from_dict(b).to_dict()["solution"] == pair.code
+    with pytest.raises(IC.NotStandalone, match="graph break"):
+        records("s", prog, Compiled([GEMM, GEMM], [[], []], "tensor", "float32"), {})
+    with pytest.raises(IC.NotStandalone, match="returns something other"):
+        records("s", prog, Compiled([GEMM], [[]], None, "float32"), {})
+
+
+def test_inductor_records_wait_for_a_gpu_instead_of_the_interpreter():
+    class Cfg:
+        cpu_interpret = True
+        sample_timeout = 10
+
+    item = {"id": "a", "language": "kernelbench", "code": "import triton\nk = async_compile.triton('k', '')",
+            "binding": {"kind": "kernelbench"}, "dtypes": ["float32"]}
+    kern = {"id": "b", "language": "triton", "code": "@triton.jit\ndef k(): pass",
+            "binding": {"kind": "inductor"}, "dtypes": ["float32"]}
+    assert [out for _, out in pipeline._without_gpu([item, kern], Cfg(), {})] == [None, None]
+
+
+def test_launch_counter_counts_inductor_launches_of_own_kernels():
+    th = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+
+    def launch(name):
+        k = object.__new__(th.CachingAutotuner)
+        k.inductor_meta = {"kernel_name": name}
+        try:
+            k.run(stream=0)
+        except Exception:  # a bare launcher cannot launch; the count is taken before
+            pass
+
+    with guards.LaunchCounter("/nowhere/cand.py", ["triton_poi_fused_add_0"]) as counter:
+        launch("triton_poi_fused_add_0")
+        launch("someone_elses_kernel")
+    assert (counter.count, counter.names) == (1, {"triton_poi_fused_add_0"})
+
+
+@pytest.fixture(scope="module")
+def cpu_pair():
+    comp = inductor.compile_program("program_ln_gelu", PROGRAM, device="cpu")
+    assert len(comp.graphs) == 1 and comp.returns == 2
+    return IC.solution(PROGRAM, comp.codes[0], comp.graphs[0], comp.returns)
+
+
+def _task(code):
+    return {"id": "t", "language": "kernelbench", "code": code, "entry": {}, "dtypes": ["float32"],
+            "binding": {"kind": "kernelbench", "reference": PROGRAM, "dtypes": ["float32"],
+                        "sizes": IC.free_sizes(PROGRAM)},
+            "shapes": 3, "seeds": 1, "timing": False, "device": "cpu"}
+
+
+def test_cpu_model_new_equals_model_at_several_sizes(cpu_pair):
+    from sftbuild.validate import pyrun
+
+    out = pyrun.run_python(_task(cpu_pair))
+    assert out["status"] == "ok", out
+    sizes = {t["shape"]["sizes"]["batch_size"] for t in out["trials"]}
+    layouts = {t["layout"] for t in out["trials"]}
+    assert len(sizes) >= 2 and {t["shape"]["sizes"]["dim"] for t in out["trials"]} == {64}
+    assert layouts == {"contiguous", "transposed", "sliced"}
+
+
+def test_cpu_broken_model_new_is_dropped(cpu_pair):
+    from sftbuild.validate import pyrun
+
+    out = pyrun.run_python(_task(cpu_pair.replace("return tuple(out)", "return (out[0] * 1.01, out[1])")))
+    assert (out["status"], out["reason"]) == ("dropped", "incorrect")
