@@ -173,3 +173,24 @@ def test_cpu_broken_model_new_is_dropped(cpu_pair):
 
     out = pyrun.run_python(_task(cpu_pair.replace("return tuple(out)", "return (out[0] * 1.01, out[1])")))
     assert (out["status"], out["reason"]) == ("dropped", "incorrect")
+
+
+def test_instructions_show_the_program_and_what_a_kernel_fuses():
+    from sftbuild.describe.stage import describe
+
+    recs = records("torch-inductor", Program("add_rms_norm", RMS_PROGRAM),
+                   Compiled([RMS], [RMS_SOURCES], 2, "float32"), {})
+    conf = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90",
+            "smem_budget": 232448}
+    for rec in recs:
+        rec.binding = Binding.from_dict(rec.binding).to_dict()
+        status, _, payload = describe(rec, conf)
+        assert status == "ok", payload.get("problems")
+        text = payload["instructions"]
+        assert all("class Model(nn.Module)" in t for t in text.values())
+    pair, kernel = [describe(r, conf)[2]["instructions"] for r in recs]
+    assert "ModelNew" in pair["en:brief"] and "Triton kernels" in pair["en:brief"]
+    assert "ModelNew" in pair["zh:brief"] and "Triton Kernel" in pair["zh:brief"]
+    for text in (kernel["en:brief"], kernel["zh:brief"]):
+        assert "`aten.rsqrt`" in text and "triton_per_fused_add_mean_mul_pow_rsqrt_0" in text
+        assert "`out_ptr2`" in text and "`in_ptr0`" in text
