@@ -2,11 +2,15 @@
 
 Each program is a KernelBench-format module (`Model`, `get_inputs`,
 `get_init_inputs`): the built-in catalog (catalog/programs.py) or a user module
-given by path. It is compiled with dynamic shapes; the generated output code is
-captured with `torch._inductor.utils.run_and_get_code`, and every kernel in it
-(`async_compile.triton(name, source)`) becomes a record bound exactly to the
-program that produced it. Inductor writes Triton only for GPU devices, so this
-source needs CUDA; without it the source fails with a clear message.
+given by path. `compile_program` compiles it with dynamic shapes under a backend
+that records each Dynamo graph's placeholder sources (the expressions that rebuild
+`call(args)`'s arguments from the model and its inputs) and captures the output
+code with `torch._inductor.utils.run_and_get_code`; matmuls and convolutions are
+Triton templates where Inductor can make them so. `compile_isolated` runs the
+compiles in sandbox processes, never in the caller's. What the output code becomes
+(a program pair and per-kernel records) is sftbuild.harvest.inductor_code's and
+the kind's business. Inductor writes Triton only for GPU devices (C++ with the same
+`call(args)` for the CPU), so the source needs CUDA.
 """
 from __future__ import annotations
 
@@ -146,3 +150,45 @@ def _has_config(cfg, key: str) -> bool:
             return False
         obj = getattr(obj, part)
     return True
+
+
+COMPILE_TIMEOUT = 600.0  # seconds per program, Triton-template autotuning included
+BATCH = 16  # programs per compile process: one torch import serves them all
+
+
+def compile_many(task: dict) -> dict:
+    """The sandbox's entry: compile each (name, source) of `task["programs"]` on `task["device"]`;
+    {"compiled": {name: Compiled, or the error as one line}}."""
+    out: dict = {}
+    for name, src in task["programs"]:
+        try:
+            out[name] = compile_program(name, src, task.get("device", "cuda"))
+        except Exception as e:  # one program failing must not stop the others
+            out[name] = f"{type(e).__name__}: {str(e)[:300]}"
+    return {"compiled": out}
+
+
+def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BATCH):
+    """(program, Compiled or the reason it failed) for each program, compiled off the main process:
+    torch.compile runs the program and the code it generates, so each batch goes to a fresh process
+    (sftbuild.sandbox); a batch whose process dies or hangs is retried one program at a time, so a
+    bad program costs only itself."""
+    from sftbuild.executor import WorkerFailure
+    from sftbuild.sandbox import run_isolated
+
+    todo = [progs[i:i + batch] for i in range(0, len(progs), batch)]
+    while todo:
+        group = todo.pop(0)
+        res = run_isolated("sftbuild.harvest.inductor:compile_many",
+                           {"programs": [(p.name, p.src) for p in group], "device": device},
+                           COMPILE_TIMEOUT * len(group))
+        if isinstance(res, WorkerFailure) or "compiled" not in res:
+            why = f"{res.kind}: {res.detail[-300:]}" if isinstance(res, WorkerFailure) else \
+                str(res.get("detail", res))[:300]
+            if len(group) > 1:
+                todo[:0] = [[p] for p in group]
+                continue
+            yield group[0], f"the compile process failed ({why})"
+            continue
+        for p in group:
+            yield p, res["compiled"].get(p.name, "no result")

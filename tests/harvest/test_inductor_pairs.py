@@ -143,9 +143,18 @@ def test_launch_counter_counts_inductor_launches_of_own_kernels():
     assert (counter.count, counter.names) == (1, {"triton_poi_fused_add_0"})
 
 
+def test_compiles_run_off_the_main_process_and_a_crash_costs_only_its_program():
+    head = "import os\nimport torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    raises = Program("raises", head + "def get_inputs():\n    raise ValueError('no inputs')\n")
+    crashes = Program("crashes", head + "def get_inputs():\n    os._exit(3)\n")
+    out = dict((p.name, c) for p, c in inductor.compile_isolated([raises, crashes], device="cpu"))
+    assert out["raises"] == "ValueError: no inputs"
+    assert out["crashes"].startswith("the compile process failed (crash")
+
+
 @pytest.fixture(scope="module")
 def cpu_pair():
-    comp = inductor.compile_program("program_ln_gelu", PROGRAM, device="cpu")
+    [(_, comp)] = list(inductor.compile_isolated([Program("program_ln_gelu", PROGRAM)], device="cpu"))
     assert len(comp.graphs) == 1 and comp.returns == 2
     return IC.solution(PROGRAM, comp.codes[0], comp.graphs[0], comp.returns)
 

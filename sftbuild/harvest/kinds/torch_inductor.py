@@ -53,11 +53,9 @@ class TorchInductor(SourceKind):
         import triton
 
         versions = {"torch": torch.__version__, "triton": triton.__version__}
-        for prog in inductor.programs(h.src.location):
-            try:
-                comp = inductor.compile_program(prog.name, prog.src)
-            except Exception as e:  # one program failing must not stop the catalog
-                h.skip(prog.name, "compile_failed", f"{type(e).__name__}: {str(e)[:300]}")
+        for prog, comp in inductor.compile_isolated(inductor.programs(h.src.location)):
+            if isinstance(comp, str):  # one program failing must not stop the catalog
+                h.skip(prog.name, "compile_failed", comp)
                 continue
             try:
                 recs = records(h.src.name, prog, comp, versions, h.src.license)
