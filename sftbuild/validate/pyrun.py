@@ -508,7 +508,7 @@ def _run_python(task, dev, workdir, package=""):
                 prob = ModuleProblem(task, mod, workdir, dev)
             else:
                 raise Reject("unbound", f"binding kind {kind!r} is not supported")
-            run = Run(prob, dev, counter, set(extension.kernel_names(task["code"])),
+            run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
                       checks.selected(task.get("runtime_checks")))
             tally = Tally()
             variants = prob.variants()

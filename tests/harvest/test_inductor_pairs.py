@@ -203,3 +203,39 @@ def test_instructions_show_the_program_and_what_a_kernel_fuses():
     for text in (kernel["en:brief"], kernel["zh:brief"]):
         assert "`aten.rsqrt`" in text and "triton_per_fused_add_mean_mul_pow_rsqrt_0" in text
         assert "`out_ptr2`" in text and "`in_ptr0`" in text
+
+
+def test_harvested_records_are_all_bound_and_wait_for_a_gpu(make_ctx, monkeypatch, tmp_path):
+    import torch
+
+    from sftbuild.bind import stage as bind
+    from sftbuild.describe import stage as describe
+    from sftbuild.harvest import stage as harvest
+    from sftbuild.validate import stage as validate
+
+    prog = tmp_path / "add_rms_norm.py"
+    prog.write_text(RMS_PROGRAM)
+    broken = tmp_path / "graph_break.py"
+    broken.write_text(RMS_PROGRAM)
+
+    def compiled(progs, device="cuda"):
+        for p in progs:
+            graphs = [RMS_SOURCES] * (2 if p.name.endswith("graph_break.py") else 1)
+            yield p, Compiled([RMS] * len(graphs), graphs, 2, "float32")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(inductor, "compile_isolated", compiled)
+    ctx = make_ctx(gpus="none")
+    stats = harvest.run(ctx, [f"inductor:{prog}", f"inductor:{broken}"])
+    assert stats["errors"] == {}
+    recs = list(ctx.store.records())
+    assert sorted(r.language for r in recs) == ["kernelbench", "triton"]
+    assert [s["reason"] for s in ctx.store.skips()] == ["not_standalone"]
+    monkeypatch.undo()
+    bind.run(ctx)
+    describe.run(ctx)
+    validate.run(ctx)
+    for r in ctx.store.records():
+        assert r.binding and r.binding["how"] == "exact"
+        res = ctx.store.result(r.id, "validate")
+        assert (res["status"], res["reason"]) == ("waiting", "needs_gpu"), res
