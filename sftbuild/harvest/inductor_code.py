@@ -28,7 +28,12 @@ ALLOWED_CALLS = {"size", "stride", "storage_offset", "numel", "dim"}
 
 
 class NotStandalone(ValueError):
-    """The output code or a placeholder source cannot be turned into a standalone module."""
+    """The output code or a placeholder source cannot be turned into a standalone module; `reason`
+    is the harvest's skip reason."""
+
+    def __init__(self, why: str, reason: str = "not_standalone"):
+        super().__init__(why)
+        self.reason = reason
 
 
 def _triton_calls(tree: ast.AST):

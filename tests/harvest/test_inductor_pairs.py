@@ -112,6 +112,10 @@ def test_records_pair_and_kernels_all_bound():
         records("s", prog, Compiled([GEMM, GEMM], [[], []], "tensor", "float32"), {})
     with pytest.raises(IC.NotStandalone, match="returns something other"):
         records("s", prog, Compiled([GEMM], [[]], None, "float32"), {})
+    with pytest.raises(IC.NotStandalone, match="library calls only: mm") as e:
+        records("s", prog, Compiled(["def call(args):\n    return (extern_kernels.mm(a, b),)\n"], [[]], "tensor",
+                                    "float32"), {})
+    assert e.value.reason == "no_triton_kernel"
 
 
 def test_inductor_records_wait_for_a_gpu_instead_of_the_interpreter():

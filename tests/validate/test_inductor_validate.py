@@ -33,11 +33,10 @@ def _task(rec):
 
 
 def _broken(kernel_code: str) -> str:
-    """The kernel with the value of its last store scaled: it still compiles and runs, wrongly."""
-    stores = list(re.finditer(r"tl\.store\(([^,]+), (\w+)", kernel_code))
-    assert stores
-    m = stores[-1]
-    return kernel_code[:m.start()] + f"tl.store({m.group(1)}, {m.group(2)} * 1.5" + kernel_code[m.end():]
+    """The kernel with every stored value scaled: it still compiles and runs, wrongly."""
+    out, n = re.subn(r"tl\.store\(([^,]+), (\w+)", r"tl.store(\1, \2 * 1.5", kernel_code)
+    assert n
+    return out
 
 
 def _run(rec_or_task):

@@ -60,7 +60,7 @@ class TorchInductor(SourceKind):
             try:
                 recs = records(h.src.name, prog, comp, versions, h.src.license)
             except IC.NotStandalone as e:
-                h.skip(prog.name, "not_standalone", str(e))
+                h.skip(prog.name, e.reason, str(e))
                 continue
             for rec in recs:
                 n = rec.code.count("\n") + 1
@@ -80,7 +80,8 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None)
     code = comp.codes[0]
     found = IC.kernels(code)
     if not found:
-        raise IC.NotStandalone("the output code holds no Triton kernel")
+        raise IC.NotStandalone("the output code holds no Triton kernel (library calls only: "
+                               f"{', '.join(IC.extern_calls(code)) or 'none'})", "no_triton_kernel")
     solution = IC.solution(prog.src, code, comp.graphs[0], comp.returns)
     extern = IC.extern_calls(code)
     sizes = IC.free_sizes(prog.src)
