@@ -69,6 +69,8 @@ class Compiled:
     dtype: str
     gemm: str = "triton"
     why: str = ""
+    reference: str = ""  # the program compiled: its literal input sizes hoisted (inductor_code.hoist_sizes)
+    sizes: list | None = None  # size constants the output code was seen to take at other values
 
 
 def _source_name(s) -> str | None:
@@ -157,15 +159,109 @@ BATCH = 16  # programs per compile process: one torch import serves them all
 
 
 def compile_many(task: dict) -> dict:
-    """The sandbox's entry: compile each (name, source) of `task["programs"]` on `task["device"]`;
+    """The sandbox's entry: prepare each (name, source) of `task["programs"]` on `task["device"]`;
     {"compiled": {name: Compiled, or the error as one line}}."""
     out: dict = {}
     for name, src in task["programs"]:
         try:
-            out[name] = compile_program(name, src, task.get("device", "cuda"))
+            out[name] = prepare(name, src, task.get("device", "cuda"))
         except Exception as e:  # one program failing must not stop the others
             out[name] = f"{type(e).__name__}: {str(e)[:300]}"
     return {"compiled": out}
+
+
+def prepare(name: str, src: str, device: str = "cuda") -> Compiled:
+    """Compile a program with its literal input sizes hoisted into constants, then find which size
+    constants its output code takes as arguments: those at which the standalone solution still
+    matches the program (`sizes`). Runs the generated code: call it in a sandbox process."""
+    from sftbuild.harvest import inductor_code as IC
+
+    reference = IC.hoist_sizes(src)
+    comp = compile_program(name, reference, device)
+    comp.reference = reference
+    comp.sizes = dynamic_sizes(reference, comp, device)
+    return comp
+
+
+def dynamic_sizes(program: str, comp: Compiled, device: str) -> list[str]:
+    """The size constants only `get_inputs` reads (inductor_code.free_sizes) at whose changed values
+    (odd, smaller: as validation varies them) the solution still matches the program; [] when the
+    output code cannot stand alone or does not match even at the example size."""
+    import importlib.util
+    import sys
+    import tempfile
+
+    from sftbuild.harvest import inductor_code as IC
+
+    if len(comp.codes) != 1 or len(comp.graphs) != 1 or comp.returns is None or None in comp.graphs[0]:
+        return []
+    try:
+        sol = IC.solution(program, comp.codes[0], comp.graphs[0], comp.returns)
+    except IC.NotStandalone:
+        return []
+    with tempfile.TemporaryDirectory(prefix="sftbuild_inductor_") as d:
+        path = Path(d, "solution.py")
+        path.write_text(sol, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(f"sftbuild_solution_{abs(hash(program))}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        try:
+            spec.loader.exec_module(mod)
+            if not _matches(program, mod, {}, device):
+                return []
+            consts = _constants(program)
+            return [c for c in IC.free_sizes(program)
+                    if all(_matches(program, mod, {c: v}, device) for v in _trial_values(consts[c]))]
+        finally:
+            sys.modules.pop(spec.name, None)
+
+
+def _constants(program: str) -> dict[str, int]:
+    return {n.targets[0].id: n.value.value for n in ast.parse(program).body
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Constant) and type(n.value.value) is int}
+
+
+def _trial_values(v: int) -> list[int]:
+    """Odd values below v, as the validator's size variants pick them: a little smaller, and a quarter."""
+    below = v - 3 if v > 8 else v
+    below = below if below % 2 else max(1, below - 1)
+    quarter = max(3, v // 4)
+    quarter = quarter + 1 if quarter % 2 == 0 else quarter
+    return sorted({x for x in (below, quarter) if x != v and x > 1})
+
+
+def _matches(program: str, mod, change: dict, device: str) -> bool:
+    """Model and the solution's ModelNew, seeded alike, agree on fresh inputs with `change` applied
+    to the program's size constants."""
+    import torch
+
+    lines = program.splitlines(keepends=True)
+    for n in ast.parse(program).body:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id in change:
+            lines[n.lineno - 1] = f"{n.targets[0].id} = {change[n.targets[0].id]}\n"
+    ns: dict = {"__name__": "sftbuild_program_variant"}
+    try:
+        exec(compile("".join(lines), "program", "exec"), ns)
+        init = ns.get("get_init_inputs", lambda: [])()
+        torch.manual_seed(0)
+        ref = ns["Model"](*init).to(device).eval()
+        torch.manual_seed(0)
+        cand = mod.ModelNew(*init).to(device).eval()
+        torch.manual_seed(1)
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        with torch.no_grad():
+            want = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            got = cand(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+    except Exception:
+        return False
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    return len(want) == len(got) and all(
+        isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+        and torch.allclose(a.double(), b.double(), rtol=1e-3, atol=1e-3, equal_nan=True)
+        for a, b in zip(want, got))
 
 
 def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BATCH):

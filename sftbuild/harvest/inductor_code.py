@@ -260,3 +260,62 @@ def kernel_names(code: str) -> list[str]:
     """Names of the kernels Inductor output code compiles (`async_compile.triton('name', ...)`),
     read from the text, so any code, even code that does not parse, has an answer."""
     return sorted(set(re.findall(r"\basync_compile\.triton\(\s*['\"](\w+)['\"]", code)))
+
+
+FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "randint", "full"}
+
+
+def _size_literals(call: ast.Call) -> list[ast.Constant]:
+    """The int literals that give the shape in a tensor factory call (`torch.randn(4096, 1024)`,
+    `torch.randint(0, 10, (64,))`, `torch.full((8, 8), 0.5)`)."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    if name not in FACTORIES:
+        return []
+    if name == "randint":
+        shape = [k.value for k in call.keywords if k.arg == "size"] or call.args[-1:]
+    elif name == "full":
+        shape = [k.value for k in call.keywords if k.arg == "size"] or call.args[:1]
+    else:
+        shape = [k.value for k in call.keywords if k.arg == "size"] or call.args
+    out = []
+    for a in shape:
+        for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a]):
+            if isinstance(e, ast.Constant) and type(e.value) is int and e.value > 1:
+                out.append(e)
+    return out
+
+
+def hoist_sizes(program: str) -> str:
+    """The program with the literal input sizes of `get_inputs` (shape arguments of tensor factory
+    calls) made module-level constants (`size_0 = 4096`), so the validator can vary them as it varies
+    a KernelBench program's size constants. A value written anywhere else in the program (a layer's
+    width, a view's shape, another constant) is left alone: changing it alone would break the program.
+    Same values, same constant; the program computes exactly what it did."""
+    tree = ast.parse(program)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
+    if fn is None:
+        return program
+    sizes = [c for n in ast.walk(fn) if isinstance(n, ast.Call) for c in _size_literals(n)]
+    in_sizes = {id(c) for c in sizes}
+    other = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and type(n.value) is int
+             and id(n) not in in_sizes}
+    sizes = [c for c in sizes if c.value not in other]
+    if not sizes:
+        return program
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+        {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    names: dict[int, str] = {}
+    k = 0
+    for c in sizes:
+        if c.value not in names:
+            while f"size_{k}" in taken:
+                k += 1
+            names[c.value] = f"size_{k}"
+            k += 1
+    lines = program.splitlines(keepends=True)
+    for c in sorted(sizes, key=lambda c: (c.lineno, c.col_offset), reverse=True):
+        ln = lines[c.lineno - 1]
+        lines[c.lineno - 1] = ln[:c.col_offset] + names[c.value] + ln[c.end_col_offset:]
+    start = fn.lineno - 1 - len(fn.decorator_list)
+    block = "".join(f"{n} = {v}\n" for v, n in names.items()) + "\n\n"
+    return "".join(lines[:start]) + block + "".join(lines[start:])

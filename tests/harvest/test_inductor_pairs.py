@@ -156,35 +156,66 @@ def test_compiles_run_off_the_main_process_and_a_crash_costs_only_its_program():
     assert out["crashes"].startswith("the compile process failed (crash")
 
 
+LITERAL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(48))
+
+    def forward(self, x):
+        return torch.softmax(x * self.w, dim=-1).view(-1, 6, 8)
+
+
+def get_inputs():
+    return [torch.randn(40, 48)]
+"""
+
+
 @pytest.fixture(scope="module")
-def cpu_pair():
-    [(_, comp)] = list(inductor.compile_isolated([Program("program_ln_gelu", PROGRAM)], device="cpu"))
-    assert len(comp.graphs) == 1 and comp.returns == 2
-    return IC.solution(PROGRAM, comp.codes[0], comp.graphs[0], comp.returns)
+def cpu_compiled():
+    """Both programs compiled in one sandbox process on the CPU: their references and sizes."""
+    progs = [Program("program_ln_gelu", PROGRAM), Program("literal", LITERAL)]
+    return {p.name: c for p, c in inductor.compile_isolated(progs, device="cpu")}
 
 
-def _task(code):
+def _task(comp):
+    code = IC.solution(comp.reference, comp.codes[0], comp.graphs[0], comp.returns)
     return {"id": "t", "language": "kernelbench", "code": code, "entry": {}, "dtypes": ["float32"],
-            "binding": {"kind": "kernelbench", "reference": PROGRAM, "dtypes": ["float32"],
-                        "sizes": IC.free_sizes(PROGRAM)},
+            "binding": {"kind": "kernelbench", "reference": comp.reference, "dtypes": ["float32"],
+                        "sizes": comp.sizes},
             "shapes": 3, "seeds": 1, "timing": False, "device": "cpu"}
 
 
-def test_cpu_model_new_equals_model_at_several_sizes(cpu_pair):
+def test_cpu_sizes_are_those_the_compiled_code_takes(cpu_compiled):
+    ln, lit = cpu_compiled["program_ln_gelu"], cpu_compiled["literal"]
+    assert (ln.returns, ln.sizes, ln.reference) == (2, ["batch_size"], PROGRAM)
+    # 40 is an input size only: hoisted and free; 48 is the weight's width too: baked in
+    assert "size_0 = 40" in lit.reference and "torch.randn(size_0, 48)" in lit.reference
+    assert lit.sizes == ["size_0"]
+
+
+@pytest.mark.parametrize("name", ["program_ln_gelu", "literal"])
+def test_cpu_model_new_equals_model_at_several_sizes(cpu_compiled, name):
     from sftbuild.validate import pyrun
 
-    out = pyrun.run_python(_task(cpu_pair))
+    out = pyrun.run_python(_task(cpu_compiled[name]))
     assert out["status"] == "ok", out
-    sizes = {t["shape"]["sizes"]["batch_size"] for t in out["trials"]}
-    layouts = {t["layout"] for t in out["trials"]}
-    assert len(sizes) >= 2 and {t["shape"]["sizes"]["dim"] for t in out["trials"]} == {64}
-    assert layouts == {"contiguous", "transposed", "sliced"}
+    varied = cpu_compiled[name].sizes[0]
+    assert len({t["shape"]["sizes"][varied] for t in out["trials"]}) >= 2
+    assert {t["layout"] for t in out["trials"]} == {"contiguous", "transposed", "sliced"}
+    if name == "program_ln_gelu":
+        assert {t["shape"]["sizes"]["dim"] for t in out["trials"]} == {64}
 
 
-def test_cpu_broken_model_new_is_dropped(cpu_pair):
+def test_cpu_broken_model_new_is_dropped(cpu_compiled):
     from sftbuild.validate import pyrun
 
-    out = pyrun.run_python(_task(cpu_pair.replace("return tuple(out)", "return (out[0] * 1.01, out[1])")))
+    task = _task(cpu_compiled["program_ln_gelu"])
+    task["code"] = task["code"].replace("return tuple(out)", "return (out[0] * 1.01, out[1])")
+    out = pyrun.run_python(task)
     assert (out["status"], out["reason"]) == ("dropped", "incorrect")
 
 

@@ -21,7 +21,8 @@ def harvested():
     import torch
     import triton
 
-    comp = inductor.compile_program("program_ln_gelu", PROGRAM)
+    comp = inductor.prepare("program_ln_gelu", PROGRAM)
+    assert comp.sizes == ["batch_size"], comp
     return records("torch-inductor", Program("program_ln_gelu", PROGRAM), comp,
                    {"torch": torch.__version__, "triton": triton.__version__})
 

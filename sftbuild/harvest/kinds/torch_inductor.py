@@ -78,20 +78,21 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None)
     if any(s is None for s in comp.graphs[0]):
         raise IC.NotStandalone("a graph placeholder has no source to rebuild it from")
     code = comp.codes[0]
+    reference = comp.reference or prog.src
     found = IC.kernels(code)
     if not found:
         raise IC.NotStandalone("the output code holds no Triton kernel (library calls only: "
                                f"{', '.join(IC.extern_calls(code)) or 'none'})", "no_triton_kernel")
-    solution = IC.solution(prog.src, code, comp.graphs[0], comp.returns)
+    solution = IC.solution(reference, code, comp.graphs[0], comp.returns)
     extern = IC.extern_calls(code)
-    sizes = IC.free_sizes(prog.src)
+    sizes = comp.sizes if comp.sizes is not None else IC.free_sizes(reference)
     prov = {"source_kind": "torch-inductor", "url": "https://github.com/pytorch/pytorch",
             "commit": None, "path": prog.name, "package": "torch", "version": versions.get("torch"),
             "license": license or "unknown", "license_source": "registry" if license else "unknown",
             "catalog": prog.catalog, "benchmark": prog.benchmark}
     gen = {"gemm": comp.gemm, **({"gemm_why": comp.why} if comp.why else {}), "extern": extern, **versions}
     n = solution.count("\n") + 1
-    pair = KB.pair_record(source, solution, prog.src, prog.name, {**prov, "lines": [1, n]})
+    pair = KB.pair_record(source, solution, reference, prog.name, {**prov, "lines": [1, n]})
     pair.entry.update(backend="triton", kernels=[k["name"] for k in found], generator="inductor", **gen)
     pair.binding.update(program=prog.name, dtypes=[comp.dtype], sizes=sizes)
     out = [pair]
@@ -100,7 +101,7 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None)
         entry = {"kernels": [k["name"]], "params": [], "template": False, "launch_bounds": None,
                  "launch_sites": k["launch_sites"], "includes": [], "needs": [], "include_sets": [],
                  "generator": "inductor", "aten": k["aten"], "nodes": k["nodes"], **gen}
-        binding = {"kind": "inductor", "how": "exact", "program": prog.name, "reference": prog.src,
+        binding = {"kind": "inductor", "how": "exact", "program": prog.name, "reference": reference,
                    "solution": solution, "kernel": k["name"], "dtypes": [comp.dtype], "sizes": sizes,
                    "dynamic": True}
         out.append(Record(language="triton", code=k["code"], source=source, entry=entry, binding=binding,
