@@ -15,6 +15,9 @@ frame's locals `L`, e.g. `L['x']`, `L['x'].size()[0]`,
   buffers, so seeding gives both models the same weights) and a `forward` that builds the
   args from the sources and returns `call(args)` shaped like the program's output.
 
+- `hoist_sizes(program)`: the program with get_inputs' literal shape sizes made constants;
+  `free_sizes(program)`: the constants only get_inputs reads (the candidates to vary).
+
 `NotStandalone` says, in one sentence, why a program's output code cannot be made standalone.
 """
 from __future__ import annotations

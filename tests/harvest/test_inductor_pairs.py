@@ -274,3 +274,24 @@ def test_harvested_records_are_all_bound_and_wait_for_a_gpu(make_ctx, monkeypatc
         assert r.binding and r.binding["how"] == "exact"
         res = ctx.store.result(r.id, "validate")
         assert (res["status"], res["reason"]) == ("waiting", "needs_gpu"), res
+
+
+def test_hoisted_sizes_leave_other_literals_and_the_computation_alone():
+    import torch
+
+    src = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.emb = nn.Embedding(1000, 16)\n\n    def forward(self, ids, x):\n"
+           "        return self.emb(ids) + x\n\n\ndef get_inputs():\n"
+           "    return [torch.randint(0, 1000, (64,)), torch.randn(64, 16)]\n")
+    out = IC.hoist_sizes(src)
+    assert "size_0 = 64\n" in out and "torch.randint(0, 1000, (size_0,)), torch.randn(size_0, 16)" in out
+    assert IC.free_sizes(out) == ["size_0"] and IC.hoist_sizes(out) == out
+    assert IC.hoist_sizes(PROGRAM) == PROGRAM  # sizes already named
+    a, b = {}, {}
+    exec(src, a)
+    exec(out, b)
+    assert [t.shape for t in a["get_inputs"]()] == [t.shape for t in b["get_inputs"]()]
+    torch.manual_seed(0)
+    want = a["get_inputs"]()
+    torch.manual_seed(0)
+    assert all(torch.equal(x, y) for x, y in zip(want, b["get_inputs"]()))
