@@ -295,3 +295,12 @@ def test_hoisted_sizes_leave_other_literals_and_the_computation_alone():
     want = a["get_inputs"]()
     torch.manual_seed(0)
     assert all(torch.equal(x, y) for x, y in zip(want, b["get_inputs"]()))
+
+
+def test_static_checks_still_catch_torch_doing_the_work_in_an_inductor_solution():
+    sol = IC.solution(RMS_PROGRAM, RMS, RMS_SOURCES, 2)
+    cheat = sol.replace("        out = _inductor_call(args)\n",
+                        "        out = _inductor_call(args)\n        out = [torch.softmax(x, -1), x]\n")
+    assert cheat != sol
+    assert [f.check for f in static.scan(cheat, "kernelbench")][:1] == ["torch_does_the_work"]
+    assert static.scan(IC.strip(RMS), "kernelbench")  # the raw output code's idioms are not waved through
