@@ -193,11 +193,14 @@ def dynamic_sizes(program: str, comp: Compiled, device: str) -> list[str]:
 
     from sftbuild.harvest import inductor_code as IC
 
-    if len(comp.codes) != 1 or len(comp.graphs) != 1 or comp.returns is None or None in comp.graphs[0]:
+    if len(comp.graphs) != 1 or comp.returns is None or None in comp.graphs[0]:
         return []
+    code = IC.pick_code(comp.codes, len(comp.graphs[0]))
     try:
-        sol = IC.solution(program, comp.codes[0], comp.graphs[0], comp.returns)
+        sol = IC.solution(program, code, comp.graphs[0], comp.returns) if code else None
     except IC.NotStandalone:
+        sol = None
+    if sol is None:
         return []
     with tempfile.TemporaryDirectory(prefix="sftbuild_inductor_") as d:
         path = Path(d, "solution.py")

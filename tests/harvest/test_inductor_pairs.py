@@ -111,7 +111,12 @@ def test_records_pair_and_kernels_all_bound():
     with pytest.raises(IC.NotStandalone, match="graph break"):
         records("s", prog, Compiled([GEMM, GEMM], [[], []], "tensor", "float32"), {})
     with pytest.raises(IC.NotStandalone, match="returns something other"):
-        records("s", prog, Compiled([GEMM], [[]], None, "float32"), {})
+        records("s", prog, Compiled([GEMM], comp.graphs, None, "float32"), {})
+    with pytest.raises(IC.NotStandalone, match="none of the 1 output modules"):
+        records("s", prog, Compiled([GEMM], [comp.graphs[0][:3]], "tensor", "float32"), {})
+    # autotuning may capture benchmark modules beside the graph's own
+    bench = "def benchmark(args):\n    pass\n"
+    assert records("s", prog, Compiled([bench, GEMM], comp.graphs, "tensor", "float32"), {})[0].code == pair.code
     with pytest.raises(IC.NotStandalone, match="library calls only: mm") as e:
         records("s", prog, Compiled(["def call(args):\n    return (extern_kernels.mm(a, b),)\n"], [[]], "tensor",
                                     "float32"), {})

@@ -69,15 +69,17 @@ class TorchInductor(SourceKind):
 
 def records(source: str, prog, comp, versions: dict, license: str | None = None) -> list[Record]:
     """The program pair and its per-kernel records, for one compiled program (`inductor.Compiled`)."""
-    if len(comp.codes) != 1 or len(comp.graphs) != 1:
-        raise IC.NotStandalone(f"the program compiles to {len(comp.graphs)} graphs "
-                               f"({len(comp.codes)} output modules), not one: a graph break")
+    if len(comp.graphs) != 1:
+        raise IC.NotStandalone(f"the program compiles to {len(comp.graphs)} graphs, not one: a graph break")
+    code = IC.pick_code(comp.codes, len(comp.graphs[0]))
+    if code is None:
+        raise IC.NotStandalone(f"none of the {len(comp.codes)} output modules has a call taking the graph's "
+                               f"{len(comp.graphs[0])} inputs")
     if comp.returns is None:
         raise IC.NotStandalone("the program returns something other than a tensor or a tuple of tensors "
                                "the graph computes")
     if any(s is None for s in comp.graphs[0]):
         raise IC.NotStandalone("a graph placeholder has no source to rebuild it from")
-    code = comp.codes[0]
     reference = comp.reference or prog.src
     found = IC.kernels(code)
     if not found:
