@@ -309,3 +309,20 @@ def test_static_checks_still_catch_torch_doing_the_work_in_an_inductor_solution(
     assert cheat != sol
     assert [f.check for f in static.scan(cheat, "kernelbench")][:1] == ["torch_does_the_work"]
     assert static.scan(IC.strip(RMS), "kernelbench")  # the raw output code's idioms are not waved through
+
+
+def test_a_kernel_record_runs_as_its_program_with_its_kernel_spliced_in():
+    from sftbuild.validate import pyrun
+
+    recs = records("torch-inductor", Program("add_rms_norm", RMS_PROGRAM),
+                   Compiled([RMS], [RMS_SOURCES], 2, "float32"), {})
+    pair, kernel = recs
+    task = {"code": kernel.code, "binding": kernel.binding}
+    assert pyrun.inductor_candidate(task) == pair.code
+    changed = kernel.code.replace("tmp2 * tmp12", "tmp2 * tmp12 * 2")
+    spliced = pyrun.inductor_candidate({**task, "code": changed})
+    assert IC.kernels(spliced)[0]["code"] == changed and "class ModelNew" in spliced
+    out = pyrun.run_python({**task, "id": "k", "language": "triton", "binding": {"kind": "inductor"},
+                            "entry": {}, "dtypes": ["float32"], "shapes": 1, "seeds": 1, "timing": False,
+                            "device": "cpu"})
+    assert (out["status"], out["reason"]) == ("dropped", "unbound")
