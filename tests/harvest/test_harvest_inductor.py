@@ -67,5 +67,9 @@ def test_inductor_catalog_on_gpu(ctx):
     recs = list(ctx.store.records())
     programs = {r.binding["program"] for r in recs}
     failed = [s for s in ctx.store.skips() if s["reason"] == "compile_failed"]
-    print(f"\ninductor: {len(recs)} kernels from {len(programs)} programs; {len(failed)} programs failed")
+    pairs = [r for r in recs if r.language == "kernelbench"]
+    reasons = sorted({s["reason"] for s in ctx.store.skips()})
+    print(f"\ninductor: {len(pairs)} program pairs and {len(recs) - len(pairs)} kernels from {len(programs)} "
+          f"programs; {len(failed)} programs failed; skip reasons {reasons}")
+    assert all(r.binding for r in recs)
     assert len(programs) >= 45
