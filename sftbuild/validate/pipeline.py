@@ -89,7 +89,7 @@ def _without_gpu(items, cfg, by_id):
 
     def one(item):
         if item["language"] == "cuda" or not cfg.cpu_interpret or \
-                "load_inline" in item["code"] or "triton" not in item["code"]:
+                "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item):
             return item, None
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
         task = {**item, "device": "cpu", "timing": False, "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]}
@@ -98,6 +98,12 @@ def _without_gpu(items, cfg, by_id):
 
     with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
         yield from pool.map(one, items)
+
+
+def _inductor(item) -> bool:
+    """Inductor output code (a program pair, or a kernel run inside its program) launches through
+    Inductor's CUDA launcher: the interpreter cannot run it, so it waits for a GPU."""
+    return (item.get("binding") or {}).get("kind") == "inductor" or "async_compile.triton(" in item["code"]
 
 
 def finish(out, cfg, comp) -> tuple:

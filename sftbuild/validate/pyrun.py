@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from sftbuild import ops
+from sftbuild.harvest import inductor_code
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, guards
 from sftbuild.validate import harness as H
@@ -337,6 +338,7 @@ class ModuleProblem(Problem):
         self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
         self.max_variants = task["shapes"]
+        self.sizes = b.get("sizes")  # None: every size constant varies
         self._variants = None
         self._models = {}
         self.seed = 1234
@@ -344,7 +346,7 @@ class ModuleProblem(Problem):
     def variants(self):
         if self._variants is None:
             self._variants = []
-            for i, src in enumerate(size_variants(self.reference_src, self.max_variants)):
+            for i, src in enumerate(size_variants(self.reference_src, self.max_variants, self.sizes)):
                 try:
                     mod, _ = load_module(src, f"ref{i}", self.workdir)
                     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
@@ -405,13 +407,15 @@ class ModuleProblem(Problem):
         return ops.Tolerance(scale=4.0)  # whole models accumulate more rounding than one op
 
 
-def size_variants(src: str, n: int) -> list[str]:
+def size_variants(src: str, n: int, only=None) -> list[str]:
     """The reference source, then up to n-1 copies with its module-level size constants changed
-    to odd values that are not multiples of common block sizes."""
+    to odd values that are not multiples of common block sizes; with `only`, just the constants it
+    names (a binding's `sizes`: those its candidate takes as arguments, not baked in)."""
     tree = ast.parse(src)
     consts = [node for node in tree.body if isinstance(node, ast.Assign) and len(node.targets) == 1
               and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Constant)
-              and type(node.value.value) is int and node.value.value > 1]
+              and type(node.value.value) is int and node.value.value > 1
+              and (only is None or node.targets[0].id in only)]
     out = [src]
     if not consts:
         return out
@@ -491,10 +495,11 @@ def _run_python(task, dev, workdir, package=""):
     from sftbuild.validate import extension
 
     kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
+    code = inductor_candidate(task) if kind == "inductor" else task["code"]
     with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
-        with guards.LaunchCounter(os.path.join(workdir, "cand.py")) as counter:
+        with guards.LaunchCounter(os.path.join(workdir, "cand.py"), inductor_code.kernel_names(code)) as counter:
             try:
-                mod, path = load_module(task["code"], "cand", workdir, package)
+                mod, path = load_module(code, "cand", workdir, package)
             except SyntaxError as e:
                 raise Reject("compile_error", f"syntax error: {e}")
             if kind == "op":
@@ -503,7 +508,7 @@ def _run_python(task, dev, workdir, package=""):
                 prob = ModuleProblem(task, mod, workdir, dev)
             else:
                 raise Reject("unbound", f"binding kind {kind!r} is not supported")
-            run = Run(prob, dev, counter, set(extension.kernel_names(task["code"])),
+            run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
                       checks.selected(task.get("runtime_checks")))
             tally = Tally()
             variants = prob.variants()
@@ -535,6 +540,19 @@ def _run_python(task, dev, workdir, package=""):
                 payload["speedup"] = payload["timing"]["main"]["speedup"]
                 payload.setdefault("flags", {}).update(payload["timing"]["main"].get("flags", {}))
             return payload
+
+
+def inductor_candidate(task) -> str:
+    """A per-kernel Inductor record runs inside its program: the program's solution module (its
+    output code and ModelNew, in the binding) with this record's kernel spliced in place of the one
+    of the same name."""
+    b = task.get("binding") or {}
+    if not b.get("solution") or not b.get("kernel"):
+        raise Reject("unbound", "the inductor binding carries no program solution to launch the kernel")
+    try:
+        return inductor_code.splice(b["solution"], b["kernel"], task["code"])
+    except (inductor_code.NotStandalone, SyntaxError) as e:
+        raise Reject("unbound", f"the kernel cannot be spliced into its program: {e}")
 
 
 def _compiled_reference(prob, variant, dtype, task):
