@@ -31,6 +31,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.validate import checks as C
+from sftbuild.validate import fences, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate import timing
 from sftbuild.validate.tally import Tally, fold_worst
@@ -73,6 +74,8 @@ def _run(task: dict) -> dict:
         rng = random.Random(f"{task['id']}:{check['op']}")
         shapes = rng.sample(pool, min(task["shapes"], len(pool)))
         dtypes = [d for d in op.dtypes if d in task["dtypes"]]
+        if task["shapes"] > 1 and dtypes:
+            shapes = _with_grown(shapes, op, check, cons, dtypes[0], task)
         if not shapes or not dtypes:  # nothing to try is never a pass
             return {"status": "dropped", "reason": "unbound",
                     "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tally.tried}
@@ -109,6 +112,53 @@ def load_harness(path: str) -> ctypes.CDLL:
     libraries are made global first, or the load fails with an undefined symbol."""
     _torch_libs_global()
     return ctypes.CDLL(path)
+
+
+def _with_grown(shapes, op, check, cons, dtype, task) -> list:
+    """The drawn shapes plus one past the fixed-grid caps (sftbuild.validate.sizes), when the op makes
+    inputs of it and its reference runs on them."""
+    params = {**op.params, **(check.get("params") or {})}
+
+    def works(shape):
+        op.run_reference(_inputs(op, shape, dtype, 0, torch.device("cuda"), params), params)
+        return True
+
+    blocks = sizes.block_sizes(task.get("code") or "") | {256}  # 256: the harnesses' own default block
+    return sizes.add_grown(shapes, cons, sizes.limit_for(task.get("max_numel")), blocks, works)
+
+
+def _fenced_buffers(op, fence, ref_native):
+    """(kernel inputs, outputs): `_buffers` for the fenced inputs, with the clones and outputs the kernel
+    gets carved out of guarded allocations too (added to `fence`, see sftbuild.validate.fences)."""
+    kin, outputs = _buffers(op, fence.views, ref_native)
+    if op.mutates and len(op.mutates) == len(ref_native):
+        more = fences.Fence([kin[i] for i in op.mutates], [f"input {i}" for i in op.mutates])
+        for i, v in zip(op.mutates, more.views):
+            kin[i] = v
+        outputs = [kin[i] for i in op.mutates]
+    else:
+        more = fences.Fence(outputs, "output")
+        outputs = more.views
+    fence.add(more)
+    return kin, outputs
+
+
+def _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence, ref64, ref_native):
+    """A wrong result that came from reading guard regions: the kernel runs again on the same inputs
+    and is right when the guards hold finite values."""
+    def rerun() -> bool:
+        for t, k in zip(inputs, kin):
+            if k is not t:
+                k.copy_(t)
+        if not op.mutates:
+            for o in outputs:
+                _poison(o)
+        if _launch(lib, dtype, contract, kin, outputs, params) != 0:
+            return False
+        torch.cuda.synchronize()
+        return _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)[0]
+
+    return fences.blame_reads(fence, rerun)
 
 
 def _inputs(op, shape, dtype, seed, dev, params):
@@ -184,23 +234,25 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
     """One (shape, dtype, seed): both orders, every run-time check. Returns (ok, stats)."""
     checks = C.selected() if checks is None else checks
     params = {**op.params, **(check.get("params") or {})}
-    inputs = _inputs(op, shape, dtype, seed, dev, params)
+    fence = fences.Fence(_inputs(op, shape, dtype, seed, dev, params), "input")
+    inputs = fence.views
     before = [t.clone() for t in inputs]
     ref_native = ops.as_outputs(op.run_reference(inputs, params))
-    kin, outputs = _buffers(op, inputs, ref_native)
+    kin, outputs = _fenced_buffers(op, fence, ref_native)
     code = _launch(lib, dtype, contract, kin, outputs, params)
     torch.cuda.synchronize()
     if code != 0:
         return False, {"reason": "launch_failed" if code == -1 else "cuda_error",
                        "why": f"harness returned {code} for shape {shape}"}
-    why = C.judge(checks, C.Call(kin, outputs, before=before, mutates=tuple(op.mutates),
+    why = fence.tripped() or C.judge(checks, C.Call(kin, outputs, before=before, mutates=tuple(op.mutates),
                                  expected=C.specs(ref_native)))
     if why:
         return False, why
     ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
     ok, stats = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
     if not ok:
-        return False, {**stats, "reason": "incorrect"}
+        why = _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence, ref64, ref_native)
+        return False, {**stats, "reason": "incorrect", **(why or {})}
     first, first64 = [o.clone() for o in outputs], ref64
     # new values in the same buffers must give new results
     gen = torch.Generator().manual_seed(seed + 1000)
@@ -217,7 +269,8 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
     if _launch(lib, dtype, contract, kin, outputs, params) != 0:
         return False, {"reason": "cuda_error", "why": "second launch failed"}
     torch.cuda.synchronize()
-    why = C.judge(checks, C.Call(kin, outputs, mutates=tuple(op.mutates), expected=C.specs(ref_native)))
+    why = fence.tripped() or C.judge(checks, C.Call(kin, outputs, mutates=tuple(op.mutates),
+                                                    expected=C.specs(ref_native)))
     if why:
         return False, why
     ok2, stats2 = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
