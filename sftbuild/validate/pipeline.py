@@ -104,7 +104,8 @@ def finish(out, cfg, comp) -> tuple:
     if isinstance(out, WorkerFailure):
         # timeout: hung past the limit; crash: the worker process died; worker_error: it raised
         reason = {"timeout": "timeout", "error": "worker_error"}.get(out.kind, "crash")
-        out = {"status": "dropped", "reason": reason, "detail": out.detail}
+        stopped = {"stopped_after_s": out.seconds} if out.seconds is not None else {}
+        out = {"status": "dropped", "reason": reason, "detail": out.detail, **stopped}
     out = dict(out)
     status, reason = out.pop("status"), out.pop("reason")
     for k in ("recycle", "_exit", "_log"):
@@ -250,13 +251,25 @@ def run_on_gpu(task: dict) -> dict:
     out = getattr(importlib.import_module(mod), fn)(task)
     env = _env()
     if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
-        tools = ("memcheck", "racecheck") if task.get("racecheck") else ("memcheck",)
+        tools = memcheck.tools_for(task.get("code", ""), task.get("racecheck"))
         mc = memcheck.run(task, RUNNERS[kind], tools, task.get("memcheck_timeout", 300.0))
         out["memcheck"] = mc
-        if mc.get("ok") is False:
-            out.update(status="dropped", reason="memcheck", detail=mc.get("log") or mc.get("why", ""))
+        if mc.get("ok") is False:  # reason: the tool (memcheck, racecheck, synccheck), with its one-line message
+            out.update(status="dropped", reason=mc.get("tool") or "memcheck",
+                       detail=mc.get("finding") or mc.get("log") or mc.get("why", ""))
+    elif out.get("reason") == "out_of_bounds":
+        name_fault(task, kind, out)
     out["env"] = env
     return out
+
+
+def name_fault(task: dict, kind: str, out: dict) -> None:
+    """A record whose guards tripped: memcheck runs on it to name the fault; the reason stays
+    out_of_bounds (a small trial may not reach the fault), the tool's message joins the detail."""
+    mc = memcheck.run(task, RUNNERS[kind], ("memcheck",), task.get("memcheck_timeout", 300.0))
+    out["memcheck"] = mc
+    if mc.get("finding"):
+        out["detail"] = f"{out.get('detail', '')}; memcheck: {mc['finding']}"
 
 
 def _env() -> dict:

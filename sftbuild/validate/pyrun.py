@@ -4,8 +4,11 @@ Runs only inside a GPU worker, or for CPU-interpreter runs inside a one-shot
 sandbox process (see sandbox.py). The candidate module is written to a file and
 imported here; it never touches the main process.
 
-Every trial: inputs in a layout (contiguous, transposed, sliced), outputs
-scrubbed to NaN, precision flags forced strict, Triton launches counted; after
+Variants include one grown past the fixed-grid caps (sftbuild.validate.sizes).
+Every trial: inputs in a layout (contiguous, transposed, sliced) inside NaN guard regions
+(sftbuild.validate.fences: a changed guard or a result that depends on the guards'
+contents is `out_of_bounds`), each candidate call bounded by the reference's time
+(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after
 each call the run-time checks (sftbuild.validate.checks) judge what it left
 (flags, decoys, real outputs, inputs unchanged, output types), the first trial
 is profiled for library kernels, and the outputs are compared with a float64
@@ -33,7 +36,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, fences, guards, sizes
+from sftbuild.validate import checks, deadline, fences, guards, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate.tally import Tally
 
@@ -496,6 +499,7 @@ def run_python(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
     interpreter_scalars()
+    deadline.lift_while_compiling()
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
     try:
         with package_tree(task.get("tree"), task.get("path")) as package:
@@ -603,16 +607,18 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
     inputs = fence.views
     before = guards.snapshot(inputs)
     # order 1: the candidate first, on scrubbed memory
-    ref_native = prob.reference(variant, dtype, inputs)
+    ref_native, ref_s = deadline.timed(lambda: prob.reference(variant, dtype, inputs), dev.type == "cuda")
     sizes = [t.numel() * t.element_size() for t in ref_native if isinstance(t, torch.Tensor)]
     expected = checks.specs(ref_native)
     del ref_native
-    out, why = _call_candidate(run, variant, dtype, inputs, sizes, before, expected)
+    with deadline.watch(ref_s):
+        out, why = _call_candidate(run, variant, dtype, inputs, sizes, before, expected)
     why = fence.tripped() or why
     if why:
         return False, why
     if profile and dev.type == "cuda":
-        times = guards.profile_kernel_times(lambda: prob.candidate(variant, dtype, inputs))
+        with deadline.watch(ref_s):
+            times = guards.profile_kernel_times(lambda: prob.candidate(variant, dtype, inputs))
         if times is not None:
             why = checks.judge(run.checks, checks.Profile(list(times), run.own, set(run.counter.names),
                                                           run.counter.count, times))
@@ -633,7 +639,8 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
             t.copy_(f)
     ref2 = prob.reference(variant, dtype, inputs)
     ref64 = prob.reference(variant, dtype, inputs, double=True)
-    out2, why = _call_candidate(run, variant, dtype, inputs, sizes, None, checks.specs(ref2))
+    with deadline.watch(ref_s):
+        out2, why = _call_candidate(run, variant, dtype, inputs, sizes, None, checks.specs(ref2))
     why = fence.tripped() or why
     if why:
         return False, why

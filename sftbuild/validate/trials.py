@@ -5,10 +5,14 @@ end of this module instead (`run_file_reference`), with the same run-time checks
 
 For one bound CUDA record: load its harness .so, then for every check (op)
 and every drawn (shape, dtype, seed):
+  * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.validate.sizes);
   * inputs are made on the host from a seeded generator and copied to the GPU;
   * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
     with their minimum), so unwritten elements show; inputs an op updates in place
     (`mutates`) are cloned for the kernel and the clones are compared instead;
+  * every tensor the kernel gets sits inside guard regions (sftbuild.validate.fences): a
+    changed guard, or a result that depends on the guards' contents, is `out_of_bounds`;
+  * each launch must finish within a bound from the reference's time (sftbuild.validate.deadline);
   * the candidate runs, then the reference, then the candidate again on new
     values written into the same buffers (no caching by pointer);
   * after each launch the run-time checks (sftbuild.validate.checks) judge what it left:
@@ -31,7 +35,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.validate import checks as C
-from sftbuild.validate import fences, sizes
+from sftbuild.validate import deadline, fences, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate import timing
 from sftbuild.validate.tally import Tally, fold_worst
@@ -75,7 +79,7 @@ def _run(task: dict) -> dict:
         shapes = rng.sample(pool, min(task["shapes"], len(pool)))
         dtypes = [d for d in op.dtypes if d in task["dtypes"]]
         if task["shapes"] > 1 and dtypes:
-            shapes = _with_grown(shapes, op, check, cons, dtypes[0], task)
+            shapes = _with_grown(shapes, op, check, cons, dtypes[0], task, dev)
         if not shapes or not dtypes:  # nothing to try is never a pass
             return {"status": "dropped", "reason": "unbound",
                     "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tally.tried}
@@ -114,13 +118,13 @@ def load_harness(path: str) -> ctypes.CDLL:
     return ctypes.CDLL(path)
 
 
-def _with_grown(shapes, op, check, cons, dtype, task) -> list:
+def _with_grown(shapes, op, check, cons, dtype, task, dev) -> list:
     """The drawn shapes plus one past the fixed-grid caps (sftbuild.validate.sizes), when the op makes
     inputs of it and its reference runs on them."""
     params = {**op.params, **(check.get("params") or {})}
 
     def works(shape):
-        op.run_reference(_inputs(op, shape, dtype, 0, torch.device("cuda"), params), params)
+        op.run_reference(_inputs(op, shape, dtype, 0, dev, params), params)
         return True
 
     blocks = sizes.block_sizes(task.get("code") or "") | {256}  # 256: the harnesses' own default block
@@ -237,10 +241,12 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
     fence = fences.Fence(_inputs(op, shape, dtype, seed, dev, params), "input")
     inputs = fence.views
     before = [t.clone() for t in inputs]
-    ref_native = ops.as_outputs(op.run_reference(inputs, params))
+    ref_native, ref_s = deadline.timed(lambda: ops.as_outputs(op.run_reference(inputs, params)),
+                                       dev.type == "cuda")
     kin, outputs = _fenced_buffers(op, fence, ref_native)
-    code = _launch(lib, dtype, contract, kin, outputs, params)
-    torch.cuda.synchronize()
+    with deadline.watch(ref_s, "a kernel launch"):
+        code = _launch(lib, dtype, contract, kin, outputs, params)
+        torch.cuda.synchronize()
     if code != 0:
         return False, {"reason": "launch_failed" if code == -1 else "cuda_error",
                        "why": f"harness returned {code} for shape {shape}"}
@@ -266,9 +272,10 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
     if not op.mutates:
         for o in outputs:
             _poison(o)
-    if _launch(lib, dtype, contract, kin, outputs, params) != 0:
-        return False, {"reason": "cuda_error", "why": "second launch failed"}
-    torch.cuda.synchronize()
+    with deadline.watch(ref_s, "a kernel launch"):
+        if _launch(lib, dtype, contract, kin, outputs, params) != 0:
+            return False, {"reason": "cuda_error", "why": "second launch failed"}
+        torch.cuda.synchronize()
     why = fence.tripped() or C.judge(checks, C.Call(kin, outputs, mutates=tuple(op.mutates),
                                                     expected=C.specs(ref_native)))
     if why:
