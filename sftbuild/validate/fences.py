@@ -128,8 +128,10 @@ class Fence:
 def blame_reads(fence: Fence, rerun, only=None) -> dict | None:
     """After a wrong result: whether it came from reading guards. `rerun()` calls the candidate again
     on the same tensors and says whether its result is right now. With all of `only` (default: every
-    guarded tensor's) guards finite, a right result means the wrong one came from outside; then each
-    tensor's guards alone are NaN in turn, to name those read outside of. Guards are restored after."""
+    guarded tensor's) guards finite, a right result may mean the wrong one came from outside; then each
+    tensor's guards alone are NaN in turn, and a tensor is named when that makes the result wrong again.
+    Unless one is named, the result did not depend on the guards (an unwritten element that happened
+    to hold the right value): None. Guards are restored after."""
     suspects = [g for g in fence.guarded if only is None or g.name in only]
     if not suspects:
         return None
@@ -144,8 +146,9 @@ def blame_reads(fence: Fence, rerun, only=None) -> dict | None:
             if not rerun():
                 read.append(g.name)
             g.fill(FINITE)
-        names = ", ".join(read) or "a guarded tensor"
-        return {"reason": REASON, "why": f"read outside {names} (NaN from the guard region reached the output; "
-                                          "the result is right when the guards hold finite values)"}
+        if not read:  # right with every guard finite, right with each one NaN alone: not the guards
+            return None
+        return {"reason": REASON, "why": f"read outside {', '.join(read)} (NaN from the guard region reached the "
+                                          "output; the result is right when the guards hold finite values)"}
     finally:
         fence.restore()

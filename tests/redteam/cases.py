@@ -210,7 +210,8 @@ TRITON_STRIDE = TRITON_RELU.replace(
     "        mask = offs < n\n"
     "        x = tl.load(x_ptr + offs, mask=mask)\n"
     "        tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)").replace(
-    "relu_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)", "relu_kernel[(32,)](xc, y, n, BLOCK=1024, PROGRAMS=32)")
+    "relu_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)",
+    "relu_kernel[(32,)](xc, y, n, BLOCK=1024, PROGRAMS=32)")
 # past an edge without changing the output: the next element times zero; one element past the input's end
 OOB_READ_KERNEL = RELU_KERNEL.replace("if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;",
                                       "if (i < n) y[i] = (x[i] > 0.f ? x[i] : 0.f) + 0.f * x[i + 1];")
