@@ -59,3 +59,8 @@ def bounded_steps(x):
         report_deadline(None)
     time.sleep(1.5)  # outside any step: only the item's own timeout applies
     return {"x": x, "pid": os.getpid()}
+
+
+def trial_verdict(task):
+    """Stands in for a trial runner: the verdict the task names."""
+    return dict(task["verdict"])

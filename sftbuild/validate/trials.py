@@ -323,8 +323,10 @@ def run_file_reference(task: dict) -> dict:
     own generator) and must come back unchanged; arrays main() fills (zeros, ones, random) that the
     launcher writes are in/out, both sides start from the same values; arrays main() only
     allocates are outputs, poisoned with NaN (integers with their minimum) on the device; the
-    launcher's scratch buffers start at zero. The arrays main() validates (else every array the
-    launcher writes) are compared with the CPU result: within a tolerance relative to the
+    launcher's scratch buffers start at zero. Every array sits inside guard regions
+    (sftbuild.validate.fences): a write past an edge is `out_of_bounds`, a read past one reads NaN;
+    each launcher call is bounded by the CPU reference's time (sftbuild.validate.deadline). The
+    arrays main() validates (else every array the launcher writes) are compared with the CPU result: within a tolerance relative to the
     reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
     integers exactly. Each trial runs again on new values in the same buffers (a stale or
     input-independent result fails); a reference that is constant in every trial says nothing,
@@ -437,25 +439,30 @@ def _file_trial(lib, ref, p, block, seed):
     host, roles = _file_buffers(ref, p, seed)
     ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
     compared = [ptr_of[i] for i in ref["compare"]]
-    d = [t.to(dev) for t in host] + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
+    fence = fences.Fence([t.to(dev) for t in host], [f"array {i}" for i in range(len(host))])
+    d = list(fence.views) + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
     moved, worst, first = False, {}, None
     for run in range(2):
         if run:  # new values in the same buffers
             host, _ = _file_buffers(ref, p, seed + 1000)
             for t, h in zip(d, host):
                 t.copy_(h.to(dev))
-        want = file_reference_outputs(lib, ref, p, host)
+        want, ref_s = deadline.timed(lambda: file_reference_outputs(lib, ref, p, host), False)
         for t, r, w in zip(d, roles, want):
             if r == "output":
                 _poison(t)
             elif r == "staged":  # the step starts from what the CPU function computed before it
                 t.copy_(w.to(dev))
         before = [t.clone() if r in ("input", "staged") else None for t, r in zip(d, roles)]
-        code = _file_call(lib, ref, p, d, block)
-        torch.cuda.synchronize()
+        with deadline.watch(ref_s, "a launcher call"):  # bounded by the CPU reference's time
+            code = _file_call(lib, ref, p, d, block)
+            torch.cuda.synchronize()
         if code != 0:
             return False, {"reason": "launch_failed" if code == -1 else "cuda_error", "code": code,
                            "why": f"launcher {ref['launcher']} returned {code} (block size {block})"}, moved
+        tripped = fence.tripped()
+        if tripped:
+            return False, tripped, moved
         for i, (t, b) in enumerate(zip(d, before)):
             if b is not None and not torch.equal(t, b):
                 return False, {"reason": "cheat", "why": f"input array {i} was modified"}, moved

@@ -225,6 +225,60 @@ def test_harness_loop_grows_a_shape_and_a_fixed_grid_fails_on_it(monkeypatch):
     assert not ok and stats["reason"] == "incorrect"
 
 
+# ---- compute-sanitizer: which tools, and what a finding says ---------------------------------------
+
+MEMCHECK_LOG = """========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 4 bytes
+=========     at relu_kernel(const float *, float *, long)+0x70
+=========     Address 0x7f0000010000 is out of bounds
+========= ERROR SUMMARY: 1 error
+"""
+RACECHECK_LOG = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at rowsum_kernel(const float *, float *, int)+0x1a0
+=========     and Read access at rowsum_kernel(const float *, float *, int)+0x1d0 [256 hazards]
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+
+def test_shared_memory_code_gets_racecheck_and_synccheck():
+    from sftbuild.validate import memcheck
+    from tests.redteam.cases import RELU_KERNEL, ROWSUM_KERNEL
+
+    assert memcheck.tools_for(ROWSUM_KERNEL) == ("memcheck", "racecheck", "synccheck")
+    assert memcheck.tools_for(RELU_KERNEL) == ("memcheck",)
+    assert memcheck.tools_for(RELU_KERNEL, racecheck=True) == ("memcheck", "racecheck")
+    assert memcheck.finding(MEMCHECK_LOG) == "Invalid __global__ read of size 4 bytes"
+    assert memcheck.finding(RACECHECK_LOG).startswith("Error: Race reported between Write access")
+    assert memcheck.finding("========= ERROR SUMMARY: 0 errors") == ""
+
+
+def _on_gpu(monkeypatch, verdict, sanitizer, code="__shared__ float buf[256];", sampled="sample"):
+    from sftbuild.validate import memcheck, pipeline
+
+    ran = []
+    monkeypatch.setitem(pipeline.RUNNERS, "cuda", "tests.tasks:trial_verdict")
+    monkeypatch.setattr(pipeline, "_env", lambda: {})
+    monkeypatch.setattr(memcheck, "run", lambda task, runner, tools, timeout: ran.append(tools) or sanitizer)
+    out = pipeline.run_on_gpu({"id": "r", "language": "cuda", "code": code, "verdict": verdict,
+                               "memcheck": sampled})
+    return out, ran
+
+
+def test_a_sanitizer_finding_drops_the_record_with_its_message(monkeypatch):
+    out, ran = _on_gpu(monkeypatch, {"status": "ok", "reason": None},
+                       {"ok": False, "tool": "racecheck", "finding": "Error: Race reported between ..."})
+    assert ran == [("memcheck", "racecheck", "synccheck")]
+    assert (out["status"], out["reason"], out["detail"]) == ("dropped", "racecheck", "Error: Race reported between ...")
+
+
+def test_a_guard_trip_gets_memcheck_to_name_the_fault(monkeypatch):
+    verdict = {"status": "dropped", "reason": "out_of_bounds", "detail": "read outside input 0 (...)"}
+    out, ran = _on_gpu(monkeypatch, verdict, {"ok": False, "tool": "memcheck", "finding": "Invalid __global__ read"},
+                       sampled="off")
+    assert ran == [("memcheck",)] and out["reason"] == "out_of_bounds"
+    assert out["detail"] == "read outside input 0 (...); memcheck: Invalid __global__ read"
+
+
 # ---- deadlines ----------------------------------------------------------------------------------
 
 def test_the_bound_follows_the_reference_up_to_a_ceiling():
