@@ -8,7 +8,9 @@ when it passes; the parent, not a thread in the worker, keeps the time, because 
 leaves the worker blocked inside a CUDA call that may never give a Python thread a turn.
 The sample's own `sample_timeout` still covers everything outside the calls, so an honest
 slow kernel keeps it for its other trials. Compiling is not the call's time: while Triton
-compiles a kernel (its first launch for a signature) the bound is lifted and set again after.
+compiles a kernel (its first launch for a signature) the bound is lifted and set again after,
+and an autotuner's benchmark of each config starts the bound afresh (many configs add up; a
+config that hangs is still cut).
 
 Outside a GPU worker (the CPU interpreter's sandbox, tests) reporting does nothing.
 """
@@ -78,21 +80,39 @@ def lifted():
         report_deadline(*_armed[-1])
 
 
+def renew() -> None:
+    """The bound in force starts again from now."""
+    if _armed:
+        report_deadline(*_armed[-1])
+
+
 def lift_while_compiling() -> None:
-    """Triton kernels created from now on compile with the bound lifted (`triton.compiler.compile`,
-    which each JIT function looks up when it is made). Idempotent; does nothing without Triton."""
+    """Triton kernels first launched from now on compile with the bound lifted (`triton.compiler.compile`,
+    which a JIT function looks up at its first launch), and each autotuner benchmark of one config
+    renews the bound. Idempotent; does nothing without Triton or where it is laid out otherwise."""
     try:
         import triton.compiler as tc
     except Exception:
         return
     orig = getattr(tc, "compile", None)
-    if orig is None or getattr(orig, "_sftbuild_lifted", False):
+    if orig is not None and not getattr(orig, "_sftbuild_lifted", False):
+        @functools.wraps(orig)
+        def compile(*args, **kwargs):
+            with lifted():
+                return orig(*args, **kwargs)
+
+        compile._sftbuild_lifted = True
+        tc.compile = compile
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except Exception:
         return
+    bench = getattr(Autotuner, "_bench", None)
+    if bench is not None and not getattr(bench, "_sftbuild_renews", False):
+        @functools.wraps(bench)
+        def _bench(self, *args, **kwargs):
+            renew()
+            return bench(self, *args, **kwargs)
 
-    @functools.wraps(orig)
-    def compile(*args, **kwargs):
-        with lifted():
-            return orig(*args, **kwargs)
-
-    compile._sftbuild_lifted = True
-    tc.compile = compile
+        _bench._sftbuild_renews = True
+        Autotuner._bench = _bench

@@ -293,21 +293,25 @@ def test_watched_calls_report_their_bound_and_compiles_lift_it(monkeypatch):
     with deadline.watch(0.01):
         with deadline.lifted():
             pass
-    assert said == [pytest.approx(3.0), None, pytest.approx(3.0), None]
+        deadline.renew()
+    assert said == [pytest.approx(3.0), None, pytest.approx(3.0), pytest.approx(3.0), None]
     said.clear()
     with deadline.watch(None), deadline.lifted():
         pass
     assert said == []
 
 
-def test_triton_compiles_are_lifted_once(monkeypatch):
+def test_triton_compiles_are_lifted_and_autotuning_renews_the_bound_once(monkeypatch):
     import triton.compiler as tc
+    from triton.runtime.autotuner import Autotuner
 
-    monkeypatch.setattr(tc, "compile", tc.compile)  # restored after the test
+    monkeypatch.setattr(tc, "compile", tc.compile)  # both restored after the test
+    monkeypatch.setattr(Autotuner, "_bench", Autotuner._bench)
     deadline.lift_while_compiling()
-    patched = tc.compile
+    patched, bench = tc.compile, Autotuner._bench
     deadline.lift_while_compiling()
     assert tc.compile is patched and patched._sftbuild_lifted
+    assert Autotuner._bench is bench and bench._sftbuild_renews
 
 
 def test_a_step_past_its_bound_ends_the_item_and_slow_items_keep_their_time():
