@@ -8,9 +8,9 @@ Variants include one grown past the fixed-grid caps (sftbuild.validate.sizes).
 Every trial: inputs in a layout (contiguous, transposed, sliced) inside NaN guard regions
 (sftbuild.validate.fences: a changed guard or a result that depends on the guards'
 contents is `out_of_bounds`), each candidate call bounded by the reference's time
-(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after
-each call the run-time checks (sftbuild.validate.checks) judge what it left
-(flags, decoys, real outputs, inputs unchanged, output types), the first trial
+(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict,
+Triton launches counted; after each call the run-time checks (sftbuild.validate.checks)
+judge what it left (flags, decoys, real outputs, inputs unchanged, output types), the first trial
 is profiled for library kernels, and the outputs are compared with a float64
 reference and torch's own result at the dtype; the same buffers then get new
 values and the reference runs first (both orders), and the checks judge whether
