@@ -8,7 +8,9 @@ when it passes; the parent, not a thread in the worker, keeps the time, because 
 leaves the worker blocked inside a CUDA call that may never give a Python thread a turn.
 The sample's own `sample_timeout` still covers everything outside the calls, so an honest
 slow kernel keeps it for its other trials. Compiling is not the call's time: while Triton
-compiles a kernel (its first launch for a signature) the bound is lifted and set again after,
+compiles a kernel (its first launch for a signature), builds its launcher and loads its module,
+and while an inline extension builds, the bound is lifted and set again after; Triton's driver
+is brought up before any call is watched;
 and an autotuner's benchmark of each config starts the bound afresh (many configs add up; a
 config that hangs is still cut).
 
@@ -86,33 +88,42 @@ def renew() -> None:
         report_deadline(*_armed[-1])
 
 
-def lift_while_compiling() -> None:
-    """Triton kernels first launched from now on compile with the bound lifted (`triton.compiler.compile`,
-    which a JIT function looks up at its first launch), and each autotuner benchmark of one config
-    renews the bound. Idempotent; does nothing without Triton or where it is laid out otherwise."""
+def _wrap(owner, name: str, before=None) -> None:
+    """owner.name runs with the bound lifted (or, given `before`, after calling it); once."""
+    orig = getattr(owner, name, None)
+    if orig is None or getattr(orig, "_sftbuild_bounded", False):
+        return
+
+    @functools.wraps(orig)
+    def wrapped(*args, **kwargs):
+        if before is not None:
+            before()
+            return orig(*args, **kwargs)
+        with lifted():
+            return orig(*args, **kwargs)
+
+    wrapped._sftbuild_bounded = True
+    setattr(owner, name, wrapped)
+
+
+def lift_while_compiling(cuda: bool = False) -> None:
+    """Triton kernels first launched from now on compile (`triton.compiler.compile`, which a JIT function
+    looks up at its first launch) and set up their launcher and module (`CompiledKernel._init_handles`)
+    with the bound lifted; each autotuner benchmark of one config renews the bound; with `cuda`, the
+    driver comes up now. Idempotent; a part Triton lays out otherwise is left as it is."""
     try:
         import triton.compiler as tc
+        from triton.compiler import compiler
+        from triton.runtime import autotuner
     except Exception:
         return
-    orig = getattr(tc, "compile", None)
-    if orig is not None and not getattr(orig, "_sftbuild_lifted", False):
-        @functools.wraps(orig)
-        def compile(*args, **kwargs):
-            with lifted():
-                return orig(*args, **kwargs)
+    _wrap(tc, "compile")
+    _wrap(getattr(compiler, "CompiledKernel", None), "_init_handles")
+    _wrap(getattr(autotuner, "Autotuner", None), "_bench", before=renew)
+    if cuda:
+        try:
+            from triton.runtime import driver
 
-        compile._sftbuild_lifted = True
-        tc.compile = compile
-    try:
-        from triton.runtime.autotuner import Autotuner
-    except Exception:
-        return
-    bench = getattr(Autotuner, "_bench", None)
-    if bench is not None and not getattr(bench, "_sftbuild_renews", False):
-        @functools.wraps(bench)
-        def _bench(self, *args, **kwargs):
-            renew()
-            return bench(self, *args, **kwargs)
-
-        _bench._sftbuild_renews = True
-        Autotuner._bench = _bench
+            driver.active.get_current_device()  # builds or loads its utilities, once per process
+        except Exception:
+            pass

@@ -511,7 +511,7 @@ def run_python(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
     interpreter_scalars()
-    deadline.lift_while_compiling()
+    deadline.lift_while_compiling(cuda=dev.type == "cuda")
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
     try:
         with package_tree(task.get("tree"), task.get("path")) as package:

@@ -303,15 +303,27 @@ def test_watched_calls_report_their_bound_and_compiles_lift_it(monkeypatch):
 
 def test_triton_compiles_are_lifted_and_autotuning_renews_the_bound_once(monkeypatch):
     import triton.compiler as tc
+    from triton.compiler.compiler import CompiledKernel
     from triton.runtime.autotuner import Autotuner
 
-    monkeypatch.setattr(tc, "compile", tc.compile)  # both restored after the test
+    # all restored after the test
+    monkeypatch.setattr(tc, "compile", tc.compile)
     monkeypatch.setattr(Autotuner, "_bench", Autotuner._bench)
+    monkeypatch.setattr(CompiledKernel, "_init_handles", CompiledKernel._init_handles)
     deadline.lift_while_compiling()
-    patched, bench = tc.compile, Autotuner._bench
+    patched = (tc.compile, Autotuner._bench, CompiledKernel._init_handles)
     deadline.lift_while_compiling()
-    assert tc.compile is patched and patched._sftbuild_lifted
-    assert Autotuner._bench is bench and bench._sftbuild_renews
+    assert (tc.compile, Autotuner._bench, CompiledKernel._init_handles) == patched
+    assert all(f._sftbuild_bounded for f in patched)
+    said = []
+    monkeypatch.setattr(deadline, "report_deadline", lambda s, why="": said.append(s))
+    tool = types.SimpleNamespace(build=lambda: said.append("build"), bench=lambda: said.append("bench"))
+    deadline._wrap(tool, "build")
+    deadline._wrap(tool, "bench", before=deadline.renew)
+    with deadline.watch(0.0):
+        tool.build()
+        tool.bench()
+    assert said == [2.0, None, "build", 2.0, 2.0, "bench", None]  # lifted for a build, renewed for a bench
 
 
 def test_a_step_past_its_bound_ends_the_item_and_slow_items_keep_their_time():
