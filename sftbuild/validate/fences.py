@@ -15,7 +15,8 @@ Both give the verdict {"reason": "out_of_bounds", "why": ...}. What is covered i
 loop hands the candidate: its inputs (reads and writes past their edges), and outputs the
 loop allocates (the CUDA harnesses' output buffers, a Python candidate's in-place outputs);
 outputs a Python candidate allocates itself are its own memory and are not fenced.
-Tensors a fence cannot carve (empty, overlapping/expanded, complex) pass through as they are,
+Tensors a fence cannot carve (empty, not strided, needing grad, overlapping/expanded, dtypes outside
+GUARDED) pass through,
 and so does everything under SFTBUILD_NO_FENCES=1 (compute-sanitizer runs: there the guards would
 hide the fault inside a valid allocation). Runs on any device; the CPU tests use it on CPU tensors.
 """
@@ -31,6 +32,8 @@ FINITE = 0  # what guards hold while `blame_reads` tests reads: a value that poi
 REASON = "out_of_bounds"
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+GUARDED = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+           torch.int64, torch.uint8, torch.bool}  # dtypes every device fills and compares
 _SENTINEL = {1: 0x5A, 2: 0x5A5A, 4: 0x5A5A5A5A, 8: 0x5A5A5A5A5A5A5A5A}
 
 
@@ -51,9 +54,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 def carvable(t) -> bool:
     if os.environ.get("SFTBUILD_NO_FENCES") == "1":
         return False
-    if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.is_complex() or t.element_size() not in _BITS:
+    if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.dtype not in GUARDED:
         return False
-    if t.is_sparse or not t.is_contiguous() and t.dim() and min(t.stride()) == 0:
+    if t.layout != torch.strided or t.requires_grad:
+        return False
+    if not t.is_contiguous() and t.dim() and min(t.stride()) == 0:
         return False  # an expanded view: its elements overlap
     return True
 
