@@ -16,9 +16,8 @@ loop hands the candidate: its inputs (reads and writes past their edges), and ou
 loop allocates (the CUDA harnesses' output buffers, a Python candidate's in-place outputs);
 outputs a Python candidate allocates itself are its own memory and are not fenced.
 Tensors a fence cannot carve (empty, not strided, needing grad, overlapping/expanded, dtypes outside
-GUARDED) pass through,
-and so does everything under SFTBUILD_NO_FENCES=1 (compute-sanitizer runs: there the guards would
-hide the fault inside a valid allocation). Runs on any device; the CPU tests use it on CPU tensors.
+GUARDED) pass through, and so does everything under SFTBUILD_NO_FENCES=1 (compute-sanitizer runs:
+there the guards would hide the fault inside a valid allocation). Runs on any device; the CPU tests use it on CPU tensors.
 """
 from __future__ import annotations
 
