@@ -273,8 +273,8 @@ def test_a_sanitizer_finding_drops_the_record_with_its_message(monkeypatch):
 
 def test_a_guard_trip_gets_memcheck_to_name_the_fault(monkeypatch):
     verdict = {"status": "dropped", "reason": "out_of_bounds", "detail": "read outside input 0 (...)"}
-    out, ran = _on_gpu(monkeypatch, verdict, {"ok": False, "tool": "memcheck", "finding": "Invalid __global__ read"},
-                       sampled="off")
+    out, ran = _on_gpu(monkeypatch, verdict, {"ok": False, "tool": "memcheck", "finding": "Invalid __global__ read",
+                                              "log": MEMCHECK_LOG}, sampled="off")
     assert ran == [("memcheck",)] and out["reason"] == "out_of_bounds"
     assert out["detail"] == "read outside input 0 (...); memcheck: Invalid __global__ read"
 
