@@ -360,3 +360,46 @@ def test_a_hang_is_cut_short(tmp_path):
           f"({wall:.1f} s for the whole run, builds included): {payload.get('detail')}")
     assert got["twin_relu_cuda"][0] == "ok"
     assert reason == "timeout" and payload["stopped_after_s"] < 30  # within 20 s is the target
+
+
+HARNESS_RELU = '''__global__ void relu_kernel(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+'''
+HARNESS_CASES = [  # (name, kernel, expected reason); the harness launches one thread per element
+    ("twin", HARNESS_RELU, None),
+    ("capped_at_32768", HARNESS_RELU.replace("if (i < n)", "if (i < n && i < 32768)"), "incorrect"),
+    ("reads_past_input", HARNESS_RELU.replace("x[i] : 0.f;", "x[i] : 0.f;\n  if (i < n) y[i] += 0.f * x[i + 1];"),
+     "out_of_bounds"),
+    ("writes_past_output", HARNESS_RELU.replace("x[i] : 0.f;", "x[i] : 0.f;\n  if (i == n - 1) y[n] = 0.f;"),
+     "out_of_bounds"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_cuda_harness_trials_grow_and_guard(compile_cache):
+    from sftbuild.ops import binders
+    from sftbuild.record import Record
+    from sftbuild.validate import compile as CC
+    from sftbuild.validate import trials
+
+    rows = []
+    for name, code, expect in HARNESS_CASES:
+        rec = Record(language="cuda", code=f"{code}// {name}\n", source="test",
+                     entry={"kernels": ["relu_kernel"], "params": ["float* y", "const float* x", "int n"],
+                            "include_sets": []})
+        rec.binding = binders.infer(rec)
+        srcs = [H.render(rec, check, ["float32"]) for check in H.checks(rec.binding)]
+        built = [CC.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
+                                  "timeout": 300, "nvcc": "", "cache_dir": str(compile_cache), "link": True})
+                 for src in srcs]
+        task = {"id": rec.id, "code": rec.code, "sos": [b["so"] for b in built], "binding": rec.binding,
+                "entry": rec.entry, "dtypes": ["float32"], "shapes": 2, "seeds": 1, "timing": False,
+                "warmup": 1, "runs": 3}
+        out = trials.run_record(task)
+        shapes = {tuple(t["shape"]) for t in out.get("trials", [])}
+        rows.append((name, expect, out.get("reason"), str(out.get("detail", ""))[:100], max(map(math.prod, shapes))))
+    print("\n" + "\n".join(f"{n:20} expected {e}  got {g}  largest {s}  {d}" for n, e, g, d, s in rows))
+    assert [(n, g) for n, _, g, _, _ in rows] == [(n, e) for n, _, e in HARNESS_CASES]
