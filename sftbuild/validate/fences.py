@@ -69,31 +69,43 @@ class Guarded:
         self.name = name
         self.pad = pad if pad is not None else max(MIN_PAD, PAD_BYTES // t.element_size())
         self.span = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-        self.base = torch.empty(self.pad + self.span + self.pad, dtype=t.dtype, device=t.device)
-        self.view = self.base.as_strided(t.shape, t.stride(), self.pad)
-        covered = torch.zeros(self.base.numel(), dtype=torch.bool, device=t.device)
-        covered.as_strided(t.shape, t.stride(), self.pad).fill_(True)
-        self.guard = ~covered  # where the guards are
-        self.fill(guard_value(t.dtype))
-        self.view.copy_(t)
-        self.sentinel = _bits(self.base)[self.guard][:1].clone()
+        with torch.no_grad():
+            self.base = torch.empty(self.pad + self.span + self.pad, dtype=t.dtype, device=t.device)
+            self.view = self.base.as_strided(t.shape, t.stride(), self.pad)
+            self.gaps = None  # where a strided view skips elements: guards too
+            if self.span != t.numel():
+                covered = torch.zeros(self.span, dtype=torch.bool, device=t.device)
+                covered.as_strided(t.shape, t.stride(), 0).fill_(True)
+                self.gaps = ~covered
+            self.fill(guard_value(t.dtype))
+            self.view.copy_(t)
+        self.sentinel = _bits(self.base[:1]).clone()
+
+    def _regions(self) -> list[tuple[str, torch.Tensor, torch.Tensor | None]]:
+        inner = self.base[self.pad:self.pad + self.span]
+        return [("before the start of", self.base[:self.pad], None),
+                ("past the end of", self.base[self.pad + self.span:], None),
+                *([("between the elements of", inner, self.gaps)] if self.gaps is not None else [])]
 
     def fill(self, value) -> None:
         """Set every guard element to `value` (the view's elements keep theirs)."""
-        self.base.masked_fill_(self.guard, value)
+        with torch.no_grad():
+            for _, region, mask in self._regions():
+                if mask is None:
+                    region.fill_(value)
+                else:
+                    region.masked_fill_(mask, value)
 
     def restore(self) -> None:
         self.fill(guard_value(self.base.dtype))
 
     def tripped(self) -> str | None:
         """Where a guard changed: 'before the start of', 'past the end of' or 'between the elements of'."""
-        changed = (_bits(self.base) != self.sentinel) & self.guard
-        if not bool(changed.any()):
-            return None
-        first = int(changed.nonzero()[0, 0])
-        side = "before the start of" if first < self.pad else "past the end of" if first >= self.pad + self.span \
-            else "between the elements of"
-        return f"{side} {self.name}"
+        for side, region, mask in self._regions():
+            changed = _bits(region) != self.sentinel
+            if bool((changed & mask if mask is not None else changed).any()):
+                return f"{side} {self.name}"
+        return None
 
 
 class Fence:
