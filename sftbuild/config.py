@@ -98,7 +98,8 @@ class ValidateConfig:
                                      lo=0, lo_open=True)
     max_speedup: float = opt(50.0, "faster than this over eager is flagged for review", lo=0, lo_open=True)
     max_stack_bytes: int = opt(65536, "stack bytes per thread", lo=0)
-    racecheck: bool = opt(False, "also run racecheck where memcheck runs")
+    racecheck: bool = opt(False, "also run racecheck where memcheck runs (code with __shared__ memory always "
+                                 "gets racecheck and synccheck)")
     memcheck_timeout: float = opt(300.0, "seconds per memcheck run", lo=0, lo_open=True)
     cpu_interpret: bool = opt(True, "without a GPU, check Triton kernels in the interpreter (fp32, fp16)")
     nvcc: str = opt("", "path to nvcc; default: nvcc on PATH or in CUDA_HOME")

@@ -54,3 +54,24 @@ def gpu_identity(x):
     time.sleep(0.5)
     return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "sum": float(t.sum()),
             "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
+
+
+def bounded_steps(x):
+    """Steps bounded from inside the worker (executor.report_deadline): one hangs past its bound, the
+    other item's steps each end in time though the item as a whole takes longer than any bound."""
+    from sftbuild.executor import report_deadline
+
+    if x == "hang":
+        report_deadline(0.5, "a step ran past its bound")
+        time.sleep(3600)
+    for _ in range(3):
+        report_deadline(1.0, "a step ran past its bound")
+        time.sleep(0.2)
+        report_deadline(None)
+    time.sleep(1.5)  # outside any step: only the item's own timeout applies
+    return {"x": x, "pid": os.getpid()}
+
+
+def trial_verdict(task):
+    """Stands in for a trial runner: the verdict the task names."""
+    return dict(task["verdict"])
