@@ -60,7 +60,8 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     comp = {rec.id: res for rec, res in ready}
     items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
     if gpus:
-        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness")
+        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
+                                   per_gpu=cfg.workers_per_gpu)
     else:
         results = _without_gpu(items, cfg, by_id)
     for item, out in results:

@@ -52,3 +52,12 @@ def test_one_worker_per_gpu_on_two_gpus():
     assert {v["visible"] for v in out.values()} == set(ex.gpus)
     assert all(v["count"] == 1 for v in out.values())  # each worker is pinned to its own GPU
     assert all(out[i]["sum"] == float(i) * (1 << 20) for i in range(8))
+
+
+def test_workers_sharing_a_gpu_take_turns_at_timing(tmp_path, monkeypatch):
+    # several workers per GPU overlap their trials; timed loops hold the GPU's lock one at a time
+    monkeypatch.setenv("SFTBUILD_TIMING_LOCK", str(tmp_path / "gpu0.lock"))
+    with LocalExecutor(cpu_workers=1, gpus="0", progress=False) as ex:
+        spans = sorted(dict(ex.map_gpu(tasks.hold_timing_lock, range(4), timeout=60, per_gpu=4)).values())
+    assert len(spans) == 4
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two overlap
