@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -267,27 +268,39 @@ def _matches(program: str, mod, change: dict, device: str) -> bool:
         for a, b in zip(want, got))
 
 
-def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BATCH):
+def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BATCH, processes: int = 0):
     """(program, Compiled or the reason it failed) for each program, compiled off the main process:
     torch.compile runs the program and the code it generates, so each batch goes to a fresh process
-    (sftbuild.sandbox); a batch whose process dies or hangs is retried one program at a time, so a
-    bad program costs only itself."""
+    (sftbuild.sandbox), `processes` of them at once (default: half the cores, Inductor's own compile
+    threads fill the rest); a batch whose process dies or hangs is retried one program at a time, so a
+    bad program costs only itself. Results come as batches finish."""
+    import concurrent.futures as cf
+
     from sftbuild.executor import WorkerFailure
     from sftbuild.sandbox import run_isolated
 
-    todo = [progs[i:i + batch] for i in range(0, len(progs), batch)]
-    while todo:
-        group = todo.pop(0)
-        res = run_isolated("sftbuild.harvest.inductor:compile_many",
-                           {"programs": [(p.name, p.src) for p in group], "device": device},
-                           COMPILE_TIMEOUT * len(group))
-        if isinstance(res, WorkerFailure) or "compiled" not in res:
-            why = f"{res.kind}: {res.detail[-300:]}" if isinstance(res, WorkerFailure) else \
-                str(res.get("detail", res))[:300]
-            if len(group) > 1:
-                todo[:0] = [[p] for p in group]
-                continue
-            yield group[0], f"the compile process failed ({why})"
-            continue
-        for p in group:
-            yield p, res["compiled"].get(p.name, "no result")
+    processes = processes or max(1, (os.cpu_count() or 2) // 2)
+    batch = max(1, min(batch, -(-len(progs) // processes)))  # every process gets work
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // processes))}
+
+    def one(group):
+        return group, run_isolated("sftbuild.harvest.inductor:compile_many",
+                                   {"programs": [(p.name, p.src) for p in group], "device": device},
+                                   COMPILE_TIMEOUT * len(group), env=env)
+
+    with cf.ThreadPoolExecutor(processes) as pool:  # threads only wait on their processes
+        pending = {pool.submit(one, progs[i:i + batch]) for i in range(0, len(progs), batch)}
+        while pending:
+            done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                group, res = fut.result()
+                if isinstance(res, WorkerFailure) or "compiled" not in res:
+                    why = f"{res.kind}: {res.detail[-300:]}" if isinstance(res, WorkerFailure) else \
+                        str(res.get("detail", res))[:300]
+                    if len(group) > 1:
+                        pending |= {pool.submit(one, [p]) for p in group}
+                        continue
+                    yield group[0], f"the compile process failed ({why})"
+                    continue
+                for p in group:
+                    yield p, res["compiled"].get(p.name, "no result")
