@@ -13,21 +13,39 @@ from sftbuild.record import Record
 class TorchInductor(SourceKind):
     """Triton kernels torch.compile generates from reference programs, each bound exactly to its program (needs a GPU).
 
-    Location "catalog" is the built-in catalog; `inductor:PATH` or a path to a .py module
-    with `Model` and `get_inputs` names one program.
+    Location "catalog" is every built-in catalog, mixed; "catalog:opdb", "catalog:fusions",
+    "catalog:handwritten" (or several, comma-separated) picks some. `inductor:DIR` takes every
+    KernelBench-format module directly in a folder (not recursive), of the benchmark named by
+    the folder or by `?benchmark=NAME`; `inductor:PATH` or a path to a .py module with `Model`
+    and `get_inputs` names one program. Parameters: `programs` (how many; default
+    harvest.programs) and `seed` (default harvest.seed), e.g. `torch-inductor?programs=300&seed=1`.
     """
     name = "torch-inductor"
     order = 20
+    params = {"programs": int, "seed": int, "benchmark": str}
 
     def recognise(self, spec: str, path: Path) -> Source | None:
         if spec.startswith("inductor:"):
-            return Source(name=spec, kind=self.name, location=spec[len("inductor:"):])
+            loc = spec[len("inductor:"):]
+            if not loc.startswith("catalog"):
+                p = Path(loc).expanduser()
+                loc = str(p.resolve()) if p.exists() else loc
+            return Source(name=spec, kind=self.name, location=loc)
         if path.is_file() and path.suffix == ".py":
             return Source(name=spec, kind=self.name, location=str(path.resolve()))
         return None
 
     def harvest(self, h) -> None:
         import torch
+
+        params = h.src.params  # the programs first: a bad location says so on any machine
+        skipped: list = []
+        catalog = h.src.location in ("", "catalog") or h.src.location.startswith("catalog:")
+        progs = inductor.programs(h.src.location, count=params.get("programs", h.cfg.programs if catalog else None),
+                                  seed=params.get("seed", h.cfg.seed), benchmark=params.get("benchmark"),
+                                  skipped=skipped)
+        for file, why in skipped:
+            h.skip(file, "not_a_program", why)
 
         if not torch.cuda.is_available():
             raise SourceError(
@@ -36,7 +54,7 @@ class TorchInductor(SourceKind):
                 f"{torch.version.cuda or 'not built'}); run this source on a GPU machine")
         import triton
 
-        for prog in inductor.programs(h.src.location):
+        for prog in progs:
             name, src = prog.name, prog.src
             try:
                 outputs = inductor.compile_program(name, src)
