@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import math
 import random
+import re
+from array import array
 from typing import NamedTuple
+
+import numpy as np
 
 from sftbuild.harvest.catalog import CATALOGS, Catalog, Program
 from sftbuild.ops import pools
@@ -23,6 +27,7 @@ from sftbuild.ops import pools
 MAX_NUMEL = 1 << 21  # elements of any tensor in a program
 MAX_HEAD_MACS = 1 << 28  # multiply-adds of the head (a GPU runs it in well under a millisecond)
 MAX_TRIES = 200  # draws per program before a structure is given up
+SHINGLE, MAX_OVERLAP = 5, 0.6  # no two programs share more than 60% of their token 5-grams
 
 
 class Fusion(NamedTuple):
@@ -58,12 +63,29 @@ class _Prog:
     def pick(self, pool):
         return self.rng.choice(pool)
 
-    def param(self, shape: tuple, how: str) -> str:
-        name = f"self.p{self.params}"
+    def knob(self, name: str, value) -> str:
+        """A constant the model takes at init, as KernelBench programs do: a module-level value,
+        an `__init__` argument kept as `self.<name>`, and an entry of `get_init_inputs()`."""
+        base, i = name, 2
+        while name in self.consts:
+            name, i = f"{base}_{i}", i + 1
+        self.consts[name] = value
+        self.init_args.append(name)
+        self.init.append(f"self.{name} = {name}")
+        return f"self.{name}"
+
+    def param(self, shape: tuple, how: str, label: str) -> str:
+        """A learned parameter of `shape` (a module-level `<label>_shape`, passed at init)."""
+        base, i = f"{label}_shape", 2
+        name = base
+        while name in self.consts:
+            name, i = f"{base}_{i}", i + 1
+        self.consts[name] = tuple(shape)
+        self.init_args.append(name)
+        attr = f"self.{label}{'' if name == base else name[len(base):]}"
+        self.init.append(f"{attr} = nn.Parameter({how.format(dims=name)})")
         self.params += 1
-        dims = ", ".join(map(str, shape))
-        self.init.append(f"{name} = nn.Parameter({how.format(dims=dims)})")
-        return name
+        return attr
 
 
 # ---- heads -----------------------------------------------------------------------------------------
@@ -196,8 +218,15 @@ class _Redraw(Exception):
 # ---- epilogues ---------------------------------------------------------------------------------------
 # Each returns its forward line and may add parameters; reductions also change `p.shape`.
 
-def _const_line(tmpl: str, values):
-    return lambda p: tmpl.format(c=p.pick(values))
+def _knob_line(tmpl: str, knob: str, values):
+    return lambda p: tmpl.format(c=p.knob(knob, p.pick(values)))
+
+
+def _clamp(fn: str, lo: str, hi: str, knobs: tuple[str, str], pairs):
+    def line(p: _Prog) -> str:
+        a, b = p.pick(pairs)
+        return f"x = {fn}(x, {lo}={p.knob(knobs[0], a)}, {hi}={p.knob(knobs[1], b)})"
+    return line
 
 
 ELEMENTWISE = {
@@ -210,24 +239,25 @@ ELEMENTWISE = {
     "Tanh": lambda p: "x = torch.tanh(x)",
     "HardSwish": lambda p: "x = F.hardswish(x)",
     "HardSigmoid": lambda p: "x = F.hardsigmoid(x)",
-    "LeakyReLU": _const_line("x = F.leaky_relu(x, negative_slope={c})", [0.01, 0.02, 0.05, 0.1, 0.2]),
-    "ELU": _const_line("x = F.elu(x, alpha={c})", [0.5, 1.0, 1.5]),
+    "LeakyReLU": _knob_line("x = F.leaky_relu(x, negative_slope={c})", "negative_slope", [0.01, 0.02, 0.05, 0.1, 0.2]),
+    "ELU": _knob_line("x = F.elu(x, alpha={c})", "alpha", [0.5, 1.0, 1.5]),
     "Softplus": lambda p: "x = F.softplus(x)",
     "Mish": lambda p: "x = F.mish(x)",
-    "Clamp": lambda p: "x = torch.clamp(x, min={}, max={})".format(*p.pick([(-1.0, 1.0), (-0.5, 0.5), (0.0, 6.0),
-                                                                           (-2.0, 2.0)])),
-    "Hardtanh": lambda p: "x = F.hardtanh(x, min_val={}, max_val={})".format(*p.pick([(-1.0, 1.0), (-0.25, 0.75)])),
-    "Scale": _const_line("x = x * {c}", [0.5, 0.125, 1.5, 2.0, 0.1, 0.75]),
-    "AddConst": _const_line("x = x + {c}", [0.5, 1.0, 3.0, -0.25]),
-    "Divide": _const_line("x = x / {c}", [2.0, 3.0, 8.0, 1.414]),
+    "Clamp": _clamp("torch.clamp", "min", "max", ("clamp_min", "clamp_max"), [(-1.0, 1.0), (-0.5, 0.5), (0.0, 6.0), (-2.0, 2.0)]),
+    "Hardtanh": _clamp("F.hardtanh", "min_val", "max_val", ("hardtanh_min", "hardtanh_max"), [(-1.0, 1.0), (-0.25, 0.75)]),
+    "Scale": _knob_line("x = x * {c}", "scaling_factor", [0.5, 0.125, 1.5, 2.0, 0.1, 0.75]),
+    "AddConst": _knob_line("x = x + {c}", "add_value", [0.5, 1.0, 3.0, -0.25]),
+    "Subtract": _knob_line("x = x - {c}", "subtract_value", [0.5, 0.2, 1.0]),
+    "Divide": _knob_line("x = x / {c}", "divisor", [2.0, 3.0, 8.0, 1.414]),
     "Square": lambda p: "x = x * x",
     "Abs": lambda p: "x = torch.abs(x)",
     "ResidualAdd": lambda p: p.pick(["x = x + x.detach() * 0.5", "x = x + torch.tanh(x)"]),
-    "BiasAdd": lambda p: f"x = x + {p.param(_bcast(p), 'torch.randn({dims}) * 0.02')}",
-    "ScaleParam": lambda p: f"x = x * {p.param(_bcast(p), 'torch.ones({dims}) + 0.1 * torch.randn({dims})')}",
+    "BiasAdd": lambda p: f"x = x + {p.param(_bcast(p), 'torch.randn({dims}) * 0.02', 'bias')}",
+    "ScaleParam": lambda p: f"x = x * {p.param(_bcast(p), 'torch.ones({dims}) + 0.1 * torch.randn({dims})', 'scale')}",
     "Softmax": lambda p: f"x = torch.softmax(x, dim={_dim(p)})",
     "LogSoftmax": lambda p: f"x = torch.log_softmax(x, dim={_dim(p)})",
-    "Normalize": lambda p: f"x = F.normalize(x, dim={_dim(p)})",
+    # half precision: an eps that float16 can hold, so an all-zero row stays 0 (1e-12 underflows: 0/0)
+    "Normalize": lambda p: f"x = F.normalize(x, dim={_dim(p)}{'' if p.dtype == 'float32' else ', eps=1e-4'})",
 }
 
 
@@ -269,8 +299,9 @@ def _pool(p: _Prog) -> tuple[str, str]:
         p.shape = p.shape[:2] + (1,) * n
         return kind, f"x = torch.mean(x, dim={dims}, keepdim=True)"
     fn = "max_pool" if kind == "MaxPool" else "avg_pool"
-    p.shape = p.shape[:2] + tuple(s // 2 for s in p.shape[2:])
-    return kind, f"x = F.{fn}{n}d(x, kernel_size=2)"
+    k = p.pick([k for k in (2, 3, 4) if k <= min(p.shape[2:])])
+    p.shape = p.shape[:2] + tuple(s // k for s in p.shape[2:])
+    return kind, f"x = F.{fn}{n}d(x, kernel_size={p.knob('pool_kernel_size', k)})"
 
 
 def _epilogue(p: _Prog) -> str:
@@ -317,29 +348,69 @@ def _draw(rng: random.Random) -> tuple[str, tuple, _Prog]:
                     math.prod(p.consts[d] if isinstance(d, str) else d for d in dims) > MAX_NUMEL
                     for _, dims in p.inputs):
                 raise _Redraw
-            epis = tuple(_epilogue(p) for _ in range(rng.choice([1, 2, 2, 3, 3, 4])))
+            epis = tuple(_epilogue(p) for _ in range(rng.choice([1, 2, 2, 3, 3, 3, 4, 4])))
         except _Redraw:
             continue
         return head_tag, epis, p
     raise RuntimeError("no valid fusion drawn")  # the pools always admit one; a bug otherwise
 
 
+_TOKEN = re.compile(r"\w+|[^\w\s]", re.A)
+_DOC = re.compile(r'"""[\s\S]*?"""')
+
+
+def shingles(src: str, n: int = SHINGLE) -> set[str]:
+    """Token n-grams of a program's code (its docstring left out)."""
+    toks = _TOKEN.findall(_DOC.sub(" ", src))
+    return {" ".join(toks[i:i + n]) for i in range(max(1, len(toks) - n + 1))}
+
+
+class _Overlaps:
+    """The programs kept so far, as an inverted index of their n-grams: whether a new one is a near copy."""
+
+    def __init__(self):
+        self.postings: dict[str, array] = {}
+        self.sizes = array("i")
+
+    def near_copy(self, sh: set[str]) -> bool:
+        lists = [self.postings[g] for g in sh if g in self.postings]
+        if not lists:
+            return False
+        shared = np.bincount(np.concatenate([np.frombuffer(a, np.int32) for a in lists]),
+                             minlength=len(self.sizes))
+        union = np.frombuffer(self.sizes, np.int32) + len(sh) - shared
+        return bool((shared > MAX_OVERLAP * union).any())
+
+    def add(self, sh: set[str]) -> None:
+        i = len(self.sizes)
+        self.sizes.append(len(sh))
+        for g in sh:
+            self.postings.setdefault(g, array("i")).append(i)
+
+
 def programs(count: int, seed: int = 0) -> list[Fusion]:
-    """`count` fusion programs of distinct structure, deterministic from `seed`."""
+    """`count` fusion programs of distinct structure, deterministic from `seed`. A draw whose
+    code shares more than MAX_OVERLAP of its token 5-grams (Jaccard) with a program already
+    drawn is drawn again, so the list holds no near copies."""
     rng = random.Random(f"sftbuild-fusions-{seed}")
-    out, seen = [], set()
+    out, seen, kept = [], set(), _Overlaps()
     misses = 0
     while len(out) < count and misses < 50 * count + 1000:
         head, epis, p = _draw(rng)
         if (head, epis) in seen:
             misses += 1
             continue
-        seen.add((head, epis))
         label = "_".join((head,) + epis)
         doc = f"{head}, then " + ", then ".join(epis) + "."
+        src = _render(p, label, doc)
+        sh = shingles(src)
+        if kept.near_copy(sh):
+            misses += 1
+            continue
+        seen.add((head, epis))
+        kept.add(sh)
         shapes = [[p.consts[d] if isinstance(d, str) else d for d in dims] for _, dims in p.inputs]
-        out.append(Fusion(f"fusion.s{seed}.{len(out):04d}.{label}", _render(p, label, doc), head, epis,
-                          shapes, p.dtype))
+        out.append(Fusion(f"fusion.s{seed}.{len(out):04d}.{label}", src, head, epis, shapes, p.dtype))
     return out
 
 

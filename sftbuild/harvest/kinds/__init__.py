@@ -12,7 +12,7 @@ A kind is a `SourceKind` registered in `KINDS`; its `name` is what a registry en
         def recognise(self, spec, path): ...   # Source, or None when the spec is not of this kind
         def harvest(self, h): ...              # h.tree(Tree), h.emit(records, spans), h.skip(...)
 
-A kind may take parameters (`params`: name -> int or str): a spec gives them after `?`
+A kind may take parameters (`spec_params`: name -> int or str): a spec gives them after `?`
 (`torch-inductor?programs=300&seed=1`, `inductor:DIR?benchmark=KernelBench`), a registry entry
 under `params:`; `check_params` turns them into typed values or raises `SourceError`.
 
@@ -39,16 +39,16 @@ class SourceKind(Plugin):
     """Base of every source kind."""
 
     order = 500  # recognition priority: kinds with a lower order see a spec first
-    params: dict[str, type] = {}  # the parameters a spec or registry entry may give, with their types
+    spec_params: dict[str, type] = {}  # the parameters a spec or registry entry may give, with their types
 
     def check_params(self, given: dict, where: str) -> dict:
-        """`given` typed as `params` declares; an unknown name or a bad value is a SourceError."""
+        """`given` typed as `spec_params` declares; an unknown name or a bad value is a SourceError."""
         out = {}
         for key, value in given.items():
-            if key not in self.params:
-                known = ", ".join(sorted(self.params)) or "none"
+            if key not in self.spec_params:
+                known = ", ".join(sorted(self.spec_params)) or "none"
                 raise SourceError(f"{where}: kind {self.name!r} takes no parameter {key!r} (it takes: {known})")
-            want = self.params[key]
+            want = self.spec_params[key]
             if want is int:
                 try:
                     value = int(str(value).strip())

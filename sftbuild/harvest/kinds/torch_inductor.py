@@ -22,7 +22,7 @@ class TorchInductor(SourceKind):
     """
     name = "torch-inductor"
     order = 20
-    params = {"programs": int, "seed": int, "benchmark": str}
+    spec_params = {"programs": int, "seed": int, "benchmark": str}
 
     def recognise(self, spec: str, path: Path) -> Source | None:
         if spec.startswith("inductor:"):
