@@ -208,6 +208,11 @@ def test_programs_command(tmp_path):
     assert len(lines) == 6 and lines[-1].startswith("programs: 300 (fusions ")
     assert "distinct ops among single-op programs" in lines[-1]
 
+    cfg = tmp_path / "sftbuild.yaml"  # the config keys the torch-inductor source reads too
+    cfg.write_text("harvest: {programs: 7, seed: 3}\n")
+    r = CliRunner().invoke(main, ["programs", "catalog:fusions", "-c", str(cfg), "--json"])
+    assert [p["name"] for p in json.loads(r.output)["programs"]] == [p.name for p in fusions.programs(7, 3)]
+
     d = _bench(tmp_path)
     r = CliRunner().invoke(main, ["programs", str(d), "--benchmark", "KernelBench"])
     assert r.exit_code == 0 and "KernelBench" in r.output and "skipped helpers.py" in r.output

@@ -17,10 +17,11 @@ import random
 from pathlib import Path
 from typing import NamedTuple
 
+from sftbuild.config import HarvestConfig
 from sftbuild.harvest.sources import SourceError
 from sftbuild.plugins import Plugin, Registry
 
-DEFAULT_PROGRAMS = 2000  # the catalog at its default size (harvest.programs)
+DEFAULT_PROGRAMS = HarvestConfig().programs  # the catalog at its default size
 MAX_PROGRAMS = 100_000
 MAX_PROGRAM_BYTES = 1 << 20  # a folder's file larger than this is not a reference program
 

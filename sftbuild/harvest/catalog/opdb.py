@@ -11,7 +11,8 @@ The spec file is written once per torch release by `python -m sftbuild.harvest.c
 `PER_OP` of its float32 samples (distinct signature: shapes, dtypes and literal arguments), plus one
 float16/bfloat16 copy where the op supports it, and keeps a program only when, in a child process,
 (a) its `forward` on the sample's own tensors equals op_db's op, (b) `get_inputs()` under one seed
-gives the same finite output twice, and (c) it runs in under a second on the CPU. Samples whose
+gives the same finite output twice, (c) it runs in under a second on the CPU, and (d) its output
+is not only views of its inputs (a reshape, a transpose: Inductor writes no kernel for it). Samples whose
 arguments cannot be written as literals, and programs failing a check, are counted by reason in the
 file's `skipped`. Input values keep the sample's range (`torch.rand(shape) * span + low`), so domain
 ops (log, acos, ...) stay in their domain; integer and bool tensors up to `MAX_LITERAL` elements
@@ -227,10 +228,15 @@ def _check(item):
             t0 = time.perf_counter()
             for _ in range(2):
                 torch.manual_seed(0)
-                outs.append(pytree.tree_leaves(model(*ns["get_inputs"]())))
+                ins = ns["get_inputs"]()
+                outs.append(pytree.tree_leaves(model(*ins)))
             if time.perf_counter() - t0 > 2 * TIME_LIMIT:
                 return "slower than a second on the CPU"
         a, b = outs
+        held = {t.untyped_storage().data_ptr() for t in ins if isinstance(t, torch.Tensor) and t.numel()}
+        if b and all(isinstance(x, torch.Tensor) and x.numel() and x.untyped_storage().data_ptr() in held
+                     for x in b):  # b: the outputs of the last inputs drawn
+            return "returns views of its inputs: nothing for a kernel to compute"
         if not a or not all(isinstance(x, torch.Tensor) and not x.is_complex() for x in a):
             return "returns something other than real tensors"
         if not all(torch.equal(x, y) for x, y in zip(a, b)):
