@@ -552,6 +552,10 @@ def list_programs(location, count, seed, benchmark, limit, as_json, config_path)
         raise click.ClickException(str(e))
     shown = progs if not limit else progs[:limit]
     summary = {**counts(progs), "skipped_files": [{"file": f, "reason": r} for f, r in skipped]}
+    if summary["opdb_ops"]:
+        from sftbuild.harvest.catalog import opdb
+
+        summary["opdb_not_programs"] = opdb.load_specs()["skipped"]  # op_db samples left out, by reason
     if as_json:
         click.echo(json.dumps({"programs": [row(p) for p in shown], "counts": summary}, indent=1))
         return
@@ -566,6 +570,10 @@ def list_programs(location, count, seed, benchmark, limit, as_json, config_path)
                + (f"; distinct ops among single-op programs: {summary['opdb_ops']}" if summary["opdb_ops"] else ""))
     for f, r in skipped:
         click.echo(f"skipped {f}: {r}")
+    if summary.get("opdb_not_programs"):
+        left = summary["opdb_not_programs"]
+        click.echo(f"op_db samples (or ops) left out: {sum(left.values())} ("
+                   + "; ".join(f"{why}: {n}" for why, n in sorted(left.items(), key=lambda kv: -kv[1])) + ")")
 
 
 def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:

@@ -205,8 +205,9 @@ def test_programs_command(tmp_path):
     r = CliRunner().invoke(main, ["programs", "--programs", "300", "--limit", "4"])
     assert r.exit_code == 0, r.output
     lines = r.output.strip().splitlines()
-    assert len(lines) == 6 and lines[-1].startswith("programs: 300 (fusions ")
-    assert "distinct ops among single-op programs" in lines[-1]
+    assert len(lines) == 7 and lines[-2].startswith("programs: 300 (fusions ")
+    assert "distinct ops among single-op programs" in lines[-2]
+    assert lines[-1].startswith("op_db samples (or ops) left out: ") and "sample not renderable" in lines[-1]
 
     cfg = tmp_path / "sftbuild.yaml"  # the config keys the torch-inductor source reads too
     cfg.write_text("harvest: {programs: 7, seed: 3}\n")
