@@ -223,3 +223,17 @@ def test_programs_command(tmp_path):
     assert r.exit_code == 0 and "KernelBench" in r.output and "skipped helpers.py" in r.output
     r = CliRunner().invoke(main, ["programs", "catalog:nope"])
     assert r.exit_code == 1 and "unknown program catalog nope" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.gpu
+def test_folder_harvest_on_gpu_carries_the_benchmark(tmp_path, make_ctx):
+    d = _bench(tmp_path)
+    ctx = make_ctx(gpus="auto")
+    spec = f"inductor:{d}?benchmark=KernelBench"
+    stats = stage.run(ctx, [spec])
+    assert stats["errors"] == {} and stats["sources"][spec] >= 2
+    recs = list(ctx.store.records())
+    assert {r.provenance["benchmark"] for r in recs} == {"KernelBench"}
+    assert {r.provenance["catalog"] for r in recs} == {"folder"}
+    assert {Path(r.binding["program"]).name for r in recs} == {"1_relu.py", "2_relu.py"}
+    assert {s["reason"] for s in ctx.store.skips() if s["path"] in ("helpers.py", "broken.py")} == {"not_a_program"}
