@@ -184,6 +184,19 @@ def test_folder_programs(tmp_path):
     assert src.location == str(d.resolve()) and src.params == {"benchmark": "KernelBench"}
 
 
+def test_folder_harvest_reports_files_that_are_not_programs(tmp_path, make_ctx):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the GPU test covers the harvest")
+    d = _bench(tmp_path)
+    ctx = make_ctx(gpus="none")
+    stats = stage.run(ctx, [f"inductor:{d}?benchmark=KernelBench"])
+    assert "needs a CUDA GPU" in stats["errors"][f"inductor:{d}"]
+    skips = {s["path"]: s for s in ctx.store.skips()}
+    assert {k: v["reason"] for k, v in skips.items()} == {"helpers.py": "not_a_program", "broken.py": "not_a_program"}
+
+
 def test_folder_without_programs_is_one_clear_error(tmp_path, make_ctx):
     d = tmp_path / "empty"
     d.mkdir()
