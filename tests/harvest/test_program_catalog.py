@@ -250,3 +250,19 @@ def test_folder_harvest_on_gpu_carries_the_benchmark(tmp_path, make_ctx):
     assert {r.provenance["catalog"] for r in recs} == {"folder"}
     assert {Path(r.binding["program"]).name for r in recs} == {"1_relu.py", "2_relu.py"}
     assert {s["reason"] for s in ctx.store.skips() if s["path"] in ("helpers.py", "broken.py")} == {"not_a_program"}
+
+
+def test_hostile_program_files_are_skipped_with_a_reason(tmp_path):
+    d = tmp_path / "hostile"
+    d.mkdir()
+    (d / "1_ok.py").write_text(PROGRAM.format(k=2))
+    (d / "deep.py").write_text("x = " + "1+" * 100_000 + "1\nclass Model: pass\ndef get_inputs(): return []\n")
+    (d / "big.py").write_text("# pad\n" * 200_000)
+    (d / "latin1.py").write_bytes(b"# \xff\xfe\nclass Model: pass\n")
+    (d / "link.py").symlink_to(d / "1_ok.py")
+    skipped: list = []
+    progs = inductor.programs(str(d), skipped=skipped)
+    assert [Path(p.name).name for p in progs] == ["1_ok.py"]
+    why = dict(skipped)
+    assert why["deep.py"].startswith("not valid Python") and why["big.py"].startswith("larger than")
+    assert why["latin1.py"] == "not UTF-8 text" and why["link.py"] == "a symlink (not followed)"

@@ -109,8 +109,8 @@ def is_program(src: str) -> str | None:
     """Why a module's source is not a KernelBench-format program, or None when it is one."""
     try:
         tree = ast.parse(src)
-    except (SyntaxError, ValueError) as e:
-        return f"not valid Python: {str(e)[:120]}"
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return f"not valid Python: {type(e).__name__}: {str(e)[:120]}"
     names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     missing = [n for n in ("Model", "get_inputs") if n not in names]
     if missing:
@@ -155,9 +155,12 @@ def static_inputs(src: str) -> dict:
     `torch.rand`, `torch.randint(lo, hi, shape)` with literal or module-level integer sizes,
     `.to(torch.X)`; what cannot be read is left out."""
     try:
-        tree = ast.parse(src)
-    except (SyntaxError, ValueError):
+        return _static_inputs(ast.parse(src))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return {}
+
+
+def _static_inputs(tree: ast.Module) -> dict:
     consts = {}
     for n in tree.body:
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
