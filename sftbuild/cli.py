@@ -209,10 +209,17 @@ def dedupe(ctx):
     ones (reports/dedupe.json). Before validation it drops nothing: it clusters the harvested
     and bound records so that validate checks one record per cluster first, and the next only
     if that one fails (reports/clusters.json); `sftbuild validate` does this itself first.
+    Decontamination: the config key `dedupe.benchmarks` lists the benchmarks you evaluate on.
+    A benchmark name (e.g. `KernelBench`) drops, as `contaminated`, every record harvested for
+    that benchmark (`sftbuild harvest "inductor:KernelBench/level1?benchmark=KernelBench"`) and
+    every record from elsewhere whose code or program matches one of its programs; a path
+    (a KernelBench-format folder or file, a dataset file, a fingerprint file) is matched by code.
+    A benchmark not named is kept.
 
     \b
     Example:
         sftbuild dedupe && cat sftbuild-work/reports/dedupe.json
+        # sftbuild.yaml:  dedupe: {benchmarks: [KernelBench]}
     """
     from sftbuild.dedupe import stage
 
@@ -540,6 +547,69 @@ def reward_serve(port):
         raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}")
     click.echo(f"reward service on http://127.0.0.1:{server.server_address[1]} (POST /score, GET /health)")
     serving.serve_until_interrupted(server)
+@main.command("programs")
+@click.argument("location", default="catalog")
+@click.option("--programs", "count", type=click.IntRange(1, 100_000), default=None,
+              help="How many programs a catalog gives (default: harvest.programs; a folder: all).")
+@click.option("--seed", type=int, default=None, help="Catalog seed (default: harvest.seed).")
+@click.option("--benchmark", default=None, help="Benchmark name of a folder's programs (default: the folder's name).")
+@click.option("--limit", type=click.IntRange(0), default=50, show_default=True,
+              help="Programs listed (0: all); the counts cover every program.")
+@click.option("--json", "as_json", is_flag=True, help="JSON: {programs: [...], counts: {...}}.")
+@click.option("--config", "-c", "config_path", default=None, type=click.Path(dir_okay=False),
+              help="Config file (default: ./sftbuild.yaml when present).")
+def list_programs(location, count, seed, benchmark, limit, as_json, config_path):
+    """List the reference programs the torch-inductor source would compile, without a GPU.
+
+    LOCATION is a catalog (`catalog`: all of them, mixed; `catalog:opdb`, `catalog:fusions`,
+    `catalog:handwritten`, or several comma-separated), a folder of KernelBench-format modules,
+    or one .py module. Each program: name, catalog, family or op, input shapes, dtypes, benchmark;
+    then the counts per catalog.
+
+    \b
+    Example:
+        sftbuild programs                          # the default catalog, first 50 rows and counts
+        sftbuild programs catalog:fusions --programs 600 --seed 1 --limit 5
+        sftbuild programs KernelBench/level1 --benchmark KernelBench --json
+    """
+    from sftbuild.harvest import inductor
+    from sftbuild.harvest.catalog import counts, parse_location, row
+    from sftbuild.harvest.sources import SourceError
+
+    try:
+        cfg = C.load(config_path)
+        loc = location.removeprefix("inductor:")
+        is_catalog = parse_location(loc) is not None
+        skipped: list = []
+        progs = inductor.programs(loc, count=count or (cfg.harvest.programs if is_catalog else None),
+                                  seed=cfg.harvest.seed if seed is None else seed, benchmark=benchmark,
+                                  skipped=skipped)
+    except (C.ConfigError, SourceError, plugins.PluginError) as e:
+        raise click.ClickException(str(e))
+    shown = progs if not limit else progs[:limit]
+    summary = {**counts(progs), "skipped_files": [{"file": f, "reason": r} for f, r in skipped]}
+    if summary["opdb_ops"]:
+        from sftbuild.harvest.catalog import opdb
+
+        summary["opdb_not_programs"] = opdb.load_specs()["skipped"]  # op_db samples left out, by reason
+    if as_json:
+        click.echo(json.dumps({"programs": [row(p) for p in shown], "counts": summary}, indent=1))
+        return
+    for p in map(row, shown):
+        shapes = " ".join("x".join(map(str, s)) or "scalar" for s in p["shapes"]) if p["shapes"] else "-"
+        click.echo(f"{p['name']:<48} {p['catalog']:<11} {str(p['family'] or '-')[:40]:<40} {shapes[:40]:<40} "
+                   f"{','.join(p['dtypes'] or ['-']):<16} {p['benchmark'] or '-'}")
+    if len(shown) < len(progs):
+        click.echo(f"... {len(progs) - len(shown)} more (--limit 0 lists all)")
+    per = ", ".join(f"{k} {v}" for k, v in summary["by_catalog"].items())
+    click.echo(f"programs: {summary['programs']} ({per}); distinct: {summary['distinct']}"
+               + (f"; distinct ops among single-op programs: {summary['opdb_ops']}" if summary["opdb_ops"] else ""))
+    for f, r in skipped:
+        click.echo(f"skipped {f}: {r}")
+    if summary.get("opdb_not_programs"):
+        left = summary["opdb_not_programs"]
+        click.echo(f"op_db samples (or ops) left out: {sum(left.values())} ("
+                   + "; ".join(f"{why}: {n}" for why, n in sorted(left.items(), key=lambda kv: -kv[1])) + ")")
 
 
 def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:

@@ -49,6 +49,11 @@ class HarvestConfig:
                                        plugins="file_filter")
     min_kernel_lines: int = opt(3, "shorter kernels are dropped as 'trivial'", lo=0)
     cache_dir: str = opt("", "git clones and downloads; default: <workspace>/cache")
+    programs: int = opt(2000, "programs the torch-inductor source compiles from its catalog (a source spec "
+                        "overrides it: torch-inductor?programs=300); a folder's programs are all taken unless set there",
+                        lo=1, hi=100000)
+    seed: int = opt(0, "seed of the torch-inductor catalog: which fusions are generated and the mixed order "
+                    "(a source spec overrides it: torch-inductor?seed=1)")
     include_dirs: list[str] = opt([], "extra include folders for CUDA sources, relative to each source's root "
                                   "(the file's folder, the root, include/ and csrc/ are always searched)")
 
@@ -127,7 +132,10 @@ class DedupeConfig:
     scheme: str = opt("oph", "oph (one-permutation hashing) | affine32 (datasketch 2.0's scheme)",
                       choices=("oph", "affine32"))
     chunk_size: int = opt(2000, "documents per signature task", lo=1)
-    benchmarks: list[str] = opt([], "KernelBench-format dirs/files or fingerprint files to decontaminate against")
+    benchmarks: list[str] = opt([], "benchmarks to decontaminate against: a name (e.g. KernelBench) drops records "
+                                "harvested for that benchmark (inductor:DIR?benchmark=NAME) and records whose code or "
+                                "program matches one of its programs; a path is a KernelBench-format dir/file, "
+                                "dataset or fingerprint file. Dropped records say 'contaminated'")
     contamination_threshold: float = opt(0.5, "share of a sample's n-grams found in a benchmark", lo=0, hi=1)
     contamination_ngram: int = opt(10, "n-gram size for decontamination", lo=1)
     contamination_max_df: float = opt(0.05, "n-grams in more benchmark documents than this share are ignored",

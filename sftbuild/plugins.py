@@ -40,6 +40,7 @@ from sftbuild.config import ConfigError, build_section
 # imports these; a stage imports its own registry directly.
 POINTS = {
     "source": "sftbuild.harvest.kinds",
+    "catalog": "sftbuild.harvest.catalog",
     "file_filter": "sftbuild.harvest.filters",
     "binder": "sftbuild.ops.binders",
     "describer": "sftbuild.describe.describers",

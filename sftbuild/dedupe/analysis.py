@@ -7,11 +7,13 @@ returns each document's drop (None, or (reason, payload)), the survivors and the
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
 from sftbuild.context import Context, UserError
 from sftbuild.dedupe import filters as F
+from sftbuild.dedupe import fingerprints
 from sftbuild.dedupe.decontam import Decontaminator
 from sftbuild.dedupe.near import Doc, pool_mapper
 from sftbuild.dedupe.params import Params
@@ -38,7 +40,8 @@ def to_doc(record: Record, validation: dict | None) -> Doc:
         source_kind=prov.get("source_kind", ""),
         reference=binding.get("reference") if isinstance(binding.get("reference"), str) else None,
         meta={"source": record.source, "name": record.name,
-              **{k: prov.get(k) for k in ("source_kind", "url", "path", "lines", "license") if k in prov}},
+              **{k: prov.get(k) for k in ("source_kind", "url", "path", "lines", "license", "benchmark")
+                 if k in prov}},
         how=(binding.get("how") or "declared") if binding else None,
         evidence=sum(len(v) for k in ("shapes", "dtypes") if isinstance(v := evidence.get(k), list)))
 
@@ -60,13 +63,7 @@ def setup(ctx: Context) -> Setup:
         filters = F.configured(cfg.filters)
     except PluginError as e:
         raise UserError(str(e)) from None
-    decon = None
-    if cfg.benchmarks:
-        try:
-            decon = Decontaminator(cfg.benchmarks, threshold=cfg.contamination_threshold,
-                                   ngram=cfg.contamination_ngram, max_df=cfg.contamination_max_df)
-        except (ValueError, OSError) as e:  # a missing or unreadable benchmark: one sentence, not a traceback
-            raise UserError(f"dedupe.benchmarks: {e}") from None
+    decon = decontaminator(ctx, cfg)
     # before_validation decides whether dedupe runs before validation, never what it finds
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("filters", "before_validation")}
     manifest = {"params": params.manifest(), "config": config,
@@ -74,6 +71,44 @@ def setup(ctx: Context) -> Setup:
                 "filters": [[f.name, f.manifest()] for f in filters],
                 "benchmarks": decon.manifest() if decon else None}
     return Setup(params, filters, decon, manifest)
+
+
+BENCHMARK_FILES = (".py", ".cu", ".cuh", ".npz", ".jsonl", ".json", ".parquet", ".csv")
+
+
+def is_benchmark_name(entry: str) -> bool:
+    """A `dedupe.benchmarks` entry that names a benchmark rather than a path to its files."""
+    return not Path(entry).exists() and "/" not in entry and "\\" not in entry \
+        and not entry.endswith(BENCHMARK_FILES)
+
+
+def decontaminator(ctx: Context, cfg) -> Decontaminator | None:
+    """What `dedupe.benchmarks` names: paths are read as benchmark files; a name drops the records of
+    that benchmark (provenance) and, by code match, records whose program is one of its programs
+    (the references of the records harvested for it, e.g. `inductor:DIR?benchmark=NAME`)."""
+    if not cfg.benchmarks:
+        return None
+    names = [b for b in cfg.benchmarks if is_benchmark_name(b)]
+    paths: list = [b for b in cfg.benchmarks if b not in names]
+    for b in paths:
+        if not Path(b).exists():
+            raise UserError(f"dedupe.benchmarks: {b} does not exist (a benchmark is a folder, file or "
+                            f"fingerprint file, or the name of a benchmark whose programs were harvested)")
+    if names:
+        items: dict[str, list] = {n: [] for n in names}
+        seen = set()
+        for r in ctx.store.records():
+            bench = (r.provenance or {}).get("benchmark")
+            ref = (r.binding or {}).get("reference")
+            if bench in items and isinstance(ref, str) and (bench, ref) not in seen:
+                seen.add((bench, ref))
+                items[bench].append(((r.provenance or {}).get("path") or r.name or r.id, ref, "kernelbench"))
+        paths += [fingerprints.from_items(v, cfg.contamination_ngram, n) for n, v in items.items() if v]
+    try:
+        return Decontaminator(paths, threshold=cfg.contamination_threshold, ngram=cfg.contamination_ngram,
+                              max_df=cfg.contamination_max_df, named=names)
+    except (ValueError, OSError) as e:  # a missing or unreadable benchmark: one sentence, not a traceback
+        raise UserError(f"dedupe.benchmarks: {e}") from None
 
 
 def analyse_task(item: tuple) -> tuple[list, Signatures]:

@@ -6,6 +6,12 @@ found in the record's kernel code, or in its reference program
 "Distinctive" leaves out n-grams shared by many benchmark items (the
 ``get_inputs``/``batch_size`` boilerplate every KernelBench problem has), so a
 record is not matched to an item for boilerplate alone.
+
+A benchmark is a path (a KernelBench-format folder or file, a dataset file or a
+fingerprint file), fingerprints built in memory, or a benchmark *name* in `named`:
+a record whose provenance says it belongs to that benchmark (``provenance["benchmark"]``,
+e.g. harvested with ``inductor:DIR?benchmark=KernelBench``) is contaminated outright,
+whatever its code.
 """
 from __future__ import annotations
 
@@ -28,10 +34,12 @@ class Match:
 
 
 class Decontaminator:
-    def __init__(self, benchmarks: list[str | os.PathLike], threshold: float = 0.5,
-                 ngram: int = DEFAULT_NGRAM, max_df: float = 0.05, min_ngrams: int = 10):
+    def __init__(self, benchmarks: list[str | os.PathLike | Fingerprints], threshold: float = 0.5,
+                 ngram: int = DEFAULT_NGRAM, max_df: float = 0.05, min_ngrams: int = 10,
+                 named: list[str] | None = None):
         self.threshold, self.ngram = threshold, ngram
-        sets: list[Fingerprints] = [load(b, ngram) for b in benchmarks]
+        self.named = sorted(set(named or []))
+        sets: list[Fingerprints] = [b if isinstance(b, Fingerprints) else load(b, ngram) for b in benchmarks]
         self.digests = [fp.digest() for fp in sets]
         self.names, self.benchmark, keys, owners = [], [], [], []
         for fp in sets:
@@ -54,10 +62,14 @@ class Decontaminator:
 
     def manifest(self) -> dict:
         return {"items": len(self.names), "digests": self.digests, "ngram": self.ngram,
-                "threshold": self.threshold}
+                "threshold": self.threshold, **({"named": self.named} if self.named else {})}
 
     def match(self, doc: Doc) -> Match | None:
-        """The best-matching benchmark item at or above the threshold, if any."""
+        """The record's own benchmark when it is a named one; else the best-matching benchmark item
+        at or above the threshold, if any."""
+        own = doc.meta.get("benchmark")
+        if own and own in self.named:
+            return Match(str(doc.meta.get("path") or doc.meta.get("name") or doc.id), own, 1.0, "provenance")
         if not len(self.keys):
             return None
         best = None

@@ -91,14 +91,19 @@ def _dataset_items(p: Path) -> list[tuple[str, str, str]]:
 
 
 def build(path: str | os.PathLike, ngram: int = DEFAULT_NGRAM) -> Fingerprints:
+    return from_items(read_items(path), ngram, str(path))
+
+
+def from_items(items: list[tuple[str, str, str]], ngram: int = DEFAULT_NGRAM, source: str = "") -> Fingerprints:
+    """Fingerprints of (name, text, language) items held in memory (e.g. a benchmark's programs in the store)."""
     names, sets = [], []
-    for name, text, language in read_items(path):
+    for name, text, language in items:
         names.append(name)
         sets.append(shingle_set(text, language, ngram))
     offsets = np.zeros(len(sets) + 1, np.int64)
     np.cumsum([len(s) for s in sets], out=offsets[1:])
     values = np.concatenate(sets) if sets else np.zeros(0, np.uint64)
-    return Fingerprints(names, values, offsets, ngram, str(path))
+    return Fingerprints(names, values, offsets, ngram, source)
 
 
 def save(path_in: str | os.PathLike, path_out: str | os.PathLike, ngram: int = DEFAULT_NGRAM) -> Fingerprints:

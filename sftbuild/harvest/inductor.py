@@ -1,8 +1,8 @@
 """PyTorch Inductor programs and output code, read by the `torch-inductor` source kind.
 
 Each program is a KernelBench-format module (`Model`, `get_inputs`,
-`get_init_inputs`): the built-in catalog (catalog/programs.py) or a user module
-given by path. `compile_program` compiles it with dynamic shapes under a backend
+`get_init_inputs`): the built-in catalogs (sftbuild/harvest/catalog/), a folder of reference modules,
+or a user module given by path. `compile_program` compiles it with dynamic shapes under a backend
 that records each Dynamo graph's placeholder sources (the expressions that rebuild
 `call(args)`'s arguments from the model and its inputs) and captures the output
 code with `torch._inductor.utils.run_and_get_code`; matmuls and convolutions are
@@ -18,35 +18,47 @@ import ast
 import dataclasses
 import os
 from pathlib import Path
-from typing import NamedTuple
 
+from sftbuild.harvest.catalog import Program, folder, is_program, parse_location, select, static_inputs
 from sftbuild.harvest.sources import SourceError
 
-
-class Program(NamedTuple):
-    """One reference program: a KernelBench-format module's source, where it came from, and the
-    benchmark it belongs to (None for programs of no benchmark); decontamination reads `benchmark`."""
-
-    name: str
-    src: str
-    catalog: str = "handwritten"
-    benchmark: str | None = None
+__all__ = ["Program", "programs", "kernels_in_output", "compile_program"]
 
 
-def programs(location: str) -> list[Program]:
-    """The programs a location names: a built-in catalog or a program module."""
-    if location in ("", "catalog"):
-        from sftbuild.harvest.catalog.programs import catalog
-
-        return [Program(name, src) for name, src in catalog()]
+def programs(location: str, count: int | None = None, seed: int = 0, benchmark: str | None = None,
+             skipped: list | None = None) -> list[Program]:
+    """The programs a location names; a folder's files that are not programs go to `skipped` as
+    (file name, reason):
+    - "catalog" (every catalog) or "catalog:NAME[,NAME...]": the first `count` programs of the seeded
+      mix of those catalogs (sftbuild.harvest.catalog);
+    - a folder: every KernelBench-format module directly in it (not recursive), of benchmark
+      `benchmark` (default: the folder's name);
+    - a .py module with `Model` and `get_inputs`: that one program.
+    Nothing here runs a program."""
+    names = parse_location(location)
+    if names is not None:
+        return select(names, count, seed)
     p = Path(location)
+    if p.is_dir():
+        progs, others = folder(p, benchmark)
+        if skipped is not None:
+            skipped.extend(others)
+        if not progs:
+            why = "; ".join(f"{n}: {r}" for n, r in others[:3]) or "it holds no .py file"
+            raise SourceError(f"folder {location} holds no reference program (a .py module defining "
+                              f"`class Model` and `def get_inputs()`): {why}")
+        return progs[:count] if count else progs
     if not p.is_file():
         raise SourceError(f"program module {location} does not exist")
-    src = p.read_text(encoding="utf-8")
-    names = {n.name for n in ast.parse(src).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
-    if not {"Model", "get_inputs"} <= names:
-        raise SourceError(f"{location}: a program module needs `class Model` and `def get_inputs()`")
-    return [Program(str(p.resolve()), src, catalog="file")]
+    try:
+        src = p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as e:
+        raise SourceError(f"program module {location} cannot be read: {e}") from None
+    why = is_program(src)
+    if why:
+        raise SourceError(f"{location}: a program module needs `class Model` and `def get_inputs()` ({why})")
+    return [Program(str(p.resolve()), src, catalog="file", benchmark=benchmark,
+                    meta={"family": p.stem, **static_inputs(src)})]
 
 
 def kernels_in_output(code: str) -> list[dict]:

@@ -44,6 +44,7 @@ class Source:
     bindings: list[dict] = dataclasses.field(default_factory=list)
     network: bool = False  # needs the network; skipped with a clear message when it is absent
     description: str = ""
+    params: dict = dataclasses.field(default_factory=dict)  # the kind's parameters (`NAME?key=value&...`)
 
     @classmethod
     def from_dict(cls, d: dict, where: str) -> "Source":
@@ -59,6 +60,8 @@ class Source:
         for key in ("include", "exclude", "bindings"):
             if not isinstance(d.get(key, []), list):
                 raise SourceError(f"{where}: source {d['name']!r}: {key} must be a list")
+        if not isinstance(d.get("params", {}), dict):
+            raise SourceError(f"{where}: source {d['name']!r}: params must be a mapping")
         d = dict(d)
         d["revision"] = str(d.get("revision") or "")
         return cls(**d)

@@ -5,7 +5,9 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -30,13 +32,47 @@ def load_registry(path: str | os.PathLike = REGISTRY) -> dict[str, Source]:
         if s.kind not in KINDS:
             raise SourceError(f"{p}: sources[{i}]: source {s.name!r}: unknown kind {s.kind!r} "
                               f"(known: {', '.join(KINDS.names())})")
+        if s.params:
+            s.params = KINDS.create(s.kind).check_params(s.params, f"{p}: sources[{i}]: source {s.name!r}")
         out[s.name] = s
     return out
 
 
 def parse_spec(spec: str, registry: dict[str, Source]) -> list[Source]:
     """A command-line source: a registry name, a registry file, or what the first source kind
-    (by `order`) recognises: pip:, inductor:, git URLs, archives, dataset files, folders, ..."""
+    (by `order`) recognises: pip:, inductor:, git URLs, archives, dataset files, folders, ...;
+    any of them may end in `?key=value&...`, parameters of its kind (`torch-inductor?programs=300`)."""
+    base, given = split_params(spec)
+    if given is None:
+        return _parse(spec, registry)
+    out = []
+    for src in _parse(base, registry):
+        params = {**src.params, **given}
+        out.append(dataclasses.replace(src, params=KINDS.create(src.kind).check_params(params, f"source {spec}")))
+    return out
+
+
+def split_params(spec: str) -> tuple[str, dict | None]:
+    """(spec, None) when it has no `?key=value&...` tail (or is an existing path); else (base, params)."""
+    if "?" not in spec:
+        return spec, None
+    try:
+        if Path(spec).expanduser().exists():
+            return spec, None
+    except (OSError, ValueError):
+        pass
+    base, _, query = spec.rpartition("?")
+    try:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise SourceError(f"source {spec}: parameters after '?' must be key=value pairs joined by '&'") from None
+    params = dict(pairs)
+    if len(params) != len(pairs):
+        raise SourceError(f"source {spec}: a parameter is given twice")
+    return base, params
+
+
+def _parse(spec: str, registry: dict[str, Source]) -> list[Source]:
     if spec in registry:
         return [registry[spec]]
     p = Path(spec).expanduser()

@@ -10,6 +10,7 @@ from __future__ import annotations
 N, D = 4096, 1024  # rows, features
 X = f"torch.randn({N}, {D})"
 V = f"torch.randn({D})"
+VSQ = f"torch.rand({N}, {D})"  # a second moment (Adam's v) is never negative: its sqrt stays finite
 
 # name, __init__ body, forward(self, ...) signature + body, get_inputs list, get_init_inputs list
 PROGRAMS: list[tuple[str, str, str, str, str]] = [
@@ -102,10 +103,10 @@ PROGRAMS: list[tuple[str, str, str, str, str]] = [
      f"[{X}, {X}, {X}]", "[]"),
     ("adam_step", "", "p, g, m, v):\n        m = 0.9 * m + 0.1 * g\n        v = 0.999 * v + 0.001 * g * g\n"
      "        return p - 1e-3 * (m / 0.1) / (torch.sqrt(v / 0.001) + 1e-8), m, v",
-     f"[{X}, {X}, {X}, {X}]", "[]"),
+     f"[{X}, {X}, {X}, {VSQ}]", "[]"),
     ("adamw_step", "", "p, g, m, v):\n        p = p * (1 - 1e-3 * 0.01)\n        m = 0.9 * m + 0.1 * g\n"
      "        v = 0.999 * v + 0.001 * g * g\n        return p - 1e-3 * m / (v.sqrt() + 1e-8), m, v",
-     f"[{X}, {X}, {X}, {X}]", "[]"),
+     f"[{X}, {X}, {X}, {VSQ}]", "[]"),
     ("grad_clip_scale", "", "g):\n        n = g.norm()\n        return g * torch.clamp(1.0 / (n + 1e-6), max=1.0)",
      f"[{X}]", "[]"),
     ("ema_update", "", "avg, p):\n        return avg * 0.999 + p * 0.001", f"[{X}, {X}]", "[]"),

@@ -12,6 +12,10 @@ A kind is a `SourceKind` registered in `KINDS`; its `name` is what a registry en
         def recognise(self, spec, path): ...   # Source, or None when the spec is not of this kind
         def harvest(self, h): ...              # h.tree(Tree), h.emit(records, spans), h.skip(...)
 
+A kind may take parameters (`spec_params`: name -> int or str): a spec gives them after `?`
+(`torch-inductor?programs=300&seed=1`, `inductor:DIR?benchmark=KernelBench`), a registry entry
+under `params:`; `check_params` turns them into typed values or raises `SourceError`.
+
 A kind does up to three things:
 - `recognise(spec, path)`: the `Source` a command-line spec names when it is of this kind,
   None when it is not; it raises `SourceError` when the spec is of this kind but unusable.
@@ -35,6 +39,25 @@ class SourceKind(Plugin):
     """Base of every source kind."""
 
     order = 500  # recognition priority: kinds with a lower order see a spec first
+    spec_params: dict[str, type] = {}  # the parameters a spec or registry entry may give, with their types
+
+    def check_params(self, given: dict, where: str) -> dict:
+        """`given` typed as `spec_params` declares; an unknown name or a bad value is a SourceError."""
+        out = {}
+        for key, value in given.items():
+            if key not in self.spec_params:
+                known = ", ".join(sorted(self.spec_params)) or "none"
+                raise SourceError(f"{where}: kind {self.name!r} takes no parameter {key!r} (it takes: {known})")
+            want = self.spec_params[key]
+            if want is int:
+                try:
+                    value = int(str(value).strip())
+                except ValueError:
+                    raise SourceError(f"{where}: parameter {key} must be an integer, got {value!r}") from None
+            elif not isinstance(value, str) or not value.strip() or len(value) > 200:
+                raise SourceError(f"{where}: parameter {key} must be a non-empty string of at most 200 characters")
+            out[key] = value
+        return out
 
     def recognise(self, spec: str, path: Path) -> Source | None:
         return None

@@ -29,21 +29,39 @@ class TorchInductor(SourceKind):
     """Reference programs compiled by torch.compile: a validated program pair each, and its Triton
     kernels run inside the program's own host code (needs a GPU).
 
-    Location "catalog" is the built-in catalog; `inductor:PATH` or a path to a .py module
-    with `Model` and `get_inputs` names one program.
+    Location "catalog" is every built-in catalog, mixed; "catalog:opdb", "catalog:fusions",
+    "catalog:handwritten" (or several, comma-separated) picks some. `inductor:DIR` takes every
+    KernelBench-format module directly in a folder (not recursive), of the benchmark named by
+    the folder or by `?benchmark=NAME`; `inductor:PATH` or a path to a .py module with `Model`
+    and `get_inputs` names one program. Parameters: `programs` (how many; default
+    harvest.programs) and `seed` (default harvest.seed), e.g. `torch-inductor?programs=300&seed=1`.
     """
     name = "torch-inductor"
     order = 20
+    spec_params = {"programs": int, "seed": int, "benchmark": str}
 
     def recognise(self, spec: str, path: Path) -> Source | None:
         if spec.startswith("inductor:"):
-            return Source(name=spec, kind=self.name, location=spec[len("inductor:"):])
+            loc = spec[len("inductor:"):]
+            if not loc.startswith("catalog"):
+                p = Path(loc).expanduser()
+                loc = str(p.resolve()) if p.exists() else loc
+            return Source(name=spec, kind=self.name, location=loc)
         if path.is_file() and path.suffix == ".py":
             return Source(name=spec, kind=self.name, location=str(path.resolve()))
         return None
 
     def harvest(self, h) -> None:
         import torch
+
+        params = h.src.params  # the programs first: a bad location says so on any machine
+        skipped: list = []
+        catalog = h.src.location in ("", "catalog") or h.src.location.startswith("catalog:")
+        progs = inductor.programs(h.src.location, count=params.get("programs", h.cfg.programs if catalog else None),
+                                  seed=params.get("seed", h.cfg.seed), benchmark=params.get("benchmark"),
+                                  skipped=skipped)
+        for file, why in skipped:
+            h.skip(file, "not_a_program", why)
 
         if not torch.cuda.is_available():
             raise SourceError(
@@ -53,7 +71,7 @@ class TorchInductor(SourceKind):
         import triton
 
         versions = {"torch": torch.__version__, "triton": triton.__version__}
-        for prog, comp in inductor.compile_isolated(inductor.programs(h.src.location)):
+        for prog, comp in inductor.compile_isolated(progs):
             if isinstance(comp, str):  # one program failing must not stop the catalog
                 h.skip(prog.name, "compile_failed", comp)
                 continue
