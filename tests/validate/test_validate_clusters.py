@@ -387,7 +387,7 @@ def test_validate_clusters_first_and_a_bad_benchmark_is_one_sentence(make_ctx, t
     cfg.dedupe.benchmarks = [str(tmp_path / "missing")]
     ctx = make_ctx(gpus="none", config=cfg)
     _prepared(ctx, corpus())
-    with pytest.raises(UserError, match="dedupe.benchmarks: benchmark .*missing"):
+    with pytest.raises(UserError, match="dedupe.benchmarks: .*missing does not exist"):
         prevalidate.run(ctx)
 
 
