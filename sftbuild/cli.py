@@ -15,8 +15,12 @@ from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
 
 
-def common(f):
-    """Options every stage shares."""
+def common(f=None, *, creates: bool = False):
+    """Options every stage shares. Only a command that `creates` a workspace (harvest, run) makes
+    one where none exists; every other command says that there is none."""
+    if f is None:
+        return functools.partial(common, creates=creates)
+
     @click.option("--workspace", "-w", default="sftbuild-work", show_default=True,
                   type=click.Path(file_okay=False), help="Workspace folder holding the store.")
     @click.option("--config", "-c", "config_path", default=None, type=click.Path(dir_okay=False),
@@ -26,15 +30,19 @@ def common(f):
     @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
     @functools.wraps(f)
     def wrapper(workspace, config_path, executor, quiet, **kw):
+        ex = store = None
         try:
             cfg = C.load(config_path)
+            plugins.check_config(cfg)
             if executor:
                 cfg.executor.kind = executor
-            store = Store(workspace)
-        except (C.ConfigError, StoreError) as e:
+            ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
+                               progress=not quiet, ray_address=cfg.executor.ray_address)
+            store = Store(workspace, create=creates)
+        except (C.ConfigError, StoreError, plugins.PluginError) as e:
+            if ex is not None:
+                ex.close()
             raise click.ClickException(str(e))
-        ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
-                           progress=not quiet, ray_address=cfg.executor.ray_address)
         ctx = Context(store=store, config=cfg, executor=ex, echo=click.echo, progress=not quiet)
         try:
             return f(ctx, **kw)
@@ -86,7 +94,7 @@ def init(path, force):
 @main.command()
 @click.argument("sources", nargs=-1)
 @click.option("--allow-unpinned", is_flag=True, help="Accept git URLs without @REV.")
-@common
+@common(creates=True)
 def harvest(ctx, sources, allow_unpinned):
     """Extract kernels from SOURCES (default: the configured built-in sources).
 
@@ -193,9 +201,9 @@ def validate(ctx, max_slowdown, memcheck):
     from sftbuild.validate import stage
 
     if max_slowdown is not None:
-        ctx.config.validate.max_slowdown = max_slowdown
+        C.override(ctx.config, "validate.max_slowdown", max_slowdown, "--max-slowdown")
     if memcheck is not None:
-        ctx.config.validate.memcheck = memcheck
+        C.override(ctx.config, "validate.memcheck", memcheck, "--memcheck")
     _stage(ctx, "validate", stage.run)
 
 
@@ -437,7 +445,7 @@ def status(ctx, as_json):
 
 @main.command()
 @click.argument("sources", nargs=-1)
-@common
+@common(creates=True)
 def run(ctx, sources):
     """Run every stage in pipeline order (see `sftbuild --help`).
 

@@ -76,6 +76,37 @@ def visible_gpus(spec: str = "auto") -> list[str]:
     return [str(i) for i in range(n)]
 
 
+def gpu_ids() -> list[str]:
+    """The indices of the GPUs on this machine (nvidia-smi, else torch), without a CUDA context."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20)
+            if out.returncode == 0:
+                return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        import torch
+
+        n = torch.cuda.device_count() if torch.version.cuda else 0
+    except Exception:
+        n = 0
+    return [str(i) for i in range(n)]
+
+
+def missing_gpus(spec: str) -> tuple[list[str], list[str]]:
+    """(ids `spec` names that this machine lacks, the ids it has); nothing is missing for auto or none."""
+    if spec in ("auto", "none"):
+        return [], []
+    have = gpu_ids()
+    return [g for g in visible_gpus(spec) if g not in have], have
+
+
 class LocalExecutor(Executor):
     name = "local"
 

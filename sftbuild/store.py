@@ -124,10 +124,21 @@ class StoreError(Exception):
 class Store:
     """A handle on one workspace. Cheap to open; one per process."""
 
-    def __init__(self, workspace: str | os.PathLike):
+    def __init__(self, workspace: str | os.PathLike, create: bool = True):
+        """Open the workspace; without `create`, a folder that holds no store is a StoreError."""
         self.root = Path(workspace)
-        self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "sftbuild.db"
+        if not create and not self.path.is_file():
+            raise StoreError(f"there is no sftbuild workspace at {self.root}: `sftbuild harvest` or "
+                             f"`sftbuild run` creates one, or pass the right folder with -w")
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"the workspace {self.root} is a file, not a folder")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the workspace {self.root}: {e.strerror or e}") from None
+        if not os.access(self.root, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+            raise StoreError(f"the workspace {self.root} is not writable: every command records its run there")
         try:
             self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
