@@ -15,6 +15,18 @@ from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
 
 
+class PathArg(click.Path):
+    """click.Path that refuses a NUL byte and a path the file system cannot look up, with a sentence."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and "\0" in value:
+            self.fail(f"{value!r} contains a NUL character", param, ctx)
+        try:
+            return super().convert(value, param, ctx)
+        except (OSError, ValueError) as e:
+            self.fail(f"{value[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}", param, ctx)
+
+
 def common(f=None, *, creates: bool = False):
     """Options every stage shares. Only a command that `creates` a workspace (harvest, run) makes
     one where none exists; every other command says that there is none."""
@@ -22,8 +34,8 @@ def common(f=None, *, creates: bool = False):
         return functools.partial(common, creates=creates)
 
     @click.option("--workspace", "-w", default="sftbuild-work", show_default=True,
-                  type=click.Path(file_okay=False), help="Workspace folder holding the store.")
-    @click.option("--config", "-c", "config_path", default=None, type=click.Path(dir_okay=False),
+                  type=PathArg(file_okay=False), help="Workspace folder holding the store.")
+    @click.option("--config", "-c", "config_path", default=None, type=PathArg(dir_okay=False),
                   help="Config file (default: ./sftbuild.yaml when present).")
     @click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
                   help="Where tasks run (default from config: local).")
@@ -75,7 +87,7 @@ def main():
 
 
 @main.command()
-@click.argument("path", default="sftbuild.yaml", type=click.Path(dir_okay=False))
+@click.argument("path", default="sftbuild.yaml", type=PathArg(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(path, force):
     """Write a commented config file with every default.
@@ -371,7 +383,7 @@ def review_serve(ctx, port, reviewer):
 @review.command("packet")
 @click.option("--format", "fmt", type=click.Choice(["label-studio", "argilla"]), required=True,
               help="Label Studio task import JSON, or an Argilla dataset folder.")
-@click.argument("out", type=click.Path())
+@click.argument("out", type=PathArg())
 @common
 def review_packet(ctx, fmt, out):
     """Write the review sample for Label Studio or Argilla; read verdicts back with `review import`.
@@ -388,7 +400,7 @@ def review_packet(ctx, fmt, out):
 
 
 @review.command("import")
-@click.argument("file", type=click.Path(exists=True))
+@click.argument("file", type=PathArg(exists=True))
 @common
 def review_import(ctx, file):
     """Read verdicts from a Label Studio export JSON or an Argilla records file or folder.

@@ -240,7 +240,11 @@ def load(path: str | os.PathLike | None = None) -> Config:
             return Config()
         path = "sftbuild.yaml"
     p = Path(path)
-    if not p.is_file():
+    try:
+        exists = p.is_file()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"config file {str(p)[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}")
+    if not exists:
         raise ConfigError(f"config file {p} does not exist")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))

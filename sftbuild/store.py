@@ -128,6 +128,22 @@ class Store:
         """Open the workspace; without `create`, a folder that holds no store is a StoreError."""
         self.root = Path(workspace)
         self.path = self.root / "sftbuild.db"
+        try:
+            self._check_root(create)
+        except (OSError, ValueError) as e:
+            raise StoreError(f"the workspace {str(self.root)[:200]!r} cannot be used: "
+                             f"{getattr(e, 'strerror', None) or e}") from None
+        try:
+            self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(SCHEMA)
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a usable sftbuild workspace: {e}") from e
+
+    def _check_root(self, create: bool) -> None:
         if not create and not self.path.is_file():
             raise StoreError(f"there is no sftbuild workspace at {self.root}: `sftbuild harvest` or "
                              f"`sftbuild run` creates one, or pass the right folder with -w")
@@ -139,15 +155,6 @@ class Store:
             raise StoreError(f"cannot create the workspace {self.root}: {e.strerror or e}") from None
         if not os.access(self.root, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
             raise StoreError(f"the workspace {self.root} is not writable: every command records its run there")
-        try:
-            self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.executescript(SCHEMA)
-            self._migrate()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is not a usable sftbuild workspace: {e}") from e
 
     def close(self) -> None:
         self.db.close()

@@ -50,15 +50,24 @@ class Source:
         if not isinstance(d, dict):
             raise SourceError(f"{where}: each source must be a mapping")
         fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - fields
+        unknown = sorted(str(k) for k in set(d) - fields)
         if unknown:
-            raise SourceError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} in source {d.get('name')!r}")
+            raise SourceError(f"{where}: unknown key(s) {', '.join(unknown)} in source {d.get('name')!r}")
         for key in ("name", "kind"):
-            if not isinstance(d.get(key), str):
+            if not isinstance(d.get(key), str) or not d[key]:
                 raise SourceError(f"{where}: source is missing {key!r}")
-        for key in ("include", "exclude", "bindings"):
-            if not isinstance(d.get(key, []), list):
-                raise SourceError(f"{where}: source {d['name']!r}: {key} must be a list")
+        for key in ("location", "license", "description"):
+            if not isinstance(d.get(key, ""), str):
+                raise SourceError(f"{where}: source {d['name']!r}: {key} must be a string")
+        if not isinstance(d.get("revision") or "", (str, int, float)):
+            raise SourceError(f"{where}: source {d['name']!r}: revision must be a string")
+        if not isinstance(d.get("network", False), bool):
+            raise SourceError(f"{where}: source {d['name']!r}: network must be true or false")
+        for key, item in (("include", str), ("exclude", str), ("bindings", dict)):
+            v = d.get(key, [])
+            if not isinstance(v, list) or not all(isinstance(x, item) for x in v):
+                what = "strings" if item is str else "mappings"
+                raise SourceError(f"{where}: source {d['name']!r}: {key} must be a list of {what}")
         d = dict(d)
         d["revision"] = str(d.get("revision") or "")
         return cls(**d)

@@ -36,7 +36,17 @@ def load_registry(path: str | os.PathLike = REGISTRY) -> dict[str, Source]:
 
 def parse_spec(spec: str, registry: dict[str, Source]) -> list[Source]:
     """A command-line source: a registry name, a registry file, or what the first source kind
-    (by `order`) recognises: pip:, inductor:, git URLs, archives, dataset files, folders, ..."""
+    (by `order`) recognises: pip:, inductor:, git URLs, archives, dataset files, folders, ...
+    Any spec that names nothing usable is a SourceError, also one no file system can look up."""
+    if "\0" in spec:
+        raise SourceError(f"source {spec!r} contains a NUL character")
+    try:
+        return _parse_spec(spec, registry)
+    except (OSError, ValueError) as e:  # a name too long, a folder that cannot be listed, ...
+        raise SourceError(f"source {spec[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _parse_spec(spec: str, registry: dict[str, Source]) -> list[Source]:
     if spec in registry:
         return [registry[spec]]
     p = Path(spec).expanduser()
