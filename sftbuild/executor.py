@@ -132,7 +132,8 @@ class LocalExecutor(Executor):
             bar.close()
             return
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"))
+            self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"),
+                                                initializer=die_with_parent, initargs=(os.getpid(),))
         futures = {self._pool.submit(_call, fn, item): item for item in items}
         try:
             for fut in cf.as_completed(futures):
@@ -199,6 +200,20 @@ class LocalExecutor(Executor):
 def wants_recycle(result) -> bool:
     """A result that asks for a fresh worker process (a sticky CUDA fault poisons the context)."""
     return bool(getattr(result, "recycle", False) or (isinstance(result, dict) and result.get("recycle")))
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker: be killed when the process that started it dies (Linux PR_SET_PDEATHSIG), so a
+    `kill -9` of the main process leaves no worker behind; exit at once if it is already gone."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the pool's own shutdown is all there is
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _call(fn, item):
