@@ -58,6 +58,8 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
            **({"file_filters": cfg.file_filters} if cfg.file_filters
               else {"max_file_bytes": F.FILE_FILTERS.get("oversize").Params().max_bytes})}
     with StageRun(ctx, "harvest", key) as run:
+        # records of sources not harvested now keep their results from earlier harvests
+        ctx.store.carry_results("harvest", run.chash, {s.name for s in chosen})
         for src in chosen:
             h = Harvest(ctx, run, src, filters)
             try:
@@ -77,6 +79,9 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
                 stats.setdefault("links_outside_root", {})[src.name] = len(h.outside)
                 ctx.echo(f"harvest: source {src.name}: {len(h.outside)} symlink(s) point outside the source and "
                          f"were not followed ({shown})")
+        run.flush()
+        # ... and so do those of a source that failed this time
+        ctx.store.carry_results("harvest", run.chash, {s.name for s in chosen if s.name not in stats["errors"]})
         run.stats.update(stats)
     return run.stats
 
