@@ -99,7 +99,10 @@ def init(path, force):
     p = Path(path)
     if p.exists() and not force:
         raise click.ClickException(f"{p} exists; use --force to overwrite")
-    p.write_text(C.template(plugin_defaults), encoding="utf-8")
+    try:
+        p.write_text(C.template(plugin_defaults), encoding="utf-8")
+    except OSError as e:
+        raise click.ClickException(f"cannot write {p}: {e.strerror or e}")
     click.echo(f"wrote {p}")
 
 

@@ -382,3 +382,11 @@ def test_a_bad_input_exits_cleanly_as_a_process(tmp_path):
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode != 0 and "Traceback" not in p.stderr + p.stdout
     assert p.stderr.strip().splitlines() == [f"Error: {cfg}: executor.cpu_workers: must be >= 0, got -4"]
+
+
+def test_init_where_nothing_can_be_written(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    assert_refused(_invoke(["init", blocker / "sftbuild.yaml"]), ["cannot write", "sftbuild.yaml"])
+    assert_refused(_invoke(["init", tmp_path / "missing" / "sftbuild.yaml"]), ["cannot write"])
+    assert_refused(_invoke(["init", blocker]), ["exists", "--force"])
