@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from sftbuild.cli import main
 from sftbuild.store import Store
-from tests.conftest import HAS_NVCC
+from tests.conftest import HAS_GPU
 
 DATA = Path(__file__).parents[1] / "data" / "harvest"
 GOOD_CU = DATA / "cuda_tree" / "kernels.cu"
@@ -130,6 +130,21 @@ def test_archs_nvcc_knows_are_accepted(tmp_path, ws):
         cfg.write_text(f"validate: {{arch: {arch}}}\n")
         r = _invoke(["status", "-w", ws, "-c", cfg])
         assert r.exit_code == 0, r.output
+
+
+@pytest.mark.gpu
+def test_gpu_ids_this_machine_has_are_accepted(tmp_path, ws):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("executor: {gpus: '0'}\n")
+    r = _invoke(["status", "-w", ws, "-c", cfg])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU 0")
+def test_a_gpu_id_on_a_machine_without_gpus(tmp_path, ws):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("executor: {gpus: '0'}\n")
+    assert_refused(_invoke(["status", "-w", ws, "-c", cfg]), ["executor.gpus", "GPU 0 does not exist", "none"])
 
 
 @pytest.mark.parametrize("args, words", [
