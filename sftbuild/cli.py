@@ -97,12 +97,12 @@ def init(path, force):
         sftbuild init && $EDITOR sftbuild.yaml
     """
     p = Path(path)
-    if p.exists() and not force:
-        raise click.ClickException(f"{p} exists; use --force to overwrite")
     try:
+        if p.exists() and not force:
+            raise click.ClickException(f"{p} exists; use --force to overwrite")
         p.write_text(C.template(plugin_defaults), encoding="utf-8")
     except OSError as e:
-        raise click.ClickException(f"cannot write {p}: {e.strerror or e}")
+        raise click.ClickException(f"cannot write {str(p)[:200]}: {e.strerror or e}")
     click.echo(f"wrote {p}")
 
 

@@ -42,7 +42,7 @@ def parse_spec(spec: str, registry: dict[str, Source]) -> list[Source]:
         raise SourceError(f"source {spec!r} contains a NUL character")
     try:
         return _parse_spec(spec, registry)
-    except (OSError, ValueError) as e:  # a name too long, a folder that cannot be listed, ...
+    except (OSError, ValueError, RuntimeError) as e:  # a name too long, ~nobody, an unlistable folder
         raise SourceError(f"source {spec[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}") from None
 
 

@@ -2,7 +2,7 @@
 command line. Whatever comes in, only the project's own errors (ConfigError, PluginError,
 SourceError) or a clean exit with a sentence come out, never another exception.
 
-Example counts stay modest: these run in the main suite.
+Example counts stay modest: these run in the main suite (SFTBUILD_FUZZ_EXAMPLES=N runs N per test).
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from sftbuild.cli import main  # noqa: E402
 from sftbuild.harvest import specs  # noqa: E402
 from sftbuild.harvest.sources import Source, SourceError  # noqa: E402
 
-FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+EXAMPLES = int(os.environ.get("SFTBUILD_FUZZ_EXAMPLES", "100"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.function_scoped_fixture])
 
 SECTIONS = {f.name: [g.name for g in dataclasses.fields(f.default_factory())] for f in dataclasses.fields(C.Config)}
@@ -127,7 +128,7 @@ argvs = st.builds(lambda cmd, rest: cmd + rest, st.sampled_from(COMMANDS),
                                      st.integers(256, 5000).map(lambda n: "d/" * n)), max_size=6))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(argvs, st.sampled_from(["", "validate: {compile_timeout: -1}\n", "executor: {cpu_workers: 1}\n",
                                "{{{", "review: {fraction: .nan}\n"]))
