@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import hashlib
+import lzma
 import os
 import shutil
 import subprocess
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -130,8 +132,9 @@ def safe_extract(archive: Path, dest: Path, max_bytes: int = MAX_ARCHIVE_BYTES) 
             _extract_tar(archive, dest, max_bytes)
         else:
             raise SourceError(f"archive {name}: unknown format")
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as e:
-        raise SourceError(f"archive {name}: cannot unpack: {e}") from e
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError,
+            NotImplementedError, RuntimeError) as e:  # corrupt, truncated, encrypted, unknown compression
+        raise SourceError(f"archive {name}: cannot unpack: {getattr(e, 'strerror', None) or e}") from e
 
 
 def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:

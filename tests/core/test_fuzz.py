@@ -146,3 +146,65 @@ def test_the_command_line_never_shows_a_traceback(tmp_path_factory, argv, config
     assert "Traceback" not in result.output
     if result.exit_code not in (0, None):
         assert "Error" in result.output or "Usage" in result.output, (argv, result.output)
+
+
+# ---- hostile archives ------------------------------------------------------------------------------------
+def _valid_archives() -> dict[str, bytes]:
+    import io
+    import tarfile
+    import zipfile
+
+    code = b"__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n"
+    z = io.BytesIO()
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as f:
+        f.writestr("pkg/k.cu", code)
+        f.writestr("pkg/README", b"x" * 300)
+    out = {".zip": z.getvalue(), ".whl": z.getvalue()}
+    for suffix, mode in ((".tar.gz", "w:gz"), (".tar", "w"), (".tar.bz2", "w:bz2"), (".tar.xz", "w:xz")):
+        t = io.BytesIO()
+        with tarfile.open(fileobj=t, mode=mode) as f:
+            info = tarfile.TarInfo("pkg/k.cu")
+            info.size = len(code)
+            f.addfile(info, io.BytesIO(code))
+        out[suffix] = t.getvalue()
+    return out
+
+
+VALID = _valid_archives()
+
+
+@st.composite
+def archives(draw):
+    suffix = draw(st.sampled_from(sorted(VALID)))
+    data = bytearray(VALID[suffix])
+    how = draw(st.sampled_from(["flip", "truncate", "random"]))
+    if how == "flip":
+        for _ in range(draw(st.integers(1, 8))):
+            data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    elif how == "truncate":
+        data = data[:draw(st.integers(0, len(data) - 1))]
+    else:
+        data = bytearray(draw(st.binary(max_size=600)))
+    return suffix, bytes(data)
+
+
+@settings(max_examples=max(20, EXAMPLES // 2), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(archives())
+def test_a_mangled_archive_is_a_reported_source_error(make_ctx, tmp_path_factory, archive):
+    from sftbuild.harvest import stage
+
+    suffix, data = archive
+    d = tmp_path_factory.mktemp("arc")
+    path = d / f"pkg-1.0{suffix}"
+    path.write_bytes(data)
+    said = []
+    ctx = make_ctx(name=f"ws-{d.name}", gpus="none", echo=said.append)
+    stats = stage.run(ctx, [str(path)])
+    if str(path) in stats["errors"]:
+        msg = stats["errors"][str(path)]
+        assert msg and "could not be read" not in msg, msg  # a known failure, said as such
+        assert any(line.startswith(f"harvest: source {path}:") for line in said)
+    else:
+        assert stats["sources"][str(path)] >= 0
+    assert ctx.store.manifests()[-1]["finished"] is not None
