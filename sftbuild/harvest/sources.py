@@ -97,7 +97,11 @@ def torch_root() -> Path:
 def cache_dir(workspace: Path, cfg) -> Path:
     """Where clones and downloads go: `harvest.cache_dir`, or <workspace>/cache."""
     d = Path(cfg.cache_dir or workspace / "cache")
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        key = "harvest.cache_dir" if cfg.cache_dir else "the workspace cache"
+        raise SourceError(f"{key} {d} cannot be created: {e.strerror or e}") from None
     return d
 
 

@@ -349,6 +349,19 @@ def _light(tmp_path: Path) -> Path:
     return cfg
 
 
+def test_a_cache_dir_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(LIGHT + f"harvest: {{cache_dir: {blocker / 'cache'}}}\n")
+    tgz = tmp_path / "pkg.tar.gz"
+    with tarfile.open(tgz, "w:gz") as t:
+        t.add(GOOD_CU, arcname="pkg/kernels.cu")
+    r = _invoke(["harvest", "-q", "-w", tmp_path / "ws", "-c", cfg, tgz])
+    assert_refused(r, ["no source could be harvested"])
+    assert f"harvest: source {tgz}: harvest.cache_dir {blocker / 'cache'} cannot be created" in r.output
+
+
 @pytest.mark.parametrize("make, words", SOURCES, ids=[m.__name__.strip("_") for m, _ in SOURCES])
 def test_a_bad_source_alone_is_a_sentence_and_a_failed_harvest(tmp_path, make, words):
     spec = make(tmp_path)
