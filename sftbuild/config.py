@@ -261,7 +261,9 @@ def from_dict(data: Any, source: str = "config") -> Config:
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     if cfg.dedupe.bands * cfg.dedupe.rows > cfg.dedupe.num_perm:
-        raise ConfigError(f"{source}: dedupe.bands * dedupe.rows must not exceed dedupe.num_perm")
+        d = cfg.dedupe
+        raise ConfigError(f"{source}: dedupe.bands * dedupe.rows must not exceed dedupe.num_perm, got "
+                          f"{d.bands} * {d.rows} = {d.bands * d.rows} > {d.num_perm}")
     return cfg
 
 

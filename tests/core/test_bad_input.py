@@ -41,7 +41,7 @@ CONFIG_CASES = [
     ("gpus_nonexistent", "executor: {gpus: '97,98'}", ["executor.gpus", "97", "does not exist"]),
     ("bands_zero", "dedupe: {bands: 0}", ["dedupe.bands", ">= 1", "0"]),
     ("rows_zero", "dedupe: {rows: 0}", ["dedupe.rows", ">= 1", "0"]),
-    ("bands_times_rows", "dedupe: {bands: 64, rows: 8}", ["dedupe.bands * dedupe.rows", "num_perm"]),
+    ("bands_times_rows", "dedupe: {bands: 64, rows: 8}", ["dedupe.bands * dedupe.rows", "num_perm", "64 * 8 = 512 > 256"]),
     ("num_perm_zero", "dedupe: {num_perm: 0}", ["dedupe.num_perm", ">= 1"]),
     ("threshold_above_one", "dedupe: {threshold: 1.5}", ["dedupe.threshold", "<= 1", "1.5"]),
     ("scheme_unknown", "dedupe: {scheme: md5}", ["dedupe.scheme", "md5", "oph"]),
