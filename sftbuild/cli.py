@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from sftbuild import config as C
-from sftbuild import plugins, stages
+from sftbuild import plugins, serving, stages
 from sftbuild.context import Context, UserError, Waiting, make_executor
 from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
@@ -226,6 +226,12 @@ def validate(ctx, max_slowdown, memcheck):
 @common
 def dedupe(ctx):
     """Drop exact and near duplicates, contaminated and low-quality samples.
+
+    Works on any record set and says which mode it used. After validation (once any record
+    passed it) it drops duplicates, contaminated and low-quality records among the validated
+    ones (reports/dedupe.json). Before validation it drops nothing: it clusters the harvested
+    and bound records so that validate checks one record per cluster first, and the next only
+    if that one fails (reports/clusters.json); `sftbuild validate` does this itself first.
 
     \b
     Example:
@@ -473,6 +479,8 @@ def run(ctx, sources):
     for st in stages.STAGES:
         options = {"sources": list(sources)} if st.name == "harvest" else {}
         try:
+            if st.first:
+                stages.first(st.name).run(ctx)
             _report(ctx, st.name, stages.module(st.name).run(ctx, **options))
         except Waiting as e:
             click.echo(f"{st.name}: {e}")
@@ -526,6 +534,37 @@ def list_ops(name, opdb, skipped):
         raise click.ClickException(str(e.args[0]) if e.args else "unknown op")
 
 
+@main.group()
+def reward():
+    """The RLVR reward: score candidates with the validator (see the README's RLVR section).
+
+    \b
+    Example:
+        sftbuild reward serve --port 8777   # one warm validator for every trainer process
+    """
+
+
+@reward.command("serve")
+@click.option("--port", default=8777, show_default=True, type=click.IntRange(0, 65535),
+              help="Port on 127.0.0.1 (0 picks a free one).")
+def reward_serve(port):
+    """Serve the reward to every trainer process on this node, with its GPU workers kept warm.
+
+    \b
+    Example:
+        sftbuild reward serve --port 8777 &
+        export SFTBUILD_REWARD_URL=http://127.0.0.1:8777   # trl_reward / compute_score use it
+    """
+    from sftbuild.validate.reward import serve
+
+    try:
+        server = serve(port)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}")
+    click.echo(f"reward service on http://127.0.0.1:{server.server_address[1]} (POST /score, GET /health)")
+    serving.serve_until_interrupted(server)
+
+
 def plugin_defaults(kind: str) -> list[tuple[str, dict, str]]:
     """(name, default parameters, summary) of each plug-in of `kind`, for the config template."""
     import dataclasses
@@ -541,12 +580,18 @@ def _stage(ctx, name, run, **options):
             stats = stages.module(st.name).run(ctx)
             if stats:
                 _report(ctx, st.name, stats)
+    if stages.get(name).first:
+        stages.first(name).run(ctx)
     stats = run(ctx, **options)
     if stats:
         _report(ctx, name, stats)
         if stats.get("waiting:needs_gpu"):
             ctx.echo(f"  needs_gpu: {stats['waiting:needs_gpu']} records compiled and wait for a GPU; "
                      f"`sftbuild {name}` on a machine with one picks them up")
+        if stats.get("waiting:duplicate"):
+            ctx.echo(f"  duplicate: {stats['waiting:duplicate']} records were not checked: each is a near "
+                     f"duplicate of a record of its cluster that is validated ok or still waiting, and is "
+                     f"checked only if that one is dropped (reports/clusters.json lists the clusters)")
     else:
         ctx.echo(f"{name}: nothing to do: {_idle_reason(ctx, name)}")
 

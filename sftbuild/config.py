@@ -130,6 +130,9 @@ class ValidateConfig:
     compile_timeout: float = opt(30.0, "seconds per compile", lo=0, lo_open=True)
     sample_timeout: float = opt(120.0, "seconds per record on the GPU before the worker is recycled",
                                 lo=0, lo_open=True)
+    workers_per_gpu: int = opt(4, "GPU worker processes per GPU: their trials overlap (Triton JIT and "
+                                  "autotuning keep one worker's GPU mostly idle); timed loops take the GPU "
+                                  "one at a time", lo=1, hi=32)
     max_registers: int = opt(255, "registers per thread", lo=1)
     max_spill_bytes: int = opt(1024, "register spill bytes", lo=0)
     max_block_size: int = opt(1024, "threads per block", lo=1)
@@ -147,7 +150,8 @@ class ValidateConfig:
                                      lo=0, lo_open=True)
     max_speedup: float = opt(50.0, "faster than this over eager is flagged for review", lo=0, lo_open=True)
     max_stack_bytes: int = opt(65536, "stack bytes per thread", lo=0)
-    racecheck: bool = opt(False, "also run racecheck where memcheck runs")
+    racecheck: bool = opt(False, "also run racecheck where memcheck runs (code with __shared__ memory always "
+                                 "gets racecheck and synccheck)")
     memcheck_timeout: float = opt(300.0, "seconds per memcheck run", lo=0, lo_open=True)
     cpu_interpret: bool = opt(True, "without a GPU, check Triton kernels in the interpreter (fp32, fp16)")
     nvcc: str = opt("", "path to nvcc; default: nvcc on PATH or in CUDA_HOME")
@@ -177,6 +181,9 @@ class DedupeConfig:
     contamination_ngram: int = opt(10, "n-gram size for decontamination", lo=1)
     contamination_max_df: float = opt(0.05, "n-grams in more benchmark documents than this share are ignored",
                                       lo=0, hi=1)
+    before_validation: bool = opt(True, "cluster near duplicates before validation, so validate checks one "
+                                  "record per cluster first and the next only if it fails; false checks every "
+                                  "record")
     filters: dict[str, Any] = opt({}, "quality filters, all on by default; NAME: {param: value} sets one's "
                                   "parameters, NAME: false turns it off", plugins="filter")
 

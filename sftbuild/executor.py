@@ -8,7 +8,14 @@ returning one picklable result. Two kinds of work exist:
 
 A GPU worker that hangs past its timeout, crashes, or reports a sticky CUDA
 fault is killed and replaced; that item gets a `WorkerFailure` as its result
-and the run continues.
+and the run continues. GPU workers outlive one `map_gpu` call and are reused by
+the next (their CUDA context and JIT caches stay warm, which a reward server
+called every training step depends on), as long as the task function is the same:
+a worker that ran another function (probing, say, before validation) starts afresh.
+`close()` stops them.
+A task may also bound one step of its own work from inside
+the worker (`report_deadline`): a step that runs past its bound ends the item the
+same way, as a timeout, long before the item's own timeout.
 """
 from __future__ import annotations
 
@@ -30,6 +37,27 @@ class WorkerFailure:
 
     kind: str  # timeout | crash | error
     detail: str = ""
+    seconds: float | None = None  # a step's timeout: seconds from the item's first bounded step to the kill
+
+
+_PARENT = None  # in a GPU worker process: its pipe to the parent (see _gpu_loop)
+
+
+def report_deadline(seconds: float | None, why: str = "") -> None:
+    """Called by a task inside a GPU worker: what it does next must end within `seconds`, or the parent
+    kills the worker and the item's result is WorkerFailure("timeout", why); None lifts the bound. The
+    parent enforces it, so a worker stuck in a call that never returns (a hung kernel's synchronize)
+    is stopped all the same. The item's own timeout still holds. Does nothing outside a GPU worker."""
+    if _PARENT is not None:
+        _PARENT.send(("deadline", (seconds, why)))
+
+
+@dataclasses.dataclass
+class _Step:
+    """A bound on a task's current step, as reported by `report_deadline`."""
+
+    seconds: float | None
+    why: str
 
 
 class Executor:
@@ -115,6 +143,13 @@ class LocalExecutor(Executor):
         self.gpus = visible_gpus(gpus)
         self.progress = progress
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._workers: list[GpuWorker] = []  # kept across map_gpu calls; the first n serve a call
+
+    def gpu_workers(self, n: int) -> list["GpuWorker"]:
+        """n workers spread over the GPUs (worker i on GPU i mod count), started where missing."""
+        while len(self._workers) < n:
+            self._workers.append(GpuWorker(self.gpus[len(self._workers) % len(self.gpus)]))
+        return self._workers[:n]
 
     @property
     def gpu_count(self) -> int:
@@ -160,25 +195,35 @@ class LocalExecutor(Executor):
             return
         if not self.gpus:
             raise RuntimeError("map_gpu called with no visible GPU")
-        workers = [GpuWorker(g) for g in (list(self.gpus) * max(1, per_gpu))[: len(items)]]
+        workers = self.gpu_workers(min(len(self.gpus) * max(1, per_gpu), len(items)))
+        for w in workers:
+            if w.fn not in (None, fn):  # no state carried from one kind of work into another
+                w.restart()
+            w.fn = fn
         bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
         queue = list(reversed(items))
-        busy: dict[GpuWorker, tuple[Any, float]] = {}
+        busy: dict[GpuWorker, _Busy] = {}
         try:
             while queue or busy:
                 for w in workers:
                     if w not in busy and queue:
                         item = queue.pop()
                         w.send(fn, item)
-                        busy[w] = (item, time.monotonic() + timeout)
+                        busy[w] = _Busy(item, time.monotonic() + timeout)
                 ready = wait([w.conn for w in busy], timeout=0.5)
                 now = time.monotonic()
                 for w in list(busy):
-                    item, deadline = busy[w]
+                    b = busy[w]
+                    item = b.item
                     if w.conn in ready:
                         result, recycle = w.receive()
-                    elif now > deadline:
+                        if isinstance(result, _Step):
+                            b.step(result, now)
+                            continue
+                    elif now > b.deadline:
                         result, recycle = WorkerFailure("timeout", f"no result within {timeout:.0f} s"), True
+                    elif b.step_deadline is not None and now > b.step_deadline:
+                        result, recycle = WorkerFailure("timeout", b.why, round(now - b.first_step, 1)), True
                     else:
                         continue
                     del busy[w]
@@ -188,13 +233,34 @@ class LocalExecutor(Executor):
                     yield item, result
         finally:
             bar.close()
-            for w in workers:
-                w.stop()
+            for w in busy:  # left mid-item (the caller stopped early): its result would arrive late
+                w.restart()
 
     def close(self):
+        for w in self._workers:
+            w.stop()
+        self._workers = []
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+
+@dataclasses.dataclass
+class _Busy:
+    """An item in a GPU worker: its own deadline and the bound of its current step, if any."""
+
+    item: Any
+    deadline: float
+    step_deadline: float | None = None
+    why: str = ""
+    first_step: float = 0.0
+
+    def step(self, step: _Step, now: float) -> None:
+        if step.seconds is None:
+            self.step_deadline = None
+            return
+        self.first_step = self.first_step or now
+        self.step_deadline, self.why = now + step.seconds, step.why
 
 
 def wants_recycle(result) -> bool:
@@ -229,6 +295,7 @@ class GpuWorker:
     def __init__(self, gpu: str):
         self.gpu = gpu
         self.proc = None
+        self.fn = None  # the task function it has run
         self.start()
 
     def start(self):
@@ -262,6 +329,8 @@ class GpuWorker:
             return WorkerFailure("crash", f"worker exited with code {code}"), True
         if status == "ok":
             return payload, wants_recycle(payload)
+        if status == "deadline":
+            return _Step(*payload), False
         return WorkerFailure("error", payload), True
 
     def restart(self):
@@ -279,6 +348,8 @@ class GpuWorker:
 
 
 def _gpu_loop(conn):
+    global _PARENT
+    _PARENT = conn
     while True:
         try:
             fn, item = conn.recv()

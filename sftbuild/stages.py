@@ -5,6 +5,8 @@ This one table drives `sftbuild run`, the store's stage names, the funnel that
 `run(ctx, ...) -> dict` (its stats); the CLI command of the same name calls it.
 A stage `keyed_on_binding` checks a record against its binding: each result carries the
 binding key it was reached under, and counts only while that is the record's current one.
+A stage's `first` names a module whose run(ctx) the stage's command and `sftbuild run` call just
+before it: validate's clusters near-identical records, so the GPU checks one of each first.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class Stage:
     # validate` binds and describes what harvest found before validating it (idempotent: done work is skipped)
     prepares: bool = False
     keyed_on_binding: bool = False
+    first: str = ""
 
 
 STAGES = (
@@ -31,7 +34,7 @@ STAGES = (
     Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese",
           keyed_on_binding=True, prepares=True),
     Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing",
-          keyed_on_binding=True),
+          keyed_on_binding=True, first="sftbuild.dedupe.prevalidate"),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),
     Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),
     Stage("export", "sftbuild.output.stage", "SFT tables, RLVR tasks (verl, TRL) and the dataset card"),
@@ -50,3 +53,9 @@ def get(name: str) -> Stage:
 def module(name: str) -> ModuleType:
     """The module that runs stage `name`, imported on first use (stages import torch and friends)."""
     return importlib.import_module(get(name).module)
+
+
+def first(name: str) -> ModuleType | None:
+    """The module whose run(ctx) runs just before stage `name`, or None."""
+    st = get(name)
+    return importlib.import_module(st.first) if st.first else None

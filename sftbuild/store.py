@@ -11,6 +11,9 @@ Tables
   stage_state  the config hash each stage last ran under (defines "current")
   skips        things a harvest saw but did not turn into records, with a reason
   verdicts     append-only log of validation verdicts with their environment
+  clusters     clusters of near-identical records found before validation: each member's cluster and
+               rank (validate checks rank 0 first, the next only if those before it are dropped) and
+               the link it joined by; replaced whole. cluster_state: the config hash they were found under
   reviews      the review sample and the reviewers' verdicts
   manifests    one row per stage run: config, tool versions, host and GPU
 
@@ -105,6 +108,18 @@ CREATE TABLE IF NOT EXISTS verdicts (
     detail TEXT NOT NULL,
     env TEXT NOT NULL,
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS clusters (
+    record_id TEXT PRIMARY KEY REFERENCES records(id),
+    cluster TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    link TEXT NOT NULL DEFAULT '{}',
+    config_hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cluster_state (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    config_hash TEXT NOT NULL,
+    updated REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS reviews (
     record_id TEXT PRIMARY KEY,
@@ -457,6 +472,27 @@ class Store:
             (record_id,)).fetchall()
         return [{"stage": r[0], "verdict": r[1], "reason": r[2], "detail": json.loads(r[3]),
                  "env": json.loads(r[4]), "created": r[5]} for r in rows]
+
+    # ---- clusters before validation --------------------------------------
+    def set_clusters(self, chash: str, rows: Iterable[tuple]) -> None:
+        """Replace every cluster with `rows` ((record_id, cluster, rank, link) each) found under `chash`,
+        in one transaction: a kill leaves the old clusters or the new ones, never a mix."""
+        with self.tx():
+            self.db.execute("DELETE FROM clusters")
+            for rid, cluster, rank, link in rows:
+                self.db.execute("INSERT INTO clusters VALUES (?,?,?,?,?)",
+                                (rid, cluster, rank, stable_json(link or {}), chash))
+            self.db.execute("INSERT OR REPLACE INTO cluster_state VALUES (0,?,?)", (chash, time.time()))
+
+    def clusters(self) -> dict[str, dict]:
+        """record id -> {"cluster", "rank", "link"} for every member of a stored cluster."""
+        rows = self.db.execute("SELECT record_id, cluster, rank, link FROM clusters").fetchall()
+        return {r[0]: {"cluster": r[1], "rank": r[2], "link": json.loads(r[3])} for r in rows}
+
+    def clusters_hash(self) -> str | None:
+        """The config hash the stored clusters were found under (None: never clustered)."""
+        row = self.db.execute("SELECT config_hash FROM cluster_state WHERE id=0").fetchone()
+        return row[0] if row else None
 
     # ---- review --------------------------------------------------------
     # The `reviews` row of a record holds its place in the current sample (`sample_key`, '' once a

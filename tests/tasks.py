@@ -35,6 +35,17 @@ def check_misbehave(out: dict) -> None:
     assert len({out[x]["pid"] for x in "abcd"}) == 4  # ... replaced after each failure
 
 
+def pid(x):
+    """The worker process that ran this item (misbehaves like `misbehave` on "crash")."""
+    if x == "crash":
+        os._exit(3)
+    return os.getpid()
+
+
+def pid2(x):
+    return os.getpid()
+
+
 def gpu_identity(x):
     """Which GPU a worker sees, after a real kernel launch on it."""
     import torch
@@ -43,3 +54,34 @@ def gpu_identity(x):
     time.sleep(0.5)
     return {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "sum": float(t.sum()),
             "name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count()}
+
+
+def bounded_steps(x):
+    """Steps bounded from inside the worker (executor.report_deadline): one hangs past its bound, the
+    other item's steps each end in time though the item as a whole takes longer than any bound."""
+    from sftbuild.executor import report_deadline
+
+    if x == "hang":
+        report_deadline(0.5, "a step ran past its bound")
+        time.sleep(3600)
+    for _ in range(3):
+        report_deadline(1.0, "a step ran past its bound")
+        time.sleep(0.2)
+        report_deadline(None)
+    time.sleep(1.5)  # outside any step: only the item's own timeout applies
+    return {"x": x, "pid": os.getpid()}
+
+
+def trial_verdict(task):
+    """Stands in for a trial runner: the verdict the task names."""
+    return dict(task["verdict"])
+
+
+def hold_timing_lock(x):
+    """Hold the GPU timing lock for a moment; when it was held."""
+    from sftbuild.validate import timing
+
+    with timing.gpu_alone():
+        start = time.monotonic()
+        time.sleep(0.3)
+        return start, time.monotonic()

@@ -11,8 +11,8 @@ Three kinds of verified pair link two documents:
   abstract  an LSH candidate on identifier-abstracted MinHash, of the same op (or both unbound),
             whose abstract shingle Jaccard >= abstract_threshold.
 Clusters are connected components of those links; each keeps its best document
-(`rank_key`). Everything is decided in sorted order, so the same input gives the
-same clusters whatever the number of workers.
+(`rank_key` after validation; `validation_order` before it). Everything is decided in sorted order,
+so the same input gives the same clusters whatever the number of workers.
 """
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ class Doc:
     source_kind: str = ""
     reference: str | None = None  # the reference program (KernelBench), for decontamination
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # provenance, shown in reports
+    how: str | None = None  # how the binding was found (sftbuild.binding.HOWS); None when unbound
+    evidence: int = 0  # shapes and dtypes the binding was checked on when it was found
+    n_tokens: int = 0  # normalised tokens; find_clusters fills it in from the signatures
+    filtered: str | None = None  # before validation: the filter (or `contaminated`) that will drop it
 
     @functools.cached_property
     def tokens(self) -> list[str]:
@@ -63,6 +67,22 @@ def rank_key(doc: Doc) -> tuple:
     speed = doc.speedup if isinstance(doc.speedup, (int, float)) and doc.speedup == doc.speedup else None
     return (not doc.validated, speed is None, -(speed or 0.0), not license_known(doc.license),
             -(doc.priority or 0), doc.id)
+
+
+# Before validation: the stronger the binding, the likelier its check says something about the code.
+HOW_ORDER = ("exact", "declared", "probed", "package_reference", "file_reference", "inferred")
+
+
+def validation_order(doc: Doc) -> tuple:
+    """Smaller is validated first. The rule that picks which member of a cluster of near duplicates
+    the GPU checks first: one that dedupe's filters and decontamination will keep; then one already
+    validated ok; then bound before unbound; then the
+    stronger binding (`HOW_ORDER`: exact, declared, probed, package or file reference, inferred);
+    then the richer binding evidence (more shapes and dtypes checked); then the source's priority;
+    then a known licence; then the shorter code (fewer normalised tokens); then id."""
+    how = HOW_ORDER.index(doc.how) if doc.how in HOW_ORDER else len(HOW_ORDER)
+    return (doc.filtered is not None, not doc.validated, doc.how is None, how, -doc.evidence, -(doc.priority or 0),
+            not license_known(doc.license), doc.n_tokens, doc.id)
 
 
 @dataclasses.dataclass
@@ -191,11 +211,14 @@ class UnionFind:
 
 # ---- clustering ------------------------------------------------------------
 def find_clusters(docs: list[Doc], params: Params | None = None, workers: int = 1,
-                  mapper: Mapper | None = None, sigs: Signatures | None = None) -> Clusters:
+                  mapper: Mapper | None = None, sigs: Signatures | None = None,
+                  rank: Callable[[Doc], tuple] = rank_key, same_op: tuple[str, ...] = ("abstract",)) -> Clusters:
     """Cluster exact and near duplicates; pick one representative per cluster.
 
     `mapper` (e.g. an executor's ``map_cpu``) replaces the built-in process pool;
-    `sigs` skips signature computation when the caller has them already.
+    `sigs` skips signature computation when the caller has them already; `rank` orders a
+    cluster's members (its smallest is the representative); links of the kinds in `same_op`
+    ("plain", "abstract") join only documents of the same op, or two unbound ones.
     """
     params = params or Params()
     n = len(docs)
@@ -203,6 +226,8 @@ def find_clusters(docs: list[Doc], params: Params | None = None, workers: int = 
         raise ValueError("document ids must be unique")
     if sigs is None:
         sigs = signatures([d.text for d in docs], [d.language for d in docs], params, workers, mapper)
+    for d, k in zip(docs, sigs.n_tokens.tolist()):
+        d.n_tokens = int(k)
     uf = UnionFind(n)
     edges: dict[int, list[tuple[int, float, str]]] = defaultdict(list)
     counts = {"exact": 0, "plain": 0, "abstract": 0, "plain_candidates": 0, "abstract_candidates": 0}
@@ -226,7 +251,7 @@ def find_clusters(docs: list[Doc], params: Params | None = None, workers: int = 
     for kind, block, thr in (("plain", sigs.plain, params.threshold),
                              ("abstract", sigs.abstract, params.abstract_threshold)):
         pairs = candidate_pairs(block.sig, params, unique)
-        if kind == "abstract" and len(pairs):
+        if kind in same_op and len(pairs):
             ops = _op_codes(docs)
             pairs = pairs[ops[pairs[:, 0]] == ops[pairs[:, 1]]]
         counts[f"{kind}_candidates"] += len(pairs)
@@ -236,7 +261,7 @@ def find_clusters(docs: list[Doc], params: Params | None = None, workers: int = 
             sim = jaccard(block.set(i), block.set(j))
             if sim >= thr:
                 link(i, j, sim, kind)
-    return _collect(docs, uf, edges, counts, params)
+    return _collect(docs, uf, edges, counts, params, rank)
 
 
 def _op_codes(docs: list[Doc]) -> np.ndarray:
@@ -245,13 +270,14 @@ def _op_codes(docs: list[Doc]) -> np.ndarray:
     return np.array([table.setdefault(d.op, len(table)) for d in docs], dtype=np.int64)
 
 
-def _collect(docs: list[Doc], uf: UnionFind, edges: dict, counts: dict, params: Params) -> Clusters:
+def _collect(docs: list[Doc], uf: UnionFind, edges: dict, counts: dict, params: Params,
+             rank: Callable[[Doc], tuple] = rank_key) -> Clusters:
     groups: dict[int, list[int]] = defaultdict(list)
     for i in sorted(edges):
         groups[uf.find(i)].append(i)
     clusters, representative, dropped = [], {}, {}
     for members in groups.values():
-        rep = min(members, key=lambda i: rank_key(docs[i]))
+        rep = min(members, key=lambda i: rank(docs[i]))
         # walk the verified links out from the representative: each member records the link it came by
         seen = {rep}
         frontier = [rep]

@@ -1,5 +1,12 @@
 """The dedupe stage: quality filters, decontamination, then exact and near dedup.
 
+It works on any record set, in one of two modes, and its report line names the mode:
+  after validation   (once any record passed validation) what follows, on the validated records;
+  before validation  (no record passed validation yet: before `sftbuild validate`, or on a machine
+                     without a GPU) clusters the harvested and bound records instead, so that
+                     validate checks one record per cluster first (sftbuild.dedupe.prevalidate);
+                     it drops nothing.
+
 Order matters: a record dropped by a filter or as contaminated can never be a
 cluster's representative. Every alive record gets one result: ok, or dropped
 with the name of the first filter that drops it (see `sftbuild list filter`),
@@ -9,95 +16,43 @@ report goes to <workspace>/reports/dedupe.json.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import Counter
 
-import numpy as np
-
-from sftbuild.context import Context, StageRun, UserError
+from sftbuild.context import Context, StageRun
 from sftbuild.dedupe import filters as F
+from sftbuild.dedupe import prevalidate
+from sftbuild.dedupe.analysis import LARGEST, analyse, setup, to_doc
 from sftbuild.dedupe.decontam import Decontaminator
-from sftbuild.dedupe.near import Clusters, Doc, pool_mapper, find_clusters
+from sftbuild.dedupe.near import Clusters, Doc, find_clusters
 from sftbuild.dedupe.params import Params
-from sftbuild.dedupe.signature import Signatures, assemble, compute
-from sftbuild.plugins import PluginError
-from sftbuild.record import Record
-
-LARGEST = 10  # clusters listed with their members' provenance in the report
-
-
-def to_doc(record: Record, validation: dict | None) -> Doc:
-    res = validation or {}
-    payload = res.get("payload") or {}
-    binding = record.binding or {}
-    prov = record.provenance or {}
-    speedup = payload.get("speedup")
-    return Doc(
-        id=record.id, text=record.code, language=record.language,
-        op=binding.get("op"),
-        validated=res.get("status") == "ok" and payload.get("validated", True) is not False,
-        speedup=float(speedup) if isinstance(speedup, (int, float)) else None,
-        license=prov.get("license"), priority=int(prov.get("priority", 0) or 0),
-        source_kind=prov.get("source_kind", ""),
-        reference=binding.get("reference") if isinstance(binding.get("reference"), str) else None,
-        meta={"source": record.source, "name": record.name,
-              **{k: prov.get(k) for k in ("source_kind", "url", "path", "lines", "license") if k in prov}})
 
 
 def run(ctx: Context, **options) -> dict:
-    cfg = ctx.config.dedupe
-    params = Params.from_config(cfg)
-    try:
-        filters = F.configured(cfg.filters)
-    except PluginError as e:
-        raise UserError(str(e)) from None
+    if not ctx.store.alive("dedupe"):  # nothing validated yet: cluster what validate is about to check
+        return prevalidate.run(ctx)
+    s = setup(ctx)
     records = ctx.store.alive("dedupe")
     ids = sorted(r.id for r in records)
-    decon = None
-    if cfg.benchmarks:
-        decon = Decontaminator(cfg.benchmarks, threshold=cfg.contamination_threshold,
-                               ngram=cfg.contamination_ngram, max_df=cfg.contamination_max_df)
-    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "filters"}
-    manifest = {"params": params.manifest(), "config": config,
-                # what the selection amounts to: the same filters spelled differently hash the same
-                "filters": [[f.name, f.manifest()] for f in filters],
-                "benchmarks": decon.manifest() if decon else None}
     report_path = ctx.workspace / "reports" / "dedupe.json"
-    with StageRun(ctx, "dedupe", manifest, extra_key=ids) as run_:
+    with StageRun(ctx, "dedupe", s.manifest, extra_key=ids) as run_:
         previous = json.loads(report_path.read_text()) if report_path.exists() else {}
         if ids and run_.done() >= set(ids) and previous.get("config_hash") == run_.chash:
-            ctx.echo("dedupe: nothing changed since the last run")
+            ctx.echo("dedupe (after validation): nothing changed since the last run")
             return previous
         validation = ctx.store.results_for("validate")
         docs = [to_doc(r, validation.get(r.id)) for r in records]
         docs.sort(key=lambda d: d.id)
-        report = dedupe_docs(docs, params, filters, decon, mapper=ctx.executor.map_cpu,
+        report = dedupe_docs(docs, s.params, s.filters, s.decon, mapper=ctx.executor.map_cpu,
                              put=run_.put)
         report["config_hash"] = run_.chash
+        report["mode"] = "after validation"
         report_path.parent.mkdir(parents=True, exist_ok=True)
         report_path.write_text(json.dumps(report, indent=1, sort_keys=True))
         report["report_path"] = str(report_path)
-        ctx.echo(f"dedupe: {report['counts']['ok']} kept of {report['counts']['input']}; "
+        ctx.echo(f"dedupe (after validation): {report['counts']['ok']} kept of {report['counts']['input']}; "
                  f"dropped {report['counts']['dropped']}")
     return report
-
-
-def analyse_task(item: tuple) -> tuple[list, Signatures]:
-    """One chunk of documents: filter and decontamination verdicts, and signatures of all of them."""
-    _, docs, params, filters, decon = item
-    drops = []
-    for d in docs:
-        drop = F.apply(filters, d)
-        if drop is None and decon is not None:
-            m = decon.match(d)
-            if m is not None:
-                drop = ("contaminated", dataclasses.asdict(m))
-        drops.append(drop)
-    sigs = compute([d.text for d in docs], [d.language for d in docs], params, [d.tokens for d in docs])
-    for d in docs:
-        d.__dict__.pop("tokens", None)  # token lists are large; run in-process they would all stay alive
-    return drops, sigs
 
 
 def dedupe_docs(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Decontaminator | None = None,
@@ -108,22 +63,10 @@ def dedupe_docs(docs: list[Doc], params: Params, filters: list[F.Filter], decon:
     executor's map_cpu, or a pool of `workers`); clustering then runs on the survivors.
     """
     put = put or (lambda *a, **k: None)
-    size = max(1, params.chunk_size)
-    items = [(i, docs[lo:lo + size], params, filters, decon) for i, lo in enumerate(range(0, len(docs), size))]
-    parts: dict[int, tuple] = {}
-    for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc="dedupe: filter and hash"):
-        parts[item[0]] = res if isinstance(res, tuple) else analyse_task(item)  # redo a failed chunk here
-    del items
-    drops = [d for i in range(len(parts)) for d in parts[i][0]]
-    ordered = [(parts[i][1], np.array([d is None for d in parts[i][0]], bool)) for i in range(len(parts))]
-    parts.clear()
-    sigs = assemble(ordered, params.num_perm)  # the survivors' signatures only
+    drops, survivors, sigs = analyse(docs, params, filters, decon, workers, mapper)
     verdicts: dict[str, tuple] = {}
-    survivors = []
     for d, drop in zip(docs, drops):
-        if drop is None:
-            survivors.append(d)
-        else:
+        if drop is not None:
             verdicts[d.id] = ("dropped", drop[0], drop[1])
     clusters = find_clusters(survivors, params, sigs=sigs)
     del sigs

@@ -89,6 +89,12 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
                      fused=fused.group(2) if fused else "", fused_kind=kind_words[0], fused_kind_zh=kind_words[1])
         if binding["kind"] == "kernelbench":
             facts["signature"] = "ModelNew"
+            if "sizes" in binding:  # generated pairs: only the sizes the solution takes as arguments vary
+                facts["sizes"] = [f"`{n}`" for n in binding.get("sizes") or []]
+        else:  # an Inductor kernel: the ATen ops it fuses and how its program's host code launches it
+            facts["aten"] = [f"`{a}`" for a in rec.entry.get("aten") or []]
+            site = next(iter(rec.entry.get("launch_sites") or []), {}).get("text", "")
+            facts["launch"] = re.sub(r",\s*stream=\w+\)$", ")", site)
     elif binding.get("how") == "file_reference":
         ref = (binding.get("harness_args") or {}).get("ref") or {}
         facts.update(kind="program", flavor="cpu_reference", reference=(ref.get("cpu_code") or "").strip(),

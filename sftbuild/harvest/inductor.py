@@ -2,15 +2,21 @@
 
 Each program is a KernelBench-format module (`Model`, `get_inputs`,
 `get_init_inputs`): the built-in catalog (catalog/programs.py) or a user module
-given by path. It is compiled with dynamic shapes; the generated output code is
-captured with `torch._inductor.utils.run_and_get_code`, and every kernel in it
-(`async_compile.triton(name, source)`) becomes a record bound exactly to the
-program that produced it. Inductor writes Triton only for GPU devices, so this
-source needs CUDA; without it the source fails with a clear message.
+given by path. `compile_program` compiles it with dynamic shapes under a backend
+that records each Dynamo graph's placeholder sources (the expressions that rebuild
+`call(args)`'s arguments from the model and its inputs) and captures the output
+code with `torch._inductor.utils.run_and_get_code`; matmuls and convolutions are
+Triton templates where Inductor can make them so. `compile_isolated` runs the
+compiles in sandbox processes, never in the caller's. What the output code becomes
+(a program pair and per-kernel records) is sftbuild.harvest.inductor_code's and
+the kind's business. Inductor writes Triton only for GPU devices (C++ with the same
+`call(args)` for the CPU), so the source needs CUDA.
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,36 +50,257 @@ def programs(location: str) -> list[Program]:
 
 
 def kernels_in_output(code: str) -> list[dict]:
-    """Kernels in Inductor output code: `name = async_compile.triton('name', '''src''', ...)`."""
-    tree = ast.parse(code)
-    found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "triton" \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "async_compile" \
-                and len(node.args) >= 2 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
-                                                for a in node.args[:2]):
-            found[node.args[0].value] = {"name": node.args[0].value, "code": node.args[1].value,
-                                         "launch_sites": []}
-    for node in ast.walk(tree):  # launches: `kernel.run(...)` in the generated `call`
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run" \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id in found:
-            found[node.func.value.id]["launch_sites"].append(
-                {"function": "call", "line": node.lineno, "text": ast.unparse(node)[:500]})
-    return list(found.values())
+    """Kernels in Inductor output code (`name = async_compile.triton(name, source, ...)`), with the
+    ATen ops each fuses and its launches (see sftbuild.harvest.inductor_code.kernels)."""
+    from sftbuild.harvest import inductor_code
+
+    return inductor_code.kernels(code)
 
 
-def compile_program(name: str, src: str) -> list[str]:
-    """Run a program under torch.compile(dynamic=True) on the GPU; return the output code."""
+@dataclasses.dataclass
+class Compiled:
+    """One program compiled: the output code of each Dynamo graph, each graph's placeholder sources,
+    what the program returns ("tensor", the number of tensors of its tuple, or None for anything
+    else), the float dtype of its inputs, and how matmuls were generated (`gemm`: "triton", or
+    "extern" with `why`)."""
+
+    codes: list
+    graphs: list
+    returns: object
+    dtype: str
+    gemm: str = "triton"
+    why: str = ""
+    reference: str = ""  # the program compiled: its literal input sizes hoisted (inductor_code.hoist_sizes)
+    sizes: list | None = None  # size constants the output code was seen to take at other values
+
+
+def _source_name(s) -> str | None:
+    if s is None:
+        return None
+    n = s.name
+    return n() if callable(n) else n
+
+
+def _returns(out, n_outputs: int):
     import torch
+
+    if isinstance(out, torch.Tensor):
+        return "tensor" if n_outputs == 1 else None
+    if isinstance(out, (tuple, list)) and out and all(isinstance(t, torch.Tensor) for t in out) \
+            and len(out) == n_outputs:
+        return len(out)
+    return None
+
+
+# matmuls and convolutions as Triton templates, few configs so autotuning stays cheap
+TRITON_GEMM = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON",
+               "max_autotune_conv_backends": "TRITON", "test_configs.max_mm_configs": 4}
+
+
+def compile_program(name: str, src: str, device: str = "cuda") -> Compiled:
+    """Run a program under torch.compile(dynamic=True) with a backend that records each Dynamo graph's
+    placeholder sources before Inductor compiles it. On CUDA, matmuls and convolutions are generated
+    as Triton templates; where that fails they go to library kernels, and `gemm`/`why` say so."""
+    try:
+        return _compile(name, src, device, TRITON_GEMM if device == "cuda" else {})
+    except Exception as e:
+        if device != "cuda":
+            raise
+        out = _compile(name, src, device, {})
+        out.gemm, out.why = "extern", f"Triton templates failed: {type(e).__name__}: {str(e)[:200]}"
+        return out
+
+
+def _compile(name: str, src: str, device: str, config: dict) -> Compiled:
+    import torch
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import run_and_get_code
 
     ns: dict = {"__name__": f"sftbuild_program_{abs(hash(name))}"}
     exec(compile(src, name, "exec"), ns)
     init = ns.get("get_init_inputs", lambda: [])()
-    model = ns["Model"](*init).cuda()
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    torch.manual_seed(0)
+    model = ns["Model"](*init).to(device).eval()
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    floats = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    graphs, n_out = [], []
+
+    def backend(gm, example_inputs):
+        sources = [_source_name(getattr(n.meta.get("grapharg"), "source", None))
+                   for n in gm.graph.nodes if n.op == "placeholder"]
+        outs = [n for n in gm.graph.nodes if n.op == "output"]
+        fn = compile_fx(gm, example_inputs)  # raises when Dynamo must restart: that graph is not kept
+        graphs.append(sources)
+        n_out.append(len(outs[0].args[0]) if outs and isinstance(outs[0].args[0], (tuple, list)) else 1)
+        return fn
+
+    known = {k: v for k, v in config.items() if _has_config(inductor_config, k)}
     torch._dynamo.reset()
-    compiled = torch.compile(model, dynamic=True)
-    with torch.no_grad():
-        _, codes = run_and_get_code(compiled, *inputs)
-    return list(codes)
+    with inductor_config.patch(known):
+        compiled = torch.compile(model, backend=backend, dynamic=True)
+        with torch.no_grad():
+            out, codes = run_and_get_code(compiled, *inputs)
+    torch._dynamo.reset()
+    dtype = str(floats[0]).replace("torch.", "") if floats else "float32"
+    return Compiled(list(codes), graphs, _returns(out, n_out[0]) if len(n_out) == 1 else None, dtype)
+
+
+def _has_config(cfg, key: str) -> bool:
+    obj = cfg
+    for part in key.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+COMPILE_TIMEOUT = 600.0  # seconds per program, Triton-template autotuning included
+BATCH = 16  # programs per compile process: one torch import serves them all
+
+
+def compile_many(task: dict) -> dict:
+    """The sandbox's entry: prepare each (name, source) of `task["programs"]` on `task["device"]`;
+    {"compiled": {name: Compiled, or the error as one line}}."""
+    out: dict = {}
+    for name, src in task["programs"]:
+        try:
+            out[name] = prepare(name, src, task.get("device", "cuda"))
+        except Exception as e:  # one program failing must not stop the others
+            out[name] = f"{type(e).__name__}: {str(e)[:300]}"
+    return {"compiled": out}
+
+
+def prepare(name: str, src: str, device: str = "cuda") -> Compiled:
+    """Compile a program with its literal input sizes hoisted into constants, then find which size
+    constants its output code takes as arguments: those at which the standalone solution still
+    matches the program (`sizes`). Runs the generated code: call it in a sandbox process."""
+    from sftbuild.harvest import inductor_code as IC
+
+    reference = IC.hoist_sizes(src)
+    comp = compile_program(name, reference, device)
+    comp.reference = reference
+    comp.sizes = dynamic_sizes(reference, comp, device)
+    return comp
+
+
+def dynamic_sizes(program: str, comp: Compiled, device: str) -> list[str]:
+    """The size constants only `get_inputs` reads (inductor_code.free_sizes) at whose changed values
+    (odd, smaller: as validation varies them) the solution still matches the program; [] when the
+    output code cannot stand alone or does not match even at the example size."""
+    import importlib.util
+    import sys
+    import tempfile
+
+    from sftbuild.harvest import inductor_code as IC
+
+    if len(comp.graphs) != 1 or comp.returns is None or None in comp.graphs[0]:
+        return []
+    code = IC.pick_code(comp.codes, len(comp.graphs[0]))
+    try:
+        sol = IC.solution(program, code, comp.graphs[0], comp.returns) if code else None
+    except IC.NotStandalone:
+        sol = None
+    if sol is None:
+        return []
+    with tempfile.TemporaryDirectory(prefix="sftbuild_inductor_") as d:
+        path = Path(d, "solution.py")
+        path.write_text(sol, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(f"sftbuild_solution_{abs(hash(program))}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        try:
+            spec.loader.exec_module(mod)
+            if not _matches(program, mod, {}, device):
+                return []
+            consts = _constants(program)
+            return [c for c in IC.free_sizes(program)
+                    if all(_matches(program, mod, {c: v}, device) for v in _trial_values(consts[c]))]
+        finally:
+            sys.modules.pop(spec.name, None)
+
+
+def _constants(program: str) -> dict[str, int]:
+    return {n.targets[0].id: n.value.value for n in ast.parse(program).body
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Constant) and type(n.value.value) is int}
+
+
+def _trial_values(v: int) -> list[int]:
+    """Odd values below v, as the validator's size variants pick them: a little smaller, and a quarter."""
+    below = v - 3 if v > 8 else v
+    below = below if below % 2 else max(1, below - 1)
+    quarter = max(3, v // 4)
+    quarter = quarter + 1 if quarter % 2 == 0 else quarter
+    return sorted({x for x in (below, quarter) if x != v and x > 1})
+
+
+def _matches(program: str, mod, change: dict, device: str) -> bool:
+    """Model and the solution's ModelNew, seeded alike, agree on fresh inputs with `change` applied
+    to the program's size constants."""
+    import torch
+
+    lines = program.splitlines(keepends=True)
+    for n in ast.parse(program).body:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id in change:
+            lines[n.lineno - 1] = f"{n.targets[0].id} = {change[n.targets[0].id]}\n"
+    ns: dict = {"__name__": "sftbuild_program_variant"}
+    try:
+        exec(compile("".join(lines), "program", "exec"), ns)
+        init = ns.get("get_init_inputs", lambda: [])()
+        torch.manual_seed(0)
+        ref = ns["Model"](*init).to(device).eval()
+        torch.manual_seed(0)
+        cand = mod.ModelNew(*init).to(device).eval()
+        torch.manual_seed(1)
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        with torch.no_grad():
+            want = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            got = cand(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+    except Exception:
+        return False
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    return len(want) == len(got) and all(
+        isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+        and torch.allclose(a.double(), b.double(), rtol=1e-3, atol=1e-3, equal_nan=True)
+        for a, b in zip(want, got))
+
+
+def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BATCH, processes: int = 0):
+    """(program, Compiled or the reason it failed) for each program, compiled off the main process:
+    torch.compile runs the program and the code it generates, so each batch goes to a fresh process
+    (sftbuild.sandbox), `processes` of them at once (default: half the cores, Inductor's own compile
+    threads fill the rest); a batch whose process dies or hangs is retried one program at a time, so a
+    bad program costs only itself. Results come as batches finish."""
+    import concurrent.futures as cf
+
+    from sftbuild.executor import WorkerFailure
+    from sftbuild.sandbox import run_isolated
+
+    processes = processes or max(1, (os.cpu_count() or 2) // 2)
+    batch = max(1, min(batch, -(-len(progs) // processes)))  # every process gets work
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // processes))}
+
+    def one(group):
+        return group, run_isolated("sftbuild.harvest.inductor:compile_many",
+                                   {"programs": [(p.name, p.src) for p in group], "device": device},
+                                   COMPILE_TIMEOUT * len(group), env=env)
+
+    with cf.ThreadPoolExecutor(processes) as pool:  # threads only wait on their processes
+        pending = {pool.submit(one, progs[i:i + batch]) for i in range(0, len(progs), batch)}
+        while pending:
+            done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                group, res = fut.result()
+                if isinstance(res, WorkerFailure) or "compiled" not in res:
+                    why = f"{res.kind}: {res.detail[-300:]}" if isinstance(res, WorkerFailure) else \
+                        str(res.get("detail", res))[:300]
+                    if len(group) > 1:
+                        pending |= {pool.submit(one, [p]) for p in group}
+                        continue
+                    yield group[0], f"the compile process failed ({why})"
+                    continue
+                for p in group:
+                    yield p, res["compiled"].get(p.name, "no result")

@@ -19,6 +19,7 @@ import secrets
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from sftbuild import serving
 from sftbuild.context import Context, UserError
 from sftbuild.review import evidence, stage
 
@@ -107,12 +108,7 @@ def make_server(ctx: Context, port: int, reviewer: str = "") -> HTTPServer:
 def serve(ctx: Context, port: int, reviewer: str = "") -> None:
     server = make_server(ctx, port, reviewer)
     ctx.echo(f"review page: http://127.0.0.1:{server.server_address[1]}/  (Ctrl-C stops)")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serving.serve_until_interrupted(server)
 
 
 PAGE = """<!doctype html>

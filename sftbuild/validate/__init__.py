@@ -1,2 +1,3 @@
 """sftbuild.validate stage, and the RLVR reward built on the same pipeline."""
-from sftbuild.validate.reward import Reward, compute_score, reward, reward_batch, trl_reward  # noqa: F401
+from sftbuild.validate.reward import (  # noqa: F401
+    Reward, compute_score, compute_score_batch, reward, reward_batch, trl_reward)

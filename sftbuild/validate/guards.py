@@ -65,10 +65,13 @@ def strict_precision(report: list):
 
 
 class LaunchCounter:
-    """Counts Triton kernel launches whose Python source lives in `filename` (the candidate's file)."""
+    """Counts Triton kernel launches whose Python source lives in `filename` (the candidate's file),
+    and launches through Inductor's launcher (`CachingAutotuner.run`, which never calls
+    `JITFunction.run`) of the kernels the candidate's output code defines by name (`inductor`)."""
 
-    def __init__(self, filename: str):
+    def __init__(self, filename: str, inductor=()):
         self.filename = filename
+        self.inductor = set(inductor)
         self.count = 0
         self.names: set[str] = set()
         self._saved = []
@@ -88,6 +91,21 @@ class LaunchCounter:
 
             self._saved.append((cls, orig))
             cls.run = run
+        if self.inductor:
+            for cls in _inductor_classes():
+                orig = cls.run
+                counter = self
+
+                def run(self_, *args, __orig=orig, **kwargs):
+                    name = (getattr(self_, "inductor_meta", None) or {}).get("kernel_name") or \
+                        getattr(getattr(self_, "fn", None), "__name__", None)
+                    if name in counter.inductor:
+                        counter.count += 1
+                        counter.names.add(name)
+                    return __orig(self_, *args, **kwargs)
+
+                self._saved.append((cls, orig))
+                cls.run = run
         return self
 
     def calls_own(self, fn) -> bool:
@@ -104,6 +122,21 @@ class LaunchCounter:
         for cls, orig in reversed(self._saved):
             cls.run = orig
         self._saved = []
+
+
+def _inductor_classes():
+    """Inductor's kernel launchers: CachingAutotuner and any subclass with its own `run`."""
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except Exception:
+        return []
+    out, todo = [CachingAutotuner], list(CachingAutotuner.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if "run" in vars(c):
+            out.append(c)
+        todo += c.__subclasses__()
+    return out
 
 
 def _triton_classes():

@@ -1,7 +1,14 @@
-"""compute-sanitizer memcheck (and optionally racecheck) on one small trial.
+"""compute-sanitizer on one small trial: memcheck, and racecheck and synccheck for shared memory.
 
 The worker runs a tiny standalone runner (sandbox.py) under compute-sanitizer as a
 subprocess, so a fault there never touches the worker's CUDA context.
+
+Which tools run (`tools_for`): memcheck always; racecheck and synccheck too when the code
+declares `__shared__` memory (racecheck alone on request for other code). A finding is
+reported with the tool's own one-line message (`finding`). The run has no guard regions
+(sftbuild.validate.fences) and no caching allocator, so an access past an edge lands outside
+every allocation, where memcheck sees it: that is how it names the fault of a record whose
+guards tripped.
 """
 from __future__ import annotations
 
@@ -13,6 +20,26 @@ from sftbuild.executor import WorkerFailure
 from sftbuild.sandbox import run_isolated
 
 ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
+FINDING = re.compile(r"^=+\s*(.*(?:Invalid|Error|error|Race|race|Barrier|barrier|hazard|Hazard|Program hit|"
+                     r"Misaligned|Out-of-range|out of bounds).*)$", re.M)
+SUMMARY = re.compile(r"SUMMARY|COMPUTE-SANITIZER", re.I)
+RUN_ENV = {"CUDA_MODULE_LOADING": "LAZY", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "SFTBUILD_NO_FENCES": "1"}
+
+
+def tools_for(code: str, racecheck: bool = False) -> tuple[str, ...]:
+    """memcheck; racecheck and synccheck for code with `__shared__` memory; racecheck when asked."""
+    if "__shared__" in (code or ""):
+        return ("memcheck", "racecheck", "synccheck")
+    return ("memcheck", "racecheck") if racecheck else ("memcheck",)
+
+
+def finding(log: str) -> str:
+    """The tool's first one-line message about a fault in `log` ('' when there is none)."""
+    for m in FINDING.finditer(log or ""):
+        line = m.group(1).strip()
+        if line and not SUMMARY.search(line):
+            return line[:300]
+    return ""
 
 
 def chosen(record_id: str, mode: str, fraction: float) -> bool:
@@ -42,12 +69,14 @@ def run(task: dict, runner: str, tools=("memcheck",), timeout: float = 300.0) ->
         prefix = [sanitizer, "--tool", tool, "--error-exitcode", "86", "--print-limit", "20"]
         if tool == "memcheck":
             prefix += ["--leak-check", "no"]
-        res = run_isolated(runner, small(task), timeout, prefix=prefix, env={"CUDA_MODULE_LOADING": "LAZY"})
+        res = run_isolated(runner, small(task), timeout, prefix=prefix, env=RUN_ENV)
         if isinstance(res, WorkerFailure):
-            return {"ok": False, "tool": tool, "why": f"{res.kind}: {res.detail[-1500:]}"}
+            return {"ok": False, "tool": tool, "why": f"{res.kind}: {res.detail[-1500:]}",
+                    "finding": finding(res.detail) or f"{tool} run {res.kind}"}
         log = res.get("_log", "")
         m = ERRORS.search(log)
         errors = int(m.group(1)) if m else 0
         if res.get("_exit") == 86 or errors:
-            return {"ok": False, "tool": tool, "errors": errors, "log": log[-3000:]}
+            return {"ok": False, "tool": tool, "errors": errors, "log": log[-3000:],
+                    "finding": finding(log) or f"{tool} reported {errors} error(s)"}
     return {"ok": True, "tools": list(tools)}

@@ -60,7 +60,8 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     comp = {rec.id: res for rec, res in ready}
     items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
     if gpus:
-        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness")
+        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
+                                   per_gpu=cfg.workers_per_gpu)
     else:
         results = _without_gpu(items, cfg, by_id)
     for item, out in results:
@@ -89,7 +90,7 @@ def _without_gpu(items, cfg, by_id):
 
     def one(item):
         if item["language"] == "cuda" or not cfg.cpu_interpret or \
-                "load_inline" in item["code"] or "triton" not in item["code"]:
+                "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item):
             return item, None
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
         task = {**item, "device": "cpu", "timing": False, "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]}
@@ -100,11 +101,18 @@ def _without_gpu(items, cfg, by_id):
         yield from pool.map(one, items)
 
 
+def _inductor(item) -> bool:
+    """Inductor output code (a program pair, or a kernel run inside its program) launches through
+    Inductor's CUDA launcher: the interpreter cannot run it, so it waits for a GPU."""
+    return (item.get("binding") or {}).get("kind") == "inductor" or "async_compile.triton(" in item["code"]
+
+
 def finish(out, cfg, comp) -> tuple:
     if isinstance(out, WorkerFailure):
         # timeout: hung past the limit; crash: the worker process died; worker_error: it raised
         reason = {"timeout": "timeout", "error": "worker_error"}.get(out.kind, "crash")
-        out = {"status": "dropped", "reason": reason, "detail": out.detail}
+        stopped = {"stopped_after_s": out.seconds} if out.seconds is not None else {}
+        out = {"status": "dropped", "reason": reason, "detail": out.detail, **stopped}
     out = dict(out)
     status, reason = out.pop("status"), out.pop("reason")
     for k in ("recycle", "_exit", "_log"):
@@ -235,7 +243,8 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
             "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": cfg.runtime_checks,
             "max_speedup": cfg.max_speedup, "ext_cache": os.path.join(cache_dir, "ext"),
             "memcheck": cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
-            "racecheck": cfg.racecheck, "memcheck_timeout": cfg.memcheck_timeout}
+            "racecheck": cfg.racecheck, "memcheck_timeout": cfg.memcheck_timeout,
+            "sample_timeout": cfg.sample_timeout}
 
 
 RUNNERS = {"cuda": "sftbuild.validate.trials:run_record", "python": "sftbuild.validate.pyrun:run_python"}
@@ -244,19 +253,38 @@ RUNNERS = {"cuda": "sftbuild.validate.trials:run_record", "python": "sftbuild.va
 def run_on_gpu(task: dict) -> dict:
     """The GPU worker's task: trials, then compute-sanitizer on one small trial when chosen."""
     import importlib
+    import time
 
+    started = time.monotonic()
     kind = "cuda" if task["language"] == "cuda" else "python"
     mod, _, fn = RUNNERS[kind].partition(":")
     out = getattr(importlib.import_module(mod), fn)(task)
     env = _env()
     if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
-        tools = ("memcheck", "racecheck") if task.get("racecheck") else ("memcheck",)
+        tools = memcheck.tools_for(task.get("code", ""), task.get("racecheck"))
         mc = memcheck.run(task, RUNNERS[kind], tools, task.get("memcheck_timeout", 300.0))
         out["memcheck"] = mc
-        if mc.get("ok") is False:
-            out.update(status="dropped", reason="memcheck", detail=mc.get("log") or mc.get("why", ""))
+        if mc.get("ok") is False:  # reason: the tool (memcheck, racecheck, synccheck), with its one-line message
+            out.update(status="dropped", reason=mc.get("tool") or "memcheck",
+                       detail=mc.get("finding") or mc.get("log") or mc.get("why", ""))
+    elif out.get("reason") == "out_of_bounds":
+        name_fault(task, kind, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
     out["env"] = env
     return out
+
+
+def name_fault(task: dict, kind: str, out: dict, left: float) -> None:
+    """A record whose guards tripped: memcheck runs on it to name the fault, within what is `left` of the
+    sample's time (less a margin for the reply); the reason stays out_of_bounds (a small trial may not
+    reach the fault), the tool's own message joins the detail."""
+    budget = min(task.get("memcheck_timeout", 300.0), left - 10.0)
+    if budget < 10.0:
+        out["memcheck"] = {"ok": None, "why": "no time left in the sample to run memcheck"}
+        return
+    mc = memcheck.run(task, RUNNERS[kind], ("memcheck",), budget)
+    out["memcheck"] = mc
+    if mc.get("log") and mc.get("finding"):  # the tool ran and reported: not a run that timed out
+        out["detail"] = f"{out.get('detail', '')}; memcheck: {mc['finding']}"
 
 
 def _env() -> dict:

@@ -4,10 +4,13 @@ Runs only inside a GPU worker, or for CPU-interpreter runs inside a one-shot
 sandbox process (see sandbox.py). The candidate module is written to a file and
 imported here; it never touches the main process.
 
-Every trial: inputs in a layout (contiguous, transposed, sliced), outputs
-scrubbed to NaN, precision flags forced strict, Triton launches counted; after
-each call the run-time checks (sftbuild.validate.checks) judge what it left
-(flags, decoys, real outputs, inputs unchanged, output types), the first trial
+Variants include one grown past the fixed-grid caps (sftbuild.validate.sizes).
+Every trial: inputs in a layout (contiguous, transposed, sliced) inside NaN guard regions
+(sftbuild.validate.fences: a changed guard or a result that depends on the guards'
+contents is `out_of_bounds`), each candidate call bounded by the reference's time
+(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict,
+Triton launches counted; after each call the run-time checks (sftbuild.validate.checks)
+judge what it left (flags, decoys, real outputs, inputs unchanged, output types), the first trial
 is profiled for library kernels, and the outputs are compared with a float64
 reference and torch's own result at the dtype; the same buffers then get new
 values and the reference runs first (both orders), and the checks judge whether
@@ -32,8 +35,9 @@ from pathlib import Path
 import torch
 
 from sftbuild import ops
+from sftbuild.harvest import inductor_code
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, guards
+from sftbuild.validate import checks, deadline, fences, guards, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate.tally import Tally
 
@@ -247,6 +251,10 @@ class Problem:
     def describe(self, variant) -> object:
         return variant
 
+    def grown(self, variant) -> bool:
+        """The variant past the fixed-grid caps: one seed in the first layout is enough there."""
+        return False
+
 
 class OpProblem(Problem):
     """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s).
@@ -274,6 +282,24 @@ class OpProblem(Problem):
         pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
         self.shapes = rng.sample(pool, min(task["shapes"], len(pool)))
+        if task["shapes"] > 1:
+            self.shapes = self._with_grown(task, cons, dev)
+
+    def _with_grown(self, task, cons, dev) -> list:
+        """The drawn shapes plus one past the fixed-grid caps (sftbuild.validate.sizes), when the op
+        makes inputs of it and its reference runs on them."""
+        def works(shape):
+            dtype = self.dtypes[0] if self.dtypes else "float32"
+            self.op.run_reference(self.inputs(shape, dtype, 0, dev), self.params)
+            return True
+
+        limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
+        shapes = sizes.add_grown(self.shapes, cons, limit, sizes.block_sizes(task.get("code") or ""), works)
+        self._grown = shapes[len(self.shapes):]
+        return shapes
+
+    def grown(self, variant) -> bool:
+        return tuple(variant) in getattr(self, "_grown", [])
 
     def variants(self):
         return self.shapes
@@ -337,6 +363,9 @@ class ModuleProblem(Problem):
         self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
         self.max_variants = task["shapes"]
+        self.sizes = b.get("sizes")  # None: every size constant varies
+        self.blocks = sizes.block_sizes(task.get("code") or "")
+        self.limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
         self._variants = None
         self._models = {}
         self.seed = 1234
@@ -344,7 +373,7 @@ class ModuleProblem(Problem):
     def variants(self):
         if self._variants is None:
             self._variants = []
-            for i, src in enumerate(size_variants(self.reference_src, self.max_variants)):
+            for i, src in enumerate(size_variants(self.reference_src, self.max_variants, self.blocks, self.sizes)):
                 try:
                     mod, _ = load_module(src, f"ref{i}", self.workdir)
                     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
@@ -358,7 +387,38 @@ class ModuleProblem(Problem):
                         raise Reject("reference_error", f"the reference does not run: {e!r}"[:400])
                     continue
                 self._variants.append((i, mod, init))
+            grown = self._grown_variant() if self.max_variants > 1 else None
+            if grown:
+                self._variants.append(grown)
         return self._variants
+
+    def _grown_variant(self):
+        """One variant past the fixed-grid caps (sftbuild.validate.sizes): a size constant of the
+        reference grown; kept when the reference runs on it and no tensor exceeds sizes.MAX_ELEMENTS."""
+        def numels(ts):
+            return [t.numel() for t in ts if isinstance(t, torch.Tensor)]
+
+        _, base, _ = self._variants[0]
+        torch.manual_seed(0)
+        src = sizes.grow_constant(self.reference_src, max(numels(base.get_inputs()), default=0), self.blocks,
+                                  self.limit, self.sizes)
+        if src is None:
+            return None
+        try:
+            mod, _ = load_module(src, "ref_grown", self.workdir)
+            init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
+            torch.manual_seed(0)
+            ins = [t.to(self.dev) if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
+            with torch.no_grad():
+                outs = to_list(mod.Model(*init).to(self.dev).eval()(*ins))
+        except Exception:  # the reference cannot run this size: no grown variant
+            return None
+        if max(numels(ins) + numels(outs), default=0) > sizes.MAX_ELEMENTS:
+            return None
+        return ("grown", mod, init)
+
+    def grown(self, variant) -> bool:
+        return variant[0] == "grown"
 
     def describe(self, variant):
         i, mod, init = variant
@@ -405,13 +465,13 @@ class ModuleProblem(Problem):
         return ops.Tolerance(scale=4.0)  # whole models accumulate more rounding than one op
 
 
-def size_variants(src: str, n: int) -> list[str]:
-    """The reference source, then up to n-1 copies with its module-level size constants changed
-    to odd values that are not multiples of common block sizes."""
-    tree = ast.parse(src)
-    consts = [node for node in tree.body if isinstance(node, ast.Assign) and len(node.targets) == 1
-              and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Constant)
-              and type(node.value.value) is int and node.value.value > 1]
+def size_variants(src: str, n: int, blocks=(), only=None) -> list[str]:
+    """The reference source, then up to n-1 copies with its module-level size constants changed:
+    primes a little below, then a quarter of the size (batch-like constants 1), odd and no multiple
+    of common block sizes or of `blocks` (those found in the candidate's code). With `only`, just the
+    constants it names (a binding's `sizes`: those its candidate takes as arguments, not baked in).
+    A variant past the fixed-grid caps is ModuleProblem's own (it needs the example's input sizes)."""
+    consts = sizes.size_constants(src, only)
     out = [src]
     if not consts:
         return out
@@ -421,25 +481,25 @@ def size_variants(src: str, n: int) -> list[str]:
         for node in consts:
             v = node.value.value
             line = new[node.lineno - 1]
-            new[node.lineno - 1] = re.sub(rf"=\s*{v}\b", f"= {fn(v, node.targets[0].id)}", line, count=1)
+            new[node.lineno - 1] = re.sub(rf"=\s*{v}\b", f"= {fn(v, node.targets[0].id, blocks)}", line, count=1)
         variant = "".join(new)
         if variant not in out:
             out.append(variant)
     return out
 
 
-def _odd_below(v: int, name: str) -> int:
-    # a bit smaller and odd: 1024 -> 1021, catches missing bound checks at the tail
-    w = v - 3 if v > 8 else v
-    return w if w % 2 else max(1, w - 1)
+def _odd_below(v: int, name: str, blocks=()) -> int:
+    # a prime a bit smaller: 1024 -> 1021, catches missing bound checks at the tail
+    return sizes.prime_below(v - 3) if v > 8 else v
 
 
-def _odd_small(v: int, name: str) -> int:
-    # a quarter of the size, odd, so large problems stay quick and tails are ragged
+def _odd_small(v: int, name: str, blocks=()) -> int:
+    # a quarter of the size, odd, so large problems stay quick and tails are ragged; a batch of one
     if v <= 4 or "kernel" in name.lower() or "stride" in name.lower() or "pad" in name.lower():
         return v
-    w = max(3, v // 4)
-    return w + 1 if w % 2 == 0 else w
+    if "batch" in name.lower():
+        return 1
+    return sizes.awkward(max(3, v // 4), blocks)
 
 
 # ---- the trial loop ----------------------------------------------------------------
@@ -451,6 +511,7 @@ def run_python(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
     interpreter_scalars()
+    deadline.lift_while_compiling(cuda=dev.type == "cuda")
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
     try:
         with package_tree(task.get("tree"), task.get("path")) as package:
@@ -491,10 +552,11 @@ def _run_python(task, dev, workdir, package=""):
     from sftbuild.validate import extension
 
     kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
+    code = inductor_candidate(task) if kind == "inductor" else task["code"]
     with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
-        with guards.LaunchCounter(os.path.join(workdir, "cand.py")) as counter:
+        with guards.LaunchCounter(os.path.join(workdir, "cand.py"), inductor_code.kernel_names(code)) as counter:
             try:
-                mod, path = load_module(task["code"], "cand", workdir, package)
+                mod, path = load_module(code, "cand", workdir, package)
             except SyntaxError as e:
                 raise Reject("compile_error", f"syntax error: {e}")
             if kind == "op":
@@ -503,15 +565,16 @@ def _run_python(task, dev, workdir, package=""):
                 prob = ModuleProblem(task, mod, workdir, dev)
             else:
                 raise Reject("unbound", f"binding kind {kind!r} is not supported")
-            run = Run(prob, dev, counter, set(extension.kernel_names(task["code"])),
+            run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
                       checks.selected(task.get("runtime_checks")))
             tally = Tally()
             variants = prob.variants()
             for vi, variant in enumerate(variants):
                 for dtype in prob.dtypes:
                     layouts = prob.layouts if dtype == prob.dtypes[0] else ["contiguous"]
+                    layouts = layouts[:1] if prob.grown(variant) else layouts
                     for layout in layouts:
-                        for seed in range(task["seeds"]):
+                        for seed in range(1 if prob.grown(variant) else task["seeds"]):
                             ok, stats = trial(run, variant, dtype, layout, seed,
                                               profile=(vi == 0 and seed == 0 and layout == layouts[0]
                                                        and dtype == prob.dtypes[0]))
@@ -537,6 +600,19 @@ def _run_python(task, dev, workdir, package=""):
             return payload
 
 
+def inductor_candidate(task) -> str:
+    """A per-kernel Inductor record runs inside its program: the program's solution module (its
+    output code and ModelNew, in the binding) with this record's kernel spliced in place of the one
+    of the same name."""
+    b = task.get("binding") or {}
+    if not b.get("solution") or not b.get("kernel"):
+        raise Reject("unbound", "the inductor binding carries no program solution to launch the kernel")
+    try:
+        return inductor_code.splice(b["solution"], b["kernel"], task["code"])
+    except (inductor_code.NotStandalone, SyntaxError) as e:
+        raise Reject("unbound", f"the kernel cannot be spliced into its program: {e}")
+
+
 def _compiled_reference(prob, variant, dtype, task):
     if not task.get("compile_baseline"):
         return None
@@ -554,17 +630,21 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
     """One (variant, dtype, layout, seed): both orders, every run-time check. Returns (ok, stats)."""
     prob, dev = run.prob, run.dev
     tol = prob.tolerance()
-    inputs = [layout_of(t, layout) for t in prob.inputs(variant, dtype, seed, dev)]
+    fence = fences.Fence([layout_of(t, layout) for t in prob.inputs(variant, dtype, seed, dev)])
+    inputs = fence.views
     before = guards.snapshot(inputs)
     # order 1: the candidate first, on scrubbed memory
-    ref_native = prob.reference(variant, dtype, inputs)
+    ref_native, ref_s = deadline.timed(lambda: prob.reference(variant, dtype, inputs), dev.type == "cuda")
     sizes = [t.numel() * t.element_size() for t in ref_native if isinstance(t, torch.Tensor)]
     expected = checks.specs(ref_native)
     del ref_native
-    out, why = _call_candidate(run, variant, dtype, inputs, sizes, before, expected)
+    with deadline.watch(ref_s):
+        out, why = _call_candidate(run, variant, dtype, inputs, sizes, before, expected)
+    why = fence.tripped() or why
     if why:
         return False, why
     if profile and dev.type == "cuda":
+        # not watched: the profiler's own start-up can take seconds; the call itself just finished in time
         times = guards.profile_kernel_times(lambda: prob.candidate(variant, dtype, inputs))
         if times is not None:
             why = checks.judge(run.checks, checks.Profile(list(times), run.own, set(run.counter.names),
@@ -574,6 +654,9 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
     ok, stats = _compare(out, prob.reference(variant, dtype, inputs, double=True),
                          prob.reference(variant, dtype, inputs), dtype, tol)
     if not ok:
+        why = _reads_outside(run, variant, dtype, inputs, fence, sizes)
+        if why:
+            return False, {**stats, **why}
         return False, {**stats, "reason": "incorrect",
                        "why": f"{stats.get('why', '')} at {prob.describe(variant)} {dtype} {layout} seed {seed}"}
     # order 2: new values in the same buffers, the reference first
@@ -583,7 +666,9 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
             t.copy_(f)
     ref2 = prob.reference(variant, dtype, inputs)
     ref64 = prob.reference(variant, dtype, inputs, double=True)
-    out2, why = _call_candidate(run, variant, dtype, inputs, sizes, None, checks.specs(ref2))
+    with deadline.watch(ref_s):
+        out2, why = _call_candidate(run, variant, dtype, inputs, sizes, None, checks.specs(ref2))
+    why = fence.tripped() or why
     if why:
         return False, why
     same_cand = all(torch.equal(a, b) for a, b in zip(out, out2) if isinstance(a, torch.Tensor))
@@ -598,6 +683,25 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
     if why:
         return False, why
     return True, stats
+
+
+def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes) -> dict | None:
+    """A wrong result that came from reading the inputs' guard regions (sftbuild.validate.fences):
+    the candidate runs again on the same inputs, right when the guards hold finite values."""
+    prob = run.prob
+    ref64, native = prob.reference(variant, dtype, inputs, double=True), prob.reference(variant, dtype, inputs)
+
+    def rerun() -> bool:
+        guards.scrub(nbytes)
+        try:
+            out = prob.candidate(variant, dtype, inputs)
+            if run.dev.type == "cuda":
+                torch.cuda.synchronize()
+        except Exception:
+            return False
+        return _compare(out, ref64, native, dtype, prob.tolerance())[0]
+
+    return fences.blame_reads(fence, rerun)
 
 
 def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):

@@ -6,15 +6,25 @@ record's code. Compile and correctness are gates (0 when failed); a detected che
 scores 0 and is reported; a correct candidate scores CORRECT plus a speed tier
 against torch eager measured in the same worker, plus a small memcheck weight.
 Code length does not count. Works without a store: compiles cache under a temp dir.
+
+Warm across calls: a trainer calls the reward every step, so the executor (its GPU
+workers, their CUDA contexts and Triton caches) and the compile cache live for the
+process and a call pays only for its own samples. Trainers with several processes
+share one warm service instead: `sftbuild reward serve` on each node, and
+SFTBUILD_REWARD_URL=http://127.0.0.1:PORT in the trainers' environment sends every
+call there (sftbuild/validate/reward_service.py).
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
 import tempfile
+import threading
 
 from sftbuild.config import ValidateConfig
 from sftbuild.record import Record
@@ -66,11 +76,48 @@ def reward(task: dict | str, candidate_code: str, config: ValidateConfig | None 
     return reward_batch([task], [candidate_code], config, executor, cache_dir)[0]
 
 
-def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> list[Reward]:
-    """Score many candidates at once: one compile pool, one GPU worker per GPU."""
-    from sftbuild.executor import LocalExecutor
+def serve(port: int):
+    """The local reward service (reward_service.py) scoring with this process's warm validator."""
+    from sftbuild.validate import reward_service
 
-    cfg = config or ValidateConfig(memcheck="off", runs=30, warmup=5)
+    return reward_service.make_server(port, lambda tasks, codes: reward_batch(tasks, codes, config=default_config()))
+
+
+def default_config() -> ValidateConfig:
+    """Validation settings for rewards: the validator's own, with memcheck off and fewer timed runs."""
+    return ValidateConfig(memcheck="off", runs=30, warmup=5)
+
+
+_WARM: dict = {}
+_WARM_LOCK = threading.Lock()
+_RUN_LOCK = threading.Lock()
+
+
+def warm_executor():
+    """The process's executor for rewards: started on first use, kept until exit."""
+    with _WARM_LOCK:
+        if "ex" not in _WARM:
+            from sftbuild.executor import LocalExecutor
+
+            _WARM["ex"] = LocalExecutor(progress=False)
+            atexit.register(close_warm)
+        return _WARM["ex"]
+
+
+def close_warm() -> None:
+    ex = _WARM.pop("ex", None)
+    if ex is not None:
+        ex.close()
+
+
+def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> list[Reward]:
+    """Score many candidates at once: one compile pool, one GPU worker per GPU, both kept warm."""
+    url = os.environ.get("SFTBUILD_REWARD_URL")
+    if url and executor is None and config is None:
+        from sftbuild.validate import reward_service
+
+        return [Reward(**r) for r in reward_service.remote_batch(url, tasks, codes)]
+    cfg = config or default_config()
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "sftbuild_reward_cache")
     records, bad = [], {}
     for i, (task, code) in enumerate(zip(tasks, codes)):
@@ -81,17 +128,13 @@ def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> li
         except Exception as e:
             bad[i] = Reward(0.0, "bad_task", "dropped", detail={"detail": repr(e)})
             records.append(None)
-    own = executor is None
-    ex = executor or LocalExecutor(progress=False)
-    try:
-        live = [r for r in records if r is not None and r.code.strip()]
-        out = {}
+    ex = executor or warm_executor()
+    live = [r for r in records if r is not None and r.code.strip()]
+    out = {}
+    with _RUN_LOCK if executor is None else contextlib.nullcontext():  # one batch at a time on the shared workers
         for rec, status, reason, payload in pipeline.validate(list({r.id: r for r in live}.values()), cfg, ex,
                                                               cache):
             out[rec.id] = score(status, reason, payload)
-    finally:
-        if own:
-            ex.close()
     result = []
     for i, rec in enumerate(records):
         if i in bad:
@@ -131,3 +174,11 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> f
     """A verl custom_reward_function: ground_truth is the exported task JSON."""
     task = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
     return reward(task, extract_code(solution_str, task.get("language", ""))).score
+
+
+def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs) -> list[float]:
+    """verl's batch reward manager (reward_model.reward_manager=batch): one call scores a whole step."""
+    tasks = [json.loads(g) if isinstance(g, str) else g for g in ground_truths]
+    codes = [extract_code(s, t.get("language", "")) for s, t in zip(solution_strs, tasks)]
+    return [r.score for r in reward_batch(tasks, codes)]
+

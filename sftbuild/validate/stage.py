@@ -11,7 +11,19 @@ Outcome per record (status, reason):
   dropped resources       registers, spills, shared memory or stack over the limits
   dropped unbound         compiles, but nothing to check it against
   dropped incorrect | degenerate | memcheck | cuda_error | illegal_address | timeout | crash | too_slow
+  dropped out_of_bounds   a write changed a guard region, or the result depended on one's contents
+  dropped racecheck | synccheck   compute-sanitizer's finding on shared-memory code (sampled with memcheck)
   waiting needs_gpu       bound and compiled; correctness needs a GPU this machine lacks
+  waiting duplicate       not checked: a near duplicate of a record of its cluster that is validated ok
+                          or still waiting; checked only if that one is dropped (no verdict: see below)
+
+GPU time goes to distinct work: where dedupe before validation stored clusters of near-identical
+records (`sftbuild validate` and `sftbuild run` cluster first; sftbuild.dedupe.prevalidate), each
+cluster's best-ranked member is checked first and the next one only if it is dropped, in rounds
+(sftbuild.validate.clusters; a cluster that keeps failing checks 2, 4, 8, ... at once after its
+first two drops, so the rounds stay few). A held-back record's `waiting:duplicate` result is no verdict and goes
+to no verdict log: it is looked at again on every run, so when the verdict it stands behind changes,
+it is checked in its turn. Without stored clusters every record is checked, as before.
 
 Verdicts are keyed on the record's binding (its key), so a record whose binding changes
 (gained later, re-probed, changed in the registry) is validated again and the old verdict
@@ -28,6 +40,7 @@ from sftbuild.binding import key_of
 from sftbuild.context import Context, StageRun, UserError, environment
 from sftbuild.validate import compile as C
 from sftbuild.validate import pipeline
+from sftbuild.validate.clusters import Rounds
 
 
 def run(ctx: Context) -> dict:
@@ -38,16 +51,26 @@ def run(ctx: Context) -> dict:
         raise UserError(str(e)) from e
     conf = dataclasses.asdict(cfg)
     with StageRun(ctx, "validate", conf) as run:
-        # a record waiting for a GPU is retried once one is there
-        todo = [r for r in ctx.store.alive("validate") if r.id not in run.done()]
+        alive = ctx.store.alive("validate")
+        by_id = {r.id: r for r in alive}
+        counted = {**dict.fromkeys(run.done(("dropped",)), "dropped"), **dict.fromkeys(run.done(("ok",)), "ok")}
+        # a record waiting (for a GPU, or behind its cluster's representative) is looked at again
+        todo = [r.id for r in alive if r.id not in counted]
+        rounds = Rounds(ctx.store.clusters(), todo, {k: v for k, v in counted.items() if k in by_id})
         # results are keyed by content, so workspaces may share one cache (the test suite does)
         cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or str((ctx.workspace / "cache" / "compile").resolve())
-        for rec, status, reason, payload in pipeline.validate(todo, cfg, ctx.executor, cache, nvcc):
-            env = {**environment(), **(payload.get("env") or {})}
-            # result and verdict log in one transaction: a kill between them cannot split the two
-            ctx.store.put_verdict(rec.id, "validate", run.chash, status, reason, payload, env,
-                                  detail={**payload, "tried": _tried(payload)}, binding_key=key_of(rec.binding))
-            run.count(status, reason)
+        while batch := rounds.next():
+            for rec, status, reason, payload in pipeline.validate([by_id[i] for i in batch], cfg, ctx.executor,
+                                                                  cache, nvcc):
+                env = {**environment(), **(payload.get("env") or {})}
+                # result and verdict log in one transaction: a kill between them cannot split the two
+                ctx.store.put_verdict(rec.id, "validate", run.chash, status, reason, payload, env,
+                                      detail={**payload, "tried": _tried(payload)},
+                                      binding_key=key_of(rec.binding))
+                run.count(status, reason)
+                rounds.record(rec.id, status)
+        for rid, payload in rounds.held().items():
+            run.put(rid, "waiting", "duplicate", payload, binding_key=key_of(by_id[rid].binding))
     return run.stats
 
 

@@ -3,11 +3,20 @@
 The candidate and its baselines (torch eager, optionally torch.compile) are timed
 the same way in the same process. Speedups past `max_speedup` or a time under the
 memory-bandwidth floor are flagged for review, not dropped.
+
+Several workers may share a GPU (`validate.workers_per_gpu`): their correctness trials
+overlap, but every timed loop holds the GPU's timing lock (an flock on a file named for
+the GPU, SFTBUILD_TIMING_LOCK or the temp dir), so no measurement shares the GPU with
+another worker's timing.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import os
 import statistics
+import tempfile
 
 import torch
 
@@ -15,7 +24,31 @@ L2_FLUSH_BYTES = 256 << 20
 MAX_SPEEDUP = 50.0
 
 
+def lock_path() -> str:
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "all").replace(",", "_")
+    return os.environ.get("SFTBUILD_TIMING_LOCK") or os.path.join(
+        tempfile.gettempdir(), f"sftbuild-timing-{os.getuid()}-gpu{gpu}.lock")
+
+
+@contextlib.contextmanager
+def gpu_alone():
+    """Hold this GPU's timing lock: other workers' timed loops wait; their trials go on."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # this worker's own queued work is not timed, nor waited for under the lock
+    with open(lock_path(), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def events(fn, warmup: int, runs: int, flush: torch.Tensor) -> dict:
+    with gpu_alone():
+        return _events(fn, warmup, runs, flush)
+
+
+def _events(fn, warmup: int, runs: int, flush: torch.Tensor) -> dict:
     for _ in range(warmup):
         fn()
     times = []

@@ -5,10 +5,14 @@ end of this module instead (`run_file_reference`), with the same run-time checks
 
 For one bound CUDA record: load its harness .so, then for every check (op)
 and every drawn (shape, dtype, seed):
+  * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.validate.sizes);
   * inputs are made on the host from a seeded generator and copied to the GPU;
   * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
     with their minimum), so unwritten elements show; inputs an op updates in place
     (`mutates`) are cloned for the kernel and the clones are compared instead;
+  * every tensor the kernel gets sits inside guard regions (sftbuild.validate.fences): a
+    changed guard, or a result that depends on the guards' contents, is `out_of_bounds`;
+  * each launch must finish within a bound from the reference's time (sftbuild.validate.deadline);
   * the candidate runs, then the reference, then the candidate again on new
     values written into the same buffers (no caching by pointer);
   * after each launch the run-time checks (sftbuild.validate.checks) judge what it left:
@@ -31,6 +35,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.validate import checks as C
+from sftbuild.validate import deadline, fences, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate import timing
 from sftbuild.validate.tally import Tally, fold_worst
@@ -73,12 +78,15 @@ def _run(task: dict) -> dict:
         rng = random.Random(f"{task['id']}:{check['op']}")
         shapes = rng.sample(pool, min(task["shapes"], len(pool)))
         dtypes = [d for d in op.dtypes if d in task["dtypes"]]
+        drawn = len(shapes)
+        if task["shapes"] > 1 and dtypes:
+            shapes = _with_grown(shapes, op, check, cons, dtypes[0], task, dev)
         if not shapes or not dtypes:  # nothing to try is never a pass
             return {"status": "dropped", "reason": "unbound",
                     "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tally.tried}
-        for shape in shapes:
+        for k, shape in enumerate(shapes):
             for dtype in dtypes:
-                for seed in range(task["seeds"]):
+                for seed in range(task["seeds"] if k < drawn else 1):  # the grown shape: one seed
                     ok, stats = _trial(lib, op, contract, check, shape, dtype, seed, dev, checks, notes)
                     dropped = tally.add({"op": op.name, "shape": list(shape), "dtype": dtype, "seed": seed},
                                         ok, stats)
@@ -109,6 +117,53 @@ def load_harness(path: str) -> ctypes.CDLL:
     libraries are made global first, or the load fails with an undefined symbol."""
     _torch_libs_global()
     return ctypes.CDLL(path)
+
+
+def _with_grown(shapes, op, check, cons, dtype, task, dev) -> list:
+    """The drawn shapes plus one past the fixed-grid caps (sftbuild.validate.sizes), when the op makes
+    inputs of it and its reference runs on them."""
+    params = {**op.params, **(check.get("params") or {})}
+
+    def works(shape):
+        op.run_reference(_inputs(op, shape, dtype, 0, dev, params), params)
+        return True
+
+    blocks = sizes.block_sizes(task.get("code") or "") | {256}  # 256: the harnesses' own default block
+    return sizes.add_grown(shapes, cons, sizes.limit_for(task.get("max_numel")), blocks, works)
+
+
+def _fenced_buffers(op, fence, ref_native):
+    """(kernel inputs, outputs): `_buffers` for the fenced inputs, with the clones and outputs the kernel
+    gets carved out of guarded allocations too (added to `fence`, see sftbuild.validate.fences)."""
+    kin, outputs = _buffers(op, fence.views, ref_native)
+    if op.mutates and len(op.mutates) == len(ref_native):
+        more = fences.Fence([kin[i] for i in op.mutates], [f"input {i}" for i in op.mutates])
+        for i, v in zip(op.mutates, more.views):
+            kin[i] = v
+        outputs = [kin[i] for i in op.mutates]
+    else:
+        more = fences.Fence(outputs, "output")
+        outputs = more.views
+    fence.add(more)
+    return kin, outputs
+
+
+def _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence, ref64, ref_native):
+    """A wrong result that came from reading guard regions: the kernel runs again on the same inputs
+    and is right when the guards hold finite values."""
+    def rerun() -> bool:
+        for t, k in zip(inputs, kin):
+            if k is not t:
+                k.copy_(t)
+        if not op.mutates:
+            for o in outputs:
+                _poison(o)
+        if _launch(lib, dtype, contract, kin, outputs, params) != 0:
+            return False
+        torch.cuda.synchronize()
+        return _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)[0]
+
+    return fences.blame_reads(fence, rerun)
 
 
 def _inputs(op, shape, dtype, seed, dev, params):
@@ -184,23 +239,27 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
     """One (shape, dtype, seed): both orders, every run-time check. Returns (ok, stats)."""
     checks = C.selected() if checks is None else checks
     params = {**op.params, **(check.get("params") or {})}
-    inputs = _inputs(op, shape, dtype, seed, dev, params)
+    fence = fences.Fence(_inputs(op, shape, dtype, seed, dev, params), "input")
+    inputs = fence.views
     before = [t.clone() for t in inputs]
-    ref_native = ops.as_outputs(op.run_reference(inputs, params))
-    kin, outputs = _buffers(op, inputs, ref_native)
-    code = _launch(lib, dtype, contract, kin, outputs, params)
-    torch.cuda.synchronize()
+    ref_native, ref_s = deadline.timed(lambda: ops.as_outputs(op.run_reference(inputs, params)),
+                                       dev.type == "cuda")
+    kin, outputs = _fenced_buffers(op, fence, ref_native)
+    with deadline.watch(ref_s, "a kernel launch"):
+        code = _launch(lib, dtype, contract, kin, outputs, params)
+        torch.cuda.synchronize()
     if code != 0:
         return False, {"reason": "launch_failed" if code == -1 else "cuda_error",
                        "why": f"harness returned {code} for shape {shape}"}
-    why = C.judge(checks, C.Call(kin, outputs, before=before, mutates=tuple(op.mutates),
+    why = fence.tripped() or C.judge(checks, C.Call(kin, outputs, before=before, mutates=tuple(op.mutates),
                                  expected=C.specs(ref_native)))
     if why:
         return False, why
     ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
     ok, stats = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
     if not ok:
-        return False, {**stats, "reason": "incorrect"}
+        why = _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence, ref64, ref_native)
+        return False, {**stats, "reason": "incorrect", **(why or {})}
     first, first64 = [o.clone() for o in outputs], ref64
     # new values in the same buffers must give new results
     gen = torch.Generator().manual_seed(seed + 1000)
@@ -214,10 +273,12 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
     if not op.mutates:
         for o in outputs:
             _poison(o)
-    if _launch(lib, dtype, contract, kin, outputs, params) != 0:
-        return False, {"reason": "cuda_error", "why": "second launch failed"}
-    torch.cuda.synchronize()
-    why = C.judge(checks, C.Call(kin, outputs, mutates=tuple(op.mutates), expected=C.specs(ref_native)))
+    with deadline.watch(ref_s, "a kernel launch"):
+        if _launch(lib, dtype, contract, kin, outputs, params) != 0:
+            return False, {"reason": "cuda_error", "why": "second launch failed"}
+        torch.cuda.synchronize()
+    why = fence.tripped() or C.judge(checks, C.Call(kin, outputs, mutates=tuple(op.mutates),
+                                                    expected=C.specs(ref_native)))
     if why:
         return False, why
     ok2, stats2 = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
@@ -262,8 +323,10 @@ def run_file_reference(task: dict) -> dict:
     own generator) and must come back unchanged; arrays main() fills (zeros, ones, random) that the
     launcher writes are in/out, both sides start from the same values; arrays main() only
     allocates are outputs, poisoned with NaN (integers with their minimum) on the device; the
-    launcher's scratch buffers start at zero. The arrays main() validates (else every array the
-    launcher writes) are compared with the CPU result: within a tolerance relative to the
+    launcher's scratch buffers start at zero. Every array sits inside guard regions
+    (sftbuild.validate.fences): a write past an edge is `out_of_bounds`, a read past one reads NaN;
+    each launcher call is bounded by the CPU reference's time (sftbuild.validate.deadline). The
+    arrays main() validates (else every array the launcher writes) are compared with the CPU result: within a tolerance relative to the
     reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
     integers exactly. Each trial runs again on new values in the same buffers (a stale or
     input-independent result fails); a reference that is constant in every trial says nothing,
@@ -376,25 +439,30 @@ def _file_trial(lib, ref, p, block, seed):
     host, roles = _file_buffers(ref, p, seed)
     ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
     compared = [ptr_of[i] for i in ref["compare"]]
-    d = [t.to(dev) for t in host] + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
+    fence = fences.Fence([t.to(dev) for t in host], [f"array {i}" for i in range(len(host))])
+    d = list(fence.views) + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
     moved, worst, first = False, {}, None
     for run in range(2):
         if run:  # new values in the same buffers
             host, _ = _file_buffers(ref, p, seed + 1000)
             for t, h in zip(d, host):
                 t.copy_(h.to(dev))
-        want = file_reference_outputs(lib, ref, p, host)
+        want, ref_s = deadline.timed(lambda: file_reference_outputs(lib, ref, p, host), False)
         for t, r, w in zip(d, roles, want):
             if r == "output":
                 _poison(t)
             elif r == "staged":  # the step starts from what the CPU function computed before it
                 t.copy_(w.to(dev))
         before = [t.clone() if r in ("input", "staged") else None for t, r in zip(d, roles)]
-        code = _file_call(lib, ref, p, d, block)
-        torch.cuda.synchronize()
+        with deadline.watch(ref_s, "a launcher call"):  # bounded by the CPU reference's time
+            code = _file_call(lib, ref, p, d, block)
+            torch.cuda.synchronize()
         if code != 0:
             return False, {"reason": "launch_failed" if code == -1 else "cuda_error", "code": code,
                            "why": f"launcher {ref['launcher']} returned {code} (block size {block})"}, moved
+        tripped = fence.tripped()
+        if tripped:
+            return False, tripped, moved
         for i, (t, b) in enumerate(zip(d, before)):
             if b is not None and not torch.equal(t, b):
                 return False, {"reason": "cheat", "why": f"input array {i} was modified"}, moved

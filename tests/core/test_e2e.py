@@ -40,10 +40,12 @@ def test_run_on_small_sources(tmp_path, monkeypatch):
     f = _run_twice("ops")
     assert f["records"] == f["by_source"]["ops"]["records"] == 3
     ops_validate = f["by_source"]["ops"]["stages"]["validate"]
+    # softmax and log_softmax share most of their code: validate checks one, and the other waits behind it
+    # as a duplicate (dedupe after validation would keep one of the two)
     if torch.cuda.is_available():
-        assert not ops_validate["waiting"]  # each has its verdict
+        assert ops_validate["waiting"] in ({}, {"duplicate": 1})  # each has its verdict, or stands behind one
     else:
-        assert ops_validate["waiting"] == {"needs_gpu": 3}  # bound kernels wait for a GPU, they do not fail
+        assert ops_validate["waiting"] == {"needs_gpu": 2, "duplicate": 1}  # bound kernels wait for a GPU
     s = Store(tmp_path / "sftbuild-work")
     assert STAGES <= {m["stage"] for m in s.manifests()}
     assert all(m["env"].get("torch") for m in s.manifests())

@@ -20,8 +20,26 @@ def test_map_cpu_error_is_a_failure_not_an_exception():
 
 def test_gpu_worker_recycles_after_hang_crash_and_fault():
     # the worker loop needs no real GPU: it only pins CUDA_VISIBLE_DEVICES
-    ex = LocalExecutor(cpu_workers=1, gpus="0", progress=False)
-    tasks.check_misbehave(dict(ex.map_gpu(tasks.misbehave, tasks.MISBEHAVE, timeout=3)))
+    with LocalExecutor(cpu_workers=1, gpus="0", progress=False) as ex:
+        tasks.check_misbehave(dict(ex.map_gpu(tasks.misbehave, tasks.MISBEHAVE, timeout=3)))
+
+
+def test_gpu_workers_stay_warm_across_calls_and_stop_on_close():
+    # a reward server calls map_gpu every training step: the same processes (and CUDA contexts) serve
+    # every call, a crashed one is replaced, and close() leaves none behind
+    ex = LocalExecutor(cpu_workers=1, gpus="0,0", progress=False)
+    first = set(dict(ex.map_gpu(tasks.pid, range(6), timeout=30)).values())
+    second = set(dict(ex.map_gpu(tasks.pid, range(6), timeout=30)).values())
+    assert len(first) == 2 and second == first
+    out = dict(ex.map_gpu(tasks.pid, ["crash", 1, 2, 3], timeout=30))
+    assert isinstance(out["crash"], WorkerFailure)
+    after = set(dict(ex.map_gpu(tasks.pid, range(6), timeout=30)).values())
+    assert len(after) == 2 and len(after & first) == 1  # the crashed worker alone was replaced
+    other = set(dict(ex.map_gpu(tasks.pid2, range(6), timeout=30)).values())
+    assert not other & after  # another task function gets fresh workers
+    procs = [w.proc for w in ex._workers]
+    ex.close()
+    assert not any(p.is_alive() for p in procs)
 
 
 @pytest.mark.gpu
@@ -34,3 +52,12 @@ def test_one_worker_per_gpu_on_two_gpus():
     assert {v["visible"] for v in out.values()} == set(ex.gpus)
     assert all(v["count"] == 1 for v in out.values())  # each worker is pinned to its own GPU
     assert all(out[i]["sum"] == float(i) * (1 << 20) for i in range(8))
+
+
+def test_workers_sharing_a_gpu_take_turns_at_timing(tmp_path, monkeypatch):
+    # several workers per GPU overlap their trials; timed loops hold the GPU's lock one at a time
+    monkeypatch.setenv("SFTBUILD_TIMING_LOCK", str(tmp_path / "gpu0.lock"))
+    with LocalExecutor(cpu_workers=1, gpus="0", progress=False) as ex:
+        spans = sorted(dict(ex.map_gpu(tasks.hold_timing_lock, range(4), timeout=60, per_gpu=4)).values())
+    assert len(spans) == 4
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two overlap

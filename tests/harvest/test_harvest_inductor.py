@@ -49,10 +49,14 @@ def test_inductor_user_module_on_gpu(ctx):
     stats = stage.run(ctx, [spec])
     assert stats["errors"] == {} and stats["sources"][spec] >= 1
     recs = list(ctx.store.records())
-    assert all(r.language == "triton" and r.binding["kind"] == "inductor" and r.binding["how"] == "exact"
-               and r.binding["program"].endswith("one_program.py") and "class Model" in r.binding["reference"]
+    pairs = [r for r in recs if r.language == "kernelbench"]
+    kernels = [r for r in recs if r.language == "triton"]
+    assert len(pairs) == 1 and "class ModelNew" in pairs[0].code and pairs[0].binding["kind"] == "kernelbench"
+    assert kernels and all(r.binding["kind"] == "inductor" and r.binding["how"] == "exact"
+                           and r.binding["solution"] == pairs[0].code for r in kernels)
+    assert all(r.binding["program"].endswith("one_program.py") and "class Model" in r.binding["reference"]
                for r in recs)
-    assert all("@triton.jit" in r.code for r in recs)
+    assert all("@triton.jit" in r.code for r in kernels)
 
 
 @pytest.mark.gpu
@@ -63,5 +67,9 @@ def test_inductor_catalog_on_gpu(ctx):
     recs = list(ctx.store.records())
     programs = {r.binding["program"] for r in recs}
     failed = [s for s in ctx.store.skips() if s["reason"] == "compile_failed"]
-    print(f"\ninductor: {len(recs)} kernels from {len(programs)} programs; {len(failed)} programs failed")
+    pairs = [r for r in recs if r.language == "kernelbench"]
+    reasons = sorted({s["reason"] for s in ctx.store.skips()})
+    print(f"\ninductor: {len(pairs)} program pairs and {len(recs) - len(pairs)} kernels from {len(programs)} "
+          f"programs; {len(failed)} programs failed; skip reasons {reasons}")
+    assert all(r.binding for r in recs)
     assert len(programs) >= 45

@@ -191,6 +191,44 @@ TRITON_EXP = TRITON_RELU.replace("tl.where(x > 0, x, 0.0)", "tl.exp(x.to(tl.floa
     .replace("relu", "exp_op")
 
 
+# size-specialised: a fixed grid of 128 x 256 threads, no stride loop; right up to 32,768 elements
+FIXED_GRID_HOST = RELU_HOST.replace("relu_kernel<<<(n + 255) / 256, 256>>>", "relu_kernel<<<128, 256>>>")
+STRIDE_KERNEL = RELU_KERNEL.replace(
+    "  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;\n  if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;",
+    "  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)\n"
+    "    y[i] = x[i] > 0.f ? x[i] : 0.f;")
+TRITON_FIXED_GRID = TRITON_RELU.replace("relu_kernel[(triton.cdiv(n, 1024),)]", "relu_kernel[(32,)]")
+TRITON_STRIDE = TRITON_RELU.replace(
+    "def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+    "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+    "    mask = offs < n\n"
+    "    x = tl.load(x_ptr + offs, mask=mask)\n"
+    "    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)",
+    "def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, PROGRAMS: tl.constexpr):\n"
+    "    for start in range(tl.program_id(0) * BLOCK, n, PROGRAMS * BLOCK):\n"
+    "        offs = start + tl.arange(0, BLOCK)\n"
+    "        mask = offs < n\n"
+    "        x = tl.load(x_ptr + offs, mask=mask)\n"
+    "        tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)").replace(
+    "relu_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)",
+    "relu_kernel[(32,)](xc, y, n, BLOCK=1024, PROGRAMS=32)")
+# past an edge without changing the output: the next element times zero; one element past the input's end
+OOB_READ_KERNEL = RELU_KERNEL.replace("if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;",
+                                      "if (i < n) y[i] = (x[i] > 0.f ? x[i] : 0.f) + 0.f * x[i + 1];")
+OOB_WRITE_KERNEL = RELU_KERNEL.replace("if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;",
+                                       "if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;\n"
+                                       "  if (i == n - 1) ((float*)x)[n] = 0.f;")
+TRITON_OOB_READ = TRITON_RELU.replace(
+    "    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)",
+    "    nxt = tl.load(x_ptr + offs + 1, mask=mask)\n"
+    "    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0) + 0.0 * nxt, mask=mask)")
+TRITON_OOB_WRITE = TRITON_RELU.replace(
+    "    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)",
+    "    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)\n"
+    "    tl.store(x_ptr + offs + 1, x, mask=offs == n - 1)")
+OUT_OF_BOUNDS = ("out_of_bounds",)
+
+
 def triton(code: str, op: str) -> dict:
     return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
 
@@ -219,9 +257,20 @@ def cases() -> list[Case]:
         _c("twin_matmul_cuda", kb(inline("rt_mm", MATMUL_KERNEL, MATMUL_HOST, "a, b"), REF_MATMUL), "ok"),
         _c("twin_relu_triton", triton(TRITON_RELU, "relu"), "ok", cpu=True),
         _c("twin_exp_triton", triton(TRITON_EXP, "exp"), "ok", cpu=True),
+        _c("twin_fixed_grid_stride_cuda", kb(inline("rt_stride", STRIDE_KERNEL, FIXED_GRID_HOST), REF_RELU), "ok"),
+        _c("twin_fixed_grid_stride_triton", triton(TRITON_STRIDE, "relu"), "ok", cpu=True),
+        # sizes past the example: a fixed grid with no stride loop never writes past 32,768 elements
+        _c("size_specialised_cuda", kb(inline("rt_fixed", RELU_KERNEL, FIXED_GRID_HOST), REF_RELU), INCORRECT),
+        _c("size_specialised_triton", triton(TRITON_FIXED_GRID, "relu"), INCORRECT, cpu=True),
+        # one element past the input's end, read (times zero) or written: the output stays right
+        _c("oob_read_cuda", kb(inline("rt_oobr", OOB_READ_KERNEL, RELU_HOST), REF_RELU), OUT_OF_BOUNDS),
+        _c("oob_write_cuda", kb(inline("rt_oobw", OOB_WRITE_KERNEL, RELU_HOST), REF_RELU), OUT_OF_BOUNDS),
+        _c("oob_read_triton", triton(TRITON_OOB_READ, "relu"), OUT_OF_BOUNDS, cpu=True),
+        _c("oob_write_triton", triton(TRITON_OOB_WRITE, "relu"), OUT_OF_BOUNDS, cpu=True),
         # a reduction with a missing __syncthreads in the tree
         _c("missing_syncthreads", kb(inline("rt_nosync", ROWSUM_KERNEL.replace(
-            "    __syncthreads();\n  }", "  }"), ROWSUM_HOST), REF_ROWSUM), INCORRECT + ("memcheck",)),
+            "    __syncthreads();\n  }", "  }"), ROWSUM_HOST), REF_ROWSUM),
+           INCORRECT + ("memcheck", "racecheck", "synccheck")),
         # pairs of elements per thread: the last element of an odd size is never written
         _c("off_by_one_odd", kb(inline("rt_pairs", RELU_KERNEL.replace(
             "if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;",

@@ -59,7 +59,10 @@ def test_redteam_on_gpu(tmp_path):
 
 @pytest.mark.gpu
 def test_memcheck_catches_what_comparison_may_miss(tmp_path):
-    selected = [c for c in cases() if c.name in ("twin_relu_cuda", "illegal_address", "missing_syncthreads")]
+    # the shared-memory twins pass racecheck and synccheck too; the guard trips get memcheck's message
+    selected = [c for c in cases() if c.name in ("twin_relu_cuda", "illegal_address", "missing_syncthreads",
+                                                 "twin_rowsum_cuda", "twin_matmul_cuda", "oob_read_cuda",
+                                                 "oob_write_cuda")]
     cfg = dataclasses.replace(ValidateConfig(), memcheck="all", sample_timeout=400, timing=False)
     got = _run(selected, cfg, "auto", str(tmp_path))
     assert _table(selected, got) == []

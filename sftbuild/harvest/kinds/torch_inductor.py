@@ -1,9 +1,24 @@
-"""The `torch-inductor` kind: Triton kernels torch.compile writes for reference programs."""
+"""The `torch-inductor` kind: reference programs compiled by torch.compile, as validated pairs and kernels.
+
+Each program compiled to one Dynamo graph yields:
+- one program pair (language `kernelbench`, binding kind `kernelbench`): the reference is the
+  program, the solution its output code made standalone with `class ModelNew`
+  (sftbuild.harvest.inductor_code.solution); it validates through the module path like any
+  KernelBench pair, with the sizes of `binding["sizes"]` varied;
+- one record per generated Triton kernel (language `triton`, binding kind `inductor`): the
+  binding carries the program's solution and the kernel's name, and validation runs that
+  solution with the record's kernel spliced in (sftbuild.validate.pyrun.inductor_candidate).
+
+A program that cannot stand alone (graph breaks, outputs other than tensors, placeholders read
+from globals) yields nothing: it is skipped with the reason, so no record is ever unbound.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 from sftbuild.harvest import inductor
+from sftbuild.harvest import inductor_code as IC
+from sftbuild.harvest import kernelbench as KB
 from sftbuild.harvest.kinds import KINDS, SourceKind
 from sftbuild.harvest.sources import Source, SourceError
 from sftbuild.record import Record
@@ -11,7 +26,8 @@ from sftbuild.record import Record
 
 @KINDS.register
 class TorchInductor(SourceKind):
-    """Triton kernels torch.compile generates from reference programs, each bound exactly to its program (needs a GPU).
+    """Reference programs compiled by torch.compile: a validated program pair each, and its Triton
+    kernels run inside the program's own host code (needs a GPU).
 
     Location "catalog" is the built-in catalog; `inductor:PATH` or a path to a .py module
     with `Model` and `get_inputs` names one program.
@@ -36,26 +52,60 @@ class TorchInductor(SourceKind):
                 f"{torch.version.cuda or 'not built'}); run this source on a GPU machine")
         import triton
 
-        for prog in inductor.programs(h.src.location):
-            name, src = prog.name, prog.src
-            try:
-                outputs = inductor.compile_program(name, src)
-            except Exception as e:  # one program failing must not stop the catalog
-                h.skip(name, "compile_failed", f"{type(e).__name__}: {str(e)[:300]}")
+        versions = {"torch": torch.__version__, "triton": triton.__version__}
+        for prog, comp in inductor.compile_isolated(inductor.programs(h.src.location)):
+            if isinstance(comp, str):  # one program failing must not stop the catalog
+                h.skip(prog.name, "compile_failed", comp)
                 continue
-            for out in outputs:
-                for k in inductor.kernels_in_output(out):
-                    n = k["code"].count("\n") + 1
-                    entry = {"kernels": [k["name"]], "params": [], "template": False, "launch_bounds": None,
-                             "launch_sites": k["launch_sites"], "includes": [], "needs": [], "include_sets": []}
-                    binding = {"kind": "inductor", "how": "exact", "program": name, "reference": src,
-                               "dynamic": True, "torch": torch.__version__, "triton": triton.__version__}
-                    prov = {"source_kind": self.name, "url": "https://github.com/pytorch/pytorch",
-                            "commit": getattr(torch.version, "git_version", None), "path": name, "lines": [1, n],
-                            "package": "torch", "version": torch.__version__,
-                            "license": h.src.license or "unknown",
-                            "license_source": "registry" if h.src.license else "unknown",
-                            "catalog": prog.catalog, "benchmark": prog.benchmark}
-                    rec = Record(language="triton", code=k["code"], source=h.src.name, entry=entry,
-                                 binding=binding, provenance=prov)
-                    h.emit([rec], [(1, n)])
+            try:
+                recs = records(h.src.name, prog, comp, versions, h.src.license)
+            except IC.NotStandalone as e:
+                h.skip(prog.name, e.reason, str(e))
+                continue
+            for rec in recs:
+                n = rec.code.count("\n") + 1
+                h.emit([rec], [(1, n)])
+
+
+def records(source: str, prog, comp, versions: dict, license: str | None = None) -> list[Record]:
+    """The program pair and its per-kernel records, for one compiled program (`inductor.Compiled`)."""
+    if len(comp.graphs) != 1:
+        raise IC.NotStandalone(f"the program compiles to {len(comp.graphs)} graphs, not one: a graph break")
+    code = IC.pick_code(comp.codes, len(comp.graphs[0]))
+    if code is None:
+        raise IC.NotStandalone(f"none of the {len(comp.codes)} output modules has a call taking the graph's "
+                               f"{len(comp.graphs[0])} inputs")
+    if comp.returns is None:
+        raise IC.NotStandalone("the program returns something other than a tensor or a tuple of tensors "
+                               "the graph computes")
+    if any(s is None for s in comp.graphs[0]):
+        raise IC.NotStandalone("a graph placeholder has no source to rebuild it from")
+    reference = comp.reference or prog.src
+    found = IC.kernels(code)
+    if not found:
+        raise IC.NotStandalone("the output code holds no Triton kernel (library calls only: "
+                               f"{', '.join(IC.extern_calls(code)) or 'none'})", "no_triton_kernel")
+    solution = IC.solution(reference, code, comp.graphs[0], comp.returns)
+    extern = IC.extern_calls(code)
+    sizes = comp.sizes if comp.sizes is not None else IC.free_sizes(reference)
+    prov = {"source_kind": "torch-inductor", "url": "https://github.com/pytorch/pytorch",
+            "commit": None, "path": prog.name, "package": "torch", "version": versions.get("torch"),
+            "license": license or "unknown", "license_source": "registry" if license else "unknown",
+            "catalog": prog.catalog, "benchmark": prog.benchmark}
+    gen = {"gemm": comp.gemm, **({"gemm_why": comp.why} if comp.why else {}), "extern": extern, **versions}
+    n = solution.count("\n") + 1
+    pair = KB.pair_record(source, solution, reference, prog.name, {**prov, "lines": [1, n]})
+    pair.entry.update(backend="triton", kernels=[k["name"] for k in found], generator="inductor", **gen)
+    pair.binding.update(program=prog.name, dtypes=[comp.dtype], sizes=sizes)
+    out = [pair]
+    for k in found:
+        lines = k["code"].count("\n") + 1
+        entry = {"kernels": [k["name"]], "params": [], "template": False, "launch_bounds": None,
+                 "launch_sites": k["launch_sites"], "includes": [], "needs": [], "include_sets": [],
+                 "generator": "inductor", "aten": k["aten"], "nodes": k["nodes"], **gen}
+        binding = {"kind": "inductor", "how": "exact", "program": prog.name, "reference": reference,
+                   "solution": solution, "kernel": k["name"], "dtypes": [comp.dtype], "sizes": sizes,
+                   "dynamic": True}
+        out.append(Record(language="triton", code=k["code"], source=source, entry=entry, binding=binding,
+                          provenance={**prov, "lines": [1, lines]}))
+    return out

@@ -1,0 +1,117 @@
+"""What both dedupe modes share: records as documents, the configured filters and decontamination,
+and the parallel pass that filters, decontaminates and signs documents.
+
+`setup(ctx)` reads the dedupe config once (a bad filter name is a UserError); `analyse(docs, ...)`
+returns each document's drop (None, or (reason, payload)), the survivors and their signatures.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from sftbuild.context import Context, UserError
+from sftbuild.dedupe import filters as F
+from sftbuild.dedupe.decontam import Decontaminator
+from sftbuild.dedupe.near import Doc, pool_mapper
+from sftbuild.dedupe.params import Params
+from sftbuild.dedupe.signature import Signatures, assemble, compute
+from sftbuild.plugins import PluginError
+from sftbuild.record import Record
+
+LARGEST = 10  # clusters listed with their members' provenance in the report
+
+
+def to_doc(record: Record, validation: dict | None) -> Doc:
+    res = validation or {}
+    payload = res.get("payload") or {}
+    binding = record.binding or {}
+    prov = record.provenance or {}
+    speedup = payload.get("speedup")
+    evidence = binding.get("evidence") if isinstance(binding.get("evidence"), dict) else {}
+    return Doc(
+        id=record.id, text=record.code, language=record.language,
+        op=binding.get("op"),
+        validated=res.get("status") == "ok" and payload.get("validated", True) is not False,
+        speedup=float(speedup) if isinstance(speedup, (int, float)) else None,
+        license=prov.get("license"), priority=int(prov.get("priority", 0) or 0),
+        source_kind=prov.get("source_kind", ""),
+        reference=binding.get("reference") if isinstance(binding.get("reference"), str) else None,
+        meta={"source": record.source, "name": record.name,
+              **{k: prov.get(k) for k in ("source_kind", "url", "path", "lines", "license") if k in prov}},
+        how=(binding.get("how") or "declared") if binding else None,
+        evidence=sum(len(v) for k in ("shapes", "dtypes") if isinstance(v := evidence.get(k), list)))
+
+
+@dataclasses.dataclass
+class Setup:
+    """What both modes run with: near-dedup parameters, filters, decontamination, and their manifest."""
+
+    params: Params
+    filters: list
+    decon: Decontaminator | None
+    manifest: dict
+
+
+def setup(ctx: Context) -> Setup:
+    cfg = ctx.config.dedupe
+    params = Params.from_config(cfg)
+    try:
+        filters = F.configured(cfg.filters)
+    except PluginError as e:
+        raise UserError(str(e)) from None
+    decon = None
+    if cfg.benchmarks:
+        try:
+            decon = Decontaminator(cfg.benchmarks, threshold=cfg.contamination_threshold,
+                                   ngram=cfg.contamination_ngram, max_df=cfg.contamination_max_df)
+        except (ValueError, OSError) as e:  # a missing or unreadable benchmark: one sentence, not a traceback
+            raise UserError(f"dedupe.benchmarks: {e}") from None
+    # before_validation decides whether dedupe runs before validation, never what it finds
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("filters", "before_validation")}
+    manifest = {"params": params.manifest(), "config": config,
+                # what the selection amounts to: the same filters spelled differently hash the same
+                "filters": [[f.name, f.manifest()] for f in filters],
+                "benchmarks": decon.manifest() if decon else None}
+    return Setup(params, filters, decon, manifest)
+
+
+def analyse_task(item: tuple) -> tuple[list, Signatures]:
+    """One chunk of documents: filter and decontamination verdicts, and signatures of all of them."""
+    _, docs, params, filters, decon = item
+    drops = []
+    for d in docs:
+        drop = F.apply(filters, d)
+        if drop is None and decon is not None:
+            m = decon.match(d)
+            if m is not None:
+                drop = ("contaminated", dataclasses.asdict(m))
+        drops.append(drop)
+    sigs = compute([d.text for d in docs], [d.language for d in docs], params, [d.tokens for d in docs])
+    for d in docs:
+        d.__dict__.pop("tokens", None)  # token lists are large; run in-process they would all stay alive
+    return drops, sigs
+
+
+def analyse(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Decontaminator | None = None,
+            workers: int = 1, mapper=None, every: bool = False) -> tuple[list, list[Doc], Signatures]:
+    """Each document's drop (None, or (reason, payload)), the survivors, and the survivors' signatures
+    (with `every`: all documents and their signatures, dropped or not).
+
+    Filters, decontamination and signatures run per chunk in parallel (`mapper`, e.g. an
+    executor's map_cpu, or a pool of `workers`).
+    """
+    size = max(1, params.chunk_size)
+    items = [(i, docs[lo:lo + size], params, filters, decon) for i, lo in enumerate(range(0, len(docs), size))]
+    parts: dict[int, tuple] = {}
+    for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc="dedupe: filter and hash"):
+        parts[item[0]] = res if isinstance(res, tuple) else analyse_task(item)  # redo a failed chunk here
+    for item in items:  # a chunk the mapper never answered for: here too
+        if item[0] not in parts:
+            parts[item[0]] = analyse_task(item)
+    del items
+    drops = [d for i in range(len(parts)) for d in parts[i][0]]
+    ordered = [(parts[i][1], np.array([every or d is None for d in parts[i][0]], bool)) for i in range(len(parts))]
+    parts.clear()
+    sigs = assemble(ordered, params.num_perm)  # the survivors' signatures only, unless every
+    return drops, [d for d, drop in zip(docs, drops) if every or drop is None], sigs
