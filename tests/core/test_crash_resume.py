@@ -29,7 +29,7 @@ from tests.output import fixture
 
 REPO = Path(__file__).parents[2]
 CLI = [sys.executable, "-m", "sftbuild.cli"]
-DELAYS = (0.0, 0.15, 0.4, 0.8, 1.5)  # seconds after the command opened the workspace
+DELAYS = (0.0, 0.15, 0.4, 0.8)  # seconds after the command opened the workspace
 
 
 # ---- processes -------------------------------------------------------------------------------------------
@@ -117,10 +117,20 @@ class Runner:
         self.kills.append(" ".join(args[:2]) if args[0] == "review" else args[0])
         return None
 
-    def killed_then_finished(self, args: list[str], delays=DELAYS, keys: str = "", after_kill=None) -> None:
-        for d in delays:
-            if self.attempt(args, d, keys) is None and after_kill:
-                after_kill()
+    def killed_then_finished(self, args: list[str], kills: int = 3, keys: str = "", after_kill=None,
+                             delays=DELAYS) -> None:
+        """Kill `sftbuild ARGS` `kills` times at growing delays (shorter again after an attempt that
+        finished before its kill), then let it run to the end."""
+        done, i, tries = 0, 0, 0
+        while done < kills and tries < 3 * kills:
+            tries += 1
+            if self.attempt(args, delays[i], keys) is None:
+                done += 1
+                i = min(i + 1, len(delays) - 1)
+                if after_kill:
+                    after_kill()
+            else:
+                i = 0
         self.attempt(args, None, keys)
 
 
@@ -168,10 +178,10 @@ def test_kill9_in_every_stage_loses_nothing_and_leaves_no_process(tmp_path):
     n = 240
     corpus = _corpus(tmp_path, n)
     run = Runner(tmp_path / "ws", cfg, env)
-    run.killed_then_finished(["harvest", str(corpus)], delays=DELAYS[:4])
-    run.killed_then_finished(["bind"], delays=DELAYS[:3])
-    run.killed_then_finished(["describe"], delays=DELAYS[:3])
-    run.killed_then_finished(["validate"], delays=DELAYS[:3])
+    run.killed_then_finished(["harvest", str(corpus)], kills=4)
+    run.killed_then_finished(["bind"])
+    run.killed_then_finished(["describe"])
+    run.killed_then_finished(["validate"])
     kills += run.kills
     store = Store(tmp_path / "ws")
     try:
@@ -193,8 +203,8 @@ def test_kill9_in_every_stage_loses_nothing_and_leaves_no_process(tmp_path):
     cfg2.write_text("executor: {cpu_workers: 1, gpus: none}\nreview: {fraction: 1.0}\n"
                     "export: {interpreter_only: split}\n")
     run2 = Runner(ws2, cfg2, env)
-    run2.killed_then_finished(["dedupe"], delays=DELAYS[:3])
-    run2.killed_then_finished(["review", "sample"], delays=DELAYS[:3])
+    run2.killed_then_finished(["dedupe"])
+    run2.killed_then_finished(["review", "sample"])
     seen: set[tuple[str, str]] = set()
 
     def no_verdict_lost():
@@ -210,10 +220,10 @@ def test_kill9_in_every_stage_loses_nothing_and_leaves_no_process(tmp_path):
     sampled = len(s.review_rows())
     s.close()
     keys = "a" * (sampled + 2) + "q"
-    run2.killed_then_finished(["review", "next", "--reviewer", "ann"], delays=(0.3, 0.6, 1.0, 1.5), keys=keys,
-                              after_kill=no_verdict_lost)
+    run2.killed_then_finished(["review", "next", "--reviewer", "ann"], kills=4, keys=keys,
+                              after_kill=no_verdict_lost, delays=(0.05, 0.3, 0.6, 1.0))
     no_verdict_lost()
-    run2.killed_then_finished(["export"], delays=DELAYS[:3])
+    run2.killed_then_finished(["export"])
     kills += run2.kills
 
     s = Store(ws2)
