@@ -194,10 +194,12 @@ class Store:
         written before origins: each record's own source and provenance is its first origin."""
         if self.db.execute("SELECT 1 FROM records LIMIT 1").fetchone() and \
                 not self.db.execute("SELECT 1 FROM origins LIMIT 1").fetchone():
+            rows = self.db.execute("SELECT id, source, provenance, created FROM records").fetchall()
             with self.tx():
-                self.db.execute("INSERT OR IGNORE INTO origins SELECT id, source, "
-                                "COALESCE(json_extract(provenance, '$.path'), ''), provenance, NULL, created "
-                                "FROM records")
+                for rid, source, prov, created in rows:
+                    path = str((json.loads(prov) or {}).get("path") or "")
+                    self.db.execute("INSERT OR IGNORE INTO origins VALUES (?,?,?,?,NULL,?)",
+                                    (rid, source, path, prov, created))
         cols = {r[1] for r in self.db.execute("PRAGMA table_info(results)").fetchall()}
         legacy = self.db.execute("SELECT id, binding FROM records WHERE binding IS NOT NULL").fetchall()
         if "binding_key" in cols and not legacy:
