@@ -111,3 +111,21 @@ def test_a_workspace_from_before_origins_gets_one_per_record(tmp_path):
                    for r in s.records())
     finally:
         s.close()
+
+
+def test_review_show_names_every_source_of_the_code(make_ctx, tmp_path):
+    from sftbuild.review.evidence import gather, lines
+
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        shutil.copy(DATA / "cuda_tree" / "kernels.cu", tmp_path / name / "kernels.cu")
+    reg = tmp_path / "reg.yaml"
+    reg.write_text(f"sources:\n"
+                   f"  - {{name: first, kind: dir, location: {tmp_path / 'first'}, license: MIT}}\n"
+                   f"  - {{name: second, kind: dir, location: {tmp_path / 'second'}, license: Apache-2.0,\n"
+                   f"     bindings: [{{kernel: square_kernel, op: relu}}]}}\n")
+    ctx = make_ctx(gpus="none")
+    stage.run(ctx, [str(reg)])
+    (rec,) = [r for r in ctx.store.records() if r.name == "square_kernel"]
+    text = "\n".join(lines(gather(ctx.store, rec.id)))
+    assert "also in: second   path: kernels.cu   license: Apache-2.0   declared: relu" in text
