@@ -15,26 +15,46 @@ from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
 
 
-def common(f):
-    """Options every stage shares."""
+class PathArg(click.Path):
+    """click.Path that refuses a NUL byte and a path the file system cannot look up, with a sentence."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and "\0" in value:
+            self.fail(f"{value!r} contains a NUL character", param, ctx)
+        try:
+            return super().convert(value, param, ctx)
+        except (OSError, ValueError) as e:
+            self.fail(f"{value[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}", param, ctx)
+
+
+def common(f=None, *, creates: bool = False):
+    """Options every stage shares. Only a command that `creates` a workspace (harvest, run) makes
+    one where none exists; every other command says that there is none."""
+    if f is None:
+        return functools.partial(common, creates=creates)
+
     @click.option("--workspace", "-w", default="sftbuild-work", show_default=True,
-                  type=click.Path(file_okay=False), help="Workspace folder holding the store.")
-    @click.option("--config", "-c", "config_path", default=None, type=click.Path(dir_okay=False),
+                  type=PathArg(file_okay=False), help="Workspace folder holding the store.")
+    @click.option("--config", "-c", "config_path", default=None, type=PathArg(dir_okay=False),
                   help="Config file (default: ./sftbuild.yaml when present).")
     @click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
                   help="Where tasks run (default from config: local).")
     @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
     @functools.wraps(f)
     def wrapper(workspace, config_path, executor, quiet, **kw):
+        ex = store = None
         try:
             cfg = C.load(config_path)
+            plugins.check_config(cfg)
             if executor:
                 cfg.executor.kind = executor
-            store = Store(workspace)
-        except (C.ConfigError, StoreError) as e:
+            ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
+                               progress=not quiet, ray_address=cfg.executor.ray_address)
+            store = Store(workspace, create=creates)
+        except (C.ConfigError, StoreError, plugins.PluginError) as e:
+            if ex is not None:
+                ex.close()
             raise click.ClickException(str(e))
-        ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
-                           progress=not quiet, ray_address=cfg.executor.ray_address)
         ctx = Context(store=store, config=cfg, executor=ex, echo=click.echo, progress=not quiet)
         try:
             return f(ctx, **kw)
@@ -67,7 +87,7 @@ def main():
 
 
 @main.command()
-@click.argument("path", default="sftbuild.yaml", type=click.Path(dir_okay=False))
+@click.argument("path", default="sftbuild.yaml", type=PathArg(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(path, force):
     """Write a commented config file with every default.
@@ -77,16 +97,19 @@ def init(path, force):
         sftbuild init && $EDITOR sftbuild.yaml
     """
     p = Path(path)
-    if p.exists() and not force:
-        raise click.ClickException(f"{p} exists; use --force to overwrite")
-    p.write_text(C.template(plugin_defaults), encoding="utf-8")
+    try:
+        if p.exists() and not force:
+            raise click.ClickException(f"{p} exists; use --force to overwrite")
+        p.write_text(C.template(plugin_defaults), encoding="utf-8")
+    except OSError as e:
+        raise click.ClickException(f"cannot write {str(p)[:200]}: {e.strerror or e}")
     click.echo(f"wrote {p}")
 
 
 @main.command()
 @click.argument("sources", nargs=-1)
 @click.option("--allow-unpinned", is_flag=True, help="Accept git URLs without @REV.")
-@common
+@common(creates=True)
 def harvest(ctx, sources, allow_unpinned):
     """Extract kernels from SOURCES (default: the configured built-in sources).
 
@@ -193,9 +216,9 @@ def validate(ctx, max_slowdown, memcheck):
     from sftbuild.validate import stage
 
     if max_slowdown is not None:
-        ctx.config.validate.max_slowdown = max_slowdown
+        C.override(ctx.config, "validate.max_slowdown", max_slowdown, "--max-slowdown")
     if memcheck is not None:
-        ctx.config.validate.memcheck = memcheck
+        C.override(ctx.config, "validate.memcheck", memcheck, "--memcheck")
     _stage(ctx, "validate", stage.run)
 
 
@@ -376,7 +399,7 @@ def review_serve(ctx, port, reviewer):
 @review.command("packet")
 @click.option("--format", "fmt", type=click.Choice(["label-studio", "argilla"]), required=True,
               help="Label Studio task import JSON, or an Argilla dataset folder.")
-@click.argument("out", type=click.Path())
+@click.argument("out", type=PathArg())
 @common
 def review_packet(ctx, fmt, out):
     """Write the review sample for Label Studio or Argilla; read verdicts back with `review import`.
@@ -393,7 +416,7 @@ def review_packet(ctx, fmt, out):
 
 
 @review.command("import")
-@click.argument("file", type=click.Path(exists=True))
+@click.argument("file", type=PathArg(exists=True))
 @common
 def review_import(ctx, file):
     """Read verdicts from a Label Studio export JSON or an Argilla records file or folder.
@@ -450,7 +473,7 @@ def status(ctx, as_json):
 
 @main.command()
 @click.argument("sources", nargs=-1)
-@common
+@common(creates=True)
 def run(ctx, sources):
     """Run every stage in pipeline order (see `sftbuild --help`).
 

@@ -14,7 +14,12 @@ checks its own parameters (see `sftbuild.plugins`).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
+import re
+import shutil
+import subprocess
 import types
 import typing
 from pathlib import Path
@@ -28,13 +33,57 @@ class ConfigError(Exception):
 
 
 def opt(default: Any, help: str = "", *, choices: tuple | None = None, lo: float | None = None,
-        hi: float | None = None, lo_open: bool = False, hi_open: bool = False, plugins: str | None = None) -> Any:
-    """A config field: its default, its help line, and the values it accepts."""
+        hi: float | None = None, lo_open: bool = False, hi_open: bool = False, plugins: str | None = None,
+        validator: Callable[[Any], str | None] | None = None) -> Any:
+    """A config field: its default, its help line, and the values it accepts.
+
+    `validator(value)` returns None for a good value, else what is allowed ("a CUDA arch such as
+    sm_90"); numbers must be finite, and within `lo`/`hi` where given.
+    """
     meta = {"help": help, "choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "hi_open": hi_open,
-            "plugins": plugins}
+            "plugins": plugins, "validator": validator}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+ARCH = re.compile(r"^(sm|compute)_(\d{2,3})[af]?$")
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_archs() -> frozenset[str] | None:
+    """The virtual archs (compute_XX) the nvcc on PATH or in CUDA_HOME knows, or None without one."""
+    for nvcc in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+        if nvcc and os.path.exists(nvcc):
+            try:
+                out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=20).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+            archs = frozenset(line.strip() for line in out.splitlines() if ARCH.match(line.strip()))
+            return archs or None
+    return None
+
+
+def check_arch(value: str) -> str | None:
+    """sm_XX or compute_XX (an `a`/`f` suffix allowed) that the installed nvcc lists, when there is one."""
+    m = ARCH.match(value)
+    if not m:
+        return "a CUDA arch such as sm_90 or compute_90"
+    known = nvcc_archs()
+    if known is not None and f"compute_{m.group(2)}" not in known:
+        listed = sorted({a.split("_")[1].rstrip("af") for a in known}, key=int)
+        return f"an arch this nvcc knows (sm_ or compute_ with {', '.join(listed)})"
+    return None
+
+
+def check_gpus(value: str) -> str | None:
+    """auto, none, or comma-separated GPU indices; whether they exist is checked when the executor starts."""
+    if value in ("auto", "none"):
+        return None
+    ids = [s.strip() for s in value.split(",")]
+    if ids and all(i.isdigit() and i.isascii() for i in ids) and len(set(ids)) == len(ids):
+        return None
+    return "auto, none, or distinct comma-separated GPU indices such as 0,1"
 
 
 @dataclasses.dataclass
@@ -82,7 +131,7 @@ class DescribeConfig:
 @dataclasses.dataclass
 class ValidateConfig:
     """Compile gate, resource limits, correctness trials, memory checks and timing."""
-    arch: str = opt("sm_90", "nvcc -arch and Triton target")
+    arch: str = opt("sm_90", "nvcc -arch and Triton target", validator=check_arch)
     compile_timeout: float = opt(30.0, "seconds per compile", lo=0, lo_open=True)
     sample_timeout: float = opt(120.0, "seconds per record on the GPU before the worker is recycled",
                                 lo=0, lo_open=True)
@@ -177,7 +226,7 @@ class ExecutorConfig:
     """Where tasks run."""
     kind: str = opt("local", "local process pools, or ray", choices=("local", "ray"))
     cpu_workers: int = opt(0, "0 = one per core", lo=0)
-    gpus: str = opt("auto", "auto | none | comma-separated ids, e.g. 0,1")
+    gpus: str = opt("auto", "auto | none | comma-separated ids, e.g. 0,1", validator=check_gpus)
     ray_address: str = opt("", "an existing Ray cluster; empty starts a local one")
 
 
@@ -206,7 +255,11 @@ def load(path: str | os.PathLike | None = None) -> Config:
             return Config()
         path = "sftbuild.yaml"
     p = Path(path)
-    if not p.is_file():
+    try:
+        exists = p.is_file()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"config file {str(p)[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}")
+    if not exists:
         raise ConfigError(f"config file {p} does not exist")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
@@ -223,8 +276,23 @@ def from_dict(data: Any, source: str = "config") -> Config:
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     if cfg.dedupe.bands * cfg.dedupe.rows > cfg.dedupe.num_perm:
-        raise ConfigError(f"{source}: dedupe.bands * dedupe.rows must not exceed dedupe.num_perm")
+        d = cfg.dedupe
+        raise ConfigError(f"{source}: dedupe.bands * dedupe.rows must not exceed dedupe.num_perm, got "
+                          f"{d.bands} * {d.rows} = {d.bands * d.rows} > {d.num_perm}")
     return cfg
+
+
+def override(cfg: Config, key: str, value: Any, flag: str = "") -> None:
+    """Set `key` (section.field) in `cfg` from a command-line option, with the checks a file gets."""
+    section, field = key.split(".")
+    sec = getattr(cfg, section)
+    f = {f.name: f for f in dataclasses.fields(sec)}[field]
+    try:
+        value = _coerce(typing.get_type_hints(type(sec))[field], value, key)
+        _check(f.metadata, value, key)
+    except ConfigError as e:
+        raise ConfigError(f"{flag}: {e}" if flag else str(e)) from None
+    setattr(sec, field, value)
 
 
 # keys that became a plug-in's own parameters
@@ -260,15 +328,23 @@ def _check(meta, value: Any, name: str) -> None:
     """The field's declared range or choices."""
     if value is None or not meta:
         return
+    if isinstance(value, list) and meta.get("choices") and not value:
+        raise ConfigError(f"{name}: expected at least one of {', '.join(meta['choices'])}, got an empty list")
     for v in value if isinstance(value, list) else [value]:
         if meta.get("choices") and v not in meta["choices"]:
             raise ConfigError(f"{name}: expected one of {', '.join(meta['choices'])}, got {v!r}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{name}: must be a finite number, got {v}")
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             lo, hi = meta.get("lo"), meta.get("hi")
             if lo is not None and (v <= lo if meta.get("lo_open") else v < lo):
                 raise ConfigError(f"{name}: must be {'>' if meta.get('lo_open') else '>='} {lo}, got {v}")
             if hi is not None and (v >= hi if meta.get("hi_open") else v > hi):
                 raise ConfigError(f"{name}: must be {'<' if meta.get('hi_open') else '<='} {hi}, got {v}")
+        if meta.get("validator"):
+            allowed = meta["validator"](v)
+            if allowed:
+                raise ConfigError(f"{name}: expected {allowed}, got {v!r}")
 
 
 def _coerce(hint, value: Any, name: str):

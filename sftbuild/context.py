@@ -21,15 +21,22 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
-from sftbuild.config import Config
-from sftbuild.executor import Executor, LocalExecutor
+from sftbuild.config import Config, ConfigError
+from sftbuild.executor import Executor, LocalExecutor, missing_gpus
 from sftbuild.record import config_hash
 from sftbuild.store import Store
 
 
 def make_executor(kind: str = "local", cpu_workers: int = 0, gpus: str = "auto",
                   progress: bool = True, ray_address: str = "") -> Executor:
-    """The executor a config names: local process pools, or Ray (imported only when chosen)."""
+    """The executor a config names: local process pools, or Ray (imported only when chosen).
+
+    GPU ids named in `gpus` must exist here: a ConfigError says which do not."""
+    missing, have = missing_gpus(gpus)
+    if missing:
+        has = f"its GPUs are {', '.join(have)}" if have else "it has none"
+        raise ConfigError(f"executor.gpus: GPU {', '.join(missing)} does not exist on this machine ({has}); "
+                          f"use auto, none, or ids it has")
     if kind == "local":
         return LocalExecutor(cpu_workers=cpu_workers, gpus=gpus, progress=progress)
     if kind == "ray":

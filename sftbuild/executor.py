@@ -104,6 +104,37 @@ def visible_gpus(spec: str = "auto") -> list[str]:
     return [str(i) for i in range(n)]
 
 
+def gpu_ids() -> list[str]:
+    """The indices of the GPUs on this machine (nvidia-smi, else torch), without a CUDA context."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20)
+            if out.returncode == 0:
+                return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        import torch
+
+        n = torch.cuda.device_count() if torch.version.cuda else 0
+    except Exception:
+        n = 0
+    return [str(i) for i in range(n)]
+
+
+def missing_gpus(spec: str) -> tuple[list[str], list[str]]:
+    """(ids `spec` names that this machine lacks, the ids it has); nothing is missing for auto or none."""
+    if spec in ("auto", "none"):
+        return [], []
+    have = gpu_ids()
+    return [g for g in visible_gpus(spec) if g not in have], have
+
+
 class LocalExecutor(Executor):
     name = "local"
 
@@ -136,7 +167,8 @@ class LocalExecutor(Executor):
             bar.close()
             return
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"))
+            self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"),
+                                                initializer=die_with_parent, initargs=(os.getpid(),))
         futures = {self._pool.submit(_call, fn, item): item for item in items}
         try:
             for fut in cf.as_completed(futures):
@@ -234,6 +266,20 @@ class _Busy:
 def wants_recycle(result) -> bool:
     """A result that asks for a fresh worker process (a sticky CUDA fault poisons the context)."""
     return bool(getattr(result, "recycle", False) or (isinstance(result, dict) and result.get("recycle")))
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker: be killed when the process that started it dies (Linux PR_SET_PDEATHSIG), so a
+    `kill -9` of the main process leaves no worker behind; exit at once if it is already gone."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the pool's own shutdown is all there is
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _call(fn, item):

@@ -176,3 +176,22 @@ def describe(kind: str | None = None) -> list[tuple[str, str, str]]:
     """(kind, name, summary) for every member of every extension point, or of one kind."""
     regs = [registry(k) for k in ([kind] if kind else POINTS)]
     return [(r.kind, cls.name, cls.summary()) for r in regs for cls in r]
+
+
+def check_config(cfg) -> None:
+    """Every plug-in selection in `cfg` (fields declared with `plugins=KIND`) and every name in
+    `export.formats` exists and takes the parameters given; the first problem is a PluginError that
+    names the key. Defaults are not checked: they select registered plug-ins by construction."""
+    for section in dataclasses.fields(cfg):
+        sec = getattr(cfg, section.name)
+        for f in dataclasses.fields(sec):
+            kind = f.metadata.get("plugins")
+            value = getattr(sec, f.name)
+            if kind and value:
+                registry(kind).configured(value, where=f"{section.name}.{f.name}")
+    if cfg.export.formats == type(cfg.export)().formats:
+        return
+    exporters = registry("exporter")
+    unknown = [name for name in cfg.export.formats if name not in exporters]
+    if unknown:
+        raise PluginError(f"export.formats: unknown exporter {unknown[0]!r} (known: {', '.join(exporters.names())})")

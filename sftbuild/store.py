@@ -2,6 +2,8 @@
 
 Tables
   records      immutable kernel records, keyed by code hash
+  origins      every (source, path) a record's code was found at, with that provenance and the
+               binding that source declared: the same code from two sources keeps both
   bindings     one current binding per record (sftbuild.binding.Binding), or `unbound` and why;
                `records.binding` is only read once, to migrate a workspace written before this table
   results      one row per (record, stage, config hash): status ok|dropped|waiting, and for
@@ -50,6 +52,15 @@ CREATE TABLE IF NOT EXISTS records (
     binding TEXT,
     provenance TEXT NOT NULL,
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS origins (
+    record_id TEXT NOT NULL REFERENCES records(id),
+    source TEXT NOT NULL,
+    path TEXT NOT NULL,
+    provenance TEXT NOT NULL,
+    binding TEXT,
+    added REAL NOT NULL,
+    PRIMARY KEY (record_id, source, path)
 );
 CREATE TABLE IF NOT EXISTS results (
     record_id TEXT NOT NULL REFERENCES records(id),
@@ -139,10 +150,15 @@ class StoreError(Exception):
 class Store:
     """A handle on one workspace. Cheap to open; one per process."""
 
-    def __init__(self, workspace: str | os.PathLike):
+    def __init__(self, workspace: str | os.PathLike, create: bool = True):
+        """Open the workspace; without `create`, a folder that holds no store is a StoreError."""
         self.root = Path(workspace)
-        self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "sftbuild.db"
+        try:
+            self._check_root(create)
+        except (OSError, ValueError) as e:
+            raise StoreError(f"the workspace {str(self.root)[:200]!r} cannot be used: "
+                             f"{getattr(e, 'strerror', None) or e}") from None
         try:
             self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -153,6 +169,19 @@ class Store:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a usable sftbuild workspace: {e}") from e
 
+    def _check_root(self, create: bool) -> None:
+        if not create and not self.path.is_file():
+            raise StoreError(f"there is no sftbuild workspace at {self.root}: `sftbuild harvest` or "
+                             f"`sftbuild run` creates one, or pass the right folder with -w")
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"the workspace {self.root} is a file, not a folder")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the workspace {self.root}: {e.strerror or e}") from None
+        if not os.access(self.root, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+            raise StoreError(f"the workspace {self.root} is not writable: every command records its run there")
+
     def close(self) -> None:
         self.db.close()
 
@@ -161,7 +190,16 @@ class Store:
         return _Tx(self.db)
 
     def _migrate(self) -> None:
-        """A workspace written before bindings had their table: key results, move bindings over."""
+        """A workspace written before bindings had their table: key results, move bindings over; one
+        written before origins: each record's own source and provenance is its first origin."""
+        if self.db.execute("SELECT 1 FROM records LIMIT 1").fetchone() and \
+                not self.db.execute("SELECT 1 FROM origins LIMIT 1").fetchone():
+            rows = self.db.execute("SELECT id, source, provenance, created FROM records").fetchall()
+            with self.tx():
+                for rid, source, prov, created in rows:
+                    path = str((json.loads(prov) or {}).get("path") or "")
+                    self.db.execute("INSERT OR IGNORE INTO origins VALUES (?,?,?,?,NULL,?)",
+                                    (rid, source, path, prov, created))
         cols = {r[1] for r in self.db.execute("PRAGMA table_info(results)").fetchall()}
         legacy = self.db.execute("SELECT id, binding FROM records WHERE binding IS NOT NULL").fetchall()
         if "binding_key" in cols and not legacy:
@@ -188,9 +226,11 @@ class Store:
     def add_records(self, records: Iterable[Record]) -> int:
         """Insert records not seen before; returns how many were new.
 
-        A record that carries a binding (declared by its source, or exact) sets the stored one,
-        also when the code was stored before: a second source's declaration, or a changed one,
-        replaces what was there. A record without one leaves the stored binding alone."""
+        Every (source, path) the code is found at is kept as an origin, with its provenance and
+        the binding that source declared (see `origins`). A record that carries a binding (declared
+        by its source, or exact) sets the stored one, also when the code was stored before, unless
+        another source declared the current one: then the first declaration stays current and the
+        second is kept in its origin. A record without one leaves the stored binding alone."""
         new = 0
         now = time.time()
         with self.tx():
@@ -203,10 +243,46 @@ class Store:
                      stable_json(r.provenance), now),
                 )
                 new += cur.rowcount
-                if r.binding:
-                    b = Binding.from_dict(r.binding, how="declared", by=f"source:{r.source}")
+                b = Binding.from_dict(r.binding, how="declared", by=f"source:{r.source}") if r.binding else None
+                self.db.execute("INSERT OR REPLACE INTO origins VALUES (?,?,?,?,?,?)",
+                                (r.id, r.source, str((r.provenance or {}).get("path") or ""),
+                                 stable_json(r.provenance), stable_json(b.to_dict()) if b else None, now))
+                if b and not self._declared_elsewhere(r.id, r.source):
                     self._put_binding(r.id, b, "harvest", None, {})
         return new
+
+    def _declared_elsewhere(self, record_id: str, source: str) -> bool:
+        """Whether the record's current binding was declared by a source other than `source`."""
+        row = self.db.execute("SELECT origin, binding FROM bindings WHERE record_id=?", (record_id,)).fetchone()
+        if not row or row[0] != "harvest" or not row[1]:
+            return False
+        by = json.loads(row[1]).get("by") or ""
+        return by.startswith("source:") and by != f"source:{source}"
+
+    def origins(self, record_id: str) -> list[dict]:
+        """Where the record's code was found, first seen first: source, path, provenance, and the
+        binding that source declared (None when it declared none)."""
+        rows = self.db.execute("SELECT source, path, provenance, binding FROM origins WHERE record_id=? "
+                               "ORDER BY added, source, path", (record_id,)).fetchall()
+        return [{"source": src, "path": path, "provenance": json.loads(prov),
+                 "binding": json.loads(b) if b else None} for src, path, prov, b in rows]
+
+    def carry_results(self, stage: str, chash: str, keep_sources: set[str]) -> int:
+        """Give records of sources outside `keep_sources` that have no `stage` result under `chash`
+        their latest result under an earlier config, so a setting changed for one harvest does not
+        hide what earlier harvests of other sources found. Returns how many were carried."""
+        rows = self.db.execute(
+            "SELECT s.record_id, s.status, s.reason, s.payload, s.binding_key, r.source FROM results s "
+            "JOIN records r ON r.id = s.record_id WHERE s.stage=? AND s.config_hash != ? "
+            "AND s.record_id NOT IN (SELECT record_id FROM results WHERE stage=? AND config_hash=?) "
+            "ORDER BY s.updated", (stage, chash, stage, chash)).fetchall()
+        latest = {r[0]: r for r in rows if r[5] not in keep_sources}  # the newest wins
+        now = time.time()
+        with self.tx():
+            for rid, status, reason, payload, key, _ in latest.values():
+                self.db.execute("INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?)",
+                                (rid, stage, chash, status, reason, payload, now, key))
+        return len(latest)
 
     # ---- bindings ------------------------------------------------------
     def put_binding(self, record_id: str, binding: Binding | None, origin: str = "bind",
@@ -254,7 +330,7 @@ class Store:
         row = self.db.execute(RECORD_SELECT + " WHERE r.id=?", (record_id,)).fetchone()
         if row is None:
             raise StoreError(f"no record {record_id}")
-        return _row_record(row)
+        return _with_origins(_row_record(row), self.origins(record_id))
 
     def find(self, prefix: str) -> Record:
         rows = self.db.execute("SELECT id FROM records WHERE id LIKE ? LIMIT 2",
@@ -266,8 +342,11 @@ class Store:
     def records(self, ids: Iterable[str] | None = None) -> Iterator[Record]:
         if ids is None:
             q = self.db.execute(RECORD_SELECT + " ORDER BY r.seq")
+            several = {r[0] for r in self.db.execute(
+                "SELECT record_id FROM origins GROUP BY record_id HAVING COUNT(*) > 1").fetchall()}
             for row in q.fetchall():
-                yield _row_record(row)
+                rec = _row_record(row)
+                yield _with_origins(rec, self.origins(rec.id)) if rec.id in several else rec
         else:
             for i in ids:
                 yield self.get(i)
@@ -610,6 +689,15 @@ _CURRENT_KEY = "LEFT JOIN bindings b ON b.record_id = s.record_id"
 def _keyed(stage: str) -> str:
     """The SQL condition that keeps a binding-keyed stage's results reached under the current binding."""
     return " AND s.binding_key = COALESCE(b.key, '')" if stage in BINDING_KEYED else ""
+
+
+def _with_origins(rec: Record, origins: list[dict]) -> Record:
+    """`rec` with provenance["origins"]: every place its code was found, when there is more than one."""
+    if len(origins) > 1:
+        rec.provenance = {**rec.provenance, "origins": [
+            {"source": o["source"], "path": o["path"], "url": o["provenance"].get("url"),
+             "license": o["provenance"].get("license"), "binding": o["binding"]} for o in origins]}
+    return rec
 
 
 def _row_record(row) -> Record:

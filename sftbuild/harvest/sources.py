@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import hashlib
+import lzma
 import os
 import shutil
 import subprocess
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -51,15 +53,24 @@ class Source:
         if not isinstance(d, dict):
             raise SourceError(f"{where}: each source must be a mapping")
         fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - fields
+        unknown = sorted(str(k) for k in set(d) - fields)
         if unknown:
-            raise SourceError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} in source {d.get('name')!r}")
+            raise SourceError(f"{where}: unknown key(s) {', '.join(unknown)} in source {d.get('name')!r}")
         for key in ("name", "kind"):
-            if not isinstance(d.get(key), str):
+            if not isinstance(d.get(key), str) or not d[key]:
                 raise SourceError(f"{where}: source is missing {key!r}")
-        for key in ("include", "exclude", "bindings"):
-            if not isinstance(d.get(key, []), list):
-                raise SourceError(f"{where}: source {d['name']!r}: {key} must be a list")
+        for key in ("location", "license", "description"):
+            if not isinstance(d.get(key, ""), str):
+                raise SourceError(f"{where}: source {d['name']!r}: {key} must be a string")
+        if not isinstance(d.get("revision") or "", (str, int, float)):
+            raise SourceError(f"{where}: source {d['name']!r}: revision must be a string")
+        if not isinstance(d.get("network", False), bool):
+            raise SourceError(f"{where}: source {d['name']!r}: network must be true or false")
+        for key, item in (("include", str), ("exclude", str), ("bindings", dict)):
+            v = d.get(key, [])
+            if not isinstance(v, list) or not all(isinstance(x, item) for x in v):
+                what = "strings" if item is str else "mappings"
+                raise SourceError(f"{where}: source {d['name']!r}: {key} must be a list of {what}")
         if not isinstance(d.get("params", {}), dict):
             raise SourceError(f"{where}: source {d['name']!r}: params must be a mapping")
         d = dict(d)
@@ -89,7 +100,11 @@ def torch_root() -> Path:
 def cache_dir(workspace: Path, cfg) -> Path:
     """Where clones and downloads go: `harvest.cache_dir`, or <workspace>/cache."""
     d = Path(cfg.cache_dir or workspace / "cache")
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        key = "harvest.cache_dir" if cfg.cache_dir else "the workspace cache"
+        raise SourceError(f"{key} {d} cannot be created: {e.strerror or e}") from None
     return d
 
 
@@ -124,8 +139,9 @@ def safe_extract(archive: Path, dest: Path, max_bytes: int = MAX_ARCHIVE_BYTES) 
             _extract_tar(archive, dest, max_bytes)
         else:
             raise SourceError(f"archive {name}: unknown format")
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as e:
-        raise SourceError(f"archive {name}: cannot unpack: {e}") from e
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError,
+            NotImplementedError, RuntimeError) as e:  # corrupt, truncated, encrypted, unknown compression
+        raise SourceError(f"archive {name}: cannot unpack: {getattr(e, 'strerror', None) or e}") from e
 
 
 def _extract_zip(archive: Path, dest: Path, max_bytes: int) -> None:

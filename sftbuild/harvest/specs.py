@@ -41,15 +41,25 @@ def load_registry(path: str | os.PathLike = REGISTRY) -> dict[str, Source]:
 def parse_spec(spec: str, registry: dict[str, Source]) -> list[Source]:
     """A command-line source: a registry name, a registry file, or what the first source kind
     (by `order`) recognises: pip:, inductor:, git URLs, archives, dataset files, folders, ...;
-    any of them may end in `?key=value&...`, parameters of its kind (`torch-inductor?programs=300`)."""
+    any of them may end in `?key=value&...`, parameters of its kind (`torch-inductor?programs=300`).
+    Any spec that names nothing usable is a SourceError, also one no file system can look up."""
+    if "\0" in spec:
+        raise SourceError(f"source {spec!r} contains a NUL character")
     base, given = split_params(spec)
     if given is None:
-        return _parse(spec, registry)
+        return _lookup(spec, registry)
     out = []
-    for src in _parse(base, registry):
+    for src in _lookup(base, registry):
         params = {**src.params, **given}
         out.append(dataclasses.replace(src, params=KINDS.create(src.kind).check_params(params, f"source {spec}")))
     return out
+
+
+def _lookup(spec: str, registry: dict[str, Source]) -> list[Source]:
+    try:
+        return _parse(spec, registry)
+    except (OSError, ValueError, RuntimeError) as e:  # a name too long, ~nobody, an unlistable folder
+        raise SourceError(f"source {spec[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}") from None
 
 
 def split_params(spec: str) -> tuple[str, dict | None]:

@@ -58,9 +58,11 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
            **({"file_filters": cfg.file_filters} if cfg.file_filters
               else {"max_file_bytes": F.FILE_FILTERS.get("oversize").Params().max_bytes})}
     with StageRun(ctx, "harvest", key) as run:
+        # records of sources not harvested now keep their results from earlier harvests
+        ctx.store.carry_results("harvest", run.chash, {s.name for s in chosen})
         for src in chosen:
+            h = Harvest(ctx, run, src, filters)
             try:
-                h = Harvest(ctx, run, src, filters)
                 h.run()
                 stats["sources"][src.name] = h.kernels
                 stats["not_extracted"][src.name] = h.listed
@@ -68,6 +70,18 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
                 msg = str(e) + (" (this source needs the network)" if src.network else "")
                 stats["errors"][src.name] = msg
                 ctx.echo(f"harvest: source {src.name}: {msg} (skipped; other sources continue)")
+            except Exception as e:  # noqa: BLE001 - one malformed source never stops the others
+                msg = f"could not be read ({type(e).__name__}: {e})"
+                stats["errors"][src.name] = msg
+                ctx.echo(f"harvest: source {src.name}: {msg} (skipped; other sources continue)")
+            if h.outside:
+                shown = ", ".join(h.outside[:3]) + (", ..." if len(h.outside) > 3 else "")
+                stats.setdefault("links_outside_root", {})[src.name] = len(h.outside)
+                ctx.echo(f"harvest: source {src.name}: {len(h.outside)} symlink(s) point outside the source and "
+                         f"were not followed ({shown})")
+        run.flush()
+        # ... and so do those of a source that failed this time
+        ctx.store.carry_results("harvest", run.chash, {s.name for s in chosen if s.name not in stats["errors"]})
         run.stats.update(stats)
     return run.stats
 
@@ -87,6 +101,7 @@ class Harvest:
         self.data_filters = F.implementing(filters, "check_data")
         self.kernels = 0  # kernels extracted (kept or dropped)
         self.listed = 0  # definitions seen but not extracted, each with a reason
+        self.outside: list[str] = []  # symlinks that point outside the source's root, never followed
         self._skips: list[tuple] = []
 
     def run(self) -> None:
@@ -135,6 +150,8 @@ class Harvest:
         for rel, path, link in S.walk(tree):
             if link:
                 self.skip(rel, link, "never followed")
+                if link == "symlink_outside_root":
+                    self.outside.append(rel)
                 continue
             if not rel.endswith(CODE_EXT):
                 continue

@@ -61,10 +61,10 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
         from sftbuild.output import hub
 
         hub.check(push_to_hub)
+    out_dir = _out_dir(ctx)  # a folder that cannot be written is said before anything else
     blocked = gate(ctx)
     if blocked:
         raise Waiting(f"waiting for review: {blocked}")
-    out_dir = _out_dir(ctx)
     records = ctx.store.alive("export")
     samples, left_out = _samples(ctx, records)
     if not samples:  # `sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops

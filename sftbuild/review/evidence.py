@@ -176,6 +176,10 @@ def lines(ev: Evidence) -> list[str]:
     out = [ev.headline, f"id: {rec.id}   source: {rec.source}   language: {rec.language}   "
            f"license: {rec.provenance.get('license', '?')}   path: {rec.provenance.get('path', '?')}",
            f"binding: {json.dumps(binding, sort_keys=True)[:300] if rec.binding else 'none'}"]
+    for o in (rec.provenance.get("origins") or [])[1:]:  # the same code found elsewhere too
+        declared = (o.get("binding") or {}).get("op") or (o.get("binding") or {}).get("kind")
+        out.append(f"also in: {o['source']}   path: {o['path'] or '?'}   license: {o.get('license') or '?'}"
+                   + (f"   declared: {declared}" if declared else ""))
     if ev.status:
         out.append(f"validate: {ev.status}{' ' + ev.reason if ev.reason else ''}"
                    + (f" ({ev.detail})" if ev.detail and ev.status != "ok" else ""))

@@ -45,6 +45,9 @@ def test_a_stage_command_prepares_its_records_and_says_when_it_has_nothing_to_do
 
     ws = str(tmp_path / "ws")
     out = invoke("validate", "-q", "-w", ws).output
+    assert "there is no sftbuild workspace at" in out  # only harvest and run create one
+    Store(ws).close()
+    out = invoke("validate", "-q", "-w", ws).output
     assert "validate: nothing to do: `harvest` has not run in this workspace yet" in out
     src = Path(__file__).parents[1] / "data" / "harvest" / "cuda_tree"
     assert invoke("harvest", str(src), "-q", "-w", ws).exit_code == 0

@@ -224,6 +224,9 @@ def test_review_settings_are_range_checked(tmp_path):
         r = invoke("review", "status", "-w", ws, "-c", config(tmp_path, text + "\n"))
         assert r.exit_code != 0 and msg in r.output and "Traceback" not in r.output
     r = invoke("review", "status", "-w", ws)
+    assert r.exit_code != 0 and "there is no sftbuild workspace" in r.output
+    Store(ws).close()
+    r = invoke("review", "status", "-w", ws)
     assert r.exit_code != 0 and "no review sample yet" in r.output
 
 
