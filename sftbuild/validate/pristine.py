@@ -45,7 +45,8 @@ OWN = "sftbuild."  # the validator's own modules
 
 
 class Pristine:
-    """The process as candidate code found it; compare with `changes()` and `dirty()`."""
+    """The process as candidate code found it; compare with `changes()` and `dirty()`. Take it after
+    the loop's own settings (guards.set_strict), which calls restore before each candidate call."""
 
     def __init__(self):
         self.bound: list[tuple] = []  # (owner's dict, attr, label, object, code, defaults, kwdefaults)

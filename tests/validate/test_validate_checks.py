@@ -19,7 +19,7 @@ def test_every_module_is_one_registered_check_in_order():
     modules = {m.name for m in pkgutil.iter_modules(C.__path__) if not m.name.startswith("_")}
     assert {c.__module__.rsplit(".", 1)[1] for c in C.RUNTIME_CHECKS} == modules
     assert [c.name for c in C.selected()] == [
-        "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged", "output_type",
+        "globals_intact", "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged", "output_type",
         "library_kernels", "own_kernels_ran", "input_independent", "degenerate_reference"]
     assert "triton_decoy" not in [c.name for c in C.selected({"triton_decoy": False})]
     with pytest.raises(PluginError, match="validate.runtime_checks.nope"):
@@ -151,7 +151,7 @@ def test_cuda_trial_loop_calls_the_checks(monkeypatch):
 
 
 def _python_run(fn, dtype="float32"):
-    from sftbuild.validate import pyrun
+    from sftbuild.validate import guards, pristine, pyrun, refbook
 
     counter = types.SimpleNamespace(count=0, names=set())
 
@@ -159,8 +159,12 @@ def _python_run(fn, dtype="float32"):
         counter.count += 1  # stands in for the candidate's own Triton launch
         return fn(x)
     task = {"id": "t", "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": [dtype], "shapes": 1}
-    prob = pyrun.OpProblem(task, types.SimpleNamespace(wrapper=wrapper), torch.device("cpu"))
-    return pyrun.Run(prob, torch.device("cpu"), counter, set(), [Spy(), *C.selected()]), prob
+    cpu = torch.device("cpu")
+    prob = pyrun.OpProblem(task, cpu)
+    book = refbook.Book(prob, 1, cpu, pyrun.layout_of)
+    prob.bind(types.SimpleNamespace(wrapper=wrapper))
+    guards.set_strict()  # as run_python does before its snapshot
+    return pyrun.Run(prob, cpu, counter, set(), [Spy(), *C.selected()], book, pristine.Pristine()), prob
 
 
 def test_python_trial_loop_calls_the_same_checks():
