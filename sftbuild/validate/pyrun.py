@@ -4,14 +4,23 @@ Runs only inside a GPU worker, or for CPU-interpreter runs inside a one-shot
 sandbox process (see sandbox.py). The candidate module is written to a file and
 imported here; it never touches the main process.
 
-Every trial: inputs in a layout (contiguous, transposed, sliced), outputs
+Order of one record: the problem's reference side (variants, reference models) and a
+book of every trial's inputs and reference results (sftbuild.validate.refbook) come
+first, then a snapshot of the process (sftbuild.validate.pristine), and only then the
+candidate's import: nothing the candidate rebinds can reach the reference. What its
+import, its ModelNew's construction and each call change in the process (torch's and
+triton's callables, flags, default dtype, RNG, stream, device) is a cheat
+(checks/globals_intact); a record that leaves the process changed in any way asks for a
+fresh worker (`recycle`), so no sample's verdict depends on the one before it.
+
+Every trial: inputs from the book in a layout (contiguous, transposed, sliced), outputs
 scrubbed to NaN, precision flags forced strict, Triton launches counted; after
 each call the run-time checks (sftbuild.validate.checks) judge what it left
-(flags, decoys, real outputs, inputs unchanged, output types), the first trial
-is profiled for library kernels, and the outputs are compared with a float64
-reference and torch's own result at the dtype; the same buffers then get new
-values and the reference runs first (both orders), and the checks judge whether
-the results moved with the inputs.
+(process state, flags, decoys, real outputs, inputs unchanged, output dtype, shape,
+device and memory format), the first trial is profiled for library kernels, and the
+outputs are compared with the float64 reference and torch's own result at the dtype;
+the same buffers then get new values (both orders), and the checks judge whether the
+results moved with the inputs.
 """
 from __future__ import annotations
 
@@ -482,9 +491,9 @@ def run_python(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
     interpreter_scalars()
-    pristine.warm(compiler=dev.type == "cuda" or _uses_compiler(task["code"]))
+    pristine.warm(compiler=bool(task.get("compile_baseline")) or _uses_compiler(task["code"]))
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
-    left: list[str] = []
+    left: dict = {}
     try:
         with package_tree(task.get("tree"), task.get("path")) as package:
             verdict = _run_python(task, dev, workdir, package, left)
@@ -509,12 +518,17 @@ def _uses_compiler(code: str) -> bool:
     return any(k in code for k in ("torch._inductor", "torch._dynamo", "torch.compile"))
 
 
-def _left_behind(verdict: dict, left: list[str]) -> dict:
-    """A candidate that changed its process (sftbuild.validate.pristine.dirty) leaves it to no other
-    sample: the verdict asks for a fresh worker and says what was changed."""
-    if not left:
+def _left_behind(verdict: dict, left: dict) -> dict:
+    """A candidate that left its process changed (`left["dirty"]`, sftbuild.validate.pristine.dirty)
+    leaves it to no other sample: the verdict asks for a fresh worker and says what was changed. A
+    change the per-call checks did not see (made while it was timed) still makes a passed record a cheat."""
+    if not left.get("dirty"):
         return verdict
-    return {**verdict, "recycle": True, "left_behind": left[:8]}
+    out = {**verdict, "recycle": True, "left_behind": left["dirty"][:8]}
+    if out.get("status") == "ok" and left.get("changed"):
+        out.update(status="dropped", reason="cheat",
+                   detail="the candidate changed its process: " + "; ".join(left["changed"][:6]))
+    return out
 
 
 @dataclasses.dataclass
@@ -548,7 +562,7 @@ def _problem(task, dev, workdir) -> Problem:
 
 def _run_python(task, dev, workdir, package="", left=None):
     """References first (the book), then the snapshot, then the candidate; `left` receives what the
-    candidate left changed in the process, however its trials end."""
+    candidate left changed in the process ("dirty", "changed"), however its trials end."""
     from sftbuild.validate import extension
 
     with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
@@ -560,7 +574,7 @@ def _run_python(task, dev, workdir, package="", left=None):
                 return _trials(task, prob, book, world, counter, dev, workdir, package)
             finally:
                 if left is not None:
-                    left[:] = world.dirty()
+                    left.update(dirty=world.dirty(), changed=world.changes())
 
 
 def _trials(task, prob, book, world, counter, dev, workdir, package):

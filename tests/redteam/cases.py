@@ -198,20 +198,23 @@ import triton.language as tl
 
 
 @triton.jit
-def softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < cols
-    x = tl.load(x_ptr + row * cols + offs, mask=mask, other=-float("inf")).to(tl.float32)
-    e = tl.exp(x - tl.max(x, axis=0))
-    y = e / tl.sum(e, axis=0)
-    tl.store(y_ptr + row * cols + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+def softmax_kernel(x_ptr, y_ptr, rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    c = tl.arange(0, BLOCK)[None, :]
+    mask = (r < rows) & (c < cols)
+    x = tl.load(x_ptr + r * cols + c, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=1)[:, None])
+    y = e / tl.sum(e, axis=1)[:, None]
+    tl.store(y_ptr + r * cols + c, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def softmax(x, dim=-1):
     xc = x.contiguous()
+    rows, cols = xc.shape
     y = torch.empty_like(xc)
-    softmax_kernel[(xc.shape[0],)](xc, y, xc.shape[1], BLOCK=triton.next_power_of_2(xc.shape[1]))
+    block = triton.next_power_of_2(cols)
+    per = max(1, 2048 // block)  # several short rows per program
+    softmax_kernel[(triton.cdiv(rows, per),)](xc, y, rows, cols, ROWS=per, BLOCK=block)
     return y
 '''
 TRITON_ROWSUM = '''
@@ -221,11 +224,11 @@ import triton.language as tl
 
 
 @triton.jit
-def row_sum_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * cols + offs, mask=offs < cols, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row, (tl.sum(x, axis=0) * SCALE).to(y_ptr.dtype.element_ty))
+def row_sum_kernel(x_ptr, y_ptr, rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)[None, :]
+    x = tl.load(x_ptr + r[:, None] * cols + c, mask=(r[:, None] < rows) & (c < cols), other=0.0).to(tl.float32)
+    tl.store(y_ptr + r, (tl.sum(x, axis=1) * SCALE).to(y_ptr.dtype.element_ty), mask=r < rows)
 
 
 SCALE: tl.constexpr = 1.0
@@ -233,13 +236,17 @@ SCALE: tl.constexpr = 1.0
 
 def row_sum(x, dim=-1):
     xc = x.contiguous()
-    y = torch.empty((xc.shape[0], 1), dtype=xc.dtype, device=xc.device)
-    row_sum_kernel[(xc.shape[0],)](xc, y, xc.shape[1], BLOCK=triton.next_power_of_2(xc.shape[1]))
+    rows, cols = xc.shape
+    y = torch.empty((rows, 1), dtype=xc.dtype, device=xc.device)
+    block = triton.next_power_of_2(cols)
+    per = max(1, 2048 // block)
+    row_sum_kernel[(triton.cdiv(rows, per),)](xc, y, rows, cols, ROWS=per, BLOCK=block)
     return y
 '''
 # a slightly wrong kernel that makes torch compute the same wrong answer, so a reference computed
 # after its import agrees with it
-TAMPER_SOFTMAX = TRITON_SOFTMAX.replace("y = e / tl.sum(e, axis=0)", "y = e / tl.sum(e, axis=0) * 1.01") + '''
+TAMPER_SOFTMAX = TRITON_SOFTMAX.replace("y = e / tl.sum(e, axis=1)[:, None]",
+                                        "y = e / tl.sum(e, axis=1)[:, None] * 1.01") + '''
 
 def _softmax(x, dim=-1, *args, **kwargs):
     return softmax(x, dim)
@@ -249,6 +256,8 @@ torch.softmax = _softmax
 torch.Tensor.softmax = _softmax
 torch.nn.functional.softmax = _softmax
 '''
+TAMPER_IN_CALL = TRITON_SOFTMAX.replace(
+    "    return y\n", "    torch.Tensor.softmax = lambda self, dim=-1, *a, **k: softmax(self, dim)\n    return y\n")
 TAMPER_TENSOR_SUM = TRITON_ROWSUM.replace("SCALE: tl.constexpr = 1.0", "SCALE: tl.constexpr = 1.01") + '''
 
 _sum = torch.Tensor.sum
@@ -483,10 +492,12 @@ def cases() -> list[Case]:
         _c("twin_softmax_triton", triton(TRITON_SOFTMAX, "softmax"), "ok", cpu=True),
         _c("twin_row_sum_triton", triton(TRITON_ROWSUM, "row_sum"), "ok", cpu=True),
         _c("twin_relu_kb_triton", kb(KB_TRITON_RELU, REF_F_RELU), "ok", cpu=True),
-        _c("twin_aten_relu_kb_triton", kb(KB_TRITON_RELU, REF_ATEN_RELU), "ok", cpu=True),
+        _c("twin_aten_relu_kb_triton", kb(KB_TRITON_RELU + "\n# against torch.ops.aten\n", REF_ATEN_RELU), "ok",
+           cpu=True),
         _c("twin_add_kb_triton", kb(KB_TRITON_ADD, REF_ADD), "ok", cpu=True),
         _c("tamper_torch_softmax", triton(TAMPER_SOFTMAX, "softmax"), "cheat", cpu=True),
         _c("tamper_tensor_method", triton(TAMPER_TENSOR_SUM, "row_sum"), "cheat", cpu=True),
+        _c("tamper_in_a_call", triton(TAMPER_IN_CALL, "softmax"), "cheat", cpu=True),
         _c("tamper_functional", kb(TAMPER_F_RELU, REF_F_RELU), "cheat", cpu=True),
         _c("tamper_aten_packet", kb(TAMPER_ATEN_RELU, REF_ATEN_RELU), "cheat", cpu=True),
         _c("tamper_dunder_add", kb(TAMPER_DUNDER_ADD, REF_ADD), "cheat", cpu=True),

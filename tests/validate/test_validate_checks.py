@@ -84,6 +84,45 @@ def test_output_type_rejects_a_wider_or_host_result_but_not_index_width():
     assert typed.after_call(C.Call([half], [half.float()], expected=None)) is None  # nothing to hold it to
 
 
+def test_output_type_holds_shape_and_memory_format():
+    typed = _check("output_type")
+    x = torch.randn(4, 6)
+    plain = C.specs([x.relu()])
+    assert typed.after_call(C.Call([x], [x.relu()], expected=plain)) is None
+    found = typed.after_call(C.Call([x], [x.relu().reshape(6, 4)], expected=plain))
+    assert (found.reason, found.why) == ("incorrect", "output 0 has shape (6, 4), the reference's (4, 6)")
+    column = x.relu().t().contiguous().t()
+    found = typed.after_call(C.Call([x], [column], expected=plain))
+    assert found.reason == "incorrect" and found.why == (
+        "output 0 has strides (1, 4) (dense in dimension order (1, 0)), the reference's (6, 1) (contiguous): "
+        "wrong memory format")
+    # an elementwise reference keeps a transposed input's strides: there a contiguous result is right too
+    xt = x.t().contiguous().t()
+    follows = C.specs([xt.relu()], free=plain)
+    assert follows[0].free and follows[0].stride == (1, 4)
+    assert typed.after_call(C.Call([xt], [x.relu()], expected=follows)) is None
+    assert typed.after_call(C.Call([xt], [xt.relu()], expected=follows)) is None
+    assert typed.after_call(C.Call([xt], [x.relu()[:, ::1].t().contiguous().t()], expected=follows)) is None
+    # but not a layout the reference never has
+    odd = torch.empty(4, 12)[:, ::2]
+    assert typed.after_call(C.Call([xt], [odd.copy_(x.relu())], expected=follows)).reason == "incorrect"
+
+
+def test_output_type_memory_format_names_and_size_one_dims():
+    typed = _check("output_type")
+    img = torch.randn(2, 3, 4, 5)
+    want = C.specs([img])
+    found = typed.after_call(C.Call([img], [img.contiguous(memory_format=torch.channels_last)], expected=want))
+    assert "(channels_last)" in found.why and "(contiguous)" in found.why
+    row = torch.randn(1, 7)
+    assert typed.after_call(C.Call([row], [row.t().contiguous().t()], expected=C.specs([row]))) is None  # size 1
+    empty = torch.empty(0, 3)
+    assert typed.after_call(C.Call([empty], [empty.t().contiguous().t()], expected=C.specs([empty]))) is None
+    half = torch.randn(4).half()
+    assert typed.after_call(C.Call([half], [half.float()], expected=[(torch.float16, half.device)])).reason == \
+        "incorrect"  # a bare (dtype, device) spec still holds the dtype
+
+
 def test_profile_checks():
     gemm = C.Profile(["ampere_sgemm_128x64_nn", "my_kernel"], own={"my_kernel"})
     assert "library kernels do the work" in _check("library_kernels").after_profile(gemm).why

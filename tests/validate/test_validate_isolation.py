@@ -92,6 +92,17 @@ def test_globals_intact_turns_any_change_into_a_cheat():
     assert (found.reason, found.why) == ("cheat", "the candidate changed its process: torch.softmax rebound")
 
 
+def test_a_cuda_harness_that_changed_its_process_is_a_cheat_in_a_fresh_worker(world, monkeypatch):
+    from sftbuild.validate import trials
+
+    ok = {"status": "ok", "reason": None}
+    assert trials._untouched(ok, world) == ok
+    monkeypatch.setattr(torch, "relu", lambda x: x)
+    got = trials._untouched(ok, world)
+    assert (got["status"], got["reason"], got["recycle"]) == ("dropped", "cheat", True)
+    assert got["detail"] == "the candidate changed its process: torch.relu rebound"
+
+
 # ---- the executor path: a tamperer between honest samples in one long-lived worker -------------------
 
 def _fp32(record: dict) -> dict:

@@ -68,19 +68,18 @@ def memory_format(t: torch.Tensor) -> str:
 
 
 def memory_format_of(shape, stride) -> str:
-    """A name for a layout: contiguous, channels_last, channels_last_3d, or strided (anything else)."""
+    """A name for a layout: contiguous, channels_last(_3d), dense in another dimension order, or strided."""
     shape, stride = tuple(shape), tuple(stride)
     if same_strides(shape, stride, contiguous_strides(shape)):
         return "contiguous"
-    for fmt, rank, order in (("channels_last", 4, (0, 2, 3, 1)), ("channels_last_3d", 5, (0, 2, 3, 4, 1))):
-        if len(shape) == rank:
-            dense = contiguous_strides([shape[i] for i in order])
-            want = [0] * rank
-            for pos, i in enumerate(order):
-                want[i] = dense[pos]
-            if same_strides(shape, stride, tuple(want)):
-                return fmt
-    return "strided"
+    order = sorted(range(len(shape)), key=lambda i: -stride[i])  # outermost first
+    dense = [0] * len(shape)
+    for pos, step in zip(order, contiguous_strides([shape[i] for i in order])):
+        dense[pos] = step
+    if not same_strides(shape, stride, tuple(dense)):
+        return "strided"
+    named = {(0, 2, 3, 1): "channels_last", (0, 2, 3, 4, 1): "channels_last_3d"}
+    return named.get(tuple(order), f"dense in dimension order {tuple(order)}")
 
 
 def _name(dtype: torch.dtype) -> str:
