@@ -283,7 +283,8 @@ REF_F_RELU = REF_RELU.replace("return torch.relu(x)", "return torch.nn.functiona
 REF_ATEN_RELU = REF_RELU.replace("return torch.relu(x)", "return torch.ops.aten.relu(x)")
 REF_ADD = REF_RELU.replace("return torch.relu(x)", "return x + y").replace("def forward(self, x):",
                                                                             "def forward(self, x, y):") \
-    .replace("return [torch.randn(batch_size, dim)]", "return [torch.randn(batch_size, dim), torch.randn(batch_size, dim)]")
+    .replace("return [torch.randn(batch_size, dim)]",
+             "return [torch.randn(batch_size, dim), torch.randn(batch_size, dim)]")
 KB_TRITON_RELU = '''
 import torch
 import torch.nn as nn
