@@ -568,13 +568,23 @@ def _run_python(task, dev, workdir, package="", left=None):
     with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
         with guards.LaunchCounter(os.path.join(workdir, "cand.py")) as counter:
             prob = _problem(task, dev, workdir)
-            book = refbook.Book(prob, task["seeds"], dev, layout_of)
+            book = _book(prob, task, dev)
             world = pristine.Pristine()
             try:
                 return _trials(task, prob, book, world, counter, dev, workdir, package)
             finally:
                 if left is not None:
                     left.update(dirty=world.dirty(), changed=world.changes())
+
+
+def _book(prob, task, dev) -> refbook.Book:
+    """Every trial's references, before the candidate exists here: a failure is the reference's."""
+    try:
+        return refbook.Book(prob, task["seeds"], dev, layout_of)
+    except (Reject, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as e:
+        raise Reject("reference_error", f"the reference does not run: {e!r}"[:400])
 
 
 def _trials(task, prob, book, world, counter, dev, workdir, package):
