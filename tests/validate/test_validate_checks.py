@@ -103,7 +103,10 @@ def test_output_type_holds_shape_and_memory_format():
     assert typed.after_call(C.Call([xt], [x.relu()], expected=follows)) is None
     assert typed.after_call(C.Call([xt], [xt.relu()], expected=follows)) is None
     assert typed.after_call(C.Call([xt], [x.relu()[:, ::1].t().contiguous().t()], expected=follows)) is None
-    # but not a layout the reference never has
+    # a reference that returns a view with no memory format of its own (expanded) holds no strides
+    wide = C.specs([x[:, :1].expand(4, 6)])
+    assert wide[0].free and typed.after_call(C.Call([x], [x.relu()], expected=wide)) is None
+    # but a layout the reference never has is wrong
     odd = torch.empty(4, 12)[:, ::2]
     assert typed.after_call(C.Call([xt], [odd.copy_(x.relu())], expected=follows)).reason == "incorrect"
 

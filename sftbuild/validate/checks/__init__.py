@@ -128,7 +128,9 @@ def specs(tensors: list, free: list | None = None) -> list:
     """The `Spec` of each tensor, None for anything else: what `Call.expected` holds.
 
     `free`: the specs of the same reference on contiguous inputs; a tensor whose strides differ
-    from those follows its inputs' layout, so the candidate may return it contiguous instead."""
+    from those follows its inputs' layout, so the candidate may return it contiguous instead. So
+    may it where the reference returns a view that is no memory format (expanded, with gaps): a
+    candidate must return memory of its own (checks/real_outputs)."""
     out = []
     for j, t in enumerate(tensors):
         if not (hasattr(t, "dtype") and hasattr(t, "device") and hasattr(t, "stride")):
@@ -136,8 +138,19 @@ def specs(tensors: list, free: list | None = None) -> list:
             continue
         plain = free[j] if free and j < len(free) else None
         moved = plain is not None and not same_strides(t.shape, t.stride(), plain.stride)
-        out.append(Spec(t.dtype, t.device, tuple(t.shape), tuple(t.stride()), moved))
+        out.append(Spec(t.dtype, t.device, tuple(t.shape), tuple(t.stride()), moved or not dense(t.shape, t.stride())))
     return out
+
+
+def dense(shape, stride) -> bool:
+    """The elements fill their memory without gaps or overlap, in some order of the dimensions."""
+    dims = sorted((st, n) for n, st in zip(shape, stride) if n > 1)
+    step = 1
+    for st, n in dims:
+        if st != step:
+            return False
+        step *= n
+    return True
 
 
 def same_strides(shape, a, b) -> bool:

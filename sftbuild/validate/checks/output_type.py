@@ -12,8 +12,8 @@ class OutputType(RuntimeCheck):
 
     fp32 returned for an fp16 op is a wrong result however close its values, and a result on
     the host is not the kernel's (a cheat). Strides may differ only where the reference's own
-    follow the input layout (an elementwise op keeps a transposed input's strides): there a
-    contiguous result is right too. Integer outputs may differ in width (int32 indices for
+    follow the input layout (an elementwise op keeps a transposed input's strides), or where it
+    returns a view that is no memory format (expanded): there a contiguous result is right too. Integer outputs may differ in width (int32 indices for
     torch's int64 are fine). Dimensions of size 1 have no stride that matters."""
 
     name = "output_type"
