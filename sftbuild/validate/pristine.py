@@ -11,14 +11,15 @@ reused by a replacement):
              functions (rebinding `sftbuild.ops.compare` would forge a verdict). A Python
              function's code and defaults are held too: a swapped `__code__` keeps the identity.
   state      precision flags, the default dtype, the current CUDA device and stream
+  kernels    torch.library's registrations: one for an operator that existed overrides torch's
+             own (aten::abs returning zeros would blind the comparison itself)
 
 `changes()` names what differs now: "torch.softmax rebound", "default dtype: float32 ->
 float64". Names added since (lazy submodules, a candidate's own helpers) are no change.
 `rng_state()` / `rng_changes(before)` do the same for the CPU and CUDA generators, which the
 loop's own seeding moves, so they are compared around one call only. `dirty()` is what a
-worker must not carry into the next sample: any change, a torch.library kernel for an
-operator that existed (an override of torch's own), or an operator in a namespace torch
-did not have (a candidate's custom op would clash with the next sample's).
+worker must not carry into the next sample: any change, or an operator in a namespace
+torch did not have (a candidate's custom op would clash with the next sample's).
 
 torch patches itself on first use (torch._dynamo wraps torch.manual_seed when imported and
 nn.Module.__init__ on its first compile; Inductor registers operators): `warm()` does that
@@ -98,17 +99,16 @@ class Pristine:
         for name, mod in self.modules.items():
             if sys.modules.get(name) is not mod:
                 out.append(f"module {name} replaced")
+        if len(torch.library._impls) != len(self.impls):  # cheap: the set is only read when it grew
+            overrides = sorted(k for k in set(torch.library._impls) - self.impls
+                               if "::".join(k.split("/")[:2]) in self.ops)
+            out += [f"torch.library kernel registered for {k}" for k in overrides[:4]]
         return out
 
     def dirty(self) -> list[str]:
-        """What a worker must not carry into the next sample: `changes()`, kernels registered from
-        Python for operators that existed (an override of torch's own), and operators in namespaces
+        """What a worker must not carry into the next sample: `changes()`, and operators in namespaces
         torch did not have (a candidate's custom op would clash with the next sample's)."""
         out = self.changes()
-        overrides = sorted(k for k in set(torch.library._impls) - self.impls
-                           if "::".join(k.split("/")[:2]) in self.ops)
-        if overrides:
-            out.append(f"torch.library kernels for existing operators: {', '.join(overrides[:4])}")
         foreign = sorted(n for n in set(torch._C._dispatch_get_all_op_names()) - self.ops
                          if n.partition("::")[0] not in self.namespaces)
         if foreign:
