@@ -152,14 +152,16 @@ def test_a_tamperer_between_honest_samples_in_one_worker(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     gpu_task = pipeline.gpu_task
     monkeypatch.setattr(pipeline, "gpu_task", lambda *a: {**gpu_task(*a), "max_numel": 1 << 14, "device": "cpu"})
-    cfg = ValidateConfig(shapes=2, seeds=1, sample_timeout=300, memcheck="off", timing=False)
+    # torch_override would drop the overrider unread: here it must run, to show the worker is replaced
+    cfg = ValidateConfig(shapes=2, seeds=1, sample_timeout=300, memcheck="off", timing=False,
+                         static_checks={"torch_override": False})
     got = _validate(_sequence(), "0", str(tmp_path), cfg)  # "0": one long-lived worker, run in order
     _check_sequence(got)
 
 
 @pytest.mark.gpu
 def test_a_tamperer_between_honest_samples_on_the_gpu(tmp_path):
-    cfg = ValidateConfig(sample_timeout=120, memcheck="off", timing=False)
+    cfg = ValidateConfig(sample_timeout=120, memcheck="off", timing=False, static_checks={"torch_override": False})
     named = _sequence()
     _check_sequence(_validate(named, "0", str(tmp_path), cfg))
     alone = {n: _validate([(n, rec)], "0", str(tmp_path / n), cfg)[n][:2] for n, rec in named}
