@@ -505,6 +505,9 @@ def cases() -> list[Case]:
         # process state left behind at import
         _c("default_dtype_left", triton(TRITON_DEFAULT_DTYPE, "relu"), "cheat", cpu=True),
         _c("tf32_left_at_import", triton(TRITON_FLAG_HIDDEN, "relu"), "cheat", cpu=True),
+        _c("rng_reseeded_in_call", triton(TRITON_RELU.replace("    return y\n",
+                                                              "    torch.manual_seed(0)\n    return y\n"), "relu"),
+           "cheat", cpu=True),
         _c("torch_override_cpp", kb(inline("rt_override", RELU_KERNEL, RELU_HOST + '''
 TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
 '''), REF_RELU), "cheat", static=True),

@@ -68,6 +68,22 @@ def test_rng_is_compared_around_a_call():
     assert pristine.rng_changes(before) == ["CPU RNG state changed"]
 
 
+@pytest.mark.gpu
+def test_stream_and_cuda_rng_changes_are_named():
+    torch.zeros(1, device="cuda")  # the context first: the snapshot holds the stream only once CUDA is up
+    guards.set_strict()
+    world = pristine.Pristine()
+    before = pristine.rng_state()
+    torch.cuda.set_stream(torch.cuda.Stream())
+    try:
+        assert [c for c in world.changes() if c.startswith("current stream")]
+    finally:
+        torch.cuda.set_stream(torch.cuda.default_stream())
+    assert world.changes() == []
+    torch.randn(4, device="cuda")
+    assert pristine.rng_changes(before) == ["CUDA RNG state changed"]
+
+
 def test_new_names_are_no_change_but_overrides_are_and_custom_ops_make_a_worker_dirty(world):
     torch.nn.functional._sftbuild_test_helper = len  # a new name, nothing rebound
     try:
