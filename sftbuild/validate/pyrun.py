@@ -574,7 +574,10 @@ def _run_python(task, dev, workdir, package="", left=None):
                 return _trials(task, prob, book, world, counter, dev, workdir, package)
             finally:
                 if left is not None:
-                    left.update(dirty=world.dirty(), changed=world.changes())
+                    try:
+                        left.update(dirty=world.dirty(), changed=world.changes())
+                    except Exception as e:  # a faulted context: a fresh worker in any case
+                        left.update(dirty=[f"process state unreadable: {e!r}"[:200]])
 
 
 def _book(prob, task, dev) -> refbook.Book:
