@@ -6,9 +6,10 @@ returning one picklable result. Two kinds of work exist:
   map_cpu  compile, parse, hash: a process pool across the cores
   map_gpu  untrusted kernel runs: one long-lived worker process per GPU
 
-A GPU worker that hangs past its timeout, crashes, or reports a sticky CUDA
-fault is killed and replaced; that item gets a `WorkerFailure` as its result
-and the run continues. GPU workers outlive one `map_gpu` call and are reused by
+A GPU worker that hangs past its timeout, crashes, or returns a result asking
+for a fresh process (`recycle`: a sticky CUDA fault, or a candidate that changed
+its process) is killed and replaced; a hung or crashed item gets a
+`WorkerFailure` as its result and the run continues. GPU workers outlive one `map_gpu` call and are reused by
 the next (their CUDA context and JIT caches stay warm, which a reward server
 called every training step depends on), as long as the task function is the same:
 a worker that ran another function (probing, say, before validation) starts afresh.

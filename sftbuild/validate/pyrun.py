@@ -4,17 +4,26 @@ Runs only inside a GPU worker, or for CPU-interpreter runs inside a one-shot
 sandbox process (see sandbox.py). The candidate module is written to a file and
 imported here; it never touches the main process.
 
+Order of one record: the problem's reference side (variants, reference models) and a
+book of every trial's inputs and reference results (sftbuild.validate.refbook) come
+first, then a snapshot of the process (sftbuild.validate.pristine), and only then the
+candidate's import: nothing the candidate rebinds can reach the reference. What its
+import, its ModelNew's construction and each call change in the process (torch's and
+triton's callables, flags, default dtype, RNG, stream, device) is a cheat
+(checks/globals_intact); a record that leaves the process changed in any way asks for a
+fresh worker (`recycle`), so no sample's verdict depends on the one before it.
+
 Variants include one grown past the fixed-grid caps (sftbuild.validate.sizes).
-Every trial: inputs in a layout (contiguous, transposed, sliced) inside NaN guard regions
-(sftbuild.validate.fences: a changed guard or a result that depends on the guards'
-contents is `out_of_bounds`), each candidate call bounded by the reference's time
-(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict,
-Triton launches counted; after each call the run-time checks (sftbuild.validate.checks)
-judge what it left (flags, decoys, real outputs, inputs unchanged, output types), the first trial
-is profiled for library kernels, and the outputs are compared with a float64
-reference and torch's own result at the dtype; the same buffers then get new
-values and the reference runs first (both orders), and the checks judge whether
-the results moved with the inputs.
+Every trial: inputs from the book in a layout (contiguous, transposed, sliced) inside NaN
+guard regions (sftbuild.validate.fences: a changed guard or a result that depends on the
+guards' contents is `out_of_bounds`), each candidate call bounded by the reference's time
+(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after
+each call the run-time checks (sftbuild.validate.checks) judge what it left
+(process state, flags, decoys, real outputs, inputs unchanged, output dtype, shape,
+device and memory format), the first trial is profiled for library kernels, and the
+outputs are compared with the float64 reference and torch's own result at the dtype;
+the same buffers then get new values (both orders), and the checks judge whether the
+results moved with the inputs.
 """
 from __future__ import annotations
 
@@ -37,7 +46,7 @@ import torch
 from sftbuild import ops
 from sftbuild.harvest import inductor_code
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, deadline, fences, guards, sizes
+from sftbuild.validate import checks, deadline, fences, guards, pristine, refbook, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate.tally import Tally
 
@@ -255,6 +264,18 @@ class Problem:
         """The variant past the fixed-grid caps: one seed in the first layout is enough there."""
         return False
 
+    def bind(self, mod) -> None:
+        """Attach the imported candidate module; everything before this runs no candidate code."""
+        raise NotImplementedError
+
+    def prepare(self, variant, dtype) -> bool:
+        """Set up what a call needs outside the call; True when that ran candidate code."""
+        return False
+
+    def layouts_for(self, dtype) -> list[str]:
+        """Every layout for the first dtype, contiguous inputs for the others."""
+        return self.layouts if dtype == self.dtypes[0] else ["contiguous"]
+
 
 class OpProblem(Problem):
     """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s).
@@ -263,18 +284,11 @@ class OpProblem(Problem):
     the argument mapping and which outputs to compare; it is called exactly so. Without `call` the
     wrapper is picked by `pick_wrapper`."""
 
-    def __init__(self, task, mod, dev):
+    def __init__(self, task, dev):
         b = task["binding"]
         self.op = ops.get(b["op"])
         self.params = {**self.op.params, **(b.get("params") or {})}
-        self.mod, self.call = mod, b.get("call")
-        if self.call:
-            resolve_entry(mod, self.call["entry"])
-        else:
-            self.fn = pick_wrapper(mod, task.get("entry") or {})
-            sig = inspect.signature(self.fn)
-            takes_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-            self.call_params = {k: v for k, v in self.params.items() if takes_kw or k in sig.parameters}
+        self.mod, self.call, self.entry = None, b.get("call"), task.get("entry") or {}
         allowed = b.get("dtypes") or list(self.op.dtypes)
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
         self.layouts = [lay for lay in self.op.layouts if lay in (b.get("layouts") or self.op.layouts)]
@@ -300,6 +314,16 @@ class OpProblem(Problem):
 
     def grown(self, variant) -> bool:
         return tuple(variant) in getattr(self, "_grown", [])
+
+    def bind(self, mod):
+        self.mod = mod
+        if self.call:
+            resolve_entry(mod, self.call["entry"])
+        else:
+            self.fn = pick_wrapper(mod, self.entry)
+            sig = inspect.signature(self.fn)
+            takes_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+            self.call_params = {k: v for k, v in self.params.items() if takes_kw or k in sig.parameters}
 
     def variants(self):
         return self.shapes
@@ -353,13 +377,11 @@ class ModuleProblem(Problem):
     Variants perturb the reference's module-level integer size constants (odd sizes, non-multiples
     of block sizes); a variant is kept only when the reference runs on it."""
 
-    def __init__(self, task, cand_mod, workdir, dev):
+    def __init__(self, task, workdir, dev):
         b = task["binding"]
         self.workdir, self.dev = workdir, dev
         self.reference_src = b["reference"]
-        self.cand_cls = getattr(cand_mod, "ModelNew", None) or getattr(cand_mod, "Model", None)
-        if self.cand_cls is None:
-            raise Reject("unbound", "the candidate defines no ModelNew")
+        self.cand_cls = None
         self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
         self.max_variants = task["shapes"]
@@ -367,8 +389,13 @@ class ModuleProblem(Problem):
         self.blocks = sizes.block_sizes(task.get("code") or "")
         self.limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
         self._variants = None
-        self._models = {}
+        self._refs, self._cands = {}, {}
         self.seed = 1234
+
+    def bind(self, mod):
+        self.cand_cls = getattr(mod, "ModelNew", None) or getattr(mod, "Model", None)
+        if self.cand_cls is None:
+            raise Reject("unbound", "the candidate defines no ModelNew")
 
     def variants(self):
         if self._variants is None:
@@ -426,17 +453,29 @@ class ModuleProblem(Problem):
                   and not isinstance(v, bool)}
         return {"variant": i, "sizes": consts}
 
-    def models(self, variant, dtype):
+    def reference_models(self, variant, dtype):
+        """(the reference at the dtype, in float64), built before any candidate code runs."""
         key = (variant[0], dtype)
-        if key not in self._models:
+        if key not in self._refs:
             i, mod, init = variant
-            dt = TORCH_DTYPES[dtype]
             torch.manual_seed(self.seed)
             ref = mod.Model(*init).to(self.dev).eval()
-            torch.manual_seed(self.seed)
-            cand = self.cand_cls(*init).to(self.dev).eval()
-            self._models[key] = (ref.to(dt), copy.deepcopy(ref).double(), cand.to(dt))
-        return self._models[key]
+            self._refs[key] = (ref.to(TORCH_DTYPES[dtype]), copy.deepcopy(ref).double())
+        return self._refs[key]
+
+    def prepare(self, variant, dtype):
+        """ModelNew with the reference's initial weights (the same seed), at the dtype, built once."""
+        key = (variant[0], dtype)
+        if key in self._cands:
+            return False
+        i, mod, init = variant
+        torch.manual_seed(self.seed)
+        self._cands[key] = self.cand_cls(*init).to(self.dev).eval().to(TORCH_DTYPES[dtype])
+        return True
+
+    def candidate_model(self, variant, dtype):
+        self.prepare(variant, dtype)
+        return self._cands[(variant[0], dtype)]
 
     def inputs(self, variant, dtype, seed, dev):
         torch.manual_seed(seed)
@@ -451,10 +490,10 @@ class ModuleProblem(Problem):
 
     def candidate(self, variant, dtype, inputs):
         with torch.no_grad():
-            return to_list(self.models(variant, dtype)[2](*inputs))
+            return to_list(self.candidate_model(variant, dtype)(*inputs))
 
     def reference(self, variant, dtype, inputs, double=False):
-        ref, ref64, _ = self.models(variant, dtype)
+        ref, ref64 = self.reference_models(variant, dtype)
         with torch.no_grad():
             if double:
                 return to_list(ref64(*[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
@@ -507,28 +546,50 @@ def _odd_small(v: int, name: str, blocks=()) -> int:
 def run_python(task: dict) -> dict:
     """Task: {id, language, code, binding, entry, dtypes?, shapes, seeds, timing, warmup, runs,
     device ('cuda'|'cpu'), ext_cache, tree?, path?}. Returns a verdict dict. `tree` (the harvested
-    package copy) and `path` (the record's file in it) let the record import its package."""
+    package copy) and `path` (the record's file in it) let the record import its package.
+    A verdict carries `recycle` when the worker must not run another sample (see `_left_behind`)."""
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
     interpreter_scalars()
     deadline.lift_while_compiling(cuda=dev.type == "cuda")
+    pristine.warm(compiler=bool(task.get("compile_baseline")) or _uses_compiler(task["code"]))
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
+    left: dict = {}
     try:
         with package_tree(task.get("tree"), task.get("path")) as package:
-            return _run_python(task, dev, workdir, package)
+            verdict = _run_python(task, dev, workdir, package, left)
     except Reject as r:
-        return {"status": "dropped", "reason": r.reason, "detail": r.why}
+        verdict = {"status": "dropped", "reason": r.reason, "detail": r.why}
     except torch.cuda.OutOfMemoryError as e:
-        return {"status": "dropped", "reason": "oom", "detail": str(e)[:500], "recycle": True}
+        verdict = {"status": "dropped", "reason": "oom", "detail": str(e)[:500], "recycle": True}
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
         if type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
-            return {"status": "dropped", "reason": "compile_error", "detail": msg[:2000]}
-        if dev.type == "cuda" and ("CUDA" in msg or "cuda" in msg or "illegal" in msg):
+            verdict = {"status": "dropped", "reason": "compile_error", "detail": msg[:2000]}
+        elif dev.type == "cuda" and ("CUDA" in msg or "cuda" in msg or "illegal" in msg):
             reason = "illegal_address" if "illegal" in msg else "cuda_error"
-            return {"status": "dropped", "reason": reason, "detail": msg[:800], "recycle": True}
-        return {"status": "dropped", "reason": "incorrect", "detail": ("candidate raised " + msg)[:800],
-                "recycle": True}
+            verdict = {"status": "dropped", "reason": reason, "detail": msg[:800], "recycle": True}
+        else:
+            verdict = {"status": "dropped", "reason": "incorrect", "detail": ("candidate raised " + msg)[:800],
+                       "recycle": True}
+    return _left_behind(verdict, left)
+
+
+def _uses_compiler(code: str) -> bool:
+    return any(k in code for k in ("torch._inductor", "torch._dynamo", "torch.compile"))
+
+
+def _left_behind(verdict: dict, left: dict) -> dict:
+    """A candidate that left its process changed (`left["dirty"]`, sftbuild.validate.pristine.dirty)
+    leaves it to no other sample: the verdict asks for a fresh worker and says what was changed. A
+    change the per-call checks did not see (made while it was timed) still makes a passed record a cheat."""
+    if not left.get("dirty"):
+        return verdict
+    out = {**verdict, "recycle": True, "left_behind": left["dirty"][:8]}
+    if out.get("status") == "ok" and left.get("changed"):
+        out.update(status="dropped", reason="cheat",
+                   detail="the candidate changed its process: " + "; ".join(left["changed"][:6]))
+    return out
 
 
 @dataclasses.dataclass
@@ -540,6 +601,8 @@ class Run:
     counter: guards.LaunchCounter  # Triton launches of the candidate's own kernels
     own: set  # CUDA kernel names defined in the candidate's source
     checks: list  # the selected run-time checks (sftbuild.validate.checks)
+    book: refbook.Book  # every trial's inputs and reference results, computed before the candidate ran
+    world: pristine.Pristine  # the process as it was before the candidate ran
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
 
     @functools.cached_property
@@ -548,56 +611,92 @@ class Run:
         return _expects_triton(self.prob)
 
 
-def _run_python(task, dev, workdir, package=""):
+def _problem(task, dev, workdir) -> Problem:
+    """The record's problem, reference side only: nothing of the candidate is imported yet."""
+    kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
+    if kind == "op":
+        return OpProblem(task, dev)
+    if kind in ("kernelbench", "inductor"):
+        return ModuleProblem(task, workdir, dev)
+    raise Reject("unbound", f"binding kind {kind!r} is not supported")
+
+
+def _run_python(task, dev, workdir, package="", left=None):
+    """References first (the book), then the snapshot, then the candidate; `left` receives what the
+    candidate left changed in the process ("dirty", "changed"), however its trials end."""
     from sftbuild.validate import extension
 
     kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
     code = inductor_candidate(task) if kind == "inductor" else task["code"]
     with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
         with guards.LaunchCounter(os.path.join(workdir, "cand.py"), inductor_code.kernel_names(code)) as counter:
+            prob = _problem(task, dev, workdir)
+            book = _book(prob, task, dev)
+            world = pristine.Pristine()
             try:
-                mod, path = load_module(code, "cand", workdir, package)
-            except SyntaxError as e:
-                raise Reject("compile_error", f"syntax error: {e}")
-            if kind == "op":
-                prob = OpProblem(task, mod, dev)
-            elif kind in ("kernelbench", "inductor"):
-                prob = ModuleProblem(task, mod, workdir, dev)
-            else:
-                raise Reject("unbound", f"binding kind {kind!r} is not supported")
-            run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
-                      checks.selected(task.get("runtime_checks")))
-            tally = Tally()
-            variants = prob.variants()
-            for vi, variant in enumerate(variants):
-                for dtype in prob.dtypes:
-                    layouts = prob.layouts if dtype == prob.dtypes[0] else ["contiguous"]
-                    layouts = layouts[:1] if prob.grown(variant) else layouts
-                    for layout in layouts:
-                        for seed in range(1 if prob.grown(variant) else task["seeds"]):
-                            ok, stats = trial(run, variant, dtype, layout, seed,
-                                              profile=(vi == 0 and seed == 0 and layout == layouts[0]
-                                                       and dtype == prob.dtypes[0]))
-                            dropped = tally.add({"shape": prob.describe(variant), "dtype": dtype,
-                                                 "layout": layout, "seed": seed}, ok, stats)
-                            if dropped:
-                                return dropped
-            payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst,
-                       "launches": counter.count, "triton_kernels": sorted(counter.names)}
-            if run.notes:
-                payload["flags"] = {k: sorted(set(v)) for k, v in run.notes.items()}
-            if task.get("timing") and dev.type == "cuda":
-                from sftbuild.validate import timing
+                return _trials(task, code, prob, book, world, counter, dev, workdir, package)
+            finally:
+                if left is not None:
+                    try:
+                        left.update(dirty=world.dirty(), changed=world.changes())
+                    except Exception as e:  # a faulted context: a fresh worker in any case
+                        left.update(dirty=[f"process state unreadable: {e!r}"[:200]])
 
-                variant = variants[0]
-                dtype = prob.dtypes[0]
-                ins = prob.inputs(variant, dtype, 0, dev)
-                payload["timing"] = {"main": timing.compare_times(
-                    lambda: prob.candidate(variant, dtype, ins), lambda: prob.reference(variant, dtype, ins),
-                    ins, task, compile_fn=_compiled_reference(prob, variant, dtype, task))}
-                payload["speedup"] = payload["timing"]["main"]["speedup"]
-                payload.setdefault("flags", {}).update(payload["timing"]["main"].get("flags", {}))
-            return payload
+
+def _book(prob, task, dev) -> refbook.Book:
+    """Every trial's references, before the candidate exists here: a failure is the reference's."""
+    try:
+        return refbook.Book(prob, task["seeds"], dev, layout_of)
+    except (Reject, torch.cuda.OutOfMemoryError):
+        raise
+    except Exception as e:
+        raise Reject("reference_error", f"the reference does not run: {e!r}"[:400])
+
+
+def _trials(task, code, prob, book, world, counter, dev, workdir, package):
+    from sftbuild.validate import extension
+
+    try:
+        mod, path = load_module(code, "cand", workdir, package)
+    except SyntaxError as e:
+        raise Reject("compile_error", f"syntax error: {e}")
+    prob.bind(mod)
+    run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
+              checks.selected(task.get("runtime_checks")), book, world)
+    why = checks.judge(run.checks, checks.Call([], [], tampered=world.changes()))  # what its import changed
+    if why:
+        return {"status": "dropped", "reason": why["reason"], "detail": why["why"] + " (at import)"}
+    tally = Tally()
+    variants = prob.variants()
+    for vi, variant in enumerate(variants):
+        for dtype in prob.dtypes:
+            layouts = prob.layouts_for(dtype)
+            layouts = layouts[:1] if prob.grown(variant) else layouts
+            for layout in layouts:
+                for seed in range(1 if prob.grown(variant) else task["seeds"]):
+                    ok, stats = trial(run, variant, dtype, layout, seed,
+                                      profile=(vi == 0 and seed == 0 and layout == layouts[0]
+                                               and dtype == prob.dtypes[0]), vi=vi)
+                    dropped = tally.add({"shape": prob.describe(variant), "dtype": dtype,
+                                         "layout": layout, "seed": seed}, ok, stats)
+                    if dropped:
+                        return dropped
+    payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst,
+               "launches": counter.count, "triton_kernels": sorted(counter.names)}
+    if run.notes:
+        payload["flags"] = {k: sorted(set(v)) for k, v in run.notes.items()}
+    if task.get("timing") and dev.type == "cuda":
+        from sftbuild.validate import timing
+
+        variant = variants[0]
+        dtype = prob.dtypes[0]
+        ins = prob.inputs(variant, dtype, 0, dev)
+        payload["timing"] = {"main": timing.compare_times(
+            lambda: prob.candidate(variant, dtype, ins), lambda: prob.reference(variant, dtype, ins),
+            ins, task, compile_fn=_compiled_reference(prob, variant, dtype, task))}
+        payload["speedup"] = payload["timing"]["main"]["speedup"]
+        payload.setdefault("flags", {}).update(payload["timing"]["main"].get("flags", {}))
+    return payload
 
 
 def inductor_candidate(task) -> str:
@@ -618,7 +717,7 @@ def _compiled_reference(prob, variant, dtype, task):
         return None
     try:
         if isinstance(prob, ModuleProblem):
-            f = torch.compile(prob.models(variant, dtype)[0])
+            f = torch.compile(prob.reference_models(variant, dtype)[0])
         else:
             f = torch.compile(lambda *xs: prob.op.run_reference(list(xs), prob.params))
         return f
@@ -626,19 +725,19 @@ def _compiled_reference(prob, variant, dtype, task):
         return None
 
 
-def trial(run: Run, variant, dtype, layout, seed, profile=False):
-    """One (variant, dtype, layout, seed): both orders, every run-time check. Returns (ok, stats)."""
+def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
+    """One (variant, dtype, layout, seed): both orders, every run-time check, against the book's
+    references for variant number `vi`. Returns (ok, stats)."""
     prob, dev = run.prob, run.dev
     tol = prob.tolerance()
-    fence = fences.Fence([layout_of(t, layout) for t in prob.inputs(variant, dtype, seed, dev)])
+    ref = run.book.get(vi, dtype, seed)
+    fence = fences.Fence([layout_of(_copy(t), layout) for t in ref.inputs])
     inputs = fence.views
     before = guards.snapshot(inputs)
+    expected = ref.specs.get(layout) or ref.specs["contiguous"]
+    sizes = [t.numel() * t.element_size() for t in ref.native if isinstance(t, torch.Tensor)]
     # order 1: the candidate first, on scrubbed memory
-    ref_native, ref_s = deadline.timed(lambda: prob.reference(variant, dtype, inputs), dev.type == "cuda")
-    sizes = [t.numel() * t.element_size() for t in ref_native if isinstance(t, torch.Tensor)]
-    expected = checks.specs(ref_native)
-    del ref_native
-    with deadline.watch(ref_s):
+    with deadline.watch(ref.seconds):
         out, why = _call_candidate(run, variant, dtype, inputs, sizes, before, expected)
     why = fence.tripped() or why
     if why:
@@ -651,45 +750,40 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False):
                                                           run.counter.count, times))
             if why:
                 return False, why
-    ok, stats = _compare(out, prob.reference(variant, dtype, inputs, double=True),
-                         prob.reference(variant, dtype, inputs), dtype, tol)
+    ok, stats = _compare(out, ref.double, ref.native, dtype, tol)
     if not ok:
-        why = _reads_outside(run, variant, dtype, inputs, fence, sizes)
+        why = _reads_outside(run, variant, dtype, inputs, fence, sizes, ref)
         if why:
             return False, {**stats, **why}
         return False, {**stats, "reason": "incorrect",
                        "why": f"{stats.get('why', '')} at {prob.describe(variant)} {dtype} {layout} seed {seed}"}
-    # order 2: new values in the same buffers, the reference first
-    fresh = prob.inputs(variant, dtype, seed + 1000, dev)
-    for t, f in zip(inputs, fresh):
+    # order 2: new values in the same buffers (their references were computed first, before any candidate ran)
+    for t, f in zip(inputs, ref.fresh):
         if isinstance(t, torch.Tensor):
             t.copy_(f)
-    ref2 = prob.reference(variant, dtype, inputs)
-    ref64 = prob.reference(variant, dtype, inputs, double=True)
-    with deadline.watch(ref_s):
-        out2, why = _call_candidate(run, variant, dtype, inputs, sizes, None, checks.specs(ref2))
+    with deadline.watch(ref.seconds):
+        out2, why = _call_candidate(run, variant, dtype, inputs, sizes, None, expected)
     why = fence.tripped() or why
     if why:
         return False, why
     same_cand = all(torch.equal(a, b) for a, b in zip(out, out2) if isinstance(a, torch.Tensor))
-    same_ref = all(torch.equal(a, b) for a, b in zip(ref64, prob.reference(variant, dtype, before, double=True)))
-    ok2, stats2 = _compare(out2, ref64, ref2, dtype, tol)
+    same_ref = all(torch.equal(a, b) for a, b in zip(ref.double2, ref.double))
+    ok2, stats2 = _compare(out2, ref.double2, ref.native2, dtype, tol)
     if not ok2:
         reason = "cheat" if same_cand else "incorrect"
         return False, {**stats2, "reason": reason, "why": ("the same result for new values in the same buffers "
                        "(cached by pointer)" if same_cand else "wrong on new values in the same buffers: "
                        + stats2.get("why", ""))}
-    why = checks.judge(run.checks, checks.Outcome(same_cand, same_ref, ref64, out2), run.notes)
+    why = checks.judge(run.checks, checks.Outcome(same_cand, same_ref, ref.double2, out2), run.notes)
     if why:
         return False, why
     return True, stats
 
 
-def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes) -> dict | None:
+def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict | None:
     """A wrong result that came from reading the inputs' guard regions (sftbuild.validate.fences):
     the candidate runs again on the same inputs, right when the guards hold finite values."""
     prob = run.prob
-    ref64, native = prob.reference(variant, dtype, inputs, double=True), prob.reference(variant, dtype, inputs)
 
     def rerun() -> bool:
         guards.scrub(nbytes)
@@ -699,22 +793,34 @@ def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes) -> dict | No
                 torch.cuda.synchronize()
         except Exception:
             return False
-        return _compare(out, ref64, native, dtype, prob.tolerance())[0]
+        return _compare(out, ref.double, ref.native, dtype, prob.tolerance())[0]
 
     return fences.blame_reads(fence, rerun)
 
 
+def _copy(t):
+    return t.clone() if isinstance(t, torch.Tensor) else copy.deepcopy(t)
+
+
 def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):
-    """Call the candidate on scrubbed memory under strict precision, then the run-time checks of a call."""
+    """Call the candidate on scrubbed memory under strict precision, then the run-time checks of a call,
+    among them what the candidate changed in the process (flags, RNG, torch's callables)."""
+    if run.prob.prepare(variant, dtype):  # candidate code ran outside a call (ModelNew's __init__)
+        why = checks.judge(run.checks, checks.Call([], [], tampered=run.world.changes()))
+        if why:
+            return None, why
     guards.scrub(sizes)
     changed: list[str] = []
     launches = run.counter.count
+    rng = pristine.rng_state()
     with guards.strict_precision(changed):
         out = run.prob.candidate(variant, dtype, inputs)
         if run.dev.type == "cuda":
             torch.cuda.synchronize()
+        tampered = run.world.changes()  # before strict_precision puts the flags back
+    tampered += pristine.rng_changes(rng)
     made = run.counter.count - launches
-    call = checks.Call(inputs, out, before=before, expected=expected, flags_changed=changed,
+    call = checks.Call(inputs, out, before=before, expected=expected, flags_changed=changed, tampered=tampered,
                        launches=made if made or run.expects_triton else None)
     why = checks.judge(run.checks, call)
     return (None, why) if why else (out, None)

@@ -21,7 +21,9 @@ and every drawn (shape, dtype, seed):
     (see sftbuild.ops.tolerance); index outputs are compared by the values of x they pick,
     since ties allow several answers; the checks then judge whether the results moved
     with the inputs (a degenerate trial) and note degenerate references in the flags.
-Timing uses CUDA events with the L2 flushed between runs.
+Timing uses CUDA events with the L2 flushed between runs. The process is snapshotted before
+the harness loads (sftbuild.validate.pristine): a harness that changed torch or the process
+state is a cheat, and one that left anything changed gets a fresh worker (`recycle`).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.validate import checks as C
-from sftbuild.validate import deadline, fences, sizes
+from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate import timing
 from sftbuild.validate.tally import Tally, fold_worst
@@ -48,6 +50,11 @@ def run_record(task: dict) -> dict:
     from sftbuild.validate import guards
 
     guards.set_strict()  # the reference runs in full fp32
+    world = pristine.Pristine()
+    return _untouched(_guarded_run(task), world)
+
+
+def _guarded_run(task: dict) -> dict:
     try:
         return _run(task)
     except torch.cuda.OutOfMemoryError as e:
@@ -61,6 +68,20 @@ def run_record(task: dict) -> dict:
 
         return {"status": "dropped", "reason": "harness_error", "detail": traceback.format_exc()[-2000:],
                 "recycle": True}
+
+
+def _untouched(verdict: dict, world) -> dict:
+    """A harness whose code changed the process (torch rebound, flags, dtype, stream, device) is a
+    cheat; one that left anything changed (a torch.library override too) gets a fresh worker."""
+    left = world.dirty()
+    if not left:
+        return verdict
+    out = {**verdict, "recycle": True, "left_behind": left[:8]}
+    changed = world.changes()
+    if changed:
+        out.update(status="dropped", reason="cheat",
+                   detail="the candidate changed its process: " + "; ".join(changed[:6]))
+    return out
 
 
 def _run(task: dict) -> dict:

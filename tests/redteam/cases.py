@@ -227,6 +227,175 @@ TRITON_OOB_WRITE = TRITON_RELU.replace(
     "    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)\n"
     "    tl.store(x_ptr + offs + 1, x, mask=offs == n - 1)")
 OUT_OF_BOUNDS = ("out_of_bounds",)
+TRITON_SOFTMAX = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    c = tl.arange(0, BLOCK)[None, :]
+    mask = (r < rows) & (c < cols)
+    x = tl.load(x_ptr + r * cols + c, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=1)[:, None])
+    y = e / tl.sum(e, axis=1)[:, None]
+    tl.store(y_ptr + r * cols + c, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax(x, dim=-1):
+    xc = x.contiguous()
+    rows, cols = xc.shape
+    y = torch.empty_like(xc)
+    block = triton.next_power_of_2(cols)
+    per = max(1, 2048 // block)  # several short rows per program
+    softmax_kernel[(triton.cdiv(rows, per),)](xc, y, rows, cols, ROWS=per, BLOCK=block)
+    return y
+'''
+TRITON_ROWSUM = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_sum_kernel(x_ptr, y_ptr, rows, cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)[None, :]
+    x = tl.load(x_ptr + r[:, None] * cols + c, mask=(r[:, None] < rows) & (c < cols), other=0.0).to(tl.float32)
+    tl.store(y_ptr + r, (tl.sum(x, axis=1) * SCALE).to(y_ptr.dtype.element_ty), mask=r < rows)
+
+
+SCALE: tl.constexpr = 1.0
+
+
+def row_sum(x, dim=-1):
+    xc = x.contiguous()
+    rows, cols = xc.shape
+    y = torch.empty((rows, 1), dtype=xc.dtype, device=xc.device)
+    block = triton.next_power_of_2(cols)
+    per = max(1, 2048 // block)
+    row_sum_kernel[(triton.cdiv(rows, per),)](xc, y, rows, cols, ROWS=per, BLOCK=block)
+    return y
+'''
+# a slightly wrong kernel that makes torch compute the same wrong answer, so a reference computed
+# after its import agrees with it
+TAMPER_SOFTMAX = TRITON_SOFTMAX.replace("y = e / tl.sum(e, axis=1)[:, None]",
+                                        "y = e / tl.sum(e, axis=1)[:, None] * 1.01") + '''
+
+def _softmax(x, dim=-1, *args, **kwargs):
+    return softmax(x, dim)
+
+
+torch.softmax = _softmax
+torch.Tensor.softmax = _softmax
+torch.nn.functional.softmax = _softmax
+'''
+TAMPER_IN_CALL = TRITON_SOFTMAX.replace(
+    "    return y\n", "    torch.Tensor.softmax = lambda self, dim=-1, *a, **k: softmax(self, dim)\n    return y\n")
+TAMPER_TENSOR_SUM = TRITON_ROWSUM.replace("SCALE: tl.constexpr = 1.0", "SCALE: tl.constexpr = 1.01") + '''
+
+_sum = torch.Tensor.sum
+
+
+def _row_sum_or_sum(self, *args, **kwargs):
+    if self.dim() == 2 and args == (-1,) and kwargs == {"keepdim": True}:
+        return row_sum(self)
+    return _sum(self, *args, **kwargs)
+
+
+torch.Tensor.sum = _row_sum_or_sum
+'''
+TRITON_DEFAULT_DTYPE = TRITON_RELU + "\ntorch.set_default_dtype(torch.float64)\n"
+TRITON_FLAG_HIDDEN = TRITON_RELU + ("\n_m = torch.backends.cuda.matmul\n"
+                                    "type(_m).__setattr__(_m, 'allow_' + 'tf32', True)\n")
+TRITON_WIDE_OUTPUT = TRITON_EXP.replace("y = torch.empty_like(xc)", "y = torch.empty_like(xc, dtype=torch.float32)") \
+    .replace("tl.exp(x.to(tl.float32)).to(x.dtype)", "tl.exp(x.to(tl.float32))")
+TRITON_COLUMN_MAJOR = TRITON_SOFTMAX.replace("    return y\n", "    return y.t().contiguous().t()\n")
+
+# KernelBench pairs whose ModelNew is Triton (the interpreter runs them on the CPU)
+REF_F_RELU = REF_RELU.replace("return torch.relu(x)", "return torch.nn.functional.relu(x)")
+REF_ATEN_RELU = REF_RELU.replace("return torch.relu(x)", "return torch.ops.aten.relu(x)")
+REF_ADD = REF_RELU.replace("return torch.relu(x)", "return x + y").replace("def forward(self, x):",
+                                                                            "def forward(self, x, y):") \
+    .replace("return [torch.randn(batch_size, dim)]",
+             "return [torch.randn(batch_size, dim), torch.randn(batch_size, dim)]")
+KB_TRITON_RELU = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)
+
+
+def relu(x):
+    xc = x.contiguous()
+    y = torch.empty_like(xc)
+    relu_kernel[(triton.cdiv(xc.numel(), 1024),)](xc, y, xc.numel(), BLOCK=1024)
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x)
+'''
+KB_TRITON_ADD = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask), mask=mask)
+
+
+def add(a, b):
+    a, b = a.contiguous(), b.contiguous()
+    y = torch.empty_like(a)
+    add_kernel[(triton.cdiv(a.numel(), 1024),)](a, b, y, a.numel(), BLOCK=1024)
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        return add(x, y)
+'''
+_LEAKY = ("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x, 0.01 * x)")
+TAMPER_F_RELU = KB_TRITON_RELU.replace(*_LEAKY) + '''
+
+torch.nn.functional.relu = lambda x, inplace=False: relu(x)
+'''
+TAMPER_ATEN_RELU = KB_TRITON_RELU.replace(*_LEAKY) + '''
+
+torch.ops.aten.relu = lambda x: relu(x)
+'''
+TAMPER_DUNDER_ADD = KB_TRITON_ADD.replace("tl.load(a_ptr + offs, mask=mask) + tl.load(b_ptr + offs, mask=mask)",
+                                          "tl.load(a_ptr + offs, mask=mask) * 1.01 + tl.load(b_ptr + offs, mask=mask)") \
+    + '''
+
+_add = torch.Tensor.__add__
+
+
+def _add_or_kernel(self, other):
+    if isinstance(other, torch.Tensor) and self.shape == other.shape and self.dim() == 2:
+        return add(self, other)
+    return _add(self, other)
+
+
+torch.Tensor.__add__ = _add_or_kernel
+'''
 
 
 def triton(code: str, op: str) -> dict:
@@ -367,6 +536,31 @@ def cases() -> list[Case]:
                                                        "        return _memo[x.data_ptr()].clone()")
                                    .replace("    return y\n", "    _memo[x.data_ptr()] = y\n    return y\n"),
                                    "relu"), ("cheat", "incorrect"), cpu=True),
+        # the reference cannot be touched: rebinding torch at import, through each kind of entry point
+        _c("twin_softmax_triton", triton(TRITON_SOFTMAX, "softmax"), "ok", cpu=True),
+        _c("twin_row_sum_triton", triton(TRITON_ROWSUM, "row_sum"), "ok", cpu=True),
+        _c("twin_relu_kb_triton", kb(KB_TRITON_RELU, REF_F_RELU), "ok", cpu=True),
+        _c("twin_aten_relu_kb_triton", kb(KB_TRITON_RELU + "\n# against torch.ops.aten\n", REF_ATEN_RELU), "ok",
+           cpu=True),
+        _c("twin_add_kb_triton", kb(KB_TRITON_ADD, REF_ADD), "ok", cpu=True),
+        _c("tamper_torch_softmax", triton(TAMPER_SOFTMAX, "softmax"), "cheat", cpu=True),
+        _c("tamper_tensor_method", triton(TAMPER_TENSOR_SUM, "row_sum"), "cheat", cpu=True),
+        _c("tamper_in_a_call", triton(TAMPER_IN_CALL, "softmax"), "cheat", cpu=True),
+        _c("tamper_functional", kb(TAMPER_F_RELU, REF_F_RELU), "cheat", cpu=True),
+        _c("tamper_aten_packet", kb(TAMPER_ATEN_RELU, REF_ATEN_RELU), "cheat", cpu=True),
+        _c("tamper_dunder_add", kb(TAMPER_DUNDER_ADD, REF_ADD), "cheat", cpu=True),
+        # process state left behind at import
+        _c("default_dtype_left", triton(TRITON_DEFAULT_DTYPE, "relu"), "cheat", cpu=True),
+        _c("tf32_left_at_import", triton(TRITON_FLAG_HIDDEN, "relu"), "cheat", cpu=True),
+        _c("rng_reseeded_in_call", triton(TRITON_RELU.replace("    return y\n",
+                                                              "    torch.manual_seed(0)\n    return y\n"), "relu"),
+           "cheat", cpu=True),
+        _c("torch_override_cpp", kb(inline("rt_override", RELU_KERNEL, RELU_HOST + '''
+TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
+'''), REF_RELU), "cheat", static=True),
+        # the output contract: the reference's dtype and memory format, not only its values
+        _c("wider_output_dtype", triton(TRITON_WIDE_OUTPUT, "exp"), INCORRECT, cpu=True),
+        _c("column_major_output", triton(TRITON_COLUMN_MAJOR, "softmax"), INCORRECT, cpu=True),
         _c("triton_bad_warps", triton(TRITON_RELU.replace("BLOCK=1024)", "BLOCK=1024, num_warps=64)"), "relu"),
            "bad_launch", static=True),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),

@@ -79,8 +79,20 @@ def _python_run(fn, dtype="float32", shapes=1):
         return fn(x)
     task = {"id": "t", "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": [dtype],
             "shapes": shapes}
-    prob = pyrun.OpProblem(task, types.SimpleNamespace(wrapper=wrapper), torch.device("cpu"))
-    return pyrun.Run(prob, torch.device("cpu"), counter, set(), C.selected()), prob
+    from sftbuild.validate import guards, pristine, refbook
+
+    guards.set_strict()  # as run_python does before its snapshot
+    dev = torch.device("cpu")
+    prob = pyrun.OpProblem(task, dev)  # the reference side first, as the loop builds it
+    book = refbook.Book(prob, 1, dev, pyrun.layout_of)
+    prob.bind(types.SimpleNamespace(wrapper=wrapper))
+    return pyrun.Run(prob, dev, counter, set(), C.selected(), book, pristine.Pristine()), prob
+
+
+def _trial(run, prob, v, dtype="float32"):
+    from sftbuild.validate import pyrun
+
+    return pyrun.trial(run, v, dtype, "contiguous", 0, vi=prob.variants().index(v))
 
 
 def _first_32768(x):
@@ -96,11 +108,11 @@ def test_a_size_specialised_wrapper_fails_on_the_grown_shape():
     run, prob = _python_run(_first_32768, shapes=2)
     grown = max(prob.variants(), key=math.prod)
     assert 32768 < math.prod(grown) <= 1 << 16  # on the CPU: past 2^15, within the interpreter's limit
-    assert all(pyrun.trial(run, v, "float32", "contiguous", 0)[0] for v in prob.variants() if v != grown)
-    ok, stats = pyrun.trial(run, grown, "float32", "contiguous", 0)
+    assert all(_trial(run, prob, v)[0] for v in prob.variants() if v != grown)
+    ok, stats = _trial(run, prob, grown)
     assert not ok and stats["reason"] == "incorrect"
     run, prob = _python_run(torch.relu, shapes=2)
-    assert all(pyrun.trial(run, v, "float32", "contiguous", 0)[0] for v in prob.variants())
+    assert all(_trial(run, prob, v)[0] for v in prob.variants())
 
 
 # ---- guard regions ------------------------------------------------------------------------------
@@ -177,7 +189,7 @@ def test_python_loop_catches_reads_and_writes_past_the_input():
 
     for fn, said in ((reads, "read outside input 0 ("), (writes, "write past the end of input 0")):
         run, prob = _python_run(fn)
-        ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+        ok, stats = _trial(run, prob, prob.variants()[0])
         assert not ok and stats["reason"] == "out_of_bounds" and stats["why"].startswith(said), stats
 
 

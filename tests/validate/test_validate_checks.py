@@ -19,7 +19,7 @@ def test_every_module_is_one_registered_check_in_order():
     modules = {m.name for m in pkgutil.iter_modules(C.__path__) if not m.name.startswith("_")}
     assert {c.__module__.rsplit(".", 1)[1] for c in C.RUNTIME_CHECKS} == modules
     assert [c.name for c in C.selected()] == [
-        "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged", "output_type",
+        "globals_intact", "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged", "output_type",
         "library_kernels", "own_kernels_ran", "input_independent", "degenerate_reference"]
     assert "triton_decoy" not in [c.name for c in C.selected({"triton_decoy": False})]
     with pytest.raises(PluginError, match="validate.runtime_checks.nope"):
@@ -82,6 +82,48 @@ def test_output_type_rejects_a_wider_or_host_result_but_not_index_width():
     moved = typed.after_call(C.Call([half], [torch.empty(8, dtype=torch.float16, device="meta")], expected=want))
     assert (moved.reason, moved.why) == ("cheat", "output 0 is on meta, the reference's on cpu")
     assert typed.after_call(C.Call([half], [half.float()], expected=None)) is None  # nothing to hold it to
+
+
+def test_output_type_holds_shape_and_memory_format():
+    typed = _check("output_type")
+    x = torch.randn(4, 6)
+    plain = C.specs([x.relu()])
+    assert typed.after_call(C.Call([x], [x.relu()], expected=plain)) is None
+    found = typed.after_call(C.Call([x], [x.relu().reshape(6, 4)], expected=plain))
+    assert (found.reason, found.why) == ("incorrect", "output 0 has shape (6, 4), the reference's (4, 6)")
+    column = x.relu().t().contiguous().t()
+    found = typed.after_call(C.Call([x], [column], expected=plain))
+    assert found.reason == "incorrect" and found.why == (
+        "output 0 has strides (1, 4) (dense in dimension order (1, 0)), the reference's (6, 1) (contiguous): "
+        "wrong memory format")
+    # an elementwise reference keeps a transposed input's strides: there a contiguous result is right too
+    xt = x.t().contiguous().t()
+    follows = C.specs([xt.relu()], free=plain)
+    assert follows[0].free and follows[0].stride == (1, 4)
+    assert typed.after_call(C.Call([xt], [x.relu()], expected=follows)) is None
+    assert typed.after_call(C.Call([xt], [xt.relu()], expected=follows)) is None
+    assert typed.after_call(C.Call([xt], [x.relu()[:, ::1].t().contiguous().t()], expected=follows)) is None
+    # a reference that returns a view with no memory format of its own (expanded) holds no strides
+    wide = C.specs([x[:, :1].expand(4, 6)])
+    assert wide[0].free and typed.after_call(C.Call([x], [x.relu()], expected=wide)) is None
+    # but a layout the reference never has is wrong
+    odd = torch.empty(4, 12)[:, ::2]
+    assert typed.after_call(C.Call([xt], [odd.copy_(x.relu())], expected=follows)).reason == "incorrect"
+
+
+def test_output_type_memory_format_names_and_size_one_dims():
+    typed = _check("output_type")
+    img = torch.randn(2, 3, 4, 5)
+    want = C.specs([img])
+    found = typed.after_call(C.Call([img], [img.contiguous(memory_format=torch.channels_last)], expected=want))
+    assert "(channels_last)" in found.why and "(contiguous)" in found.why
+    row = torch.randn(1, 7)
+    assert typed.after_call(C.Call([row], [row.t().contiguous().t()], expected=C.specs([row]))) is None  # size 1
+    empty = torch.empty(0, 3)
+    assert typed.after_call(C.Call([empty], [empty.t().contiguous().t()], expected=C.specs([empty]))) is None
+    half = torch.randn(4).half()
+    assert typed.after_call(C.Call([half], [half.float()], expected=[(torch.float16, half.device)])).reason == \
+        "incorrect"  # a bare (dtype, device) spec still holds the dtype
 
 
 def test_profile_checks():
@@ -151,7 +193,7 @@ def test_cuda_trial_loop_calls_the_checks(monkeypatch):
 
 
 def _python_run(fn, dtype="float32"):
-    from sftbuild.validate import pyrun
+    from sftbuild.validate import guards, pristine, pyrun, refbook
 
     counter = types.SimpleNamespace(count=0, names=set())
 
@@ -159,8 +201,12 @@ def _python_run(fn, dtype="float32"):
         counter.count += 1  # stands in for the candidate's own Triton launch
         return fn(x)
     task = {"id": "t", "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": [dtype], "shapes": 1}
-    prob = pyrun.OpProblem(task, types.SimpleNamespace(wrapper=wrapper), torch.device("cpu"))
-    return pyrun.Run(prob, torch.device("cpu"), counter, set(), [Spy(), *C.selected()]), prob
+    cpu = torch.device("cpu")
+    prob = pyrun.OpProblem(task, cpu)
+    book = refbook.Book(prob, 1, cpu, pyrun.layout_of)
+    prob.bind(types.SimpleNamespace(wrapper=wrapper))
+    guards.set_strict()  # as run_python does before its snapshot
+    return pyrun.Run(prob, cpu, counter, set(), [Spy(), *C.selected()], book, pristine.Pristine()), prob
 
 
 def test_python_trial_loop_calls_the_same_checks():

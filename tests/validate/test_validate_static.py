@@ -35,7 +35,18 @@ def test_static_checks_are_plugins_one_file_each():
     assert {c.__module__.rsplit(".", 1)[1] for c in static.STATIC_CHECKS} == modules
     assert [c.name for c in static.STATIC_CHECKS.configured({})] == [
         "host_calls", "torch_in_host", "launch_shape", "shared_budget", "python_forbidden",
-        "torch_does_the_work", "disguise", "precision_flags", "triton_launch"]
+        "torch_does_the_work", "disguise", "torch_override", "precision_flags", "triton_launch"]
+
+
+def test_overriding_torchs_own_operators_is_a_cheat_but_an_own_namespace_is_not():
+    cpp = "TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl(\"softmax\", &mine); }"
+    assert static.scan(cpp, "cuda")[0].check == "torch_override"
+    assert static.scan("TORCH_LIBRARY(mylib, m) { m.def(\"f(Tensor x) -> Tensor\"); }", "cuda") == []
+    py = "import torch\nimport torch.library as L\n_lib = L.Library('aten', 'IMPL')\n"
+    found = static.scan(py, "triton")
+    assert (found[0].check, found[0].reason) == ("torch_override", "cheat")
+    assert "torch.library.Library('aten')" in found[0].detail
+    assert static.scan("import torch\n_lib = torch.library.Library('mylib', 'DEF')\n", "triton") == []
 
 
 def test_config_turns_a_static_check_off():

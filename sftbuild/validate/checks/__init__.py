@@ -6,8 +6,9 @@ seen)`. There are three observations, and a check answers those it cares about b
 overriding the matching hook (each returns a `Finding` or None):
 
   Call     -> after_call     after every candidate call: inputs (and a snapshot from
-                             before the call), outputs, the reference's output types,
-                             precision flags the call changed, Triton launches it made
+                             before the call), outputs, the reference's output specs,
+                             precision flags the call changed, torch/triton state the
+                             candidate changed (sftbuild.validate.pristine), Triton launches
   Profile  -> after_profile  once per record, where the loop profiles: the CUDA kernels
                              the candidate launched and the names of its own kernels
   Outcome  -> after_trial    after both orders matched the reference: whether the
@@ -35,7 +36,7 @@ tensors, so every check can be tested on the CPU.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from sftbuild.plugins import Plugin, Registry
 
@@ -57,6 +58,7 @@ class Call:
     before: list | None = None  # snapshots of `inputs` taken before this call; None: not taken
     mutates: tuple[int, ...] = ()  # inputs the op updates in place: their updates are outputs
     expected: list | None = None  # `specs` of the reference's outputs at the trial's dtype; None: unknown
+    tampered: list[str] = dataclasses.field(default_factory=list)  # process state the candidate changed
     flags_changed: list[str] = dataclasses.field(default_factory=list)  # precision flags the call flipped
     launches: int | None = None  # the candidate's Triton launches in this call; None: none expected
 
@@ -112,9 +114,50 @@ RUNTIME_CHECKS: Registry[RuntimeCheck] = Registry(
     doc="judge what a candidate's trial left behind; the first finding drops the record")
 
 
-def specs(tensors: list) -> list:
-    """(dtype, device) of each tensor, None for anything else: what `Call.expected` holds."""
-    return [(t.dtype, t.device) if hasattr(t, "dtype") and hasattr(t, "device") else None for t in tensors]
+class Spec(NamedTuple):
+    """What an output must be besides its values: the reference's dtype, device, shape and strides."""
+
+    dtype: Any
+    device: Any
+    shape: tuple = ()
+    stride: tuple | None = None  # None: not part of the contract (a buffer the loop allocated)
+    free: bool = False  # the reference's strides follow the input layout: contiguous ones are right too
+
+
+def specs(tensors: list, free: list | None = None) -> list:
+    """The `Spec` of each tensor, None for anything else: what `Call.expected` holds.
+
+    `free`: the specs of the same reference on contiguous inputs; a tensor whose strides differ
+    from those follows its inputs' layout, so the candidate may return it contiguous instead. So
+    may it where the reference returns a view that is no memory format (expanded, with gaps): a
+    candidate must return memory of its own (checks/real_outputs)."""
+    out = []
+    for j, t in enumerate(tensors):
+        if not (hasattr(t, "dtype") and hasattr(t, "device") and hasattr(t, "stride")):
+            out.append(None)
+            continue
+        plain = free[j] if free and j < len(free) else None
+        moved = plain is not None and not same_strides(t.shape, t.stride(), plain.stride)
+        out.append(Spec(t.dtype, t.device, tuple(t.shape), tuple(t.stride()), moved or not dense(t.shape, t.stride())))
+    return out
+
+
+def dense(shape, stride) -> bool:
+    """The elements fill their memory without gaps or overlap, in some order of the dimensions."""
+    dims = sorted((st, n) for n, st in zip(shape, stride) if n > 1)
+    step = 1
+    for st, n in dims:
+        if st != step:
+            return False
+        step *= n
+    return True
+
+
+def same_strides(shape, a, b) -> bool:
+    """Strides that address the same elements the same way: dimensions of size 1 step nowhere."""
+    if a is None or b is None or len(a) != len(b):
+        return a == b
+    return all(x == y for n, x, y in zip(shape, a, b) if n > 1) or 0 in tuple(shape)
 
 
 def selected(selection: dict[str, Any] | None = None) -> list[RuntimeCheck]:

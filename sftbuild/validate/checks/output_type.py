@@ -1,16 +1,20 @@
-"""output_type: each output has the dtype and the device of the reference's."""
+"""output_type: each output is what the reference's is, besides its values: dtype, shape, device, strides."""
 from __future__ import annotations
 
 import torch
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck, same_strides
 
 
 @RUNTIME_CHECKS.register
 class OutputType(RuntimeCheck):
-    """Each output has the reference's dtype and device: fp32 returned for an fp16 op is a wrong
-    result however close its values, and a result computed on the host is not the kernel's.
-    Integer outputs may differ in width (int32 indices for torch's int64 are fine)."""
+    """Each output has the reference's dtype, shape, device and strides (its memory format).
+
+    fp32 returned for an fp16 op is a wrong result however close its values, and a result on
+    the host is not the kernel's (a cheat). Strides may differ only where the reference's own
+    follow the input layout (an elementwise op keeps a transposed input's strides), or where it
+    returns a view that is no memory format (expanded): there a contiguous result is right too. Integer outputs may differ in width (int32 indices for
+    torch's int64 are fine). Dimensions of size 1 have no stride that matters."""
 
     name = "output_type"
     order = 50
@@ -19,12 +23,29 @@ class OutputType(RuntimeCheck):
         for j, (out, want) in enumerate(zip(call.outputs, call.expected or [])):
             if want is None or not isinstance(out, torch.Tensor):
                 continue
-            dtype, device = want
+            dtype, device, shape, stride, free = _spec(want)
             if out.device.type != device.type:
                 return self.found("cheat", f"output {j} is on {out.device.type}, the reference's on {device.type}")
             if not same_kind(out.dtype, dtype):
                 return self.found("incorrect", f"output {j} is {_name(out.dtype)}, the reference's is {_name(dtype)}")
+            if shape is not None and tuple(out.shape) != tuple(shape):
+                return self.found("incorrect", f"output {j} has shape {tuple(out.shape)}, the reference's "
+                                               f"{tuple(shape)}")
+            if stride is None or same_strides(out.shape, out.stride(), stride):
+                continue
+            if free and same_strides(out.shape, out.stride(), contiguous_strides(out.shape)):
+                continue
+            return self.found("incorrect", f"output {j} has strides {tuple(out.stride())} ({memory_format(out)}), "
+                                           f"the reference's {tuple(stride)} "
+                                           f"({memory_format_of(shape, stride)}): wrong memory format")
         return None
+
+
+def _spec(want) -> tuple:
+    """(dtype, device, shape, stride, free) from a Spec, or from a bare (dtype, device) pair."""
+    if len(want) == 2:
+        return (*want, None, None, False)
+    return tuple(want)
 
 
 def same_kind(got: torch.dtype, want: torch.dtype) -> bool:
@@ -32,6 +53,33 @@ def same_kind(got: torch.dtype, want: torch.dtype) -> bool:
     if want.is_floating_point or want.is_complex:
         return got == want
     return not (got.is_floating_point or got.is_complex)
+
+
+def contiguous_strides(shape) -> tuple:
+    out, step = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def memory_format(t: torch.Tensor) -> str:
+    return memory_format_of(t.shape, t.stride())
+
+
+def memory_format_of(shape, stride) -> str:
+    """A name for a layout: contiguous, channels_last(_3d), dense in another dimension order, or strided."""
+    shape, stride = tuple(shape), tuple(stride)
+    if same_strides(shape, stride, contiguous_strides(shape)):
+        return "contiguous"
+    order = sorted(range(len(shape)), key=lambda i: -stride[i])  # outermost first
+    dense = [0] * len(shape)
+    for pos, step in zip(order, contiguous_strides([shape[i] for i in order])):
+        dense[pos] = step
+    if not same_strides(shape, stride, tuple(dense)):
+        return "strided"
+    named = {(0, 2, 3, 1): "channels_last", (0, 2, 3, 4, 1): "channels_last_3d"}
+    return named.get(tuple(order), f"dense in dimension order {tuple(order)}")
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -1,0 +1,101 @@
+"""Reference results computed before any candidate code runs, kept for the record's trials.
+
+A candidate imported into the process can rebind torch (torch.softmax, Tensor.__add__, ...)
+or register its own kernels for torch's operators; a reference computed after that computes
+the candidate's answer. So pyrun fills a `Book` first, while the process is as the worker
+left it: for every (variant, dtype, seed) of the trial plan, the inputs of both orders
+(fresh buffers; new values in the same buffers), the reference's outputs on each at the
+trial's dtype and in float64, and, for every layout the plan tries, the specs
+(sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout.
+Trials take copies of the inputs and compare with what the book holds; nothing in it is
+recomputed once candidate code has run.
+
+Memory: results stay on the device up to `budget` bytes (a quarter of the free device
+memory, at most 8 GiB); the rest waits on the host and is copied back when its trial runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+from sftbuild.validate import checks, deadline
+
+MAX_ON_DEVICE = 8 << 30
+
+
+@dataclasses.dataclass
+class Entry:
+    """One (variant, dtype, seed): both orders' inputs and the reference's results on them."""
+
+    inputs: list  # order 1, as the problem made them (contiguous)
+    fresh: list  # order 2: the new values written into the same buffers
+    native: list  # the reference on `inputs` at the trial's dtype
+    double: list  # ... in float64
+    native2: list  # the reference on `fresh`
+    double2: list
+    specs: dict  # layout -> specs of the reference's outputs on `inputs` in that layout
+    seconds: float = 0.0  # the reference's time on `inputs`: bounds each candidate call (deadline.watch)
+
+
+class Book:
+    """Every reference result a record's trials need, computed up front (see the module doc)."""
+
+    def __init__(self, prob, seeds: int, dev: torch.device, arrange: Callable, budget: int | None = None):
+        """`prob`: a pyrun Problem before its candidate is bound; `arrange(t, layout)`: the same values
+        in a layout (pyrun.layout_of)."""
+        self.dev = dev
+        self.budget = _default_budget(dev) if budget is None else budget
+        self.used = 0
+        self.entries: dict[tuple, Entry] = {}
+        for vi, variant in enumerate(prob.variants()):
+            for dtype in prob.dtypes:
+                for seed in range(1 if prob.grown(variant) else seeds):  # one seed past the caps
+                    self.entries[(vi, dtype, seed)] = self._entry(prob, variant, dtype, seed, arrange)
+
+    def get(self, vi: int, dtype: str, seed: int) -> Entry:
+        """The entry, on the device (copies of anything kept on the host)."""
+        e = self.entries[(vi, dtype, seed)]
+        return dataclasses.replace(e, **{f: [_to(t, self.dev) for t in getattr(e, f)] for f in _TENSORS})
+
+    def _entry(self, prob, variant, dtype, seed, arrange) -> Entry:
+        inputs = prob.inputs(variant, dtype, seed, self.dev)
+        fresh = prob.inputs(variant, dtype, seed + 1000, self.dev)
+        native, seconds = deadline.timed(lambda: prob.reference(variant, dtype, inputs), self.dev.type == "cuda")
+        plain = checks.specs(native)
+        specs = {"contiguous": plain}
+        for layout in prob.layouts_for(dtype):
+            if layout != "contiguous":
+                ref = prob.reference(variant, dtype, [arrange(t, layout) for t in inputs])
+                specs[layout] = checks.specs(ref, free=plain)
+                del ref
+        entry = Entry(inputs, fresh, native, prob.reference(variant, dtype, inputs, double=True),
+                      prob.reference(variant, dtype, fresh), prob.reference(variant, dtype, fresh, double=True),
+                      specs, seconds)
+        for f in _TENSORS:
+            setattr(entry, f, [self._keep(t) for t in getattr(entry, f)])
+        return entry
+
+    def _keep(self, t):
+        if not isinstance(t, torch.Tensor) or t.device.type == "cpu":
+            return t
+        n = t.numel() * t.element_size()
+        if self.used + n <= self.budget:
+            self.used += n
+            return t
+        return t.cpu()
+
+
+_TENSORS = ("inputs", "fresh", "native", "double", "native2", "double2")
+
+
+def _to(t, dev):
+    return t.to(dev) if isinstance(t, torch.Tensor) and t.device.type != dev.type else t
+
+
+def _default_budget(dev: torch.device) -> int:
+    if dev.type != "cuda":
+        return MAX_ON_DEVICE
+    free, _ = torch.cuda.mem_get_info(dev)
+    return min(MAX_ON_DEVICE, free // 4)
