@@ -148,8 +148,11 @@ def _compile(name: str, src: str, device: str, config: dict) -> Compiled:
         return fn
 
     known = {k: v for k, v in config.items() if _has_config(inductor_config, k)}
+    # Python floats (a module's scale, eps, slope) stay constants: unspecialised, they become 0-d tensor
+    # graph inputs that `call` expects as tensors where ModelNew's sources yield plain floats
+    dynamo = {"specialize_float": True} if hasattr(torch._dynamo.config, "specialize_float") else {}
     torch._dynamo.reset()
-    with inductor_config.patch(known):
+    with inductor_config.patch(known), torch._dynamo.config.patch(dynamo):
         compiled = torch.compile(model, backend=backend, dynamic=True)
         with torch.no_grad():
             out, codes = run_and_get_code(compiled, *inputs)

@@ -76,7 +76,7 @@ def test_generated_fusions_are_not_collapsed_by_near_dedupe():
     assert len({(p.head, p.epilogues) for p in progs}) == 600
     assert all(1 <= len(p.epilogues) <= 4 for p in progs)
     heads = {p.head for p in progs}
-    assert {"Gemm", "Conv2d", "LayerNorm", "SDPA", "Attention", "BMM"} <= heads
+    assert {"Gemm", "Conv2d", "LayerNorm", "CausalAttention", "Attention", "BMM"} <= heads
 
 
 RUNNER = textwrap.dedent("""

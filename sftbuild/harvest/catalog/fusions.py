@@ -193,13 +193,14 @@ def _attention(manual: bool):
         b, h = p.const("batch_size", p.pick(pools.FUSION_BATCH[:4])), p.const("heads", p.pick([1, 2, 4, 8]))
         s, d = p.const("seq_len", p.pick(pools.FUSION_SEQ)), p.const("head_dim", p.pick(pools.FUSION_HEAD_DIM))
         p.inputs += [(n, [b, h, s, d]) for n in ("q", "k", "v")]
+        scale = round(1 / math.sqrt(p.consts[d]), 4)
         if manual:
-            scale = round(1 / math.sqrt(p.consts[d]), 4)
             p.fwd += [f"x = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * {scale}, dim=-1)",
                       "x = torch.matmul(x, v)"]
-        else:
-            causal = p.rng.random() < 0.5
-            p.fwd.append(f"x = F.scaled_dot_product_attention(q, k, v{', is_causal=True' if causal else ''})")
+        else:  # causal, written out: F.scaled_dot_product_attention would be a library kernel, not Triton
+            p.fwd += [f"x = torch.matmul(q, k.transpose(-2, -1)) * {scale}",
+                      "keep = torch.ones(x.shape[-2], x.shape[-1], dtype=torch.bool, device=x.device).tril()",
+                      "x = torch.matmul(torch.softmax(x.masked_fill(~keep, float('-inf')), dim=-1), v)"]
         c = p.consts
         p.shape, p.feature, p.macs = (c[b], c[h], c[s], c[d]), 1, 2 * c[b] * c[h] * c[s] * c[s] * c[d]
     return head
@@ -208,7 +209,7 @@ def _attention(manual: bool):
 HEADS = {"Gemm": _gemm, "Linear": _linear3d, "BMM": _bmm, "Conv2d": _conv(2), "Conv1d": _conv(1),
          "Conv3d": _conv(3), "ConvTranspose2d": _conv(2, True), "LayerNorm": _norm("LayerNorm"),
          "RMSNorm": _norm("RMSNorm"), "GroupNorm": _norm("GroupNorm"), "InstanceNorm": _norm("InstanceNorm"),
-         "Reduce": _reduce_head, "SDPA": _attention(False), "Attention": _attention(True)}
+         "Reduce": _reduce_head, "CausalAttention": _attention(False), "Attention": _attention(True)}
 
 
 class _Redraw(Exception):
