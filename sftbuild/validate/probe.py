@@ -36,6 +36,7 @@ import time
 import torch
 
 from sftbuild import ops
+from sftbuild.ops import opdb
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import pyrun
 
@@ -92,7 +93,7 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"]
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
-    names = [n for n in task.get("shortlist") or [] if n in ops.all_ops()]
+    names = [n for n in task.get("shortlist") or [] if _known(n)]
     if not names:
         return {"unbound": "no candidate reference", "evidence": {"candidates_tried": tried}}
     dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
@@ -108,6 +109,15 @@ def _search(task, mod, dev, deadline, tried) -> dict:
                 b = result["binding"]
                 return {"binding": b, "evidence": {**result["evidence"], "candidates_tried": tried}}
     return _unbound(None, tried)
+
+
+def _known(name: str) -> bool:
+    """Whether the registry has the op here (hand-written, a package's, or torch's op_db)."""
+    try:
+        ops.get(name)
+        return True
+    except KeyError:
+        return False
 
 
 def _unbound(reason, tried) -> dict:
@@ -184,7 +194,7 @@ def _inputs(op, shape, dtype, seed, dev, params):
 
 
 def _call(fn, call, inputs, params):
-    out = fn(*pyrun.call_args(call, inputs, params))
+    out = fn(*pyrun.call_args(call, inputs, params), **pyrun.call_kwargs(call, inputs, params))
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return out
@@ -291,7 +301,11 @@ def input_names(op) -> list[str]:
 
 def arg_mappings(entry: dict, op, params: dict):
     """Positional argument lists for the entry: ["input", i], ["param", name], ["value", literal] or
-    ["shape", [i, axis]] (a size of input i; axis None: its numel)."""
+    ["shape", [i, axis]] (a size of input i; axis None: its numel). For an op from torch's op_db the
+    first is [["sample", None]]: the entry is called as torch's op is, with the sample's own
+    non-tensor arguments (dims, scalars, keywords), which an ATen-style entry takes as they are."""
+    if opdb.is_opdb(op.name) and _takes_sample(entry):
+        yield [["sample", None]]
     plist = [p for p in entry["params"] if p["kind"] == "pos"]
     lower = {k.lower(): k for k in params}
     lower.update({alias: k for k in params for alias in PARAM_ALIASES.get(k.lower(), ())})
@@ -355,6 +369,12 @@ def arg_mappings(entry: dict, op, params: dict):
             if all(plist[j]["has_default"] and not isinstance(plist[j]["default"], dict)
                    for j in range(len(args), keep)):
                 yield ext
+
+
+def _takes_sample(entry: dict) -> bool:
+    """An entry whose first positional parameter takes a tensor (the op's input comes first)."""
+    pos = [p for p in entry["params"] if p["kind"] == "pos"]
+    return bool(pos) and _takes_tensor(pos[0])
 
 
 def _size_variants(args, sized: list[int]) -> list:

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from sftbuild import ops
+from sftbuild.ops import opdb
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, guards
 from sftbuild.validate import harness as H
@@ -161,11 +162,15 @@ def resolve_entry(mod, qualname: str):
 
 
 def call_args(call: dict, inputs: list, params: dict) -> list:
-    """Positional arguments from a call's mapping: ["input", i], ["param", name], ["value", literal] or
-    ["shape", [i, axis]] (a size of input i read at call time; axis None: its numel)."""
+    """Positional arguments from a call's mapping: ["input", i], ["param", name], ["value", literal],
+    ["shape", [i, axis]] (a size of input i read at call time; axis None: its numel) or
+    ["sample", None] (an op_db op's sample call: its positional arguments with the inputs in their
+    tensor slots; its keywords come from `call_kwargs`)."""
     out = []
     for src, key in call["args"]:
-        if src == "shape":
+        if src == "sample":
+            out += opdb.rebuild(inputs, params["call"])[0]
+        elif src == "shape":
             t = inputs[key[0]]
             out.append(t.numel() if key[1] is None else t.shape[key[1]])
         else:
@@ -173,12 +178,19 @@ def call_args(call: dict, inputs: list, params: dict) -> list:
     return out
 
 
+def call_kwargs(call: dict, inputs: list, params: dict) -> dict:
+    """Keyword arguments from a call's mapping: an op_db sample's keywords, else none."""
+    if any(src == "sample" for src, _ in call["args"]):
+        return opdb.rebuild(inputs, params["call"])[1]
+    return {}
+
+
 def call_entry(mod, call: dict, inputs: list, params: dict) -> list:
     """Call the entry as the binding's `call` says and return the outputs it names, in the op's order."""
     fn = resolve_entry(mod, call["entry"])
     if call.get("kind") == "module":
         fn = fn(*call_args({"args": call.get("init") or []}, inputs, params))
-    out = fn(*call_args(call, inputs, params))
+    out = fn(*call_args(call, inputs, params), **call_kwargs(call, inputs, params))
     return [pick_output(spec, out, inputs) for spec in call["outputs"]]
 
 
