@@ -107,15 +107,22 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
                      shapes=_shapes(op.shape_pool, {**_harness_limits(binding.get("harness")),
                                                     **(binding.get("constraints") or {})}),
                      dtypes=dtypes or feats["dtypes"], layouts=layouts, roles=_roles(op, params, binding),
-                     launcher=_launcher(rec) if rec.language == "triton" else "")
+                     launcher=_launcher(rec, binding) if rec.language == "triton" else "")
     else:
         facts.update(kind="unbound")
     return facts
 
 
-def _launcher(rec) -> str:
+def _launcher(rec, binding: dict | None = None) -> str:
     """`name(args)` of the Python function in the record that launches its kernel (what validation
-    calls with the op's inputs), or "" when the record holds none."""
+    calls with the op's inputs), or "" when the record holds none. A probed binding names the entry
+    point the probe confirmed (`call.entry`), which comes first."""
+    call = (binding or {}).get("call") or {}
+    if call.get("entry"):
+        entry = next((e for e in rec.entry.get("entry_points") or [] if e["qualname"] == call["entry"]), None)
+        if entry is not None:
+            args = [p["name"] for p in entry["params"] if p["kind"] in ("pos", "kwonly")]
+            return f"{call['entry']}({', '.join(args)})"
     names = [rec.entry.get("wrapper")] + [site.get("function") for site in rec.entry.get("launch_sites") or []] \
         + [W.launcher(rec.code)]
     for name in filter(None, names):
