@@ -102,8 +102,14 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         dtypes = [d for d in op.dtypes if d in allowed and (not feats["dtypes"] or d in feats["dtypes"])]
         # CUDA harnesses launch on contiguous tensors; Triton wrappers get the op's layouts
         layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
-        facts.update(kind="op", op=op.name, semantics=op.semantics, noun={"en": noun[0], "zh": noun[1]},
-                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=[f"`{s}`" for s in op.io["outputs"]],
+        semantics, outputs = op.semantics, [f"`{s}`" for s in op.io["outputs"]]
+        if (binding.get("call") or {}).get("grad"):  # a backward kernel, checked through its Function's gradients
+            semantics = {"en": "the backward pass (a torch.autograd.Function's forward and backward, returning "
+                               "the outputs and the gradient of each floating-point input) of " + op.semantics["en"],
+                         "zh": "反向传播（torch.autograd.Function的前向与反向，返回输出及每个浮点输入的梯度）："
+                               + op.semantics["zh"]}
+        facts.update(kind="op", op=op.name, semantics=semantics, noun={"en": noun[0], "zh": noun[1]},
+                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=outputs,
                      shapes=_shapes(op.shape_pool, {**_harness_limits(binding.get("harness")),
                                                     **(binding.get("constraints") or {})}),
                      dtypes=dtypes or feats["dtypes"], layouts=layouts, roles=_roles(op, params, binding),

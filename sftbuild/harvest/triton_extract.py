@@ -257,7 +257,8 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
             others.append({"line": s.start, "reason": "device_helper", "detail": kname})
             continue
         wrappers = [j for j, w in enumerate(stmts) if j != i and not is_jit(w.node) and _launches(w.node, kname)]
-        need = _closure([i, *wrappers], stmts, by_name)
+        functions = backward_functions(stmts, kname, is_jit)
+        need = _closure([i, *wrappers, *functions], stmts, by_name)
         chosen = [stmts[j] for j in sorted(need)]
         code = "\n\n".join("\n".join(lines[c.start - 1:c.end]) for c in chosen) + "\n"
         imports = [ast.unparse(c.node) for c in chosen if isinstance(c.node, (ast.Import, ast.ImportFrom))]
@@ -286,6 +287,35 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
         others.append({"line": call.lineno, "reason": "unsupported_dsl",
                        "detail": f"{dsl}: CUDA source in a Python string ({ast.unparse(call.func)})"})
     return kernels, others
+
+
+def backward_functions(stmts: list[_Stmt], kname: str, is_jit) -> list[int]:
+    """Statements of the autograd Functions whose `backward` launches `kname` (through the file's
+    functions) and whose `forward` does not: a backward kernel's record keeps the Function, so it can
+    be launched as autograd launches it, on what the forward saved (and checked against the
+    gradients of the forward's reference)."""
+    funcs = {s.node.name: s.node for s in stmts if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and not is_jit(s.node)}
+    reach = {name: bool(_launches(f, kname)) for name, f in funcs.items()}
+    calls = {name: _called(f) & set(funcs) for name, f in funcs.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name in funcs:
+            if not reach[name] and any(reach[c] for c in calls[name]):
+                reach[name] = changed = True
+
+    def reaches(m) -> bool:
+        return bool(_launches(m, kname)) or any(reach.get(c) for c in _called(m))
+
+    out = []
+    for j, st in enumerate(stmts):
+        if isinstance(st.node, ast.ClassDef) and _base_kind(st.node) == "autograd":
+            methods = {m.name: m for m in st.node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if "forward" in methods and "backward" in methods and reaches(methods["backward"]) \
+                    and not reaches(methods["forward"]):
+                out.append(j)
+    return out
 
 
 def _other_dsl(langs: Languages, node, line: int, others: list[dict]) -> None:
