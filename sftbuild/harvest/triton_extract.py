@@ -16,6 +16,12 @@ constexpr globals, plain Python helpers), the kernel with its decorators
 launch it (`kernel[grid](...)`, or a plain call when a decorator makes the kernel
 callable). A class whose method launches it is kept whole.
 
+A backward kernel's record also keeps the autograd Function whose backward launches it
+(`backward_functions`). A kernel that only another module of its package launches
+(`from .kernels import _k` then `_k[grid](...)`) gets that module's launcher appended by the
+harvest stage: `foreign_launchers(src, rel)` lists a file's launchers of imported kernels, with
+their relative imports made absolute, and `attach_launchers(code, launchers)` joins them.
+
 `entry_points(code)` reads the emitted code (never imports it) and lists the
 callables that launch its kernels, directly or through same-code helpers:
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 
 
 @dataclasses.dataclass
@@ -479,3 +486,96 @@ def entry_points(code: str, hints: dict | None = None) -> list[dict]:
     out.sort(key=lambda e: (e["role"] != "forward", e["qualname"].startswith("_"), rank[e["kind"]],
                             e["qualname"]))
     return out
+
+
+# ---- launchers in other modules of the package ---------------------------------------
+
+def module_of(rel: str) -> str:
+    """`pkg/ops/x.py` -> `pkg.ops.x` (`pkg/__init__.py` -> `pkg`)."""
+    parts = rel[:-3].split("/") if rel.endswith(".py") else rel.split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str | None:
+    """The absolute module an import reads from, seen from `module`."""
+    if not node.level:
+        return node.module
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level - 1 > len(base):
+        return None
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def foreign_launchers(src: str, rel: str) -> list[dict]:
+    """Functions and autograd Functions of this file that launch a kernel they import from another
+    module: {"module": absolute module of the kernel, "kernel": its name there, "code": the launcher
+    with what it needs from this file (relative imports made absolute, the kernel's own import left
+    out, since the kernel's record defines it)}. Read by AST only."""
+    tree = ast.parse(src)
+    module = module_of(rel)
+    is_package = rel.endswith("__init__.py")
+    imported: dict[str, tuple[str, str]] = {}  # local name -> (module, name there)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            mod = _absolute(node, module, is_package)
+            for a in node.names:
+                if mod and a.name != "*":
+                    imported[a.asname or a.name] = (mod, a.name)
+    if not imported:
+        return []
+    lines = src.splitlines()
+    stmts = [_stmt(n) for n in tree.body if not _is_main_guard(n)]
+    by_name: dict[str, list[int]] = {}
+    for i, s in enumerate(stmts):
+        for name in s.defines:
+            by_name.setdefault(name, []).append(i)
+    out = []
+    for local, (mod, name) in imported.items():
+        launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                          ast.ClassDef))
+                     and not is_jit(s.node) and _grid_launches(s.node, local)]
+        if not launchers:
+            continue
+        need = _closure(launchers, stmts, by_name)
+        parts = []
+        for j in sorted(need):
+            node = stmts[j].node
+            if isinstance(node, ast.ImportFrom):
+                mod_j = _absolute(node, module, is_package)
+                names = [a for a in node.names if (a.asname or a.name) != local]
+                if not names or not mod_j:
+                    continue
+                alias = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
+                parts.append(f"from {mod_j} import {alias}")
+            else:
+                parts.append("\n".join(lines[stmts[j].start - 1:stmts[j].end]))
+        code = "\n\n".join(parts) + "\n"
+        if local != name:  # the launcher calls the kernel by a local alias: by its own name in the record
+            code = re.sub(rf"(?<![\w.]){re.escape(local)}\b", name, code)
+        out.append({"module": mod, "kernel": name, "code": code, "from": module})
+    return out
+
+
+def _grid_launches(node, name: str) -> bool:
+    """`name[grid](...)` or `name.run(...)` inside node (a plain call of an imported name is
+    usually a helper, not a launch)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, (ast.Subscript, ast.Attribute)):
+            f = n.func
+            if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id == name:
+                return True
+            if isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name) \
+                    and f.value.id == name:
+                return True
+    return False
+
+
+def attach_launchers(code: str, launchers: list[str]) -> tuple[str, list[dict]]:
+    """A record's code with launchers from other modules appended, and its entry points then."""
+    joined = code.rstrip("\n") + "\n\n" + "\n\n".join(c.rstrip("\n") for c in launchers) + "\n"
+    try:
+        hints = default_hints(ast.parse(joined))
+    except SyntaxError:
+        return code, []
+    return joined, entry_points(joined, hints)
