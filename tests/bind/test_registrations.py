@@ -119,3 +119,22 @@ def test_an_opdb_op_is_first_tried_with_its_samples_own_arguments():
     args, kwargs = pyrun.call_args(call, inputs, params), pyrun.call_kwargs(call, inputs, params)
     assert args[0] is inputs[0] and len(args) + len(kwargs) >= len(inputs)
     assert torch.equal(torch.clamp(*args, **kwargs), op.run_reference(inputs, params))
+
+
+def test_an_elementwise_opdb_op_is_offered_at_more_shapes_with_values_from_its_samples():
+    import math
+
+    import torch
+
+    from sftbuild.validate.probe import MAX_PROBE_NUMEL, probe_shapes
+
+    op = ops.get("opdb.acos")  # its op_db samples come in one shape; values must stay in [-1, 1]
+    shapes = probe_shapes(op, 3, MAX_PROBE_NUMEL)
+    assert len(set(shapes)) >= 3
+    for shape in shapes:
+        params = {}
+        (x,) = op.make_inputs(shape, "float32", "contiguous", torch.Generator().manual_seed(1), params)
+        assert tuple(x.shape) == tuple(shape) and x.abs().max() <= 1
+        y = op.run_reference([x.double()], params)
+        assert tuple(y.shape) == tuple(shape) and math.isfinite(float(y.sum()))
+    assert len(set(ops.get("opdb.clamp").shape_pool)) == 1  # not elementwise of one tensor: unchanged
