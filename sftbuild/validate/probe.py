@@ -43,6 +43,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import opdb
+from sftbuild.ops.binders.probed import runs_kernels
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import pyrun
 
@@ -95,17 +96,6 @@ def probe(task: dict) -> dict:
     return out
 
 
-def runs_kernels(entry: dict, kernels) -> str | None:
-    """How an entry point runs any of `kernels`: "forward" (it launches one), "backward" (an autograd
-    Function whose backward launches one: checked through gradients), else None."""
-    kernels = set(kernels or ())
-    if not kernels or set(entry.get("launches") or ()) & kernels:
-        return "forward"
-    if entry["kind"] == "autograd" and set((entry.get("backward") or {}).get("launches") or ()) & kernels:
-        return "backward"
-    return None
-
-
 def _search(task, mod, dev, deadline, tried) -> dict:
     kernels = (task.get("entry") or {}).get("kernels")
     entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"
@@ -120,9 +110,11 @@ def _search(task, mod, dev, deadline, tried) -> dict:
         for name in names:
             if time.monotonic() > deadline:
                 return _unbound("time limit reached", tried)
+            grad = runs_kernels(entry, kernels) == "backward"
+            if grad and "backward" in name:  # a Function's forward is checked against a forward op
+                continue
             op = ops.get(name)
-            result = _try(mod, entry, op, dtypes, dev, task, deadline,
-                          grad=runs_kernels(entry, kernels) == "backward")
+            result = _try(mod, entry, op, dtypes, dev, task, deadline, grad=grad)
             tried.append({"entry": entry["qualname"], "op": name, **{k: v for k, v in result.items()
                                                                     if k != "binding"}})
             if result.get("binding"):

@@ -68,6 +68,17 @@ class Probed(Binder):
         return b
 
 
+def runs_kernels(entry: dict, kernels) -> str | None:
+    """How an entry point runs any of `kernels`: "forward" (it launches one), "backward" (an autograd
+    Function whose backward launches one: checked through gradients), else None."""
+    kernels = set(kernels or ())
+    if not kernels or set(entry.get("launches") or ()) & kernels:
+        return "forward"
+    if entry["kind"] == "autograd" and set((entry.get("backward") or {}).get("launches") or ()) & kernels:
+        return "backward"
+    return None
+
+
 def words(name: str) -> set[str]:
     """`_rms_norm_forward_kernel`, `LigerRMSNormFunction.apply` -> {"rms", "norm"}."""
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name))
@@ -93,8 +104,19 @@ def registered(record) -> list[str]:
 
 
 def shortlist(record, k: int = SHORTLIST) -> list[str]:
-    """Candidate op names for a record, best first: the registered ones, then the ranked ones."""
+    """Candidate op names for a record, best first: the registered ones, then for a backward kernel
+    run by an autograd Function the forward ops its Function's name suggests (it is checked through
+    the gradients of a forward op), then the ranked ones."""
     exact = registered(record)
+    entries = (record.entry or {}).get("entry_points") or []
+    kernels = (record.entry or {}).get("kernels")
+    grad = [e for e in entries if runs_kernels(e, kernels) == "backward"]
+    if grad:
+        fn = getattr(ops, "shortlist", None)
+        names = " ".join(e["qualname"].split(".")[0] for e in grad)
+        params = sorted({p["name"] for e in grad for p in e["params"]})
+        forward = [n for n in (fn(names, params, k, opdb=True) if fn else []) if "backward" not in n]
+        exact += [n for n in forward if n not in exact]
     return exact + [n for n in ranked(record, k) if n not in exact]
 
 
