@@ -264,7 +264,7 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
             others.append({"line": s.start, "reason": "device_helper", "detail": kname})
             continue
         wrappers = [j for j, w in enumerate(stmts) if j != i and not is_jit(w.node) and _launches(w.node, kname)]
-        functions = backward_functions(stmts, kname, is_jit)
+        functions = backward_functions(stmts, kname, is_jit) + callers(stmts, wrappers, is_jit)
         need = _closure([i, *wrappers, *functions], stmts, by_name)
         chosen = [stmts[j] for j in sorted(need)]
         code = "\n\n".join("\n".join(lines[c.start - 1:c.end]) for c in chosen) + "\n"
@@ -294,6 +294,32 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
         others.append({"line": call.lineno, "reason": "unsupported_dsl",
                        "detail": f"{dsl}: CUDA source in a Python string ({ast.unparse(call.func)})"})
     return kernels, others
+
+
+MAX_CALLERS = 4  # public functions of the file kept because they call a kernel's launcher
+
+
+def callers(stmts: list[_Stmt], wrappers: list[int], is_jit) -> list[int]:
+    """Public functions of the file that call a launcher (directly or through the file's other
+    functions), nearest first, at most MAX_CALLERS: the API a package exposes (and registers, as
+    FlagGems registers `div_mode` for `div.Tensor_mode`) is often a caller of the launcher."""
+    funcs = {s.node.name: j for j, s in enumerate(stmts)
+             if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(s.node)}
+    reached = {stmts[j].node.name for j in wrappers if stmts[j].node.__class__ is not ast.ClassDef
+               and hasattr(stmts[j].node, "name")}
+    out: list[int] = []
+    frontier = set(reached)
+    while frontier and len(out) < MAX_CALLERS:
+        nxt = set()
+        for name, j in sorted(funcs.items(), key=lambda kv: kv[1]):
+            if name in reached or not (_called(stmts[j].node) & frontier):
+                continue
+            reached.add(name)
+            nxt.add(name)
+            if not name.startswith("_") and len(out) < MAX_CALLERS:
+                out.append(j)
+        frontier = nxt
+    return out
 
 
 def backward_functions(stmts: list[_Stmt], kname: str, is_jit) -> list[int]:
