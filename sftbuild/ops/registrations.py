@@ -6,12 +6,13 @@ they register the function: a table of `("add.Tensor", add)` pairs, or `lib.impl
 with `ast` only (harvested code is never imported here) and returns {function name: [ATen op names]}.
 A table counts when it holds at least `MIN_PAIRS` such pairs, so a stray `("x", y)` tuple does not.
 
-`candidates(aten_name)` turns an ATen op name into the registry's op names that compute it: the
+`candidates(aten_name, known)` turns an ATen op name into the registry's op names that compute it: the
 hand-written op of that name, torch's op_db entries of that name (`opdb.<name>`, its variants,
 `opdb.nn.functional.<name>`, `opdb.special.<name>`, `opdb.linalg.<name>`), leading underscores
-dropped (`_softmax` -> softmax). In-place (`add_`) and `out=` overloads get none: their result is
-an input the call overwrites, which validation's inputs-unchanged check rejects. The probe still
-decides: a registration names the op to try first, it does not make a binding.
+and a `native_` prefix dropped (`_softmax` -> softmax, `native_layer_norm` -> layer_norm).
+In-place (`add_`) and `out=` overloads get none: their result is an input the call overwrites,
+which validation's inputs-unchanged check rejects. The probe still decides: a registration names
+the op to try first, it does not make a binding.
 """
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def candidates(aten: str, known) -> list[str]:
     if (base.endswith("_") and not base.endswith("__")) or overload == "out" or overload.endswith("_out"):
         return []
     out: list[str] = []
-    for name in dict.fromkeys([base, base.lstrip("_")]):
+    for name in dict.fromkeys([base, base.lstrip("_"), base.lstrip("_").removeprefix("native_")]):
         wanted = [name] + [f"opdb.{ns}{name}" for ns in NAMESPACES] + \
             [f"opdb.torch.ops.aten.{base}.{overload or 'default'}"]
         for w in wanted:

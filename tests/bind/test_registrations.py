@@ -76,6 +76,7 @@ def test_aten_names_map_to_the_ops_that_compute_them():
     known = ops.all_ops(opdb=True)
     assert R.candidates("neg", known)[0] == "neg"
     assert "softmax" in R.candidates("_softmax", known)  # leading underscores dropped
+    assert "layer_norm" in R.candidates("native_layer_norm", known)
     assert R.candidates("add_.Tensor", known) == []  # in place: the result is an overwritten input
     assert R.candidates("cumsum.out", known) == []
     assert R.candidates("no_such_op_anywhere", known) == []
