@@ -5,7 +5,9 @@
 #   bench/yield_table.sh OUT_DIR CUDA_REPO LIGER_WHEEL [SECOND_WHEEL]
 #
 # Each source has its own time limits (bind, validate) so one slow source cannot starve the others;
-# what a limit cuts short stays unbound or unvalidated and shows so in its funnel.
+# what a limit cuts short stays unbound or unvalidated and shows so in its funnel. The limits can be
+# set per source (LLMC_BIND_S, LIGER_BIND_S, SECOND_BIND_S, and *_VALIDATE_S); a source given as "-"
+# is left out, so each source can have a call of its own.
 set -uo pipefail
 out=${1:?out dir}; repo=${2:?cuda repo}; liger=${3:?liger wheel}; second=${4:-}
 mkdir -p "$out"
@@ -25,7 +27,7 @@ one() {  # name source bind_limit validate_limit
   $S bindings -w "$w" > "$out/$name-bindings.txt" 2>&1
   python3 bench/yield_row.py "$w" "$name" | tee -a "$out/table.md"
 }
-one llmc "$repo" 200 200
-one liger "$liger" 150 150
-[ -n "$second" ] && one second "$second" 150 120
+[ "$repo" != "-" ] && one llmc "$repo" "${LLMC_BIND_S:-200}" "${LLMC_VALIDATE_S:-200}"
+[ "$liger" != "-" ] && one liger "$liger" "${LIGER_BIND_S:-150}" "${LIGER_VALIDATE_S:-150}"
+[ -n "$second" ] && [ "$second" != "-" ] && one second "$second" "${SECOND_BIND_S:-150}" "${SECOND_VALIDATE_S:-120}"
 rm -f "$cfg"

@@ -108,20 +108,33 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         dtypes = [d for d in op.dtypes if d in allowed and (not feats["dtypes"] or d in feats["dtypes"])]
         # CUDA harnesses launch on contiguous tensors; Triton wrappers get the op's layouts
         layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
-        facts.update(kind="op", op=op.name, semantics=op.semantics, noun={"en": noun[0], "zh": noun[1]},
-                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=[f"`{s}`" for s in op.io["outputs"]],
+        semantics, outputs = op.semantics, [f"`{s}`" for s in op.io["outputs"]]
+        if (binding.get("call") or {}).get("grad"):  # a backward kernel, checked through its Function's gradients
+            semantics = {"en": "the backward pass (a torch.autograd.Function's forward and backward, returning "
+                               "the outputs and the gradient of each floating-point input) of " + op.semantics["en"],
+                         "zh": "反向传播（torch.autograd.Function的前向与反向，返回输出及每个浮点输入的梯度）："
+                               + op.semantics["zh"]}
+        facts.update(kind="op", op=op.name, semantics=semantics, noun={"en": noun[0], "zh": noun[1]},
+                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=outputs,
                      shapes=_shapes(op.shape_pool, {**_harness_limits(binding.get("harness")),
                                                     **(binding.get("constraints") or {})}),
                      dtypes=dtypes or feats["dtypes"], layouts=layouts, roles=_roles(op, params, binding),
-                     launcher=_launcher(rec) if rec.language == "triton" else "")
+                     launcher=_launcher(rec, binding) if rec.language == "triton" else "")
     else:
         facts.update(kind="unbound")
     return facts
 
 
-def _launcher(rec) -> str:
+def _launcher(rec, binding: dict | None = None) -> str:
     """`name(args)` of the Python function in the record that launches its kernel (what validation
-    calls with the op's inputs), or "" when the record holds none."""
+    calls with the op's inputs), or "" when the record holds none. A probed binding names the entry
+    point the probe confirmed (`call.entry`), which comes first."""
+    call = (binding or {}).get("call") or {}
+    if call.get("entry"):
+        entry = next((e for e in rec.entry.get("entry_points") or [] if e["qualname"] == call["entry"]), None)
+        if entry is not None:
+            args = [p["name"] for p in entry["params"] if p["kind"] in ("pos", "kwonly")]
+            return f"{call['entry']}({', '.join(args)})"
     names = [rec.entry.get("wrapper")] + [site.get("function") for site in rec.entry.get("launch_sites") or []] \
         + [W.launcher(rec.code)]
     for name in filter(None, names):

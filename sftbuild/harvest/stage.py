@@ -23,9 +23,11 @@ from sftbuild.harvest import sources as S
 from sftbuild.harvest import specs
 from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers
 from sftbuild.harvest.kinds import KINDS
-from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, parse_files
+from sftbuild.harvest.triton_extract import module_of
+from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, parse_files
 from sftbuild.record import Record
 
+MAX_FOREIGN_LAUNCHERS = 3  # launchers from other modules appended to one record
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
 
 
@@ -170,6 +172,8 @@ class Harvest:
         batches = _batches([(rel, str(p), preludes.get(rel, b"")) for rel, p in todo],
                            getattr(self.ctx.executor, "cpu_workers", 1))
         tasks = [ParseTask(batch, self.data_filters) for batch in batches]
+        held: list[tuple[Record, tuple]] = []  # Triton records no function of their file launches
+        foreign: dict[tuple[str, str], list[str]] = {}  # (module, kernel) -> launchers in other modules
         for task, results in self.ctx.executor.map_cpu(parse_files, tasks, desc=f"harvest {self.src.name}"):
             if isinstance(results, WorkerFailure):
                 for rel, _, _ in task.files:
@@ -177,11 +181,38 @@ class Harvest:
                 continue
             records, spans = [], []
             for res in results:
-                r, s = self._file_result(tree, res, licenses)
-                records += r
-                spans += s
+                for f in res.get("foreign") or []:
+                    foreign.setdefault((f["module"], f["kernel"]), []).append(f["code"])
+                for rec, span in zip(*self._file_result(tree, res, licenses)):
+                    if rec.language == "triton" and not rec.entry.get("entry_points"):
+                        held.append((rec, span))
+                    else:
+                        records.append(rec)
+                        spans.append(span)
             self.flush_skips()
             self.emit(records, spans)  # one transaction per batch of files
+        if held:
+            self.emit(*self._launched_elsewhere(held, foreign))
+
+    def _launched_elsewhere(self, held, foreign) -> tuple[list[Record], list[tuple]]:
+        """Records whose kernels only other modules of the package launch, with those launchers
+        appended (the record then has entry points); the others unchanged."""
+        todo, out = [], []
+        for rec, span in held:
+            module = module_of(rec.provenance.get("path") or "")
+            codes = [c for k in rec.entry.get("kernels") or [] for c in foreign.get((module, k), [])]
+            (todo if codes else out).append((rec, span, codes[:MAX_FOREIGN_LAUNCHERS]))
+        items = [(rec.code, codes) for rec, _, codes in todo]
+        joined = []
+        for _, results in self.ctx.executor.map_cpu(attach_launchers, [items], desc="launchers"):
+            joined = [] if isinstance(results, WorkerFailure) else results
+        for (rec, span, _), (code, entries) in zip(todo, joined or [(None, [])] * len(todo)):
+            if code and entries:
+                rec = Record(language=rec.language, code=code, source=rec.source,
+                             entry={**rec.entry, "entry_points": entries, "launched_from": "another module"},
+                             binding=rec.binding, provenance=rec.provenance)
+            out.append((rec, span, None))
+        return [r for r, _, _ in out], [s for _, s, _ in out]
 
     def _preludes(self, todo) -> dict[str, bytes]:
         files = {}

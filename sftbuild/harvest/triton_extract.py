@@ -16,6 +16,12 @@ constexpr globals, plain Python helpers), the kernel with its decorators
 launch it (`kernel[grid](...)`, or a plain call when a decorator makes the kernel
 callable). A class whose method launches it is kept whole.
 
+A backward kernel's record also keeps the autograd Function whose backward launches it
+(`backward_functions`). A kernel that only another module of its package launches
+(`from .kernels import _k` then `_k[grid](...)`) gets that module's launcher appended by the
+harvest stage: `foreign_launchers(src, rel)` lists a file's launchers of imported kernels, with
+their relative imports made absolute, and `attach_launchers(code, launchers)` joins them.
+
 `entry_points(code)` reads the emitted code (never imports it) and lists the
 callables that launch its kernels, directly or through same-code helpers:
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 
 
 @dataclasses.dataclass
@@ -257,7 +264,8 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
             others.append({"line": s.start, "reason": "device_helper", "detail": kname})
             continue
         wrappers = [j for j, w in enumerate(stmts) if j != i and not is_jit(w.node) and _launches(w.node, kname)]
-        need = _closure([i, *wrappers], stmts, by_name)
+        functions = backward_functions(stmts, kname, is_jit) + callers(stmts, wrappers, is_jit)
+        need = _closure([i, *wrappers, *functions], stmts, by_name)
         chosen = [stmts[j] for j in sorted(need)]
         code = "\n\n".join("\n".join(lines[c.start - 1:c.end]) for c in chosen) + "\n"
         imports = [ast.unparse(c.node) for c in chosen if isinstance(c.node, (ast.Import, ast.ImportFrom))]
@@ -286,6 +294,61 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
         others.append({"line": call.lineno, "reason": "unsupported_dsl",
                        "detail": f"{dsl}: CUDA source in a Python string ({ast.unparse(call.func)})"})
     return kernels, others
+
+
+MAX_CALLERS = 4  # public functions of the file kept because they call a kernel's launcher
+
+
+def callers(stmts: list[_Stmt], wrappers: list[int], is_jit) -> list[int]:
+    """Public functions of the file that call a launcher (directly or through the file's other
+    functions), nearest first, at most MAX_CALLERS: the API a package exposes (and registers, as
+    FlagGems registers `div_mode` for `div.Tensor_mode`) is often a caller of the launcher."""
+    funcs = {s.node.name: j for j, s in enumerate(stmts)
+             if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(s.node)}
+    reached = {stmts[j].node.name for j in wrappers if stmts[j].node.__class__ is not ast.ClassDef
+               and hasattr(stmts[j].node, "name")}
+    out: list[int] = []
+    frontier = set(reached)
+    while frontier and len(out) < MAX_CALLERS:
+        nxt = set()
+        for name, j in sorted(funcs.items(), key=lambda kv: kv[1]):
+            if name in reached or not (_called(stmts[j].node) & frontier):
+                continue
+            reached.add(name)
+            nxt.add(name)
+            if not name.startswith("_") and len(out) < MAX_CALLERS:
+                out.append(j)
+        frontier = nxt
+    return out
+
+
+def backward_functions(stmts: list[_Stmt], kname: str, is_jit) -> list[int]:
+    """Statements of the autograd Functions whose `backward` launches `kname` (through the file's
+    functions) and whose `forward` does not: a backward kernel's record keeps the Function, so it can
+    be launched as autograd launches it, on what the forward saved (and checked against the
+    gradients of the forward's reference)."""
+    funcs = {s.node.name: s.node for s in stmts if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and not is_jit(s.node)}
+    reach = {name: bool(_launches(f, kname)) for name, f in funcs.items()}
+    calls = {name: _called(f) & set(funcs) for name, f in funcs.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name in funcs:
+            if not reach[name] and any(reach[c] for c in calls[name]):
+                reach[name] = changed = True
+
+    def reaches(m) -> bool:
+        return bool(_launches(m, kname)) or any(reach.get(c) for c in _called(m))
+
+    out = []
+    for j, st in enumerate(stmts):
+        if isinstance(st.node, ast.ClassDef) and _base_kind(st.node) == "autograd":
+            methods = {m.name: m for m in st.node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if "forward" in methods and "backward" in methods and reaches(methods["backward"]) \
+                    and not reaches(methods["forward"]):
+                out.append(j)
+    return out
 
 
 def _other_dsl(langs: Languages, node, line: int, others: list[dict]) -> None:
@@ -449,3 +512,96 @@ def entry_points(code: str, hints: dict | None = None) -> list[dict]:
     out.sort(key=lambda e: (e["role"] != "forward", e["qualname"].startswith("_"), rank[e["kind"]],
                             e["qualname"]))
     return out
+
+
+# ---- launchers in other modules of the package ---------------------------------------
+
+def module_of(rel: str) -> str:
+    """`pkg/ops/x.py` -> `pkg.ops.x` (`pkg/__init__.py` -> `pkg`)."""
+    parts = rel[:-3].split("/") if rel.endswith(".py") else rel.split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str | None:
+    """The absolute module an import reads from, seen from `module`."""
+    if not node.level:
+        return node.module
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level - 1 > len(base):
+        return None
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def foreign_launchers(src: str, rel: str) -> list[dict]:
+    """Functions and autograd Functions of this file that launch a kernel they import from another
+    module: {"module": absolute module of the kernel, "kernel": its name there, "code": the launcher
+    with what it needs from this file (relative imports made absolute, the kernel's own import left
+    out, since the kernel's record defines it)}. Read by AST only."""
+    tree = ast.parse(src)
+    module = module_of(rel)
+    is_package = rel.endswith("__init__.py")
+    imported: dict[str, tuple[str, str]] = {}  # local name -> (module, name there)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            mod = _absolute(node, module, is_package)
+            for a in node.names:
+                if mod and a.name != "*":
+                    imported[a.asname or a.name] = (mod, a.name)
+    if not imported:
+        return []
+    lines = src.splitlines()
+    stmts = [_stmt(n) for n in tree.body if not _is_main_guard(n)]
+    by_name: dict[str, list[int]] = {}
+    for i, s in enumerate(stmts):
+        for name in s.defines:
+            by_name.setdefault(name, []).append(i)
+    out = []
+    for local, (mod, name) in imported.items():
+        launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                          ast.ClassDef))
+                     and not is_jit(s.node) and _grid_launches(s.node, local)]
+        if not launchers:
+            continue
+        need = _closure(launchers, stmts, by_name)
+        parts = []
+        for j in sorted(need):
+            node = stmts[j].node
+            if isinstance(node, ast.ImportFrom):
+                mod_j = _absolute(node, module, is_package)
+                names = [a for a in node.names if (a.asname or a.name) != local]
+                if not names or not mod_j:
+                    continue
+                alias = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
+                parts.append(f"from {mod_j} import {alias}")
+            else:
+                parts.append("\n".join(lines[stmts[j].start - 1:stmts[j].end]))
+        code = "\n\n".join(parts) + "\n"
+        if local != name:  # the launcher calls the kernel by a local alias: by its own name in the record
+            code = re.sub(rf"(?<![\w.]){re.escape(local)}\b", name, code)
+        out.append({"module": mod, "kernel": name, "code": code, "from": module})
+    return out
+
+
+def _grid_launches(node, name: str) -> bool:
+    """`name[grid](...)` or `name.run(...)` inside node (a plain call of an imported name is
+    usually a helper, not a launch)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, (ast.Subscript, ast.Attribute)):
+            f = n.func
+            if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id == name:
+                return True
+            if isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name) \
+                    and f.value.id == name:
+                return True
+    return False
+
+
+def attach_launchers(code: str, launchers: list[str]) -> tuple[str, list[dict]]:
+    """A record's code with launchers from other modules appended, and its entry points then."""
+    joined = code.rstrip("\n") + "\n\n" + "\n\n".join(c.rstrip("\n") for c in launchers) + "\n"
+    try:
+        hints = default_hints(ast.parse(joined))
+    except SyntaxError:
+        return code, []
+    return joined, entry_points(joined, hints)

@@ -27,6 +27,13 @@ def parse_files(task: ParseTask) -> list[dict]:
     return [parse_file(rel, path, prelude, task.filters) for rel, path, prelude in task.files]
 
 
+def attach_launchers(items: list[tuple[str, list[str]]]) -> list[tuple[str, list[dict]]]:
+    """(code, entry points) for each (record code, launcher codes from other modules)."""
+    from sftbuild.harvest.triton_extract import attach_launchers as attach
+
+    return [attach(code, launchers) for code, launchers in items]
+
+
 def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter]) -> dict:
     try:
         with open(path, "rb") as f:
@@ -38,13 +45,15 @@ def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter])
         return {"rel": rel, "skip": hit}
     out = {"rel": rel, "license": L.from_header(data), "kernels": [], "others": [], "language": None}
     if rel.endswith(PY_EXT):
-        from sftbuild.harvest.triton_extract import extract_kernels, may_define_kernels
+        from sftbuild.harvest.triton_extract import extract_kernels, foreign_launchers, may_define_kernels
 
         if not may_define_kernels(data):
             return out
 
         try:
-            kernels, others = extract_kernels(data.decode("utf-8"))
+            text = data.decode("utf-8")
+            kernels, others = extract_kernels(text)
+            out["foreign"] = foreign_launchers(text, rel)
         except (SyntaxError, ValueError, RecursionError) as e:
             return {"rel": rel, "skip": ("syntax_error", str(e)[:200])}
         out["language"] = "triton"

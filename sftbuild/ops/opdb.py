@@ -6,7 +6,8 @@ hand-written op). Its reference is the entry's torch callable, run in float64 wh
 are float64 (float32 when the op has no float64 kernel); its input generator re-draws the entry's
 `SampleInput`s on the CPU from the trial's seed and returns the one whose first tensor has the
 pool shape, so it serves any device; the sample's non-tensor arguments travel in the params
-(`call`), which the reference reads back. Tolerance comes from the dtype, widened for long
+(`call`), which the reference reads back. An elementwise op of one tensor (a unary ufunc) is also
+offered at `ELEMENTWISE_SHAPES`, its inputs drawn from a sample's values (so they stay in its domain). Tolerance comes from the dtype, widened for long
 accumulations (reductions, scans, losses x2; matmul, conv, attention x4) as the hand-written
 families are; samples on which torch's own float32 result misses the float32 policy are dropped.
 
@@ -37,6 +38,9 @@ FORMAT = 7
 MAX_SAMPLES = 12  # distinct primary shapes kept per op
 MAX_EXAMINED = 60  # samples examined per op while building the catalogue
 MAX_NUMEL = 1 << 22
+# shapes an elementwise op (op_db's unary ufuncs, whose samples are mostly one small shape) is also
+# checked at: odd sizes and sizes past a block, with values drawn from its own samples
+ELEMENTWISE_SHAPES = [(7, 33), (64, 129), (3, 17, 65), (1000,), (257, 515)]
 
 OPS: dict[str, Op] = {}
 SKIPPED: dict[str, str] = {}  # op_db entry name -> why it has no op
@@ -377,12 +381,30 @@ def _reference(info):
     return reference
 
 
+def elementwise(info, entry) -> bool:
+    """An elementwise op of one tensor (op_db's UnaryUfuncInfo): any shape is one of its samples."""
+    return type(info).__name__ == "UnaryUfuncInfo" and len(entry["inputs"]) == 1 and entry["outputs"] == 1
+
+
+def _tiled(x: torch.Tensor, shape: tuple, gen) -> torch.Tensor:
+    """A tensor of `shape` whose values are drawn (with replacement) from sample tensor `x`, so they
+    stay in the op's domain."""
+    flat = x.reshape(-1)
+    idx = torch.randint(0, flat.numel(), (max(1, int(torch.tensor(shape).prod())),), generator=gen)
+    return flat[idx].reshape(shape).clone()
+
+
 def _inputs(info, entry):
     by_shape = {tuple(s["shape"]): s["index"] for s in entry["samples"]}
+    tile = elementwise(info, entry)
 
     def make_inputs(shape, dtype, layout, gen, params):
         from sftbuild.ops.pools import TORCH_DTYPES
 
+        if tile and tuple(shape) not in by_shape and entry["samples"]:
+            # an elementwise op at a shape its samples lack: a sample's values, drawn into that shape
+            (x,) = make_inputs(entry["samples"][0]["shape"], dtype, layout, gen, params)
+            return [_tiled(x, tuple(shape), gen)]
         samples = draw(info, TORCH_DTYPES[dtype], int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen)))
         want, idx = tuple(shape), by_shape.get(tuple(shape))
         pick = _pick(samples, idx, want)
@@ -486,8 +508,11 @@ def _semantics(info) -> dict[str, str]:
 
 
 def _op(info, entry) -> Op:
+    pool = [tuple(s["shape"]) for s in entry["samples"]]
+    if elementwise(info, entry):
+        pool += [s for s in ELEMENTWISE_SHAPES if s not in pool]
     return Op(name=entry["name"], family=entry["family"], semantics=_semantics(info), reference=_reference(info),
-              make_inputs=_inputs(info, entry), shape_pool=[tuple(s["shape"]) for s in entry["samples"]],
+              make_inputs=_inputs(info, entry), shape_pool=pool,
               io={"inputs": entry["inputs"], "outputs": entry["outs"]}, dtypes=tuple(entry["dtypes"]),
               layouts=("contiguous",), tolerance=_tolerance(entry["family"]), launch="tensors",
               outputs=entry["outputs"])

@@ -13,6 +13,12 @@ op, it tries argument mappings:
   * the output is the returned tensor or an element of a returned tuple (an input updated in place
     would fail validation's inputs-unchanged check, so it is not looked for).
 
+Only entries that run the record's own kernels are tried (`runs_kernels`). A backward kernel's
+record holds the autograd Function whose backward launches it (harvest keeps it): its `apply` is
+matched on the forward outputs, then every trial also compares the gradients of
+sum(output * cotangent) with respect to the floating inputs with those of the op's reference
+(`call.grad`, `pyrun.with_grads`); the binding's op is the forward op, checked through its backward.
+
 A mapping that matches the reference on a first small trial is confirmed over at least 3 shapes
 and 2 dtypes; a dtype counts when every shape passes at it. Anything less stays unbound.
 
@@ -36,6 +42,8 @@ import time
 import torch
 
 from sftbuild import ops
+from sftbuild.ops import opdb
+from sftbuild.ops.binders.probed import runs_kernels
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import pyrun
 
@@ -89,10 +97,12 @@ def probe(task: dict) -> dict:
 
 
 def _search(task, mod, dev, deadline, tried) -> dict:
-    entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"]
+    kernels = (task.get("entry") or {}).get("kernels")
+    entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"
+               and runs_kernels(e, kernels)]
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
-    names = [n for n in task.get("shortlist") or [] if n in ops.all_ops()]
+    names = [n for n in task.get("shortlist") or [] if _known(n)]
     if not names:
         return {"unbound": "no candidate reference", "evidence": {"candidates_tried": tried}}
     dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
@@ -100,14 +110,26 @@ def _search(task, mod, dev, deadline, tried) -> dict:
         for name in names:
             if time.monotonic() > deadline:
                 return _unbound("time limit reached", tried)
+            grad = runs_kernels(entry, kernels) == "backward"
+            if grad and "backward" in name:  # a Function's forward is checked against a forward op
+                continue
             op = ops.get(name)
-            result = _try(mod, entry, op, dtypes, dev, task, deadline)
+            result = _try(mod, entry, op, dtypes, dev, task, deadline, grad=grad)
             tried.append({"entry": entry["qualname"], "op": name, **{k: v for k, v in result.items()
                                                                     if k != "binding"}})
             if result.get("binding"):
                 b = result["binding"]
                 return {"binding": b, "evidence": {**result["evidence"], "candidates_tried": tried}}
     return _unbound(None, tried)
+
+
+def _known(name: str) -> bool:
+    """Whether the registry has the op here (hand-written, a package's, or torch's op_db)."""
+    try:
+        ops.get(name)
+        return True
+    except KeyError:
+        return False
 
 
 def _unbound(reason, tried) -> dict:
@@ -123,7 +145,7 @@ def _unbound(reason, tried) -> dict:
 
 # ---- one (entry, op) pair -------------------------------------------------------------
 
-def _try(mod, entry, op, dtypes, dev, task, deadline) -> dict:
+def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dict:
     try:
         fn = pyrun.resolve_entry(mod, entry["qualname"])
     except pyrun.Reject as r:
@@ -147,6 +169,8 @@ def _try(mod, entry, op, dtypes, dev, task, deadline) -> dict:
             first = first or why
             continue
         call["outputs"] = outputs
+        if grad:  # the record's kernels run in the backward: the gradients are what is checked
+            call["grad"] = True
         return _confirm(fn, call, op, shapes, dtypes, dev, params)
     return {"why": first or "no mapping"}
 
@@ -184,7 +208,7 @@ def _inputs(op, shape, dtype, seed, dev, params):
 
 
 def _call(fn, call, inputs, params):
-    out = fn(*pyrun.call_args(call, inputs, params))
+    out = fn(*pyrun.call_args(call, inputs, params), **pyrun.call_kwargs(call, inputs, params))
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return out
@@ -261,19 +285,37 @@ def _dtypes(passed: list, dev) -> list:
     return passed
 
 
+def _references(op, inputs, params, grad: bool) -> tuple[list, list]:
+    """The float64 reference's outputs and the native-dtype one's (with their input gradients)."""
+    def run(xs):
+        return ops.as_outputs(op.run_reference(xs, params))
+    if not grad:
+        return run(ops.upcast(inputs)), run(inputs)
+    refs64 = pyrun.with_grads(run, ops.upcast(inputs))
+    try:
+        natives = pyrun.with_grads(run, inputs)
+    except Exception:  # a torch without this op's backward at the dtype: the float64 one judges alone
+        natives = [None] * len(refs64)
+    return refs64, natives
+
+
 def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
     # the layouts validation uses (pyrun.layout_of on every input), so a probed layout holds there
     inputs = [pyrun.layout_of(t, layout) for t in _inputs(op, shape, dtype, seed, dev, params)]
     try:
-        refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
-        natives = ops.as_outputs(op.run_reference(inputs, params))
+        refs64, natives = _references(op, inputs, params, bool(call.get("grad")))
     except Exception as e:
         return False, {}, f"the reference fails here: {type(e).__name__}: {str(e)[:160]}"
+
+    def run(xs):
+        out = _call(fn, call, xs, params)
+        return [pyrun.pick_output(spec, out, xs) for spec in call["outputs"]]
     try:
-        out = _call(fn, call, inputs, params)
-        outs = [pyrun.pick_output(spec, out, inputs) for spec in call["outputs"]]
+        outs = pyrun.with_grads(run, inputs) if call.get("grad") else run(inputs)
     except Exception as e:
         return False, {}, f"error: {type(e).__name__}: {str(e)[:160]}"
+    if len(outs) != len(refs64):
+        return False, {}, f"{len(outs)} outputs and gradients, the reference has {len(refs64)}"
     worst: dict = {}
     for o, r64, nat in zip(outs, refs64, natives):
         ok, stats = ops.compare(o, r64, dtype, op.tolerance, native=nat)
@@ -291,7 +333,11 @@ def input_names(op) -> list[str]:
 
 def arg_mappings(entry: dict, op, params: dict):
     """Positional argument lists for the entry: ["input", i], ["param", name], ["value", literal] or
-    ["shape", [i, axis]] (a size of input i; axis None: its numel)."""
+    ["shape", [i, axis]] (a size of input i; axis None: its numel). For an op from torch's op_db the
+    first is [["sample", None]]: the entry is called as torch's op is, with the sample's own
+    non-tensor arguments (dims, scalars, keywords), which an ATen-style entry takes as they are."""
+    if opdb.is_opdb(op.name) and _takes_sample(entry):
+        yield [["sample", None]]
     plist = [p for p in entry["params"] if p["kind"] == "pos"]
     lower = {k.lower(): k for k in params}
     lower.update({alias: k for k in params for alias in PARAM_ALIASES.get(k.lower(), ())})
@@ -355,6 +401,12 @@ def arg_mappings(entry: dict, op, params: dict):
             if all(plist[j]["has_default"] and not isinstance(plist[j]["default"], dict)
                    for j in range(len(args), keep)):
                 yield ext
+
+
+def _takes_sample(entry: dict) -> bool:
+    """An entry whose first positional parameter takes a tensor (the op's input comes first)."""
+    pos = [p for p in entry["params"] if p["kind"] == "pos"]
+    return bool(pos) and _takes_tensor(pos[0])
 
 
 def _size_variants(args, sized: list[int]) -> list:

@@ -45,6 +45,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.harvest import inductor_code
+from sftbuild.ops import opdb
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, deadline, fences, guards, pristine, refbook, sizes
 from sftbuild.validate import harness as H
@@ -174,11 +175,15 @@ def resolve_entry(mod, qualname: str):
 
 
 def call_args(call: dict, inputs: list, params: dict) -> list:
-    """Positional arguments from a call's mapping: ["input", i], ["param", name], ["value", literal] or
-    ["shape", [i, axis]] (a size of input i read at call time; axis None: its numel)."""
+    """Positional arguments from a call's mapping: ["input", i], ["param", name], ["value", literal],
+    ["shape", [i, axis]] (a size of input i read at call time; axis None: its numel) or
+    ["sample", None] (an op_db op's sample call: its positional arguments with the inputs in their
+    tensor slots; its keywords come from `call_kwargs`)."""
     out = []
     for src, key in call["args"]:
-        if src == "shape":
+        if src == "sample":
+            out += opdb.rebuild(inputs, params["call"])[0]
+        elif src == "shape":
             t = inputs[key[0]]
             out.append(t.numel() if key[1] is None else t.shape[key[1]])
         else:
@@ -186,13 +191,46 @@ def call_args(call: dict, inputs: list, params: dict) -> list:
     return out
 
 
+def call_kwargs(call: dict, inputs: list, params: dict) -> dict:
+    """Keyword arguments from a call's mapping: an op_db sample's keywords, else none."""
+    if any(src == "sample" for src, _ in call["args"]):
+        return opdb.rebuild(inputs, params["call"])[1]
+    return {}
+
+
 def call_entry(mod, call: dict, inputs: list, params: dict) -> list:
     """Call the entry as the binding's `call` says and return the outputs it names, in the op's order."""
     fn = resolve_entry(mod, call["entry"])
     if call.get("kind") == "module":
         fn = fn(*call_args({"args": call.get("init") or []}, inputs, params))
-    out = fn(*call_args(call, inputs, params))
+    out = fn(*call_args(call, inputs, params), **call_kwargs(call, inputs, params))
     return [pick_output(spec, out, inputs) for spec in call["outputs"]]
+
+
+COTANGENT_SEED = 7919
+
+
+def cotangent(t: torch.Tensor) -> torch.Tensor:
+    """The output gradient a backward check feeds: fixed values for a shape, at the output's dtype."""
+    g = torch.Generator().manual_seed(COTANGENT_SEED)
+    return torch.randn(tuple(t.shape), generator=g, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
+
+
+def with_grads(run, inputs: list) -> list:
+    """`run(inputs)`'s outputs, then the gradient of sum(output * cotangent) with respect to each
+    floating input (zeros where nothing depends on it): a forward and its backward, as autograd runs
+    them. The inputs are not changed (the gradients are taken on detached leaves sharing them)."""
+    xs = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+          for t in inputs]
+    with torch.enable_grad():
+        outs = run(xs)
+        wrt = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
+        diff = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not diff or not wrt:
+            raise ValueError("no output carries a gradient back to the inputs")
+        grads = torch.autograd.grad(diff, wrt, [cotangent(o) for o in diff], allow_unused=True)
+    return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs] + \
+        [torch.zeros_like(x) if g is None else g.detach() for x, g in zip(wrt, grads)]
 
 
 def returned(out) -> list:
@@ -281,7 +319,9 @@ class OpProblem(Problem):
     """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s).
 
     A probed binding carries `call` (sftbuild.validate.probe): the entry point (`fn`, `Cls.apply`),
-    the argument mapping and which outputs to compare; it is called exactly so. Without `call` the
+    the argument mapping and which outputs to compare; it is called exactly so. With `call.grad`
+    (a backward kernel, launched by its autograd Function's backward) the outputs are followed by
+    the input gradients, against the gradients of the op's reference (`with_grads`). Without `call` the
     wrapper is picked by `pick_wrapper`."""
 
     def __init__(self, task, dev):
@@ -333,6 +373,8 @@ class OpProblem(Problem):
         return [t.to(dev) for t in self.op.make_inputs(shape, dtype, "contiguous", gen, self.params)]
 
     def candidate(self, shape, dtype, inputs):
+        if self.call and self.call.get("grad"):  # a backward kernel: its Function's forward and backward
+            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params), inputs)
         if self.call:
             return call_entry(self.mod, self.call, inputs, self.params)
         return to_list(self.fn(*inputs, **self.call_params))
@@ -340,6 +382,8 @@ class OpProblem(Problem):
     def reference(self, shape, dtype, inputs, double=False):
         if double:
             inputs = [t.double() if t.is_floating_point() else t for t in inputs]
+        if self.call and self.call.get("grad"):
+            return with_grads(lambda xs: to_list(self.op.run_reference(xs, self.params)), inputs)
         return to_list(self.op.run_reference(inputs, self.params))
 
     def tolerance(self):

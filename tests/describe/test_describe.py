@@ -179,3 +179,28 @@ def test_aten_descriptions_are_unique_and_faithful(aten):
         assert status == "ok", (rec.name, payload.get("problems"))
         for key, text in payload["instructions"].items():
             assert seen.setdefault(text, rec.id) == rec.id, (key, text[:120])
+
+
+def test_a_probed_binding_is_described_by_the_op_and_entry_the_probe_confirmed():
+    from sftbuild import ops
+    from sftbuild.harvest.triton_extract import extract_kernels
+
+    code = ("import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+            "def _gelu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+            "    o = tl.arange(0, BLOCK)\n    m = o < n\n"
+            "    tl.store(y_ptr + o, -tl.load(x_ptr + o, mask=m), mask=m)\n\n\n"
+            "def gelu_helper(x):\n    return x\n\n\n"
+            "def flip_sign(A):\n    out = torch.empty_like(A)\n"
+            "    _gelu_kernel[(1,)](A, out, A.numel(), BLOCK=1024)\n    return out\n")
+    k = extract_kernels(code)[0][0]
+    rec = Record(language="triton", code=k.code, source="t",
+                 entry={"kernels": [k.name], "entry_points": k.entry_points, "wrapper": "gelu_helper"})
+    rec.binding = {"kind": "op", "op": "neg", "how": "probed", "dtypes": ["float32", "float16"],
+                   "call": {"entry": "flip_sign", "kind": "function", "args": [["input", 0]],
+                            "outputs": [{"from": "return", "index": None}]}}
+    status, _, payload = S.describe(rec, CONF)
+    assert status == "ok", payload.get("problems")
+    text = " ".join(payload["instructions"].values())
+    assert ops.get("neg").semantics["en"] in text
+    assert ops.get("gelu").semantics["en"] not in text
+    assert "`flip_sign(A)`" in text and "gelu_helper" not in text

@@ -106,8 +106,19 @@ def test_every_builtin_registry_entry_names_a_registered_kind():
 
 # ---- file filters ----------------------------------------------------------------
 def test_default_filters_in_their_order():
-    assert [f.name for f in FILE_FILTERS.configured({})] == ["vendored", "oversize", "binary", "not_utf8",
-                                                            "generated"]
+    assert [f.name for f in FILE_FILTERS.configured({})] == ["vendored", "other_accelerator", "oversize", "binary",
+                                                            "not_utf8", "generated"]
+
+
+def test_backend_folders_of_other_accelerators_are_skipped_with_their_reason():
+    f = FILE_FILTERS.create("other_accelerator")
+    assert "another accelerator" in f.check_path("liger_kernel/ops/backends/_ascend/ops/rms_norm.py", 10)
+    assert f.check_path("flag_gems/runtime/backend/_kunlunxin/ops/abs.py", 10)
+    assert f.check_path("flag_gems/runtime/backend/_nvidia/ops/abs.py", 10) is None  # a GPU backend stays
+    assert f.check_path("flag_gems/ops/abs.py", 10) is None
+    assert f.check_path("kernels/ascend/rms.py", 10) is None  # a vendor name alone, not a backend folder
+    g = FILE_FILTERS.create("other_accelerator", {"names": ["_mychip"]})
+    assert g.check_path("pkg/backends/_mychip/k.py", 10)
 
 
 def tree(tmp_path) -> Path:

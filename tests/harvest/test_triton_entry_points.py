@@ -146,3 +146,36 @@ def test_guarded_imports_stay_in_the_closure():
     k = kernels(src)["_geglu_tanh_forward_kernel"]
     assert "from triton.language.extra.libdevice import tanh" in k.code
     assert "def compare_version" not in k.code and "compare_version" in k.code  # imported, used by the guard
+
+
+def test_public_callers_of_a_launcher_are_kept_as_entry_points():
+    from sftbuild.harvest.triton_extract import extract_kernels
+
+    src = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _trunc_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def _launch(x):
+    y = torch.empty_like(x)
+    _trunc_kernel[(1,)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def div_mode(x, rounding_mode=None):
+    return _launch(x)
+
+
+def unrelated(x):
+    return x
+'''
+    (k,) = extract_kernels(src)[0]
+    assert "def div_mode" in k.code and "def unrelated" not in k.code
+    assert {e["qualname"] for e in k.entry_points} == {"_launch", "div_mode"}

@@ -6,14 +6,17 @@ interpreter on CPU); `accept(record, result)` turns its answer into the binding 
 (`how: probed`, with the evidence), or None when the probe left the record unbound.
 `bind()` answers None: a name is a hypothesis, only a probe makes a binding.
 
-Shortlist: `sftbuild.ops.shortlist(name, params, k)` where the registry has it, else a ranking
-here by shared name words (kernel and entry-point names against op names).
+Shortlist: first the ops a package's own registration table names for an entry point
+(`sftbuild.ops.registrations`: FlagGems' `("add.Tensor", add)` pairs, `lib.impl(...)` calls), then
+`sftbuild.ops.shortlist(name, params, k)` over the hand-written and op_db ops, else a ranking here by
+shared name words (kernel and entry-point names against op names).
 """
 from __future__ import annotations
 
 import re
 
 from sftbuild import ops
+from sftbuild.ops import registrations
 from sftbuild.ops.binders import BINDERS, Binder
 
 SHORTLIST = 8
@@ -65,21 +68,67 @@ class Probed(Binder):
         return b
 
 
+def runs_kernels(entry: dict, kernels) -> str | None:
+    """How an entry point runs any of `kernels`: "forward" (it launches one), "backward" (an autograd
+    Function whose backward launches one: checked through gradients), else None."""
+    kernels = set(kernels or ())
+    if not kernels or set(entry.get("launches") or ()) & kernels:
+        return "forward"
+    if entry["kind"] == "autograd" and set((entry.get("backward") or {}).get("launches") or ()) & kernels:
+        return "backward"
+    return None
+
+
 def words(name: str) -> set[str]:
     """`_rms_norm_forward_kernel`, `LigerRMSNormFunction.apply` -> {"rms", "norm"}."""
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name))
     return {w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w and w not in NOISE and not w.isdigit()}
 
 
+def registered(record) -> list[str]:
+    """The ops the record's package registers its entry points for (exact names, read from the
+    package's registration table; empty without a package tree or a table)."""
+    tree = (record.provenance or {}).get("tree")
+    entries = (record.entry or {}).get("entry_points") or []
+    if not tree or not entries:
+        return []
+    table = registrations.registered(tree)
+    if not table:
+        return []
+    known = ops.all_ops(opdb=True)
+    out: list[str] = []
+    for e in entries:
+        for aten in table.get(e["qualname"].split(".")[0], ()):
+            out += [n for n in registrations.candidates(aten, known) if n not in out]
+    return out
+
+
 def shortlist(record, k: int = SHORTLIST) -> list[str]:
-    """Candidate op names for a record, best first."""
+    """Candidate op names for a record, best first: the registered ones, then for a backward kernel
+    run by an autograd Function the forward ops its Function's name suggests (it is checked through
+    the gradients of a forward op), then the ranked ones."""
+    exact = registered(record)
+    entries = (record.entry or {}).get("entry_points") or []
+    kernels = (record.entry or {}).get("kernels")
+    grad = [e for e in entries if runs_kernels(e, kernels) == "backward"]
+    if grad:
+        fn = getattr(ops, "shortlist", None)
+        names = " ".join(e["qualname"].split(".")[0] for e in grad)
+        params = sorted({p["name"] for e in grad for p in e["params"]})
+        forward = [n for n in (fn(names, params, k, opdb=True) if fn else []) if "backward" not in n]
+        exact += [n for n in forward if n not in exact]
+    return exact + [n for n in ranked(record, k) if n not in exact]
+
+
+def ranked(record, k: int = SHORTLIST) -> list[str]:
+    """Candidate op names for a record by its kernel and entry-point names and parameters."""
     entries = (record.entry or {}).get("entry_points") or []
     names = [*(record.entry or {}).get("kernels", []), *(e["qualname"] for e in entries)]
     fn = getattr(ops, "shortlist", None)
     if fn is not None:
         params = sorted({p["name"] for e in entries for p in e["params"]})
         try:
-            found = list(fn(" ".join(names), params, k))
+            found = list(fn(" ".join(names), params, k, opdb=True))
             if found:
                 return [getattr(o, "name", o) for o in found]
         except Exception:  # the registry's ranking is an optimisation; ours still works

@@ -1,0 +1,95 @@
+"""A kernel that only another module of its package launches gets that launcher in its record
+(relative imports made absolute, the kernel's own import left out), so it has an entry point and
+can be probed; a kernel nothing launches keeps none."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from sftbuild.cli import main
+from sftbuild.harvest.triton_extract import foreign_launchers, module_of
+from sftbuild.store import Store
+
+KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _neg_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, -tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def _orphan_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.zeros([BLOCK], tl.float32), mask=offs < n)
+'''
+API = '''
+import torch
+import triton
+
+from .kernels import _neg_kernel as negk
+from .util import block_for
+
+
+def negate(x):
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    block = block_for(n)
+    negk[(triton.cdiv(n, block),)](x, out, n, BLOCK=block)
+    return out
+
+
+def unrelated():
+    return 1
+'''
+UTIL = "def block_for(n):\n    return 256\n"
+
+
+def package(root):
+    pkg = root / "negpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernels.py").write_text(KERNELS)
+    (pkg / "api.py").write_text(API)
+    (pkg / "util.py").write_text(UTIL)
+    return root
+
+
+def test_launchers_of_imported_kernels_are_read_with_absolute_imports():
+    assert module_of("negpkg/ops/x.py") == "negpkg.ops.x" and module_of("negpkg/__init__.py") == "negpkg"
+    (found,) = foreign_launchers(API, "negpkg/api.py")
+    assert (found["module"], found["kernel"]) == ("negpkg.kernels", "_neg_kernel")
+    assert "from negpkg.util import block_for" in found["code"] and "def negate" in found["code"]
+    assert "import _neg_kernel" not in found["code"] and "_neg_kernel[(" in found["code"] and "negk" not in found["code"]
+    assert "def unrelated" not in found["code"]
+
+
+def test_harvest_appends_the_launcher_and_the_probe_binds_through_it(tmp_path):
+    src = package(tmp_path / "src")
+    ws = tmp_path / "ws"
+    res = CliRunner().invoke(main, ["harvest", "-w", str(ws), "-q", str(src)])
+    assert res.exit_code == 0, res.output
+    store = Store(ws)
+    try:
+        recs = {r.name: r for r in store.records()}
+    finally:
+        store.close()
+    rec = recs["_neg_kernel"]
+    assert [e["qualname"] for e in rec.entry["entry_points"]] == ["negate"]
+    assert rec.entry["launched_from"] == "another module"
+    assert not recs["_orphan_kernel"].entry["entry_points"]
+
+    pytest.importorskip("triton")
+    from sftbuild.ops.binders.probed import Probed
+    from sftbuild.sandbox import run_isolated
+
+    b = Probed()
+    out = run_isolated(b.task_fn, b.plan(rec, seconds=60), 120, env={"TRITON_INTERPRET": "1"})
+    found = b.accept(rec, out)
+    assert found is not None, out.get("unbound")
+    assert found["op"] == "neg" and found["call"]["entry"] == "negate"
