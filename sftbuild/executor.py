@@ -13,9 +13,11 @@ and the run continues.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import dataclasses
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from multiprocessing.connection import wait
@@ -30,6 +32,20 @@ class WorkerFailure:
 
     kind: str  # timeout | crash | error
     detail: str = ""
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent dies (Linux; a no-op elsewhere);
+    exit at once when `parent` is given and already gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 class Executor:
@@ -101,7 +117,9 @@ class LocalExecutor(Executor):
             bar.close()
             return
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"))
+            # workers die with this process: a kill -9 of the run leaves no pool behind
+            self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"),
+                                                initializer=die_with_parent, initargs=(os.getpid(),))
         futures = {self._pool.submit(_call, fn, item): item for item in items}
         try:
             for fut in cf.as_completed(futures):
@@ -191,7 +209,7 @@ class GpuWorker:
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu
         try:
-            self.proc = ctx.Process(target=_gpu_loop, args=(child,), daemon=True)
+            self.proc = ctx.Process(target=_gpu_loop, args=(child, os.getpid()), daemon=True)
             self.proc.start()
         finally:
             if saved is None:
@@ -232,7 +250,8 @@ class GpuWorker:
             pass
 
 
-def _gpu_loop(conn):
+def _gpu_loop(conn, parent: int | None = None):
+    die_with_parent(parent)
     while True:
         try:
             fn, item = conn.recv()
