@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from sftbuild import config as C
-from sftbuild import plugins, stages
+from sftbuild import plugins, sandbox, stages
 from sftbuild.context import Context, UserError, Waiting, make_executor
 from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
@@ -30,8 +30,10 @@ def common(f):
             cfg = C.load(config_path)
             if executor:
                 cfg.executor.kind = executor
+            sandbox.configure(cfg.sandbox)
+            sandbox.isolation()  # a named isolation that cannot run here is an error now, not per record
             store = Store(workspace)
-        except (C.ConfigError, StoreError) as e:
+        except (C.ConfigError, StoreError, sandbox.SandboxUnavailable) as e:
             raise click.ClickException(str(e))
         ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
                            progress=not quiet, ray_address=cfg.executor.ray_address)
