@@ -8,16 +8,15 @@ returning one picklable result. Two kinds of work exist:
 
 A GPU worker that hangs past its timeout, crashes, or reports a sticky CUDA
 fault is killed and replaced; that item gets a `WorkerFailure` as its result
-and the run continues.
+and the run continues. GPU workers run untrusted code: each is a sandboxed process
+(sftbuild.sandbox.start_worker) whose results are read back as plain data. Every worker,
+of either kind, dies with the process that started it.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
-import ctypes
-import dataclasses
 import multiprocessing as mp
 import os
-import signal
 import time
 import traceback
 from multiprocessing.connection import wait
@@ -25,27 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tqdm import tqdm
 
-
-@dataclasses.dataclass
-class WorkerFailure:
-    """The result of an item whose worker died, hung or raised."""
-
-    kind: str  # timeout | crash | error
-    detail: str = ""
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send `sig` to this process when its parent dies (Linux; a no-op elsewhere);
-    exit at once when `parent` is given and already gone."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)
+from sftbuild import sandbox
+from sftbuild.sandbox import WorkerFailure, die_with_parent  # noqa: F401  (re-exported)
 
 
 class Executor:
@@ -146,7 +126,8 @@ class LocalExecutor(Executor):
             return
         if not self.gpus:
             raise RuntimeError("map_gpu called with no visible GPU")
-        workers = [GpuWorker(g) for g in (list(self.gpus) * max(1, per_gpu))[: len(items)]]
+        ro, rw = sandbox.task_paths(items)
+        workers = [GpuWorker(g, ro, rw) for g in (list(self.gpus) * max(1, per_gpu))[: len(items)]]
         bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
         queue = list(reversed(items))
         busy: dict[GpuWorker, tuple[Any, float]] = {}
@@ -196,27 +177,16 @@ def _call(fn, item):
 
 
 class GpuWorker:
-    """A long-lived process bound to one GPU through CUDA_VISIBLE_DEVICES."""
+    """A long-lived sandboxed process bound to one GPU through CUDA_VISIBLE_DEVICES; `ro`/`rw`: the
+    folders its tasks read and write (compiled objects, extension caches, package trees)."""
 
-    def __init__(self, gpu: str):
-        self.gpu = gpu
+    def __init__(self, gpu: str, ro=(), rw=()):
+        self.gpu, self.ro, self.rw = gpu, list(ro), list(rw)
         self.proc = None
         self.start()
 
     def start(self):
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu
-        try:
-            self.proc = ctx.Process(target=_gpu_loop, args=(child, os.getpid()), daemon=True)
-            self.proc.start()
-        finally:
-            if saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = saved
-        child.close()
+        self.conn, self.proc = sandbox.start_worker({"CUDA_VISIBLE_DEVICES": self.gpu}, ro=self.ro, rw=self.rw)
 
     def send(self, fn, item):
         try:
@@ -228,36 +198,21 @@ class GpuWorker:
     def receive(self) -> tuple[Any, bool]:
         try:
             status, payload = self.conn.recv()
-        except (EOFError, OSError):
-            self.proc.join(timeout=5)
-            code = self.proc.exitcode
-            return WorkerFailure("crash", f"worker exited with code {code}"), True
+        except Exception:  # closed, or not a plain result: the worker is not to be trusted further
+            code = self.proc.wait(5)
+            return WorkerFailure("crash", f"worker {sandbox.exit_reason(code)}"), True
         if status == "ok":
             return payload, wants_recycle(payload)
-        return WorkerFailure("error", payload), True
+        return WorkerFailure("error", str(payload)), True
 
     def restart(self):
         self.stop()
         self.start()
 
     def stop(self):
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(timeout=10)
+        if self.proc is not None:
+            self.proc.close()
         try:
             self.conn.close()
         except OSError:
             pass
-
-
-def _gpu_loop(conn, parent: int | None = None):
-    die_with_parent(parent)
-    while True:
-        try:
-            fn, item = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        try:
-            conn.send(("ok", fn(item)))
-        except Exception:
-            conn.send(("error", traceback.format_exc(limit=8)))

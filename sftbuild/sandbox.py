@@ -24,24 +24,48 @@ processes through the environment variable SFTBUILD_SANDBOX.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import glob
 import importlib
+import io
 import json
 import os
 import pickle
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
+import traceback
+from multiprocessing.connection import Connection
 from pathlib import Path
 
-from sftbuild.executor import WorkerFailure, die_with_parent
+@dataclasses.dataclass
+class WorkerFailure:
+    """The result of an item whose worker or sandboxed process died, hung or raised."""
+
+    kind: str  # timeout | crash | error
+    detail: str = ""
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent dies (Linux; a no-op elsewhere);
+    exit at once when `parent` is given and already gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
 
 ENV_KEY = "SFTBUILD_SANDBOX"
 # variables a compile or a run may need; everything else in the environment is dropped
@@ -98,8 +122,9 @@ def _probe(kind: str) -> str | None:
         exe = shutil.which("bwrap")
         if not exe:
             return "bubblewrap (bwrap) is not installed"
-        cmd = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent",
-               "true"]
+        if _bwrap_proc() is None:
+            return "bubblewrap cannot create namespaces here"
+        return None
     elif kind == "unshare":
         exe = shutil.which("unshare")
         if not exe:
@@ -113,6 +138,20 @@ def _probe(kind: str) -> str | None:
         return f"{kind} could not start: {e}"
     if p.returncode != 0:
         return f"{kind} cannot create namespaces here: {(p.stderr or p.stdout).strip()[:200]}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_proc() -> list[str] | None:
+    """How a bubblewrap sandbox gets its /proc: a fresh one, or, inside another sandbox (where a
+    nested pid namespace may not mount one), the enclosing one read-only; None when bwrap fails."""
+    for proc in (["--proc", "/proc"], ["--ro-bind", "/proc", "/proc"]):
+        cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", *proc, "--unshare-all", "--die-with-parent", "true"]
+        try:
+            if subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0:
+                return proc
+        except (OSError, subprocess.TimeoutExpired):
+            return None
     return None
 
 
@@ -211,7 +250,7 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
             args += ["--symlink", os.readlink(p), p]
         elif os.path.exists(p):
             args += ["--ro-bind", p, p]
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    args += ["--dev", "/dev", *(_bwrap_proc() or ["--proc", "/proc"]), "--tmpfs", "/tmp"]
     for p in ETC_RO:
         if os.path.exists(p):
             args += ["--ro-bind", p, p]
@@ -249,11 +288,14 @@ def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = No
     return env
 
 
-def _preexec(pol: Policy, gpu: bool, memory_gb: float | None):
+def _preexec(pol: Policy, gpu: bool, memory_gb: float | None, cpu_limit: bool = True):
+    parent = os.getpid()
+
     def limits():
-        die_with_parent()
-        cpu = max(1, int(pol.cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        die_with_parent(parent)
+        if cpu_limit:
+            cpu = max(1, int(pol.cpu_seconds))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
         mem = pol.memory_gb if memory_gb is None else memory_gb
         if not gpu and mem:
             resource.setrlimit(resource.RLIMIT_AS, (int(mem * (1 << 30)),) * 2)
@@ -293,14 +335,16 @@ class Proc:
     """One sandboxed command in the background; `kill()` ends its whole process group."""
 
     def __init__(self, cmd: list[str], *, cwd=None, env: dict | None = None, rw=(), ro=(), gpu: bool = False,
-                 memory_gb: float | None = None, scratch: str | None = None, merge: bool = True):
+                 memory_gb: float | None = None, scratch: str | None = None, merge: bool = True,
+                 pass_fds=(), cpu_limit: bool = True):
         pol = policy()
         self._own_scratch = scratch is None
         self.scratch = scratch or tempfile.mkdtemp(prefix="sftbuild_sbx_")
         full = wrap(list(cmd), cwd=cwd, scratch=self.scratch, rw=rw, ro=ro, gpu=gpu, pol=pol)
         self.proc = subprocess.Popen(full, cwd=cwd, env=scrubbed_env(self.scratch, env), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-                                     preexec_fn=_preexec(pol, gpu, memory_gb), start_new_session=True)
+                                     preexec_fn=_preexec(pol, gpu, memory_gb, cpu_limit), start_new_session=True,
+                                     pass_fds=tuple(pass_fds))
         cap = max(1, pol.output_kb) << 10
         self._out = _Tail(self.proc.stdout, cap)
         self._err = None if merge else _Tail(self.proc.stderr, cap)
@@ -375,15 +419,24 @@ PATH_KEYS_RO = ("tree", "sos")
 PATH_KEYS_RW = ("ext_cache", "cache_dir")
 
 
-def _task_paths(task) -> tuple[list, list]:
-    if not isinstance(task, dict):
-        return [], []
+def task_paths(tasks) -> tuple[list, list]:
+    """(read-only, writable) folders that task dicts name: `tree` and `sos` (the folders of the
+    compiled objects), `ext_cache` and `cache_dir`."""
     ro, rw = [], []
-    for k in PATH_KEYS_RO:
-        v = task.get(k)
-        ro += [v] if isinstance(v, str) else [x for x in v or [] if isinstance(x, str)]
-    rw += [task[k] for k in PATH_KEYS_RW if isinstance(task.get(k), str)]
-    return [p for p in ro if os.path.exists(p)], rw
+    for task in tasks:
+        if not isinstance(task, dict):
+            continue
+        for k in PATH_KEYS_RO:
+            v = task.get(k)
+            for x in [v] if isinstance(v, str) else [x for x in v or [] if isinstance(x, str)]:
+                ro.append(x if k == "tree" else os.path.dirname(x))
+        rw += [task[k] for k in PATH_KEYS_RW if isinstance(task.get(k), str)]
+    ro = sorted({p for p in ro if p and os.path.exists(p)})
+    return ro, sorted(set(rw))
+
+
+def _task_paths(task) -> tuple[list, list]:
+    return task_paths([task])
 
 
 def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = None, gpu: bool = False,
@@ -423,6 +476,53 @@ def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = 
             result.setdefault("_exit", code)
             result.setdefault("_log", log[-6000:])
         return result
+
+
+# ---- a long-lived worker (GPU) -------------------------------------------------------------------
+
+class PlainConnection:
+    """The parent's end of a sandboxed worker's socket: sends tasks as pickles, reads results as plain
+    data only (a worker running hostile code may write anything to it)."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+
+    def send(self, obj) -> None:
+        self._conn.send(obj)
+
+    def recv(self):
+        return _PlainUnpickler(io.BytesIO(self._conn.recv_bytes(256 << 20))).load()
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def start_worker(env: dict, ro=(), rw=(), gpu: bool = True) -> tuple[PlainConnection, Proc]:
+    """A sandboxed `python -m sftbuild.sandbox --worker FD` serving (function, item) pairs over a
+    socket; its CPU time is not limited (it lives for many items: the caller times each one)."""
+    mine, theirs = socket.socketpair()
+    try:
+        proc = Proc([sys.executable, "-m", "sftbuild.sandbox", "--worker", str(theirs.fileno())], env=env,
+                    ro=ro, rw=rw, gpu=gpu, pass_fds=[theirs.fileno()], cpu_limit=False, merge=True)
+    finally:
+        theirs.close()
+    return PlainConnection(Connection(mine.detach())), proc
+
+
+def _worker_main(fd: int) -> None:
+    conn = Connection(fd)
+    while True:
+        try:
+            fn, item = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            os._exit(0)
+        try:
+            conn.send(("ok", plain(fn(item))))
+        except Exception:
+            conn.send(("error", traceback.format_exc(limit=8)))
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -505,4 +605,7 @@ def _main(src: str, dst: str) -> None:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--worker":
+        _worker_main(int(sys.argv[2]))
+    else:
+        _main(sys.argv[1], sys.argv[2])
