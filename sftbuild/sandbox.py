@@ -236,12 +236,12 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
     """`cmd` under this process's isolation."""
     pol = pol or policy()
     iso = isolation(pol)
-    if iso == "unshare":
+    if iso == "unshare":  # the supervisor is the namespace's init: a task is never pid 1
         net = [] if pol.network else ["--net"]
         return ["unshare", "--user", "--map-root-user", *net, "--pid", "--fork", "--kill-child", "--mount-proc",
-                "--", *cmd]
+                "--", *supervised(cmd)]
     if iso != "bwrap":
-        return list(cmd)
+        return supervised(cmd)
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all"]
     if pol.network:
         args.append("--share-net")
@@ -275,6 +275,22 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
     return [*args, "--", *cmd]
 
 
+# Without namespaces the command runs under this supervisor, which leads its process group: when the
+# process that started it dies (a SIGTERM from PR_SET_PDEATHSIG), it kills the whole group, the
+# command's children included, before it goes.
+SUPERVISOR = """
+import os, signal, subprocess, sys
+signal.signal(signal.SIGTERM, lambda *a: os.killpg(os.getpgrp(), signal.SIGKILL))
+child = subprocess.Popen(sys.argv[1:], close_fds=False)
+code = child.wait()
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
+def supervised(cmd: list[str]) -> list[str]:
+    return [sys.executable, "-I", "-S", "-c", SUPERVISOR, *cmd]
+
+
 def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:
     """The allowlisted variables of `base` (default: this process's), HOME and TMPDIR at `scratch`."""
     base = os.environ if base is None else base
@@ -291,8 +307,11 @@ def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = No
 def _preexec(pol: Policy, gpu: bool, memory_gb: float | None, cpu_limit: bool = True):
     parent = os.getpid()
 
+    supervised_here = isolation(pol) == "none"
+
     def limits():
-        die_with_parent(parent)
+        # a supervisor is told by SIGTERM, so that it can end its group; bwrap and unshare by SIGKILL
+        die_with_parent(parent, signal.SIGTERM if supervised_here else signal.SIGKILL)
         if cpu_limit:
             cpu = max(1, int(pol.cpu_seconds))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
@@ -474,7 +493,8 @@ def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = 
             return WorkerFailure("crash", f"unreadable result ({type(e).__name__}) after {exit_reason(code)}")
         if isinstance(result, dict):
             result.setdefault("_exit", code)
-            result.setdefault("_log", log[-6000:])
+            result.setdefault("_log", log if len(log) <= 6000 else
+                              f"[{len(log) - 6000} more bytes of output dropped]\n" + log[-6000:])
         return result
 
 
@@ -545,8 +565,10 @@ def plain(obj, depth: int = 0):
     their numeric value when they have one, else their repr."""
     if depth > 64:
         return repr(obj)[:200]
-    if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
-        return obj if type(obj) in (bool, int, float, str, bytes) else _scalar(obj)
+    if obj is None or type(obj) in (bool, int, float, str, bytes):
+        return obj
+    if isinstance(obj, (bool, int, float, str, bytes)):  # subclasses (enums, numpy floats)
+        return _scalar(obj)
     if isinstance(obj, dict):
         return {plain(k, depth + 1): plain(v, depth + 1) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
