@@ -71,7 +71,8 @@ ENV_KEY = "SFTBUILD_SANDBOX"
 # variables a compile or a run may need; everything else in the environment is dropped
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
              "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING", "NVIDIA_VISIBLE_DEVICES",
-             "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "SFTBUILD_NVCC_PARALLEL", ENV_KEY)
+             "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "SFTBUILD_NVCC_PARALLEL", "SFTBUILD_CUDA_INCLUDE",
+             "SFTBUILD_EXT_SLOTS", ENV_KEY)
 ENV_PREFIX_ALLOW = ("TRITON_",)
 SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_RO = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
@@ -255,7 +256,7 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
         if os.path.exists(p):
             args += ["--ro-bind", p, p]
     seen = set()
-    for p in [*_python_paths(), *_toolchain_paths(), *pol.read_only, *ro]:
+    for p in [*_python_paths(), *_toolchain_paths(), host_cache(), *pol.read_only, *ro]:
         p = os.path.abspath(p)
         if p not in seen and os.path.exists(p):
             seen.add(p)
@@ -291,6 +292,12 @@ def supervised(cmd: list[str]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", SUPERVISOR, *cmd]
 
 
+def host_cache(base=None) -> str:
+    """sftbuild's own cache (the op catalogue): readable in the sandbox, so no run scans op_db again."""
+    base = os.environ if base is None else base
+    return base.get("SFTBUILD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sftbuild")
+
+
 def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:
     """The allowlisted variables of `base` (default: this process's), HOME and TMPDIR at `scratch`."""
     base = os.environ if base is None else base
@@ -299,7 +306,7 @@ def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = No
     root = str(Path(__file__).resolve().parents[1])
     if root not in env.get("PYTHONPATH", "").split(os.pathsep):
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    env.update(HOME=scratch, TMPDIR=scratch, LANG=env.get("LANG", "C.UTF-8"))
+    env.update(HOME=scratch, TMPDIR=scratch, LANG=env.get("LANG", "C.UTF-8"), SFTBUILD_CACHE=host_cache(base))
     env.update({k: str(v) for k, v in (extra or {}).items()})
     return env
 
