@@ -251,7 +251,7 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
             args += ["--symlink", os.readlink(p), p]
         elif os.path.exists(p):
             args += ["--ro-bind", p, p]
-    args += ["--dev", "/dev", *(_bwrap_proc() or ["--proc", "/proc"]), "--tmpfs", "/tmp"]
+    args += ["--dev", "/dev", "--tmpfs", "/dev/shm", *(_bwrap_proc() or ["--proc", "/proc"]), "--tmpfs", "/tmp"]
     for p in ETC_RO:
         if os.path.exists(p):
             args += ["--ro-bind", p, p]
@@ -449,16 +449,27 @@ def task_paths(tasks) -> tuple[list, list]:
     """(read-only, writable) folders that task dicts name: `tree` and `sos` (the folders of the
     compiled objects), `ext_cache` and `cache_dir`."""
     ro, rw = [], []
+    tasks = list(tasks)
+    tasks += [t["task"] for t in tasks if isinstance(t, dict) and isinstance(t.get("task"), dict)]  # wrapped
     for task in tasks:
         if not isinstance(task, dict):
             continue
         for k in PATH_KEYS_RO:
             v = task.get(k)
             for x in [v] if isinstance(v, str) else [x for x in v or [] if isinstance(x, str)]:
-                ro.append(x if k == "tree" else os.path.dirname(x))
+                # an object's build folder sits in the compile cache, one folder per key: bind the cache once
+                ro.append(x if k == "tree" else os.path.dirname(os.path.dirname(x)))
         rw += [task[k] for k in PATH_KEYS_RW if isinstance(task.get(k), str)]
-    ro = sorted({p for p in ro if p and os.path.exists(p)})
-    return ro, sorted(set(rw))
+    return _outermost(p for p in ro if p and os.path.exists(p)), _outermost(rw)
+
+
+def _outermost(paths) -> list[str]:
+    """The paths without those inside another of them: one bind each, however many tasks."""
+    out: list[str] = []
+    for p in sorted({os.path.abspath(p) for p in paths}):
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return out
 
 
 def _task_paths(task) -> tuple[list, list]:
