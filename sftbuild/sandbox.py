@@ -1,11 +1,14 @@
 """The sandbox: every compile and every run of untrusted code goes through here.
 
 `run(cmd, timeout, rw=, ro=, gpu=)` runs one command; `Proc` starts one in the background;
-`run_isolated("module:function", task, timeout)` calls a task function in a fresh Python
-process under the same layers and returns its result, or a `WorkerFailure`.
+`run_isolated("module:function", task, timeout)` calls a task function in a fresh Python process
+and returns its result, or a `WorkerFailure`; `start_worker(env)` starts a long-lived worker (the
+executor's GPU workers) that serves (function, item) pairs over a socket. Results of sandboxed
+Python come back as plain data only (dicts, lists, strings, numbers): a forged result cannot run
+code in the process that reads it.
 
-Layers, detected once per process (`layers()`), reported once (`unavailable()`) and recorded in
-every run manifest (`sftbuild.context.environment`):
+Layers, detected once per process (`layers()`), said once when a stage starts (`unavailable()`)
+and recorded in every run manifest (`sftbuild.context.StageRun`):
   isolation  bubblewrap: user, mount, pid, network, IPC and UTS namespaces; the system, Python and
              the toolchain bound read-only; a private scratch folder as HOME and /tmp; only the
              folders a call names writable; /dev/nvidia* bound in when the call needs a GPU.
@@ -14,13 +17,15 @@ every run manifest (`sftbuild.context.environment`):
   rlimits    CPU seconds, address space (not for GPU runs: CUDA reserves far more than it uses),
              file size, process count (the kernel does not enforce it for root), no core files
   env        only an allowlist of variables passes; HOME and TMPDIR point at the scratch folder
-  output     stdout and stderr are kept to their last `output_kb` each
+  output     stdout and stderr are kept to their last `output_kb`
   hygiene    each command leads its own process group; a timeout kills the group (compiler front
-             ends, cc1plus, ptxas and their children), and so does the end of the command; every
-             process started here gets SIGKILL when the process that started it dies
+             ends, cc1plus, ptxas and their children), and so does the end of the command; each
+             command dies with the process that started it (PR_SET_PDEATHSIG), and its namespace
+             with it; without namespaces a supervisor (`SUPERVISOR`) ends the command's group then
 
 The policy comes from the config's `sandbox` section (`configure`), and travels to worker
-processes through the environment variable SFTBUILD_SANDBOX.
+processes through the environment variable SFTBUILD_SANDBOX. The threat model this serves is in
+docs/threat-model.md.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
+
 
 @dataclasses.dataclass
 class WorkerFailure:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
 import time
 from pathlib import Path

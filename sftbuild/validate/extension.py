@@ -22,7 +22,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sysconfig
 import time
 import warnings
