@@ -11,6 +11,7 @@ asserts that the sandbox reports the layer unavailable instead.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import signal
@@ -276,6 +277,41 @@ def test_an_include_of_a_host_file_names_the_path_not_its_contents(tmp_path):
     assert not res["ok"] and "etc/hostname" in res["log"]
     if host.exists() and host.read_text().strip():
         assert host.read_text().strip() not in res["log"]
+
+
+def test_reward_runs_no_payload_in_its_caller(tmp_path, monkeypatch):
+    """The issue's case: a payload in a decorator argument and in a default value ran inside the
+    caller of reward(). Now one Reward comes back and no file appears."""
+    pytest.importorskip("triton")
+    from sftbuild.config import ValidateConfig
+    R = importlib.import_module("sftbuild.validate.reward")
+    from tests.redteam.cases import cases
+
+    case = next(c for c in cases() if c.name == "twin_relu_triton")
+    deco, default = tmp_path / "deco", tmp_path / "default"
+    code = case.record["code"].replace("import torch\n", "import pathlib\nimport torch\n", 1).replace(
+        "@triton.jit\n", f"@triton.jit(do_not_specialize=[pathlib.Path({str(deco)!r}).write_text('x') and 0])\n"
+    ).replace("def relu(x):", f"def relu(x, _=pathlib.Path({str(default)!r}).write_text('x')):")
+    task = {"task_id": "t", "language": "triton", "binding": case.record["binding"], "entry": case.record["entry"]}
+    cfg = ValidateConfig(shapes=1, seeds=1, timing=False, memcheck="off")
+    r = R.reward(task, code, config=cfg, cache_dir=str(tmp_path / "cache"))
+    assert isinstance(r, R.Reward) and (r.reason or r.status), r
+    assert not deco.exists()
+    if files_contained():
+        assert not default.exists()
+
+
+@pytest.mark.nvcc
+def test_reward_details_carry_no_host_file(tmp_path):
+    R = importlib.import_module("sftbuild.validate.reward")
+
+    host = Path("/etc/hostname")
+    code = '#include "../../../../etc/hostname"\n__global__ void k(float *x) { x[0] = 1.f; }\n'
+    r = R.reward({"task_id": "t", "language": "cuda", "binding": None, "entry": {}}, code,
+                 cache_dir=str(tmp_path))
+    assert r.score == 0.0 and r.reason == "unsafe_include" and "etc/hostname" in json.dumps(r.detail)
+    if host.exists() and host.read_text().strip():
+        assert host.read_text().strip() not in json.dumps(r.detail)
 
 
 def test_logs_withhold_lines_from_files_outside_the_record():
