@@ -39,6 +39,7 @@ import json
 import os
 import pickle
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -395,6 +396,7 @@ class Proc:
     def wait(self, timeout: float) -> int:
         """The exit code; -9 (and `timed_out`) when it ran past `timeout` seconds."""
         try:
+            _wait_exit(self.proc.pid, max(0.05, timeout))
             code = self.proc.wait(timeout=max(0.05, timeout))
         except subprocess.TimeoutExpired:
             self.timed_out = True
@@ -426,6 +428,18 @@ class Proc:
         self.kill()
         if self._own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    """Block until `pid` exits or `timeout` passes, without polling where the kernel has pidfds."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
 
 
 @dataclasses.dataclass
