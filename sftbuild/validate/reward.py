@@ -6,6 +6,8 @@ record's code. Compile and correctness are gates (0 when failed); a detected che
 scores 0 and is reported; a correct candidate scores CORRECT plus a speed tier
 against torch eager measured in the same worker, plus a small memcheck weight.
 Code length does not count. Works without a store: compiles cache under a temp dir.
+Candidates compile and run only in the sandbox (sftbuild.sandbox); logs and details in the
+result are scrubbed of host files and capped (sftbuild.validate.logs).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 
 from sftbuild.config import ValidateConfig
@@ -68,8 +71,10 @@ def reward(task: dict | str, candidate_code: str, config: ValidateConfig | None 
 
 def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> list[Reward]:
     """Score many candidates at once: one compile pool, one GPU worker per GPU."""
+    from sftbuild.context import say_sandbox_once
     from sftbuild.executor import LocalExecutor
 
+    say_sandbox_once(lambda line: print(line, file=sys.stderr))  # a missing isolation layer, once a process
     cfg = config or ValidateConfig(memcheck="off", runs=30, warmup=5)
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "sftbuild_reward_cache")
     records, bad = [], {}

@@ -102,3 +102,11 @@ def sleeper(mark):
     subprocess.Popen(["sleep", str(mark)])
     time.sleep(120)
     return {"slept": True}
+
+
+def nested_gpu(x):
+    """In a GPU worker: a one-shot sandbox with the GPU (as compute-sanitizer's runs get) launches a kernel."""
+    from sftbuild import sandbox
+
+    res = sandbox.run_isolated("tests.tasks:gpu_identity", x, 240, gpu=True)
+    return res if isinstance(res, dict) else {"failure": f"{res.kind}: {res.detail}"}
