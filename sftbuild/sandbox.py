@@ -223,7 +223,7 @@ def unavailable(pol: Policy | None = None) -> list[str]:
 def _python_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths |= {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
-    paths.add(str(Path(__file__).resolve().parents[1]))  # the folder holding this package
+    paths.add(str(Path(__file__).resolve().parent))  # this package, not the folder around it (a workspace?)
     return sorted(p for p in paths if os.path.exists(p))
 
 
