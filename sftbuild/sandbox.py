@@ -239,20 +239,30 @@ def _toolchain_paths() -> list[str]:
     return out
 
 
+# what a command that may use the network reads: name resolution, certificates, pip's own config
+NET_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/pip.conf",
+           "/etc/xdg/pip")
+NET_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE",
+           "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+
+
 def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bool = False,
-         pol: Policy | None = None) -> list[str]:
-    """`cmd` under this process's isolation."""
+         pol: Policy | None = None, network: bool | None = None) -> list[str]:
+    """`cmd` under this process's isolation; `network`: this command's own need (a download),
+    else the policy's."""
     pol = pol or policy()
     iso = isolation(pol)
+    net_ok = pol.network if network is None else network
     if iso == "unshare":  # the supervisor is the namespace's init: a task is never pid 1
-        net = [] if pol.network else ["--net"]
+        net = [] if net_ok else ["--net"]
         return ["unshare", "--user", "--map-root-user", *net, "--pid", "--fork", "--kill-child", "--mount-proc",
                 "--", *supervised(cmd)]
     if iso != "bwrap":
         return supervised(cmd)
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all"]
-    if pol.network:
+    if net_ok:
         args.append("--share-net")
+        ro = [*ro, *(p for p in NET_ETC if os.path.exists(p))]
     for p in SYSTEM_RO:
         if os.path.islink(p):
             args += ["--symlink", os.readlink(p), p]
@@ -369,11 +379,13 @@ class Proc:
 
     def __init__(self, cmd: list[str], *, cwd=None, env: dict | None = None, rw=(), ro=(), gpu: bool = False,
                  memory_gb: float | None = None, scratch: str | None = None, merge: bool = True,
-                 pass_fds=(), cpu_limit: bool = True):
+                 pass_fds=(), cpu_limit: bool = True, network: bool | None = None):
         pol = policy()
         self._own_scratch = scratch is None
         self.scratch = scratch or tempfile.mkdtemp(prefix="sftbuild_sbx_")
-        full = wrap(list(cmd), cwd=cwd, scratch=self.scratch, rw=rw, ro=ro, gpu=gpu, pol=pol)
+        full = wrap(list(cmd), cwd=cwd, scratch=self.scratch, rw=rw, ro=ro, gpu=gpu, pol=pol, network=network)
+        if network:
+            env = {**{k: v for k, v in os.environ.items() if k in NET_ENV}, **(env or {})}
         self.proc = subprocess.Popen(full, cwd=cwd, env=scrubbed_env(self.scratch, env), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                                      preexec_fn=_preexec(pol, gpu, memory_gb, cpu_limit), start_new_session=True,

@@ -219,6 +219,37 @@ def test_a_payload_in_a_reference_file_stays_in_the_sandbox(tmp_path):
         assert not list(tmp_path.glob("ref_escape*")), "a file appeared outside the sandbox"
 
 
+def test_a_package_build_backend_runs_in_the_sandbox(tmp_path, monkeypatch):
+    """`pip download` of an sdist runs the package's build backend to read its metadata: the harvest's
+    pip kind runs pip in the sandbox (network allowed, nothing else)."""
+    import tarfile
+
+    from sftbuild.harvest.kinds import pip
+
+    pkg = tmp_path / "evilpkg-1.0"
+    pkg.mkdir()
+    target = tmp_path / "pwned_by_backend"
+    (pkg / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                        'backend-path = ["."]\n')
+    (pkg / "backend.py").write_text(
+        f"import os\nopen({str(target)!r}, 'w').write('x')\n"
+        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+        "def prepare_metadata_for_build_wheel(d, config_settings=None):\n"
+        "    md = os.path.join(d, 'evilpkg-1.0.dist-info'); os.makedirs(md)\n"
+        "    open(os.path.join(md, 'METADATA'), 'w').write('Metadata-Version: 2.1\\nName: evilpkg\\nVersion: 1.0\\n')\n"
+        "    return 'evilpkg-1.0.dist-info'\n")
+    sdist = tmp_path / "evilpkg-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(pkg, arcname=pkg.name)
+    # the archive is readable in the sandbox, as a package on an index would be reachable
+    monkeypatch.setenv(sandbox.ENV_KEY, json.dumps(dataclasses.asdict(
+        dataclasses.replace(SMALL, read_only=[str(sdist)]))))
+    pip._download(str(sdist), tmp_path / "dest")
+    assert [p.name for p in (tmp_path / "dest").iterdir()] == [sdist.name]
+    if files_contained():
+        assert not target.exists(), "the build backend wrote outside the sandbox"
+
+
 # ---- process faults ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, says", [("segfault", "SIGSEGV"), ("abort", "SIGABRT"), ("hard_exit", "exit code 3")])
