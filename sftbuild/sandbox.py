@@ -14,8 +14,9 @@ and recorded in every run manifest (`sftbuild.context.StageRun`):
              folders a call names writable; /dev/nvidia* bound in when the call needs a GPU.
              Else `unshare`: user, pid and network namespaces only (the filesystem stays visible).
              Else none.
-  rlimits    CPU seconds, address space (not for GPU runs: CUDA reserves far more than it uses),
-             file size, process count (the kernel does not enforce it for root), no core files
+  rlimits    CPU seconds, address space and process count (neither for GPU runs: CUDA reserves far
+             more address space than it uses, and the count is of all this user's threads), file
+             size, no core files; the kernel does not enforce the process count for root
   env        only an allowlist of variables passes; HOME and TMPDIR point at the scratch folder
   output     stdout and stderr are kept to their last `output_kb`
   hygiene    each command leads its own process group; a timeout kills the group (compiler front
@@ -95,7 +96,7 @@ class Policy:
     cpu_seconds: int = 900
     memory_gb: float = 16.0
     file_mb: int = 4096
-    processes: int = 1024
+    processes: int = 4096
     output_kb: int = 256
     read_only: list = dataclasses.field(default_factory=list)
 
@@ -343,7 +344,8 @@ def _preexec(pol: Policy, gpu: bool, memory_gb: float | None, cpu_limit: bool = 
         if not gpu and mem:
             resource.setrlimit(resource.RLIMIT_AS, (int(mem * (1 << 30)),) * 2)
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(pol.file_mb) << 20,) * 2)
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(pol.processes),) * 2)
+        if not gpu:  # the count is this user's threads, everywhere: a GPU run's thread pools would hit it
+            resource.setrlimit(resource.RLIMIT_NPROC, (int(pol.processes),) * 2)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return limits
 
