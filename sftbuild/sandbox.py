@@ -138,7 +138,7 @@ def _probe(kind: str) -> str | None:
         exe = shutil.which("unshare")
         if not exe:
             return "unshare is not installed"
-        cmd = [exe, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "true"]
+        cmd = [exe, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "true"]
     else:
         return None
     try:
