@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -260,7 +261,9 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
                 "--", *supervised(cmd)]
     if iso != "bwrap":
         return supervised(cmd)
-    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all"]
+    # no --new-session: Proc already starts bwrap in a session of its own, without a terminal, and the
+    # sandboxed processes must stay in bwrap's process group for a timeout's group kill to reach them
+    args = ["bwrap", "--die-with-parent", "--unshare-all"]
     if net_ok:
         args.append("--share-net")
         ro = [*ro, *(p for p in NET_ETC if os.path.exists(p))]
@@ -430,7 +433,8 @@ class Proc:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers: a leader that exited leaves the group alive
         except (ProcessLookupError, PermissionError):
-            pass
+            return
+        _wait_group_dead(self.proc.pid)
 
     def output(self) -> str:
         return self._out.text()
@@ -442,6 +446,28 @@ class Proc:
         self.kill()
         if self._own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _wait_group_dead(pgid: int, timeout: float = 3.0) -> None:
+    """Until no live process is left in group `pgid` (SIGKILL is sent at once, but acted on when each
+    process next runs): a compile that timed out has left nothing behind when this returns."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        alive = False
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != b"Z":
+                alive = True
+                break
+        if not alive:
+            return
+        time.sleep(0.01)
 
 
 def _wait_exit(pid: int, timeout: float) -> None:

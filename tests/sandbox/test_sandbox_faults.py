@@ -320,16 +320,18 @@ def test_reward_runs_no_payload_in_its_caller(tmp_path, monkeypatch):
 
     case = next(c for c in cases() if c.name == "twin_relu_triton")
     deco, default = tmp_path / "deco", tmp_path / "default"
-    code = case.record["code"].replace("import torch\n", "import pathlib\nimport torch\n", 1).replace(
-        "@triton.jit\n", f"@triton.jit(do_not_specialize=[pathlib.Path({str(deco)!r}).write_text('x') and 0])\n"
-    ).replace("def relu(x):", f"def relu(x, _=pathlib.Path({str(default)!r}).write_text('x')):")
+    write = "pathlib.Path({!r}).write_text(str(os.getpid()))"  # which process ran it
+    code = case.record["code"].replace("import torch\n", "import os\nimport pathlib\nimport torch\n", 1).replace(
+        "@triton.jit\n", f"@triton.jit(do_not_specialize=[{write.format(str(deco))} and 0])\n"
+    ).replace("def relu(x):", f"def relu(x, _={write.format(str(default))}):")
     task = {"task_id": "t", "language": "triton", "binding": case.record["binding"], "entry": case.record["entry"]}
     cfg = ValidateConfig(shapes=1, seeds=1, timing=False, memcheck="off")
     r = R.reward(task, code, config=cfg, cache_dir=str(tmp_path / "cache"))
     assert isinstance(r, R.Reward) and (r.reason or r.status), r
-    assert not deco.exists()
-    if files_contained():
-        assert not default.exists()
+    for f in (deco, default):  # the candidate's module runs in the sandbox, never here
+        assert not f.exists() or f.read_text() != str(os.getpid())
+        if files_contained():
+            assert not f.exists()
 
 
 @pytest.mark.nvcc
