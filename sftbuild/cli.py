@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from sftbuild import config as C
-from sftbuild import plugins, serving, stages
+from sftbuild import plugins, sandbox, serving, stages
 from sftbuild.context import Context, UserError, Waiting, make_executor
 from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
@@ -48,10 +48,12 @@ def common(f=None, *, creates: bool = False):
             plugins.check_config(cfg)
             if executor:
                 cfg.executor.kind = executor
+            sandbox.configure(cfg.sandbox)
+            sandbox.isolation()  # a named isolation that cannot run here is an error now, not per record
             ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
                                progress=not quiet, ray_address=cfg.executor.ray_address)
             store = Store(workspace, create=creates)
-        except (C.ConfigError, StoreError, plugins.PluginError) as e:
+        except (C.ConfigError, StoreError, plugins.PluginError, sandbox.SandboxUnavailable) as e:
             if ex is not None:
                 ex.close()
             raise click.ClickException(str(e))

@@ -231,6 +231,24 @@ class ExecutorConfig:
 
 
 @dataclasses.dataclass
+class SandboxConfig:
+    """How compiles and runs of untrusted code are contained (see docs/threat-model.md)."""
+    isolation: str = opt("auto", "OS isolation: auto (bubblewrap, else unshare, else none, said once and "
+                         "recorded in each run manifest) | bwrap | unshare (an error when unavailable) | none",
+                         choices=("auto", "bwrap", "unshare", "none"))
+    network: bool = opt(False, "let untrusted code reach the network (never needed to validate)")
+    cpu_seconds: int = opt(900, "CPU seconds per sandboxed process", lo=1)
+    memory_gb: float = opt(16.0, "address space per sandboxed process, in GB (GPU runs are exempt: CUDA "
+                           "reserves far more than it uses); compiles use at most 8", lo=0, lo_open=True)
+    file_mb: int = opt(4096, "largest file a sandboxed process may write, in MB", lo=1)
+    processes: int = opt(4096, "processes and threads of this user beyond which a sandboxed process may not "
+                         "start more (CPU work only; not enforced for root)", lo=1)
+    output_kb: int = opt(256, "stdout and stderr kept per sandboxed process, in KB (the rest is dropped)", lo=1)
+    read_only: list[str] = opt([], "extra folders untrusted code may read (bubblewrap), e.g. a CUDA toolkit "
+                               "outside /usr and /opt")
+
+
+@dataclasses.dataclass
 class Config:
     harvest: HarvestConfig = dataclasses.field(default_factory=HarvestConfig)
     bind: BindConfig = dataclasses.field(default_factory=BindConfig)
@@ -240,6 +258,7 @@ class Config:
     review: ReviewConfig = dataclasses.field(default_factory=ReviewConfig)
     export: ExportConfig = dataclasses.field(default_factory=ExportConfig)
     executor: ExecutorConfig = dataclasses.field(default_factory=ExecutorConfig)
+    sandbox: SandboxConfig = dataclasses.field(default_factory=SandboxConfig)
 
     def section(self, stage: str) -> Any:
         return getattr(self, stage)

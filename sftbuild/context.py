@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
+from sftbuild import sandbox
 from sftbuild.config import Config, ConfigError
 from sftbuild.executor import Executor, LocalExecutor, missing_gpus
 from sftbuild.record import config_hash
@@ -62,9 +63,23 @@ class Context:
     echo: Callable[[str], None] = print
     progress: bool = True
 
+    def __post_init__(self):
+        sandbox.configure(self.config.sandbox)  # workers started from here inherit the policy
+
     @property
     def workspace(self) -> Path:
         return self.store.root
+
+
+_SAID: set[str] = set()
+
+
+def say_sandbox_once(echo: Callable[[str], None]) -> None:
+    """Each sandbox layer not in force, said once per process (it is also in every run manifest)."""
+    for line in sandbox.unavailable():
+        if line not in _SAID:
+            _SAID.add(line)
+            echo(line)
 
 
 class StageRun:
@@ -80,7 +95,9 @@ class StageRun:
 
     def __enter__(self) -> "StageRun":
         self.ctx.store.set_stage_config(self.stage, self.chash, self.config)
-        self.run_id = self.ctx.store.start_run(self.stage, self.chash, self.config, environment())
+        say_sandbox_once(self.ctx.echo)
+        env = {**environment(), "sandbox": sandbox.layers()}
+        self.run_id = self.ctx.store.start_run(self.stage, self.chash, self.config, env)
         return self
 
     def done(self, statuses=("ok", "dropped")) -> set[str]:

@@ -9,14 +9,18 @@ returning one picklable result. Two kinds of work exist:
 A GPU worker that hangs past its timeout, crashes, or returns a result asking
 for a fresh process (`recycle`: a sticky CUDA fault, or a candidate that changed
 its process) is killed and replaced; a hung or crashed item gets a
-`WorkerFailure` as its result and the run continues. GPU workers outlive one `map_gpu` call and are reused by
-the next (their CUDA context and JIT caches stay warm, which a reward server
-called every training step depends on), as long as the task function is the same:
-a worker that ran another function (probing, say, before validation) starts afresh.
-`close()` stops them.
-A task may also bound one step of its own work from inside
-the worker (`report_deadline`): a step that runs past its bound ends the item the
-same way, as a timeout, long before the item's own timeout.
+`WorkerFailure` as its result and the run continues. GPU workers run untrusted code:
+each is a sandboxed process (sftbuild.sandbox.start_worker) whose results are read
+back as plain data. Every worker, of either kind, dies with the process that started it.
+
+GPU workers outlive one `map_gpu` call and are reused by the next (their CUDA context
+and JIT caches stay warm, which a reward server called every training step depends
+on), as long as the task function is the same and the sandbox already binds the
+folders the new items name: otherwise the worker starts afresh.
+
+A task may also bound one step of its own work from inside the worker
+(`report_deadline`): a step that runs past its bound ends the item the same way, as a
+timeout, long before the item's own timeout.
 """
 from __future__ import annotations
 
@@ -31,17 +35,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tqdm import tqdm
 
-
-@dataclasses.dataclass
-class WorkerFailure:
-    """The result of an item whose worker died, hung or raised."""
-
-    kind: str  # timeout | crash | error
-    detail: str = ""
-    seconds: float | None = None  # a step's timeout: seconds from the item's first bounded step to the kill
-
-
-_PARENT = None  # in a GPU worker process: its pipe to the parent (see _gpu_loop)
+from sftbuild import sandbox
+from sftbuild.sandbox import WorkerFailure, die_with_parent  # noqa: F401  (re-exported)
 
 
 def report_deadline(seconds: float | None, why: str = "") -> None:
@@ -49,8 +44,9 @@ def report_deadline(seconds: float | None, why: str = "") -> None:
     kills the worker and the item's result is WorkerFailure("timeout", why); None lifts the bound. The
     parent enforces it, so a worker stuck in a call that never returns (a hung kernel's synchronize)
     is stopped all the same. The item's own timeout still holds. Does nothing outside a GPU worker."""
-    if _PARENT is not None:
-        _PARENT.send(("deadline", (seconds, why)))
+    conn = sandbox.worker_connection()
+    if conn is not None:
+        conn.send(("deadline", (seconds, why)))
 
 
 @dataclasses.dataclass
@@ -146,10 +142,11 @@ class LocalExecutor(Executor):
         self._pool: cf.ProcessPoolExecutor | None = None
         self._workers: list[GpuWorker] = []  # kept across map_gpu calls; the first n serve a call
 
-    def gpu_workers(self, n: int) -> list["GpuWorker"]:
-        """n workers spread over the GPUs (worker i on GPU i mod count), started where missing."""
+    def gpu_workers(self, n: int, ro=(), rw=()) -> list["GpuWorker"]:
+        """n workers spread over the GPUs (worker i on GPU i mod count), started where missing with the
+        folders `ro` and `rw` bound (map_gpu restarts a kept one whose sandbox lacks its items' folders)."""
         while len(self._workers) < n:
-            self._workers.append(GpuWorker(self.gpus[len(self._workers) % len(self.gpus)]))
+            self._workers.append(GpuWorker(self.gpus[len(self._workers) % len(self.gpus)], ro, rw))
         return self._workers[:n]
 
     @property
@@ -168,6 +165,7 @@ class LocalExecutor(Executor):
             bar.close()
             return
         if self._pool is None:
+            # workers die with this process: a kill -9 of the run leaves no pool behind
             self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"),
                                                 initializer=die_with_parent, initargs=(os.getpid(),))
         futures = {self._pool.submit(_call, fn, item): item for item in items}
@@ -196,9 +194,11 @@ class LocalExecutor(Executor):
             return
         if not self.gpus:
             raise RuntimeError("map_gpu called with no visible GPU")
-        workers = self.gpu_workers(min(len(self.gpus) * max(1, per_gpu), len(items)))
+        ro, rw = sandbox.task_paths(items)
+        workers = self.gpu_workers(min(len(self.gpus) * max(1, per_gpu), len(items)), ro, rw)
         for w in workers:
-            if w.fn not in (None, fn):  # no state carried from one kind of work into another
+            if w.fn not in (None, fn) or not w.reaches(ro, rw):  # no state carried from one kind of work
+                w.ro, w.rw = sorted(set(w.ro) | set(ro)), sorted(set(w.rw) | set(rw))
                 w.restart()
             w.fn = fn
         bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
@@ -269,20 +269,6 @@ def wants_recycle(result) -> bool:
     return bool(getattr(result, "recycle", False) or (isinstance(result, dict) and result.get("recycle")))
 
 
-def die_with_parent(parent: int) -> None:
-    """In a worker: be killed when the process that started it dies (Linux PR_SET_PDEATHSIG), so a
-    `kill -9` of the main process leaves no worker behind; exit at once if it is already gone."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: the pool's own shutdown is all there is
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def _call(fn, item):
     try:
         return fn(item)
@@ -291,28 +277,28 @@ def _call(fn, item):
 
 
 class GpuWorker:
-    """A long-lived process bound to one GPU through CUDA_VISIBLE_DEVICES."""
+    """A long-lived sandboxed process bound to one GPU through CUDA_VISIBLE_DEVICES; `ro`/`rw`: the
+    folders its tasks read and write (compiled objects, extension caches, package trees)."""
 
-    def __init__(self, gpu: str):
-        self.gpu = gpu
+    def __init__(self, gpu: str, ro=(), rw=()):
+        self.gpu, self.ro, self.rw = gpu, list(ro), list(rw)
         self.proc = None
         self.fn = None  # the task function it has run
         self.start()
 
+    def reaches(self, ro, rw) -> bool:
+        """Whether its sandbox binds every folder in `ro` (read-only or writable) and `rw` (writable)."""
+        def under(p, roots):
+            return any(p == q or p.startswith(q.rstrip("/") + "/") for q in roots)
+        return all(under(p, self.ro + self.rw) for p in ro) and all(under(p, self.rw) for p in rw)
+
     def start(self):
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu
-        try:
-            self.proc = ctx.Process(target=_gpu_loop, args=(child,), daemon=True)
-            self.proc.start()
-        finally:
-            if saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = saved
-        child.close()
+        # workers sharing a GPU take turns at timing through a lock file all of their sandboxes bind
+        locks = os.path.join(sandbox.host_cache(), "locks")
+        os.makedirs(locks, exist_ok=True)
+        env = {"CUDA_VISIBLE_DEVICES": self.gpu,
+               "SFTBUILD_TIMING_LOCK": os.path.join(locks, f"timing-gpu{self.gpu.replace(',', '_')}.lock")}
+        self.conn, self.proc = sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks])
 
     def send(self, fn, item):
         try:
@@ -324,39 +310,23 @@ class GpuWorker:
     def receive(self) -> tuple[Any, bool]:
         try:
             status, payload = self.conn.recv()
-        except (EOFError, OSError):
-            self.proc.join(timeout=5)
-            code = self.proc.exitcode
-            return WorkerFailure("crash", f"worker exited with code {code}"), True
+        except Exception:  # closed, or not a plain result: the worker is not to be trusted further
+            code = self.proc.wait(5)
+            return WorkerFailure("crash", f"worker {sandbox.exit_reason(code)}"), True
         if status == "ok":
             return payload, wants_recycle(payload)
         if status == "deadline":
             return _Step(*payload), False
-        return WorkerFailure("error", payload), True
+        return WorkerFailure("error", str(payload)), True
 
     def restart(self):
         self.stop()
         self.start()
 
     def stop(self):
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(timeout=10)
+        if self.proc is not None:
+            self.proc.close()
         try:
             self.conn.close()
         except OSError:
             pass
-
-
-def _gpu_loop(conn):
-    global _PARENT
-    _PARENT = conn
-    while True:
-        try:
-            fn, item = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        try:
-            conn.send(("ok", fn(item)))
-        except Exception:
-            conn.send(("error", traceback.format_exc(limit=8)))

@@ -51,3 +51,31 @@ def param_info(decl: str) -> dict | None:
     else:
         return None
     return {"type": base, "name": name, "ptr": ptr, "const": const, "kind": kind}
+
+
+def literal(node, depth: int = 0, budget: list | None = None):
+    """The value of a Python literal expression, read from its AST alone (never evaluated): numbers,
+    strings, bytes, booleans, None, and tuples, lists, sets and dicts of them, with a unary sign.
+    Nesting deeper than 16, more than 10,000 elements or a constant over 100,000 characters raise
+    ValueError, as does anything else (a call, a name, an operator): hostile defaults cost nothing."""
+    import ast
+
+    budget = [10_000] if budget is None else budget
+    budget[0] -= 1
+    if depth > 16 or budget[0] < 0:
+        raise ValueError("literal too large")
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if isinstance(v, (str, bytes)) and len(v) > 100_000 or isinstance(v, int) and v.bit_length() > 4096:
+            raise ValueError("literal too large")
+        return v
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and \
+            isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float, complex):
+        v = literal(node.operand, depth + 1, budget)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        items = [literal(e, depth + 1, budget) for e in node.elts]
+        return tuple(items) if isinstance(node, ast.Tuple) else set(items) if isinstance(node, ast.Set) else items
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {literal(k, depth + 1, budget): literal(v, depth + 1, budget) for k, v in zip(node.keys, node.values)}
+    raise ValueError("not a literal")

@@ -1,55 +1,722 @@
-"""One-shot isolated runs: a fresh Python process per call, killed at a timeout.
+"""The sandbox: every compile and every run of untrusted code goes through here.
 
-Used for CPU-interpreter trials and probes (untrusted code off the main process), by
-validate and bind alike, and as the tiny standalone runner that compute-sanitizer wraps.
+`run(cmd, timeout, rw=, ro=, gpu=)` runs one command; `Proc` starts one in the background;
+`run_isolated("module:function", task, timeout)` calls a task function in a fresh Python process
+and returns its result, or a `WorkerFailure`; `start_worker(env)` starts a long-lived worker (the
+executor's GPU workers) that serves (function, item) pairs over a socket. Results of sandboxed
+Python come back as plain data only (dicts, lists, strings, numbers): a forged result cannot run
+code in the process that reads it.
+
+Layers, detected once per process (`layers()`), said once when a stage starts (`unavailable()`)
+and recorded in every run manifest (`sftbuild.context.StageRun`):
+  isolation  bubblewrap: user, mount, pid, network, IPC and UTS namespaces; the system, Python and
+             the toolchain bound read-only; a private scratch folder as HOME and /tmp; only the
+             folders a call names writable; /dev/nvidia* bound in when the call needs a GPU.
+             Else `unshare`: user, pid and network namespaces only (the filesystem stays visible).
+             Else none.
+  rlimits    CPU seconds, address space and process count (neither for GPU runs: CUDA reserves far
+             more address space than it uses, and the count is of all this user's threads), file
+             size, no core files; the kernel does not enforce the process count for root
+  env        only an allowlist of variables passes; HOME and TMPDIR point at the scratch folder
+  output     stdout and stderr are kept to their last `output_kb`
+  hygiene    each command leads its own process group; a timeout kills the group (compiler front
+             ends, cc1plus, ptxas and their children), and so does the end of the command; each
+             command dies with the process that started it (PR_SET_PDEATHSIG), and its namespace
+             with it; without namespaces a supervisor (`SUPERVISOR`) ends the command's group then
+
+The policy comes from the config's `sandbox` section (`configure`), and travels to worker
+processes through the environment variable SFTBUILD_SANDBOX. The threat model this serves is in
+docs/threat-model.md.
 """
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import functools
+import glob
 import importlib
+import io
+import json
 import os
 import pickle
+import resource
+import select
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
 
-from sftbuild.executor import WorkerFailure
+
+@dataclasses.dataclass
+class WorkerFailure:
+    """The result of an item whose worker or sandboxed process died, hung or raised."""
+
+    kind: str  # timeout | crash | error
+    detail: str = ""
+    seconds: float | None = None  # a step's timeout: seconds from the item's first bounded step to the kill
 
 
-def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = None):
-    """Call `module:function`(task) in a new process; its result, or a WorkerFailure."""
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent dies (Linux; a no-op elsewhere);
+    exit at once when `parent` is given and already gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+ENV_KEY = "SFTBUILD_SANDBOX"
+# variables a compile or a run may need; everything else in the environment is dropped
+ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
+             "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING", "NVIDIA_VISIBLE_DEVICES",
+             "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "SFTBUILD_NVCC_PARALLEL", "SFTBUILD_CUDA_INCLUDE",
+             "SFTBUILD_EXT_SLOTS", ENV_KEY)
+ENV_PREFIX_ALLOW = ("TRITON_",)
+SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+ETC_RO = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
+          "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/os-release")
+
+
+@dataclasses.dataclass
+class Policy:
+    """What the sandbox applies; the fields of the config's `sandbox` section."""
+
+    isolation: str = "auto"
+    network: bool = False
+    cpu_seconds: int = 900
+    memory_gb: float = 16.0
+    file_mb: int = 4096
+    processes: int = 4096
+    output_kb: int = 256
+    read_only: list = dataclasses.field(default_factory=list)
+
+
+def configure(section) -> Policy:
+    """Adopt a config section (or a Policy) for this process and the workers it starts."""
+    pol = Policy(**{f.name: getattr(section, f.name) for f in dataclasses.fields(Policy) if hasattr(section, f.name)})
+    os.environ[ENV_KEY] = json.dumps(dataclasses.asdict(pol))
+    return pol
+
+
+def policy() -> Policy:
+    raw = os.environ.get(ENV_KEY)
+    if not raw:
+        return Policy()
+    try:
+        return Policy(**json.loads(raw))
+    except (TypeError, ValueError):
+        return Policy()
+
+
+class SandboxUnavailable(Exception):
+    """The isolation the config asks for by name cannot run on this machine."""
+
+
+# ---- detection -----------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _probe(kind: str) -> str | None:
+    """None when `kind` isolation works here, else why not (one sentence)."""
+    if kind == "bwrap":
+        exe = shutil.which("bwrap")
+        if not exe:
+            return "bubblewrap (bwrap) is not installed"
+        if _bwrap_proc() is None:
+            return "bubblewrap cannot create namespaces here"
+        return None
+    elif kind == "unshare":
+        exe = shutil.which("unshare")
+        if not exe:
+            return "unshare is not installed"
+        cmd = [exe, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "true"]
+    else:
+        return None
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{kind} could not start: {e}"
+    if p.returncode != 0:
+        return f"{kind} cannot create namespaces here: {(p.stderr or p.stdout).strip()[:200]}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_proc() -> list[str] | None:
+    """How a bubblewrap sandbox gets its /proc: a fresh one, or, inside another sandbox (where a
+    nested pid namespace may not mount one), the enclosing one read-only; None when bwrap fails."""
+    for proc in (["--proc", "/proc"], ["--ro-bind", "/proc", "/proc"]):
+        cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", *proc, "--unshare-all", "--die-with-parent", "true"]
+        try:
+            if subprocess.run(cmd, capture_output=True, timeout=20).returncode == 0:
+                return proc
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    return None
+
+
+def isolation(pol: Policy | None = None) -> str:
+    """The isolation this process uses: bwrap, unshare or none."""
+    pol = pol or policy()
+    if pol.isolation == "none":
+        return "none"
+    if pol.isolation in ("bwrap", "unshare"):
+        why = _probe(pol.isolation)
+        if why:
+            raise SandboxUnavailable(f"sandbox.isolation is {pol.isolation}, but {why}")
+        return pol.isolation
+    for kind in ("bwrap", "unshare"):
+        if _probe(kind) is None:
+            return kind
+    return "none"
+
+
+def layers(pol: Policy | None = None) -> dict:
+    """Each layer, and whether it is in force (recorded in every run manifest)."""
+    pol = pol or policy()
+    try:
+        iso = isolation(pol)
+    except SandboxUnavailable as e:
+        iso, why = "none", str(e)
+    else:
+        why = None
+    out = {"isolation": iso, "network": "allowed" if pol.network else ("blocked" if iso != "none" else "open"),
+           "filesystem": "read-only view" if iso == "bwrap" else "host view",
+           "rlimits": {"cpu_seconds": pol.cpu_seconds, "memory_gb": pol.memory_gb, "file_mb": pol.file_mb,
+                       "processes": pol.processes if os.geteuid() != 0 else "not enforced for root"},
+           "env": "allowlist", "output_kb": pol.output_kb}
+    if pol.isolation == "auto" and iso != "bwrap":
+        why = "; ".join(filter(None, [_probe("bwrap"), iso == "none" and _probe("unshare")]))
+    if why:
+        out["why"] = why
+    return out
+
+
+def unavailable(pol: Policy | None = None) -> list[str]:
+    """One plain sentence for each layer not in force; empty when all are."""
+    lay = layers(pol)
+    out = []
+    if lay["isolation"] == "none" and (pol or policy()).isolation != "none":
+        out.append(f"sandbox: no OS isolation ({lay.get('why', 'unavailable')}); untrusted code runs with this "
+                   "user's files and network, under rlimits and a scrubbed environment only")
+    elif lay["isolation"] == "none":
+        out.append("sandbox: OS isolation is off (sandbox.isolation: none); untrusted code runs with this user's "
+                   "files and network, under rlimits and a scrubbed environment only")
+    elif lay["isolation"] == "unshare":
+        out.append(f"sandbox: bubblewrap is unavailable ({lay.get('why', '')}); unshare isolates the network and "
+                   "processes, but untrusted code can read this user's files")
+    if os.geteuid() == 0:
+        out.append("sandbox: running as root, the process-count limit is not enforced (the kernel exempts root)")
+    return out
+
+
+# ---- the command line ----------------------------------------------------------------------------
+
+def _python_paths() -> list[str]:
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    paths.add(str(Path(__file__).resolve().parent))  # this package, not the folder around it (a workspace?)
+    return sorted(p for p in paths if os.path.exists(p))
+
+
+def _toolchain_paths() -> list[str]:
+    out = []
+    for name in ("nvcc", "gcc", "g++"):
+        exe = shutil.which(name)
+        if exe:
+            out.append(str(Path(os.path.realpath(exe)).parents[1]))
+    cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda:
+        out.append(os.path.realpath(cuda))
+    return out
+
+
+# what a command that may use the network reads: name resolution, certificates, pip's own config
+NET_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/pip.conf",
+           "/etc/xdg/pip")
+NET_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE",
+           "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+
+
+def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bool = False,
+         pol: Policy | None = None, network: bool | None = None) -> list[str]:
+    """`cmd` under this process's isolation; `network`: this command's own need (a download),
+    else the policy's."""
+    pol = pol or policy()
+    iso = isolation(pol)
+    net_ok = pol.network if network is None else network
+    if iso == "unshare":  # the supervisor is the namespace's init: a task is never pid 1
+        net = [] if net_ok else ["--net"]
+        return ["unshare", "--user", "--map-root-user", *net, "--pid", "--fork", "--kill-child", "--mount-proc",
+                "--", *supervised(cmd)]
+    if iso != "bwrap":
+        return supervised(cmd)
+    # no --new-session: Proc already starts bwrap in a session of its own, without a terminal, and the
+    # sandboxed processes must stay in bwrap's process group for a timeout's group kill to reach them
+    args = ["bwrap", "--die-with-parent", "--unshare-all"]
+    if net_ok:
+        args.append("--share-net")
+        ro = [*ro, *(p for p in NET_ETC if os.path.exists(p))]
+    for p in SYSTEM_RO:
+        if os.path.islink(p):
+            args += ["--symlink", os.readlink(p), p]
+        elif os.path.exists(p):
+            args += ["--ro-bind", p, p]
+    args += ["--dev", "/dev", "--tmpfs", "/dev/shm", *(_bwrap_proc() or ["--proc", "/proc"]), "--tmpfs", "/tmp"]
+    for p in ETC_RO:
+        if os.path.exists(p):
+            args += ["--ro-bind", p, p]
+    seen = set()
+    for p in [*_python_paths(), *_toolchain_paths(), host_cache(), *pol.read_only, *ro]:
+        p = os.path.abspath(p)
+        if p not in seen and os.path.exists(p):
+            seen.add(p)
+            args += ["--ro-bind", p, p]
+    if gpu:
+        for dev in sorted(glob.glob("/dev/nvidia*")):
+            args += ["--dev-bind", dev, dev]
+        for p in ("/sys", "/proc/driver/nvidia", "/run/nvidia-persistenced"):
+            if os.path.exists(p):
+                args += ["--ro-bind", p, p]
+    for p in [scratch, *rw]:
+        p = os.path.abspath(p)
+        Path(p).mkdir(parents=True, exist_ok=True)
+        args += ["--bind", p, p]
+    if cwd:
+        args += ["--chdir", os.path.abspath(cwd)]
+    return [*args, "--", *cmd]
+
+
+# Without namespaces the command runs under this supervisor, which leads its process group: when the
+# process that started it dies (a SIGTERM from PR_SET_PDEATHSIG), it kills the whole group, the
+# command's children included, before it goes.
+SUPERVISOR = """
+import os, signal, subprocess, sys
+signal.signal(signal.SIGTERM, lambda *a: os.killpg(os.getpgrp(), signal.SIGKILL))
+child = subprocess.Popen(sys.argv[1:], close_fds=False)
+code = child.wait()
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
+def supervised(cmd: list[str]) -> list[str]:
+    return [sys.executable, "-I", "-S", "-c", SUPERVISOR, *cmd]
+
+
+def host_cache(base=None) -> str:
+    """sftbuild's own cache (the op catalogue): readable in the sandbox, so no run scans op_db again."""
+    base = os.environ if base is None else base
+    return base.get("SFTBUILD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sftbuild")
+
+
+def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:
+    """The allowlisted variables of `base` (default: this process's), HOME and TMPDIR at `scratch`."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if k in ENV_ALLOW or k.startswith(ENV_PREFIX_ALLOW)}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in env.get("PYTHONPATH", "").split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env.update(HOME=scratch, TMPDIR=scratch, LANG=env.get("LANG", "C.UTF-8"), SFTBUILD_CACHE=host_cache(base))
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+def _preexec(pol: Policy, gpu: bool, memory_gb: float | None, cpu_limit: bool = True):
+    parent = os.getpid()
+
+    supervised_here = isolation(pol) == "none"
+
+    def limits():
+        # a supervisor is told by SIGTERM, so that it can end its group; bwrap and unshare by SIGKILL
+        die_with_parent(parent, signal.SIGTERM if supervised_here else signal.SIGKILL)
+        if cpu_limit:
+            cpu = max(1, int(pol.cpu_seconds))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        mem = pol.memory_gb if memory_gb is None else memory_gb
+        if not gpu and mem:
+            resource.setrlimit(resource.RLIMIT_AS, (int(mem * (1 << 30)),) * 2)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(pol.file_mb) << 20,) * 2)
+        if not gpu:  # the count is this user's threads, everywhere: a GPU run's thread pools would hit it
+            resource.setrlimit(resource.RLIMIT_NPROC, (int(pol.processes),) * 2)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return limits
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+class _Tail(threading.Thread):
+    """Drains a pipe, keeping its last `cap` bytes (a flood costs CPU, never memory)."""
+
+    def __init__(self, stream, cap: int):
+        super().__init__(daemon=True)
+        self.stream, self.cap, self.buf, self.dropped = stream, cap, bytearray(), 0
+        self.start()
+
+    def run(self):
+        for chunk in iter(lambda: self.stream.read1(65536), b""):
+            self.buf += chunk
+            if len(self.buf) > 2 * self.cap:
+                self.dropped += len(self.buf) - self.cap
+                del self.buf[:-self.cap]
+
+    def text(self) -> str:
+        self.join(timeout=5)
+        if len(self.buf) > self.cap:
+            self.dropped += len(self.buf) - self.cap
+            del self.buf[:-self.cap]
+        head = f"[{self.dropped} earlier bytes of output dropped]\n" if self.dropped else ""
+        return head + self.buf.decode("utf-8", "replace")
+
+
+class Proc:
+    """One sandboxed command in the background; `kill()` ends its whole process group."""
+
+    def __init__(self, cmd: list[str], *, cwd=None, env: dict | None = None, rw=(), ro=(), gpu: bool = False,
+                 memory_gb: float | None = None, scratch: str | None = None, merge: bool = True,
+                 pass_fds=(), cpu_limit: bool = True, network: bool | None = None):
+        pol = policy()
+        self._own_scratch = scratch is None
+        self.scratch = scratch or tempfile.mkdtemp(prefix="sftbuild_sbx_")
+        full = wrap(list(cmd), cwd=cwd, scratch=self.scratch, rw=rw, ro=ro, gpu=gpu, pol=pol, network=network)
+        if network:
+            env = {**{k: v for k, v in os.environ.items() if k in NET_ENV}, **(env or {})}
+        self.proc = subprocess.Popen(full, cwd=cwd, env=scrubbed_env(self.scratch, env), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                                     preexec_fn=_preexec(pol, gpu, memory_gb, cpu_limit), start_new_session=True,
+                                     pass_fds=tuple(pass_fds))
+        cap = max(1, pol.output_kb) << 10
+        self._out = _Tail(self.proc.stdout, cap)
+        self._err = None if merge else _Tail(self.proc.stderr, cap)
+        self.timed_out = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is not None:
+            self._end_group()
+        return code
+
+    def wait(self, timeout: float) -> int:
+        """The exit code; -9 (and `timed_out`) when it ran past `timeout` seconds."""
+        try:
+            _wait_exit(self.proc.pid, max(0.05, timeout))
+            code = self.proc.wait(timeout=max(0.05, timeout))
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            self.kill()
+            return -9
+        self._end_group()
+        return code
+
+    def kill(self) -> None:
+        self._end_group()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _end_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers: a leader that exited leaves the group alive
+        except (ProcessLookupError, PermissionError):
+            return
+        _wait_group_dead(self.proc.pid)
+
+    def output(self) -> str:
+        return self._out.text()
+
+    def error(self) -> str:
+        return self._err.text() if self._err else ""
+
+    def close(self) -> None:
+        self.kill()
+        if self._own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _wait_group_dead(pgid: int, timeout: float = 3.0) -> None:
+    """Until no live process is left in group `pgid` (SIGKILL is sent at once, but acted on when each
+    process next runs): a compile that timed out has left nothing behind when this returns."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        alive = False
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != b"Z":
+                alive = True
+                break
+        if not alive:
+            return
+        time.sleep(0.01)
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    """Block until `pid` exits or `timeout` passes, without polling where the kernel has pidfds."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
+@dataclasses.dataclass
+class Result:
+    code: int  # -9 when it timed out
+    output: str
+    timed_out: bool
+
+
+def run(cmd: list[str], timeout: float, **kw) -> Result:
+    """Run one command in the sandbox to its end or its timeout (then its whole group is killed)."""
+    p = Proc(cmd, **kw)
+    try:
+        code = p.wait(timeout)
+        return Result(code, p.output(), p.timed_out)
+    finally:
+        p.close()
+
+
+# ---- a task function in a fresh Python process ---------------------------------------------------
+
+PATH_KEYS_RO = ("tree", "sos")
+PATH_KEYS_RW = ("ext_cache", "cache_dir")
+
+
+def task_paths(tasks) -> tuple[list, list]:
+    """(read-only, writable) folders that task dicts name: `tree` and `sos` (the folders of the
+    compiled objects), `ext_cache` and `cache_dir`."""
+    ro, rw = [], []
+    tasks = list(tasks)
+    tasks += [t["task"] for t in tasks if isinstance(t, dict) and isinstance(t.get("task"), dict)]  # wrapped
+    for task in tasks:
+        if not isinstance(task, dict):
+            continue
+        for k in PATH_KEYS_RO:
+            v = task.get(k)
+            for x in [v] if isinstance(v, str) else [x for x in v or [] if isinstance(x, str)]:
+                # an object's build folder sits in the compile cache, one folder per key: bind the cache once
+                ro.append(x if k == "tree" else os.path.dirname(os.path.dirname(x)))
+        rw += [task[k] for k in PATH_KEYS_RW if isinstance(task.get(k), str)]
+    return _outermost(p for p in ro if p and os.path.exists(p)), _outermost(rw)
+
+
+def _outermost(paths) -> list[str]:
+    """The paths without those inside another of them: one bind each, however many tasks."""
+    out: list[str] = []
+    for p in sorted({os.path.abspath(p) for p in paths}):
+        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+            out.append(p)
+    return out
+
+
+def _task_paths(task) -> tuple[list, list]:
+    return task_paths([task])
+
+
+def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = None, gpu: bool = False,
+                 ro=(), rw=()):
+    """Call `module:function`(task) in a new sandboxed process; its result, or a WorkerFailure.
+
+    The task's own folders are reachable: `tree` and `sos` read-only, `ext_cache` and `cache_dir`
+    writable."""
     with tempfile.TemporaryDirectory(prefix="sftbuild_sbx_") as d:
-        src, dst = os.path.join(d, "in.pkl"), os.path.join(d, "out.pkl")
+        io_dir = os.path.join(d, "io")
+        os.mkdir(io_dir)
+        src, dst = os.path.join(io_dir, "in.pkl"), os.path.join(io_dir, "out.pkl")
         with open(src, "wb") as f:
             pickle.dump((func, task), f)
+        t_ro, t_rw = _task_paths(task)
+        gpu = gpu or bool(prefix)
         try:
-            p = subprocess.run([*prefix, sys.executable, "-m", "sftbuild.sandbox", src, dst],
-                               capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
-        except subprocess.TimeoutExpired:
+            p = Proc([*prefix, sys.executable, "-m", "sftbuild.sandbox", src, dst], cwd=io_dir, env=env,
+                     ro=[*t_ro, *ro], rw=[io_dir, *t_rw, *rw], gpu=gpu, scratch=os.path.join(d, "scratch"),
+                     merge=True)
+        except SandboxUnavailable as e:
+            return WorkerFailure("error", str(e))
+        try:
+            code = p.wait(timeout)
+            log = p.output()
+        finally:
+            p.kill()
+        if p.timed_out:
             return WorkerFailure("timeout", f"no result within {timeout:.0f} s")
         if not os.path.exists(dst):
-            return WorkerFailure("crash", f"exit code {p.returncode}: {(p.stdout + p.stderr)[-2000:]}")
-        with open(dst, "rb") as f:
-            result = pickle.load(f)
+            return WorkerFailure("crash", f"{exit_reason(code)}: {log[-2000:]}")
+        try:
+            result = load_result(dst)
+        except Exception as e:  # a truncated or forged result file
+            return WorkerFailure("crash", f"unreadable result ({type(e).__name__}) after {exit_reason(code)}")
         if isinstance(result, dict):
-            result.setdefault("_exit", p.returncode)
-            result.setdefault("_log", (p.stdout + p.stderr)[-6000:])
+            result.setdefault("_exit", code)
+            result.setdefault("_log", log if len(log) <= 6000 else
+                              f"[{len(log) - 6000} more bytes of output dropped]\n" + log[-6000:])
         return result
+
+
+# ---- a long-lived worker (GPU) -------------------------------------------------------------------
+
+class PlainConnection:
+    """The parent's end of a sandboxed worker's socket: sends tasks as pickles, reads results as plain
+    data only (a worker running hostile code may write anything to it)."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+
+    def send(self, obj) -> None:
+        self._conn.send(obj)
+
+    def recv(self):
+        return _PlainUnpickler(io.BytesIO(self._conn.recv_bytes(256 << 20))).load()
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def start_worker(env: dict, ro=(), rw=(), gpu: bool = True) -> tuple[PlainConnection, Proc]:
+    """A sandboxed `python -m sftbuild.sandbox --worker FD` serving (function, item) pairs over a
+    socket; its CPU time is not limited (it lives for many items: the caller times each one)."""
+    mine, theirs = socket.socketpair()
+    try:
+        proc = Proc([sys.executable, "-m", "sftbuild.sandbox", "--worker", str(theirs.fileno())], env=env,
+                    ro=ro, rw=rw, gpu=gpu, pass_fds=[theirs.fileno()], cpu_limit=False, merge=True)
+    finally:
+        theirs.close()
+    return PlainConnection(Connection(mine.detach())), proc
+
+
+_WORKER_CONN = None  # in a worker process: its socket to the parent
+
+
+def worker_connection():
+    """In a long-lived worker: its connection to the parent (for messages between results, such as
+    executor.report_deadline's); None elsewhere."""
+    return _WORKER_CONN
+
+
+def _worker_main(fd: int) -> None:
+    global _WORKER_CONN
+    conn = _WORKER_CONN = Connection(fd)
+    while True:
+        try:
+            fn, item = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            os._exit(0)
+        try:
+            conn.send(("ok", plain(fn(item))))
+        except Exception:
+            conn.send(("error", traceback.format_exc(limit=8)))
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Results are plain data: a pickle naming any class or function is refused, so code that
+    forges the result file cannot run anything in the process reading it."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"a result may not name {module}.{name}")
+
+
+def load_result(path: str, limit: int = 256 << 20):
+    if os.path.getsize(path) > limit:
+        raise ValueError("result too large")
+    with open(path, "rb") as f:
+        return _PlainUnpickler(f).load()
+
+
+def plain(obj, depth: int = 0):
+    """`obj` as plain data (dicts, lists, tuples, str, numbers, bytes, None); other objects become
+    their numeric value when they have one, else their repr."""
+    if depth > 64:
+        return repr(obj)[:200]
+    if obj is None or type(obj) in (bool, int, float, str, bytes):
+        return obj
+    if isinstance(obj, (bool, int, float, str, bytes)):  # subclasses (enums, numpy floats)
+        return _scalar(obj)
+    if isinstance(obj, dict):
+        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = [plain(v, depth + 1) for v in obj]
+        return tuple(items) if isinstance(obj, tuple) else items
+    if isinstance(obj, WorkerFailure):
+        return {"status": "dropped", "reason": "error", "detail": f"{obj.kind}: {obj.detail}"}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return plain(dataclasses.asdict(obj), depth + 1)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy and torch scalars
+        try:
+            return plain(obj.item(), depth + 1)
+        except Exception:
+            pass
+    return repr(obj)[:2000]
+
+
+def _scalar(obj):
+    for t in (bool, int, float, str, bytes):
+        if isinstance(obj, t):
+            return t(obj)
+    return repr(obj)
+
+
+def exit_reason(code: int) -> str:
+    """`exit code 3`, or the signal's name for a process a signal ended."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    if code is not None and code > 128 and code - 128 in signal.Signals._value2member_map_:
+        return f"killed by {signal.Signals(code - 128).name}"  # a shell or namespace init reports 128 + signal
+    return f"exit code {code}"
 
 
 def _main(src: str, dst: str) -> None:
     with open(src, "rb") as f:
         func, task = pickle.load(f)
+    os.unlink(src)
     mod, _, name = func.partition(":")
     try:
         result = getattr(importlib.import_module(mod), name)(task)
-    except Exception as e:
+    except BaseException as e:  # SystemExit and KeyboardInterrupt from the task's code too
         result = {"status": "dropped", "reason": "error", "detail": repr(e)[:2000]}
-    with open(dst + ".tmp", "wb") as f:
-        pickle.dump(result, f)
-    os.replace(dst + ".tmp", dst)
+    try:
+        with open(dst + ".tmp", "wb") as f:
+            pickle.dump(plain(result), f)
+        os.replace(dst + ".tmp", dst)
+    except Exception as e:
+        with open(dst + ".tmp", "wb") as f:
+            pickle.dump({"status": "dropped", "reason": "error", "detail": f"unpicklable result: {e!r}"[:2000]}, f)
+        os.replace(dst + ".tmp", dst)
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: a hostile atexit hook cannot change the result
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--worker":
+        _worker_main(int(sys.argv[2]))
+    else:
+        _main(sys.argv[1], sys.argv[2])

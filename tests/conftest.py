@@ -2,7 +2,7 @@
 
 Folders: one per stage (harvest/, bind/, describe/, validate/, dedupe/) and core/ (store, config, CLI,
 executors, op registry, `sftbuild run` end to end); beside them data/ (checked-in inputs),
-redteam/ (the red-team cases) and tasks.py (task functions that executor workers import by name).
+redteam/ (the red-team cases), sandbox/ (fault injection: hostile code against the sandbox) and tasks.py (task functions that executor workers import by name).
 
 Marks (declared in pyproject.toml):
   gpu      needs a CUDA GPU        skipped here without one

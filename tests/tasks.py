@@ -1,6 +1,10 @@
 """Module-level task functions for executor tests (workers import them by name)."""
 import os
 import time
+import uuid
+
+# which worker process answered: pids repeat across workers in their own pid namespaces (the sandbox)
+WORKER = uuid.uuid4().hex
 
 
 def square(x):
@@ -16,7 +20,7 @@ def misbehave(x):
         raise ValueError("bad input")
     if x == "fault":
         return {"status": "dropped", "recycle": True}
-    return {"pid": os.getpid(), "x": x}
+    return {"pid": WORKER, "x": x}
 
 
 MISBEHAVE = ["a", "a2", "hang", "b", "crash", "c", "fault", "d", "raise", "e"]

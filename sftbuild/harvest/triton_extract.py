@@ -36,6 +36,8 @@ import ast
 import dataclasses
 import re
 
+from sftbuild.parsing import literal
+
 
 @dataclasses.dataclass
 class TritonKernel:
@@ -433,9 +435,9 @@ def _params(fn, drop_first: bool = False) -> list[dict]:
 def _param(arg: ast.arg, default, kind: str) -> dict:
     value = None
     if default is not None:
-        try:
-            value = ast.literal_eval(default)
-        except (ValueError, SyntaxError, TypeError):
+        try:  # read from the AST, never evaluated: the default is the harvested file's text
+            value = literal(default)
+        except (ValueError, TypeError):
             value = {"source": ast.unparse(default)}  # not a literal: the callee's own default applies
     return {"name": arg.arg, "default": value, "has_default": default is not None,
             "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None, "kind": kind}

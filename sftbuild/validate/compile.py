@@ -17,14 +17,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
-import resource
-import subprocess
 import time
 from pathlib import Path
 
+from sftbuild import sandbox
 from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
+from sftbuild.validate import logs
 from sftbuild.validate.include_sets import nvcc_args
 from sftbuild.validate import nvcc_parallel
 
@@ -105,12 +104,12 @@ def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key:
         (out_dir / "kernel.cu").write_text('#include "kernel.cuh"\n', encoding="utf-8")
         cmd = [nvcc, "-cubin", "-Xptxas", "-v", *flags, "kernel.cu", "-o", "kernel.cubin"]
     start = time.monotonic()
-    code, log = nvcc_parallel.run(cmd, out_dir, task["timeout"], env={**os.environ, "TMPDIR": str(out_dir)},
-                                  preexec_fn=_limits)
+    # nvcc on hostile code can explode in memory; 8 GB is far above any real kernel's need
+    code, log = nvcc_parallel.run(cmd, out_dir, task["timeout"], memory_gb=8, scratch=str(out_dir))
     if code == -9:
         return {"ok": False, "reason": "compile_timeout", "log": f"nvcc exceeded {task['timeout']} s",
                 "seconds": time.monotonic() - start, "cached": False}
-    log = log[-20000:]
+    log = logs.scrub(log, [str(out_dir)], cap=20000)
     res = {"ok": code == 0, "reason": None if code == 0 else "compile_error",
            "log": log if code else "", "resources": parse_ptxas(log),
            "so": str(out_dir / "harness.so") if task.get("harness") and link and code == 0 else None,
@@ -151,11 +150,6 @@ def unsafe_include(code: str, headers: dict, dirs: list[str]) -> str | None:
     return None
 
 
-def _limits():
-    # nvcc on hostile code can explode in memory; 8 GB is far above any real kernel's need
-    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
-
-
 # ---- Triton: ahead-of-time compile of each @triton.jit kernel -------------------
 
 def triton_gate(task: dict) -> dict:
@@ -165,7 +159,8 @@ def triton_gate(task: dict) -> dict:
     `tl.constexpr` parameters take the value the module passes at its launch site (else 128),
     parameters used as load/store addresses are fp32 pointers, the rest i32. A kernel whose
     signature cannot be read this way is left to the GPU worker's JIT ("aot": "skipped").
-    Runs in the CPU pool with the module parsed, never executed."""
+    Runs in a sandbox process (see sftbuild.validate.pipeline.triton_gate): the module is parsed,
+    never executed; each kernel's own definition is, without its decorators."""
     import ast
 
     start = time.monotonic()
@@ -232,6 +227,7 @@ def _module_name(msg: str, tree) -> bool:
 
 def _triton_aot(task, f, launch_kw) -> dict:
     import ast
+    import copy
     import textwrap
     import types
 
@@ -257,8 +253,11 @@ def _triton_aot(task, f, launch_kw) -> dict:
             sig[a.arg] = "*fp32"
         else:
             sig[a.arg] = "i32"
-    src = textwrap.dedent(ast.unparse(f))
-    # exec only the kernel's own def in a scratch module: the decorator body never runs on the host
+    # exec only the kernel's own def, without its decorators (jit is applied here); this runs in a
+    # sandbox process (sftbuild.validate.pipeline.triton_gate), as default values are evaluated
+    bare = copy.copy(f)
+    bare.decorator_list = []
+    src = textwrap.dedent(ast.unparse(bare))
     mod = types.ModuleType("sftbuild_aot")
     mod.__dict__.update(triton=triton, tl=triton.language)
     path = Path(task["cache_dir"]) / "triton_aot" / f"{hashlib.sha256(src.encode()).hexdigest()[:16]}.py"
@@ -272,8 +271,7 @@ def _triton_aot(task, f, launch_kw) -> dict:
         spec.loader.exec_module(m)
     except Exception as e:
         raise _Skip(f"kernel refers to module names: {e}") from e
-    fn = getattr(m, f.name)
-    fn = getattr(fn, "fn", fn) if not hasattr(fn, "arg_names") else fn
+    fn = triton.jit(getattr(m, f.name))
     major = int(task.get("arch", "sm_90").split("_")[-1][:-1] or 9)
     minor = int(task.get("arch", "sm_90").split("_")[-1][-1])
     ck = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v
@@ -296,7 +294,7 @@ def _cubin_resources(cubin: bytes | None, task) -> dict:
         tool = Path(find_nvcc(task.get("nvcc", ""))).parent / "cuobjdump"
         path = Path(task["cache_dir"]) / "triton_aot" / f"{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
         path.write_bytes(cubin)  # named by content: pool workers never share a file
-        log = subprocess.run([str(tool), "-res-usage", str(path)], capture_output=True, text=True, timeout=30).stdout
+        log = sandbox.run([str(tool), "-res-usage", str(path)], 30, ro=[str(path.parent)]).output
         m = RES.search(log)
         if m:
             out.update(registers=int(m.group(1)), stack=int(m.group(2)), smem=int(m.group(3)))

@@ -22,13 +22,13 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sysconfig
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sftbuild import sandbox
 from sftbuild.validate import nvcc_parallel
 from sftbuild.validate.include_sets import SHIM
 
@@ -239,8 +239,9 @@ def precompiled_header(cache_dir: str, tc: dict, inc: list, defs: list, lean: bo
             if lean:
                 (d / LEAN.name).write_text(LEAN.read_text())
             defs_pch = [x for x in defs if not x.startswith("-DTORCH_EXTENSION_NAME")]
-            subprocess.run(["g++", "-x", "c++-header", "-std=c++17", "-fPIC", "-O2", "-w", *inc, *defs_pch,
-                            str(header), "-o", str(gch) + ".tmp"], capture_output=True, timeout=600)
+            cmd = ["g++", "-x", "c++-header", "-std=c++17", "-fPIC", "-O2", "-w", *inc, *defs_pch, str(header),
+                   "-o", str(gch) + ".tmp"]
+            sandbox.run(cmd, 600, cwd=str(d), rw=[str(d)], ro=nvcc_parallel.arg_dirs(cmd))
             if Path(str(gch) + ".tmp").exists():
                 os.replace(str(gch) + ".tmp", gch)
     return str(header)

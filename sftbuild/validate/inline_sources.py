@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 
+from sftbuild.parsing import literal
+
 ARGS = ("name", "cpp_sources", "cuda_sources", "functions")
 
 
@@ -49,6 +51,6 @@ def _value(node, consts):
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _value(node.left, consts) + _value(node.right, consts)
     try:
-        return ast.literal_eval(node)
+        return literal(node)
     except Exception:
         raise ValueError("not a constant") from None

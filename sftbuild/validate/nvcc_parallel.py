@@ -9,6 +9,10 @@ once, then the rest in order: about a third less wall time for a torch-header so
 tools, flags and output.
 
 Anything the plan does not look like (several archs, -rdc, a changed nvcc) runs as plain nvcc.
+
+Every step runs in the sandbox (sftbuild.sandbox): `cwd` is its only writable folder besides its
+scratch, the folders named by -I/-L options are readable, and a timeout kills each step's whole
+process group (nvcc, cc1plus, cicc, ptxas and anything they started).
 """
 from __future__ import annotations
 
@@ -16,34 +20,39 @@ import hashlib
 import os
 import re
 import shlex
-import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from sftbuild import sandbox
+
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 MODULE_ID = re.compile(r'--module_id_file_name\s+"?([^"\s]+)"?')
 
 
-def run(cmd: list[str], cwd, timeout: float, env: dict | None = None, preexec_fn=None) -> tuple[int, str]:
-    """Run an nvcc command line; returns (exit code, output). -9 means the timeout was hit."""
-    env = dict(os.environ if env is None else env)
+def run(cmd: list[str], cwd, timeout: float, env: dict | None = None, memory_gb: float | None = None,
+        scratch: str | None = None) -> tuple[int, str]:
+    """Run an nvcc command line; returns (exit code, output). -9 means the timeout was hit.
+    `env`: variables on top of the sandbox's allowlist; `scratch`: its HOME and TMPDIR."""
+    env = dict(env or {})
     deadline = time.monotonic() + timeout
+    limits = {"memory_gb": memory_gb, "scratch": scratch}
     if os.environ.get("SFTBUILD_NVCC_PARALLEL", "1") != "0" and ("-c" in cmd or "-shared" in cmd):
-        with tempfile.TemporaryDirectory(prefix="nvcc-", dir=env.get("TMPDIR")) as keep:
+        with tempfile.TemporaryDirectory(prefix="nvcc-", dir=cwd) as keep:
             plan = _plan(cmd, cwd, env, keep)
             if plan is not None:
-                return _run_plan(plan, cwd, deadline, preexec_fn)
-    return run_command(list(cmd), cwd, timeout, env, preexec_fn)
+                return _run_plan(plan, cwd, deadline, limits)
+    return run_command(list(cmd), cwd, timeout, env, **limits)
 
 
 def _plan(cmd, cwd, env, keep):
     """(env, host chain, device chain, rest) from nvcc's own plan, or None when it is not the
     single-arch, whole-program shape this knows."""
-    try:
-        p = subprocess.run([cmd[0], "--dryrun", "--keep", "--keep-dir", keep, *cmd[1:]], cwd=cwd, env=env,
-                           capture_output=True, text=True, timeout=30)
+    try:  # --dryrun runs nothing: it prints the steps
+        p = subprocess.run([cmd[0], "--dryrun", "--keep", "--keep-dir", keep, *cmd[1:]], cwd=cwd,
+                           env=sandbox.scrubbed_env(keep, env), capture_output=True, text=True, timeout=30,
+                           start_new_session=True)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if p.returncode != 0:
@@ -82,10 +91,10 @@ def _module_id(cmd) -> str:
     return f"_sftbuild_{hashlib.sha256(' '.join(cmd).encode()).hexdigest()[:12]}_{src}"
 
 
-def _run_plan(plan, cwd, deadline, preexec_fn) -> tuple[int, str]:
+def _run_plan(plan, cwd, deadline, limits) -> tuple[int, str]:
     path, name = plan["module_id"]
     Path(cwd, path).write_text(name)
-    chains = [_Chain(plan["host"], cwd, plan["env"], preexec_fn), _Chain(plan["device"], cwd, plan["env"], preexec_fn)]
+    chains = [_Chain(plan["host"], cwd, plan["env"], limits), _Chain(plan["device"], cwd, plan["env"], limits)]
     while any([c.running() for c in chains]):  # a list: every chain must get to advance
         if any(c.code not in (None, 0) for c in chains) or time.monotonic() > deadline:
             break  # a failed front end decides; a timeout is the whole command's
@@ -99,7 +108,7 @@ def _run_plan(plan, cwd, deadline, preexec_fn) -> tuple[int, str]:
         return failed[0].code, failed[0].log
     log = chains[0].log + chains[1].log
     for step in plan["rest"]:
-        code, out = run_command(["bash", "-c", step], cwd, deadline - time.monotonic(), plan["env"], preexec_fn)
+        code, out = run_command(["bash", "-c", step], cwd, deadline - time.monotonic(), plan["env"], **limits)
         log += out
         if code != 0 and _tool(step) != "rm":
             return code, log
@@ -107,11 +116,11 @@ def _run_plan(plan, cwd, deadline, preexec_fn) -> tuple[int, str]:
 
 
 class _Chain:
-    """Steps run one after another in the background."""
+    """Steps run one after another in the background, each in the sandbox."""
 
-    def __init__(self, steps, cwd, env, preexec_fn):
+    def __init__(self, steps, cwd, env, limits):
         self.log, self.code = "", None
-        self._steps, self._cwd, self._env, self._preexec = list(steps), cwd, env, preexec_fn
+        self._steps, self._cwd, self._env, self._limits = list(steps), cwd, env, limits
         self._proc = None
         self._next()
 
@@ -119,37 +128,50 @@ class _Chain:
         if not self._steps:
             self.code = 0
             return
-        self._out = tempfile.TemporaryFile(mode="w+")  # not a pipe: a long log must not stall the step
-        self._proc = subprocess.Popen(["bash", "-c", self._steps.pop(0)], cwd=self._cwd, env=self._env,
-                                      stdout=self._out, stderr=subprocess.STDOUT, text=True,
-                                      preexec_fn=self._preexec, start_new_session=True)
+        step = self._steps.pop(0)
+        self._proc = sandbox.Proc(["bash", "-c", step], cwd=self._cwd, env=self._env, rw=[self._cwd],
+                                  ro=arg_dirs(step), **self._limits)
 
     def running(self) -> bool:
         if self.code is not None:
             return False
-        if self._proc.poll() is None:
+        code = self._proc.poll()
+        if code is None:
             return True
-        self._out.seek(0)
-        self.log += self._out.read()
-        self._out.close()
-        if self._proc.returncode != 0:
-            self.code = self._proc.returncode
+        self.log += self._proc.output()
+        self._proc.close()
+        if code != 0:
+            self.code = code
             return False
         self._next()
         return self.code is None
 
     def stop(self):
-        if self.code is None and self._proc and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait()
-            self._out.close()
+        if self._proc is not None:
+            self._proc.close()
 
 
-def run_command(cmd, cwd, timeout: float, env: dict | None = None, preexec_fn=None) -> tuple[int, str]:
-    """Any compiler command: (exit code, output), -9 when it ran past `timeout` seconds."""
-    try:
-        p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, preexec_fn=preexec_fn,
-                           timeout=max(0.1, timeout))
-        return p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired:
+def arg_dirs(cmd) -> list[str]:
+    """Folders a compiler command names with -I, -L, -isystem or -idirafter: read-only in its sandbox."""
+    words = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
+    out = []
+    for i, w in enumerate(words):
+        for flag in ("-Xcompiler=-idirafter,", "-idirafter", "-isystem", "-I", "-L"):
+            if w.startswith(flag):
+                d = w[len(flag):] or (words[i + 1] if i + 1 < len(words) else "")
+                d = d.lstrip(",")
+                if d and os.path.isabs(d) and os.path.isdir(d):
+                    out.append(d)
+                break
+    return out
+
+
+def run_command(cmd, cwd, timeout: float, env: dict | None = None, memory_gb: float | None = None,
+                scratch: str | None = None) -> tuple[int, str]:
+    """Any compiler command in the sandbox: (exit code, output), -9 when it ran past `timeout` seconds
+    (its whole process group is killed then)."""
+    res = sandbox.run(list(cmd), max(0.1, timeout), cwd=cwd, env=env, rw=[cwd], ro=arg_dirs(cmd),
+                      memory_gb=memory_gb, scratch=scratch)
+    if res.timed_out:
         return -9, f"{Path(cmd[0]).name} exceeded {timeout:.0f} s"
+    return res.code, res.output

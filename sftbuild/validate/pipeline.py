@@ -14,12 +14,40 @@ import re
 from sftbuild.executor import WorkerFailure
 from sftbuild.validate import compile as C
 from sftbuild.validate import harness as H
-from sftbuild.validate import memcheck, static
+from sftbuild.validate import logs, memcheck, static
 
 ALL_DTYPES = ["float32", "float16", "bfloat16"]
 
 
 def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
+    """(record, status, reason, payload) for each record; logs and details in the payload are
+    scrubbed of anything from files outside the record's own, the toolchain's and torch's."""
+    for rec, status, reason, payload in _validate(records, cfg, executor, cache_dir, nvcc):
+        yield rec, status, reason, scrub_payload(payload, [cache_dir])
+
+
+def scrub_payload(payload, roots, depth: int = 0):
+    """Every string under the keys that carry tool or candidate output, scrubbed (sftbuild.validate.logs)."""
+    if not isinstance(payload, dict) or depth > 4:
+        return payload
+    out = {}
+    for k, v in payload.items():
+        if isinstance(v, str) and k in LOG_KEYS:
+            out[k] = logs.scrub(v, roots, cap=6000 if k == "log" else 2000)
+        elif isinstance(v, dict):
+            out[k] = scrub_payload(v, roots, depth + 1)
+        elif isinstance(v, list):
+            out[k] = [scrub_payload(x, roots, depth + 1) if isinstance(x, dict) else
+                      logs.scrub(x, roots, cap=2000) if isinstance(x, str) and k in LOG_KEYS else x for x in v]
+        else:
+            out[k] = v
+    return out
+
+
+LOG_KEYS = ("log", "detail", "why", "errors", "error", "stderr", "stdout", "message", "traceback")
+
+
+def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     gpus = executor.gpu_count
     budget = {"max_block_size": cfg.max_block_size, "shared_memory_budget": cfg.shared_memory_budget}
     if cfg.runtime_checks:  # a misspelt check name fails here, not as every record's verdict in a worker
@@ -143,8 +171,24 @@ def compile_any(task: dict) -> dict:
         return compile_cuda(task)
     if _inline(task):
         return compile_inline(task)
-    res = C.triton_gate(task) if "triton" in task["code"] else {"ok": True, "resources": {}, "seconds": 0}
+    res = triton_gate(task) if "triton" in task["code"] else {"ok": True, "resources": {}, "seconds": 0}
     return {**res, "sos": []}
+
+
+def triton_gate(task: dict) -> dict:
+    """The Triton compile gate in a sandbox process: compiling a kernel runs its definition."""
+    from sftbuild.sandbox import run_isolated
+
+    timeout = max(task["timeout"] * 2, 60)
+    res = run_isolated("sftbuild.validate.compile:triton_gate", task, timeout)
+    if isinstance(res, WorkerFailure):
+        reason = "compile_timeout" if res.kind == "timeout" else "compile_error"
+        return {"ok": False, "reason": reason, "log": f"Triton compile gate: {res.kind}: {res.detail}"[:4000],
+                "seconds": 0.0, "cached": False}
+    if res.get("status") == "dropped":  # the gate itself raised
+        return {"ok": False, "reason": "compile_error", "log": f"Triton compile gate: {res.get('detail', '')}",
+                "seconds": 0.0, "cached": False}
+    return {k: v for k, v in res.items() if k not in ("_exit", "_log")}
 
 
 def compile_inline(task: dict) -> dict:

@@ -13,6 +13,9 @@ process and a call pays only for its own samples. Trainers with several processe
 share one warm service instead: `sftbuild reward serve` on each node, and
 SFTBUILD_REWARD_URL=http://127.0.0.1:PORT in the trainers' environment sends every
 call there (sftbuild/validate/reward_service.py).
+
+Candidates compile and run only in the sandbox (sftbuild.sandbox); logs and details in the
+result are scrubbed of host files and capped (sftbuild.validate.logs).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 import threading
 
@@ -117,6 +121,9 @@ def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> li
         from sftbuild.validate import reward_service
 
         return [Reward(**r) for r in reward_service.remote_batch(url, tasks, codes)]
+    from sftbuild.context import say_sandbox_once
+
+    say_sandbox_once(lambda line: print(line, file=sys.stderr))  # a missing isolation layer, once a process
     cfg = config or default_config()
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "sftbuild_reward_cache")
     records, bad = [], {}

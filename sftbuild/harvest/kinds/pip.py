@@ -1,11 +1,13 @@
 """The `pip` kind: one package archive from `pip download --no-deps`."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from sftbuild import sandbox
 
 from sftbuild.harvest.kinds import KINDS, SourceKind
 from sftbuild.harvest.kinds.wheelhouse import name_version
@@ -82,12 +84,22 @@ def _local(src: Source, workspace: Path, cfg) -> Tree:
 
 
 def _download(req: str, dest: Path) -> None:
+    """`pip download` in the sandbox, with the network: for an sdist, pip runs the package's build
+    backend to read its metadata, which is the package's own (untrusted) code."""
+    dest.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    user_conf = [p for p in (Path.home() / ".config" / "pip" / "pip.conf", Path.home() / ".pip" / "pip.conf")
+                 if p.is_file()]
+    if user_conf and "PIP_CONFIG_FILE" not in env:  # the sandbox's HOME is its scratch folder
+        env["PIP_CONFIG_FILE"] = str(user_conf[0])
     try:
-        res = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                              "--disable-pip-version-check", "-d", str(dest), req],
-                             capture_output=True, text=True, timeout=PIP_TIMEOUT, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        raise SourceError(f"pip download {req} timed out") from e
-    if res.returncode != 0:
-        msg = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
+        res = sandbox.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                           "--disable-pip-version-check", "-d", str(dest), req], PIP_TIMEOUT, cwd=str(dest),
+                          rw=[str(dest)], ro=[str(p) for p in user_conf], env=env, network=True)
+    except sandbox.SandboxUnavailable as e:
+        raise SourceError(f"pip download {req}: {e}") from e
+    if res.timed_out:
+        raise SourceError(f"pip download {req} timed out")
+    if res.code != 0:
+        msg = (res.output.strip().splitlines() or ["(no message)"])[-1]
         raise SourceError(f"pip download {req} failed: {msg}")
