@@ -621,8 +621,9 @@ def worker_connection():
 
 
 def _worker_main(fd: int) -> None:
-    global _WORKER_CONN
-    conn = _WORKER_CONN = Connection(fd)
+    conn = Connection(fd)
+    # run as `python -m sftbuild.sandbox`, this module is __main__: the tasks see the imported one
+    importlib.import_module("sftbuild.sandbox")._WORKER_CONN = conn
     while True:
         try:
             fn, item = conn.recv()
