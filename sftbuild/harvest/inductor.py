@@ -317,5 +317,6 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
                         continue
                     yield group[0], f"the compile process failed ({why})"
                     continue
-                for p in group:
-                    yield p, res["compiled"].get(p.name, "no result")
+                for p in group:  # results cross the sandbox as plain data
+                    c = res["compiled"].get(p.name, "no result")
+                    yield p, Compiled(**c) if isinstance(c, dict) else c

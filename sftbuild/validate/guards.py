@@ -38,17 +38,20 @@ def _autocast_takes_device() -> bool:
 
 
 def set_strict() -> None:
-    """The reference runs in full fp32: no TF32, no reduced-precision reductions."""
+    """The reference runs in full fp32: no TF32, no reduced-precision reductions. Works also after
+    torch's test utilities froze the global flags (importing op_db's modules does that)."""
     b = torch.backends
-    b.cuda.matmul.allow_tf32 = False
-    b.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    for name in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
-        if hasattr(b.cuda.matmul, name):
-            try:
-                setattr(b.cuda.matmul, name, False)
-            except Exception:  # some builds refuse to change it
-                pass
+    thaw = getattr(b, "__allow_nonbracketed_mutation", None)
+    with thaw() if thaw is not None and b.flags_frozen() else contextlib.nullcontext():
+        b.cuda.matmul.allow_tf32 = False
+        b.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        for name in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+            if hasattr(b.cuda.matmul, name):
+                try:
+                    setattr(b.cuda.matmul, name, False)
+                except Exception:  # some builds refuse to change it
+                    pass
 
 
 @contextlib.contextmanager
