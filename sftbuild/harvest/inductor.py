@@ -301,7 +301,7 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
     def one(group):
         return group, run_isolated("sftbuild.harvest.inductor:compile_many",
                                    {"programs": [(p.name, p.src) for p in group], "device": device},
-                                   COMPILE_TIMEOUT * len(group), env=env)
+                                   COMPILE_TIMEOUT * len(group), env=env, gpu=device == "cuda")
 
     with cf.ThreadPoolExecutor(processes) as pool:  # threads only wait on their processes
         pending = {pool.submit(one, progs[i:i + batch]) for i in range(0, len(progs), batch)}
