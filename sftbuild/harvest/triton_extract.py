@@ -238,17 +238,24 @@ def _launches(node, kname: str) -> list[int]:
     return lines
 
 
+def _statements(tree: ast.Module) -> tuple[list, dict[str, list[int]]]:
+    """The module's top-level statements (its main guard left out) and, per name, the statements
+    that define it."""
+    stmts = [_stmt(n) for n in tree.body if not _is_main_guard(n)]
+    by_name: dict[str, list[int]] = {}
+    for i, s in enumerate(stmts):
+        for name in s.defines:
+            by_name.setdefault(name, []).append(i)
+    return stmts, by_name
+
+
 def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
     """Kernels in a Python file, and every other jit function with a reason (raises SyntaxError)."""
     tree = ast.parse(src)
     langs = Languages(tree)
     is_jit = langs.is_triton  # in here, "jit" is Triton's only: other DSLs are listed as unsupported_dsl
     lines = src.splitlines()
-    stmts = [_stmt(n) for n in tree.body if not _is_main_guard(n)]
-    by_name: dict[str, list[int]] = {}
-    for i, s in enumerate(stmts):
-        for name in s.defines:
-            by_name.setdefault(name, []).append(i)
+    stmts, by_name = _statements(tree)
 
     jit_names = {s.node.name for s in stmts if is_jit(s.node)}
     hints = default_hints(tree)
@@ -553,11 +560,7 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
     if not imported:
         return []
     lines = src.splitlines()
-    stmts = [_stmt(n) for n in tree.body if not _is_main_guard(n)]
-    by_name: dict[str, list[int]] = {}
-    for i, s in enumerate(stmts):
-        for name in s.defines:
-            by_name.setdefault(name, []).append(i)
+    stmts, by_name = _statements(tree)
     out = []
     for local, (mod, name) in imported.items():
         launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,

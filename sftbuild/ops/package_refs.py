@@ -37,15 +37,21 @@ SKIP_DIRS = {"__pycache__", ".git", "node_modules", "build", "dist"}
 CANDIDATE = re.compile(r"^def\s+_*(naive_|ref_|reference_|torch_|\w+_ref\s*\(|\w+_reference\s*\()", re.M)
 
 
+def python_files(root: Path, skip=SKIP_DIRS):
+    """(relative path, path) of each .py file under `root`, in path order, outside the folders named
+    in `skip` and hidden ones."""
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if not any(part in skip or part.startswith(".") for part in rel.parts[:-1]):
+            yield rel, path
+
+
 def find_package_references(tree: Path) -> list[dict]:
     """Reference-like functions in the .py files under `tree`, in path then line order; unreadable
     or unparsable files are skipped."""
     tree = Path(tree)
     found = []
-    for path in sorted(tree.rglob("*.py")):
-        rel = path.relative_to(tree)
-        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
-            continue
+    for rel, path in python_files(tree):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
             if rel.stem not in REF_MODULES and not CANDIDATE.search(text):

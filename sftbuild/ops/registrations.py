@@ -21,6 +21,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from sftbuild.ops.package_refs import python_files
+
 ATEN = re.compile(r"^(aten::)?(?P<base>_{0,2}[a-z][a-z0-9_]*)(\.(?P<overload>[A-Za-z0-9_]+))?$")
 PAIR_TEXT = re.compile(r"""\(\s*["'][a-z_][\w.:]*["']\s*,\s*[A-Za-z_]""")
 MIN_PAIRS = 3
@@ -39,10 +41,7 @@ def _registered(tree: str) -> dict[str, tuple[str, ...]]:
     root = Path(tree)
     if not root.is_dir():
         return {}
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
-            continue
+    for rel, path in python_files(root, SKIP_DIRS):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
             if len(PAIR_TEXT.findall(text)) < MIN_PAIRS and ".impl(" not in text:
