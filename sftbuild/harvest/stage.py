@@ -13,6 +13,7 @@ code hash, so a rerun after a crash converges to the same record set.
 from __future__ import annotations
 
 import fnmatch
+from collections import Counter
 from pathlib import Path
 
 from sftbuild.context import Context, StageRun
@@ -68,6 +69,8 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
                 h.run()
                 stats["sources"][src.name] = h.kernels
                 stats["not_extracted"][src.name] = h.listed
+                for reason, n in sorted(h.skipped.items()):  # what it saw and did not keep, by reason
+                    stats.setdefault("skipped", {})[f"{src.name} {reason}"] = n
             except (S.SourceError, OSError) as e:
                 msg = str(e) + (" (this source needs the network)" if src.network else "")
                 stats["errors"][src.name] = msg
@@ -105,6 +108,7 @@ class Harvest:
         self.listed = 0  # definitions seen but not extracted, each with a reason
         self.outside: list[str] = []  # symlinks that point outside the source's root, never followed
         self._skips: list[tuple] = []
+        self.skipped: Counter = Counter()  # skips by reason
 
     def run(self) -> None:
         try:
@@ -115,6 +119,7 @@ class Harvest:
     # ---- bookkeeping shared by every kind ---------------------------------
     def skip(self, path: str, reason: str, detail: str = "", item: str = "") -> None:
         self._skips.append((self.src.name, path, reason, detail, item))
+        self.skipped[reason] += 1
         if len(self._skips) >= 256:
             self.flush_skips()
 
