@@ -34,7 +34,13 @@ def roles(language: str, code: str, kernel: str, params: list[str]) -> tuple[lis
         written = read[language]() if language in read else set()
     except RecursionError:  # an expression nested past Python's limit: say nothing about writes
         written = set()
-    return [n for n in names if n not in written], [n for n in names if n in written]
+    meta = {param_name(p) for p in params if language == "triton" and _meta_param(p)}
+    return [n for n in names if n not in written and n not in meta], [n for n in names if n in written]
+
+
+def _meta_param(param: str) -> bool:
+    """A Triton compile-time parameter (`tl.constexpr`, or a block size such as XBLOCK): no data read."""
+    return "constexpr" in param or bool(re.fullmatch(r"[A-Z0-9_]*BLOCK[A-Z0-9_]*", param_name(param)))
 
 
 def param_name(param: str) -> str:

@@ -174,7 +174,7 @@ def _gather_stats(mean, invstd, counts, eps=1e-5):
 
 
 define("batch_norm_gather_stats", "norm",
-       "combine per-group batch-norm statistics (mean, invstd, element count) into per-channel mean and invstd",
+       "per-channel mean and invstd combined from per-group batch-norm statistics (mean, invstd, element count)",
        "将多组BatchNorm统计量（均值、invstd、元素个数）合并为逐通道的均值与invstd",
        _gather_stats, _gather_inputs, [(1, 1), (2, 3), (4, 64), (8, 1000), (3, 4099)],
        {"inputs": ["mean: [G, C] float32", "invstd: [G, C] float32", "counts: [G]"],

@@ -2,6 +2,7 @@
 import importlib
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -11,11 +12,16 @@ R = importlib.import_module("sftbuild.validate.reward")  # the package exports t
 S = importlib.import_module("sftbuild.validate.reward_service")
 
 
+GATE = threading.Event()  # the first batch waits here while the test sends more requests
+
+
 @pytest.fixture
 def service():
     calls = []
+    GATE.set()
 
     def score(tasks, codes):
+        GATE.wait(10)
         calls.append(len(codes))
         return [R.Reward(float(len(c)), None, "ok", detail={"task": t["task_id"]}) for t, c in zip(tasks, codes)]
 
@@ -43,8 +49,11 @@ def test_concurrent_trainer_ranks_are_merged_into_batches(service):
         results[i] = [r["score"] for r in S.remote_batch(url, [{"task_id": i}] * 8, ["x" * i] * 8)]
 
     threads = [threading.Thread(target=rank, args=(i,)) for i in range(8)]
+    GATE.clear()  # the first request's batch waits until every rank has sent its request
     for t in threads:
         t.start()
+    time.sleep(0.5)
+    GATE.set()
     for t in threads:
         t.join()
     assert results == {i: [float(i)] * 8 for i in range(8)}  # each rank gets its own scores back
