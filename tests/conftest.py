@@ -39,6 +39,12 @@ from sftbuild.context import Context, NvccMissing, find_nvcc
 from sftbuild.executor import LocalExecutor
 from sftbuild.store import Store
 
+# tests/tasks.py holds task functions that sandboxed workers import by name: the sandbox binds (and
+# passes on) PYTHONPATH, so the repository root goes there, wherever the checkout lives (/tmp included)
+ROOT = str(Path(__file__).resolve().parents[1])
+if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+
 
 def _has_nvcc() -> bool:
     try:
