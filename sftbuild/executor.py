@@ -289,7 +289,7 @@ class GpuWorker:
     def reaches(self, ro, rw) -> bool:
         """Whether its sandbox binds every folder in `ro` (read-only or writable) and `rw` (writable)."""
         def under(p, roots):
-            return any(p == q or p.startswith(q.rstrip("/") + "/") for q in roots)
+            return any(sandbox.within(p, q) for q in roots)
         return all(under(p, self.ro + self.rw) for p in ro) and all(under(p, self.rw) for p in rw)
 
     def start(self):

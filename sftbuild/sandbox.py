@@ -524,11 +524,16 @@ def task_paths(tasks) -> tuple[list, list]:
     return _outermost(p for p in ro if p and os.path.exists(p)), _outermost(rw)
 
 
+def within(path: str, root: str) -> bool:
+    """Whether `path` is `root` or lies under it (both absolute and normalised; no file system access)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 def _outermost(paths) -> list[str]:
     """The paths without those inside another of them: one bind each, however many tasks."""
     out: list[str] = []
     for p in sorted({os.path.abspath(p) for p in paths}):
-        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+        if not any(within(p, q) for q in out):
             out.append(p)
     return out
 

@@ -715,8 +715,9 @@ INCLUDE_FULL = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', r
 def _inside_real(root, path) -> bool:
     import os
 
-    r, p = os.path.realpath(root), os.path.realpath(path)
-    return p == r or p.startswith(r.rstrip("/") + "/")
+    from sftbuild.sandbox import within
+
+    return within(os.path.realpath(path), os.path.realpath(root))
 
 
 # ---- the file's own CPU reference and host launcher (llm.c style) ------------------------------

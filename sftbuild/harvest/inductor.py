@@ -22,7 +22,7 @@ from pathlib import Path
 from sftbuild.harvest.catalog import Program, folder, is_program, parse_location, select, static_inputs
 from sftbuild.harvest.sources import SourceError
 
-__all__ = ["Program", "programs", "kernels_in_output", "compile_program"]
+__all__ = ["Program", "programs", "compile_program"]
 
 
 def programs(location: str, count: int | None = None, seed: int = 0, benchmark: str | None = None,
@@ -59,14 +59,6 @@ def programs(location: str, count: int | None = None, seed: int = 0, benchmark: 
         raise SourceError(f"{location}: a program module needs `class Model` and `def get_inputs()` ({why})")
     return [Program(str(p.resolve()), src, catalog="file", benchmark=benchmark,
                     meta={"family": p.stem, **static_inputs(src)})]
-
-
-def kernels_in_output(code: str) -> list[dict]:
-    """Kernels in Inductor output code (`name = async_compile.triton(name, source, ...)`), with the
-    ATen ops each fuses and its launches (see sftbuild.harvest.inductor_code.kernels)."""
-    from sftbuild.harvest import inductor_code
-
-    return inductor_code.kernels(code)
 
 
 @dataclasses.dataclass

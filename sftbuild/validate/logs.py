@@ -15,6 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from sftbuild.sandbox import within
+
 PATH = re.compile(r"(?<![\w.])((?:/|\.\./)[^\s:()\"'<>,;]+)")
 DIAGNOSTIC = re.compile(r"(error|warning|note|remark)\b|^In file included from|^\s+from |^#\$ |^ptxas|^nvcc",
                         re.I)
@@ -50,7 +52,7 @@ def allowed(path: str, roots) -> bool:
     if not path.startswith("/"):
         return not path.startswith("../")
     p = os.path.normpath(path)
-    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in (*trusted_roots(), *roots))
+    return any(within(p, r) for r in (*trusted_roots(), *roots))
 
 
 def scrub(log: str, roots=(), cap: int = 4000) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sftbuild.harvest import inductor, stage
+from sftbuild.harvest import inductor, inductor_code, stage
 from sftbuild.harvest.catalog.programs import catalog
 
 DATA = Path(__file__).parents[1] / "data" / "harvest" / "inductor"
@@ -30,7 +30,7 @@ def test_catalog_has_50_programs_that_run_eagerly():
 
 
 def test_output_code_parser():
-    ks = inductor.kernels_in_output((DATA / "output_code_sample.py").read_text())
+    ks = inductor_code.kernels((DATA / "output_code_sample.py").read_text())
     assert [k["name"] for k in ks] == ["triton_poi_fused_add_relu_0"]
     assert "@triton.jit" in ks[0]["code"] and ks[0]["launch_sites"][0]["function"] == "call"
 

@@ -170,6 +170,15 @@ def scalars(ref: dict, halvings: int = 0) -> dict[str, float]:
     return env
 
 
+def _count(expr: str, env: dict) -> int | None:
+    """An element count: the expression's value when it is a positive int, else None."""
+    try:
+        n = evaluate(expr, env)
+    except ValueError:
+        return None
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def plan(ref: dict, halvings: int) -> dict | None:
     """One trial's sizes: {env, args (the CPU call's values), counts (elements per buffer)}."""
     env = scalars(ref, halvings)
@@ -182,11 +191,8 @@ def plan(ref: dict, halvings: int) -> dict | None:
                 counts.append(0)
                 args.append(None)
                 continue
-            try:
-                n = evaluate(b["size"], env)
-            except ValueError:
-                return None
-            if not isinstance(n, int) or n <= 0:
+            n = _count(b["size"], env)
+            if n is None:
                 return None
             counts.append(n)
             args.append(None)
@@ -208,11 +214,8 @@ def plan(ref: dict, halvings: int) -> dict | None:
     scratch = []
     for m in ref.get("launcher_map") or []:
         if "scratch" in m:
-            try:
-                n = evaluate(m["scratch"], env)
-            except ValueError:
-                return None
-            if not isinstance(n, int) or n <= 0:
+            n = _count(m["scratch"], env)
+            if n is None:
                 return None
             scratch.append(n)
     return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings}

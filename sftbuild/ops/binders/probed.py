@@ -112,10 +112,9 @@ def shortlist(record, k: int = SHORTLIST) -> list[str]:
     kernels = (record.entry or {}).get("kernels")
     grad = [e for e in entries if runs_kernels(e, kernels) == "backward"]
     if grad:
-        fn = getattr(ops, "shortlist", None)
         names = " ".join(e["qualname"].split(".")[0] for e in grad)
         params = sorted({p["name"] for e in grad for p in e["params"]})
-        forward = [n for n in (fn(names, params, k, opdb=True) if fn else []) if "backward" not in n]
+        forward = [n for n in ops.shortlist(names, params, k, opdb=True) if "backward" not in n]
         exact += [n for n in forward if n not in exact]
     return exact + [n for n in ranked(record, k) if n not in exact]
 
@@ -124,15 +123,13 @@ def ranked(record, k: int = SHORTLIST) -> list[str]:
     """Candidate op names for a record by its kernel and entry-point names and parameters."""
     entries = (record.entry or {}).get("entry_points") or []
     names = [*(record.entry or {}).get("kernels", []), *(e["qualname"] for e in entries)]
-    fn = getattr(ops, "shortlist", None)
-    if fn is not None:
-        params = sorted({p["name"] for e in entries for p in e["params"]})
-        try:
-            found = list(fn(" ".join(names), params, k, opdb=True))
-            if found:
-                return [getattr(o, "name", o) for o in found]
-        except Exception:  # the registry's ranking is an optimisation; ours still works
-            pass
+    params = sorted({p["name"] for e in entries for p in e["params"]})
+    try:
+        found = ops.shortlist(" ".join(names), params, k, opdb=True)
+        if found:
+            return found
+    except Exception:  # the registry's ranking is an optimisation; ours still works
+        pass
     have = set().union(*(words(n) for n in names)) if names else set()
     scored = []
     for name in ops.all_ops():
