@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sftbuild.harvest import inductor, inductor_code, stage
+from sftbuild.harvest import inductor_code, stage
 from sftbuild.harvest.catalog.programs import catalog
 
 DATA = Path(__file__).parents[1] / "data" / "harvest" / "inductor"
