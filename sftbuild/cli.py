@@ -458,14 +458,28 @@ def export(ctx, force, push_to_hub):
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the funnel as JSON.")
+@click.option("--dropped", "dropped_at", default=None, metavar="STAGE",
+              type=click.Choice(list(stages.NAMES)),
+              help="Instead, list each record a stage dropped: its reason and the first line of why.")
 @common
-def status(ctx, as_json):
+def status(ctx, as_json, dropped_at):
     """Print the funnel: counts per stage and drop reason, overall and per source.
 
     \b
     Example:
         sftbuild status --json | jq .stages.validate
+        sftbuild status --dropped validate     # which records, and why
     """
+    if dropped_at:
+        rows = [(rid, r) for rid, r in sorted(ctx.store.results_for(dropped_at).items()) if r["status"] == "dropped"]
+        if not rows:
+            click.echo(f"{dropped_at}: no record dropped under its current config")
+        for rid, r in rows:
+            rec, p = ctx.store.get(rid), r.get("payload") or {}
+            why = str(p.get("detail") or p.get("why") or p.get("log")
+                      or (ctx.store.binding_row(rid) or {}).get("reason") or "").strip().splitlines()
+            click.echo(f"{rid[:12]}  {r['reason']:<16} {rec.source}: {rec.name}  {why[0][:160] if why else ''}")
+        return
     funnel = ctx.store.funnel()
     if as_json:
         click.echo(json.dumps(funnel, indent=2, sort_keys=True))
@@ -664,6 +678,11 @@ def _stage(ctx, name, run, **options):
             ctx.echo(f"  duplicate: {stats['waiting:duplicate']} records were not checked: each is a near "
                      f"duplicate of a record of its cluster that is validated ok or still waiting, and is "
                      f"checked only if that one is dropped (reports/clusters.json lists the clusters)")
+        dropped = sorted(k.split(":", 1)[1] for k in stats if k.startswith("dropped:"))
+        if dropped:
+            ctx.echo(f"  dropped ({', '.join(dropped)}): `sftbuild status --dropped {name}` lists each record "
+                     f"and why" + ("; `sftbuild bindings --how unbound` says why each unbound kernel found no "
+                                   "reference" if "unbound" in dropped else ""))
     else:
         ctx.echo(f"{name}: nothing to do: {_idle_reason(ctx, name)}")
 

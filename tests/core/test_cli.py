@@ -135,3 +135,18 @@ def test_status_json(tmp_path):
     f = json.loads(r.output)
     assert f["records"] == 4 and f["stages"]["validate"]["ok"] == 4
     assert "src" in f["by_source"]
+
+
+def test_status_lists_each_dropped_record_and_why(tmp_path):
+    ws = str(tmp_path / "ws")
+    _pipeline_store(ws, 4)
+    s = Store(ws)
+    chash = s.stage_config("validate")
+    ids = sorted(r.id for r in s.records())
+    s.put_result(ids[0], "validate", chash, "dropped", "compile_error",
+                 {"detail": "kernel.cuh:4:10: fatal error: curand.h: No such file or directory\nmore"})
+    s.close()
+    out = invoke("status", "--dropped", "validate", "-w", ws).output
+    assert ids[0][:12] in out and "compile_error" in out and "curand.h: No such file" in out and "more" not in out
+    assert all(i[:12] not in out for i in ids[1:])  # records that passed are not listed
+    assert "no record dropped" in invoke("status", "--dropped", "dedupe", "-w", ws).output
