@@ -389,6 +389,8 @@ class Proc:
         pol = policy()
         self._own_scratch = scratch is None
         self.scratch = scratch or tempfile.mkdtemp(prefix="sftbuild_sbx_")
+        # HOME and TMPDIR point here under every isolation (bwrap binds it; unshare and none see it as is)
+        Path(self.scratch).mkdir(parents=True, exist_ok=True)
         full = wrap(list(cmd), cwd=cwd, scratch=self.scratch, rw=rw, ro=ro, gpu=gpu, pol=pol, network=network)
         if network:
             env = {**{k: v for k, v in os.environ.items() if k in NET_ENV}, **(env or {})}

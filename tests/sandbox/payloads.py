@@ -110,3 +110,13 @@ def nested_gpu(x):
 
     res = sandbox.run_isolated("tests.tasks:gpu_identity", x, 240, gpu=True)
     return res if isinstance(res, dict) else {"failure": f"{res.kind}: {res.detail}"}
+
+
+def scratch_files(x):
+    """Writes a temporary file where HOME and TMPDIR point, as compute-sanitizer and compilers do."""
+    import os
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(dir=os.environ["TMPDIR"]) as f:
+        f.write(b"x")
+    return {"tmpdir": os.environ["TMPDIR"], "home_is_dir": os.path.isdir(os.environ["HOME"])}

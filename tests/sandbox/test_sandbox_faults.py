@@ -110,6 +110,17 @@ def test_the_layers_are_detected_once_and_reported(tmp_path):
     assert env["sandbox"]["isolation"] == lay["isolation"]
 
 
+@pytest.mark.parametrize("isolation", ["auto", "unshare", "none"])
+def test_the_scratch_folder_exists_under_every_isolation(monkeypatch, isolation):
+    # compute-sanitizer refuses to start ("Failed to access the temporary directory") without it
+    if isolation == "unshare" and sandbox._probe("unshare"):
+        pytest.skip(sandbox._probe("unshare"))
+    pol = dataclasses.replace(SMALL, isolation=isolation)
+    monkeypatch.setenv(sandbox.ENV_KEY, json.dumps(dataclasses.asdict(pol)))
+    res = run("scratch_files", None)
+    assert isinstance(res, dict) and res["home_is_dir"], res
+
+
 def test_a_write_outside_the_scratch_folder_is_refused(tmp_path):
     target = tmp_path / "escape"
     res = run("write_outside", {"target": str(target)})
