@@ -69,8 +69,13 @@ def main() -> None:
     t = {"harvest": stage(a.workspace, "harvest", spec)}
     for name in ("bind", "describe", "validate", "dedupe"):
         t[name] = stage(a.workspace, name, budget=a.validate_budget if name == "validate" else None)
+    report(a.workspace, a.programs, a.default_size, t)
+
+
+def report(workspace: str, programs: int, default_size: int, t: dict) -> None:
+    """The slice's funnel, time breakdown, rate and projection, from the workspace's store."""
     wall = sum(t.values())
-    s = Store(a.workspace)
+    s = Store(workspace)
     recs = list(s.records())
     val, ded = s.results_for("validate"), s.results_for("dedupe")
     by = collections.defaultdict(collections.Counter)
@@ -79,7 +84,14 @@ def main() -> None:
         by[kind_of(r)][v.get("reason") or v.get("status") or "not validated"] += 1
     compile_s = sum(((v.get("payload") or {}).get("compile") or {}).get("seconds", 0) for v in val.values())
     kept = sum(1 for r in recs if (ded.get(r.id) or {}).get("status") == "ok")
+    skips = collections.Counter(k["reason"] for k in s.skips())
+    # each sample's time in its GPU worker, by phase (pipeline.run_on_gpu), summed over the workers
+    phases = collections.Counter()
+    for v in val.values():
+        phases.update((v.get("payload") or {}).get("seconds") or {})
+    n_mc = sum(1 for v in val.values() if "memcheck" in ((v.get("payload") or {}).get("seconds") or {}))
     s.close()
+    print(f"programs in the slice: {programs}; not made into a pair at harvest: {dict(skips.most_common())}")
     print(f"records: {len(recs)}")
     for k, c in sorted(by.items()):
         n = sum(c.values())
@@ -87,11 +99,19 @@ def main() -> None:
     print(f"time: {wall:.0f} s = harvest (Inductor codegen) {t['harvest']:.0f} s + bind/describe "
           f"{t['bind'] + t['describe']:.0f} s + validate {t['validate']:.0f} s (compile, summed over records on "
           f"{os.cpu_count()} CPUs: {compile_s:.0f} s) + dedupe {t['dedupe']:.0f} s")
+    done = sum(1 for v in val.values() if "seconds" in (v.get("payload") or {}))
+    print(f"GPU worker time, summed over {done} samples that reached a worker: trials {phases['trials']:.0f} s "
+          f"({phases['trials'] / max(1, done):.1f} s each), memcheck {phases['memcheck']:.0f} s over {n_mc} samples")
     per_hour = kept / (wall / 3600) if wall else 0
     print(f"verified and deduped samples: {kept}, {per_hour:.0f} per GPU-hour end to end (target >= 1000)")
-    if a.default_size:
-        k = a.default_size / a.programs
-        print(f"projected for the default catalog ({a.default_size} programs): {kept * k:.0f} samples in "
+    if len(val) < len(recs):  # validation stopped at its budget: extrapolate the rest at the rate it ran
+        f = len(recs) / max(1, len(val))
+        wall, kept = wall + t["validate"] * (f - 1), kept * f
+        print(f"validation stopped at its budget with {len(val)} of {len(recs)} verdicts; at the same rate the "
+              f"whole slice takes {wall:.0f} s and yields {kept:.0f} samples")
+    if default_size:
+        k = default_size / programs
+        print(f"projected for the default catalog ({default_size} programs): {kept * k:.0f} samples in "
               f"{wall * k / 3600:.1f} h on one GPU")
 
 

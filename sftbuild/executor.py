@@ -296,9 +296,12 @@ class GpuWorker:
         # workers sharing a GPU take turns at timing through a lock file all of their sandboxes bind
         locks = os.path.join(sandbox.host_cache(), "locks")
         os.makedirs(locks, exist_ok=True)
-        env = {"CUDA_VISIBLE_DEVICES": self.gpu,
+        # Inductor output code compiles its kernels in this process: a pool of compile processes per worker
+        # (one per core, each importing torch) would cost seconds and gigabytes for each worker started
+        triton = sandbox.triton_cache()
+        env = {"CUDA_VISIBLE_DEVICES": self.gpu, "TORCHINDUCTOR_COMPILE_THREADS": "1", "TRITON_CACHE_DIR": triton,
                "SFTBUILD_TIMING_LOCK": os.path.join(locks, f"timing-gpu{self.gpu.replace(',', '_')}.lock")}
-        self.conn, self.proc = sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks])
+        self.conn, self.proc = sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton])
 
     def send(self, fn, item):
         try:

@@ -320,6 +320,15 @@ def host_cache(base=None) -> str:
     return base.get("SFTBUILD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sftbuild")
 
 
+def triton_cache() -> str:
+    """Triton's compiled kernels, shared by the GPU workers of a run and Inductor's codegen at harvest
+    (which compiles the very kernels validation runs): each kernel is compiled once per machine, not once
+    per worker. Sandboxes that bind it get it writable (see docs/threat-model.md)."""
+    d = os.path.join(host_cache(), "triton")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:
     """The allowlisted variables of `base` (default: this process's), HOME and TMPDIR at `scratch`."""
     base = os.environ if base is None else base

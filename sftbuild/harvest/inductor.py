@@ -76,6 +76,7 @@ class Compiled:
     why: str = ""
     reference: str = ""  # the program compiled: its literal input sizes hoisted (inductor_code.hoist_sizes)
     sizes: list | None = None  # size constants the output code was seen to take at other values
+    behaviour: dict = dataclasses.field(default_factory=dict)  # what the program does when run (`behaviour`)
 
 
 def _source_name(s) -> str | None:
@@ -187,8 +188,52 @@ def prepare(name: str, src: str, device: str = "cuda") -> Compiled:
     reference = IC.hoist_sizes(src)
     comp = compile_program(name, reference, device)
     comp.reference = reference
+    comp.behaviour = behaviour(reference, device)
     comp.sizes = dynamic_sizes(reference, comp, device)
     return comp
+
+
+def behaviour(program: str, device: str) -> dict:
+    """What running the program eagerly shows, for the harvest to skip what cannot be validated as a pair:
+    `random` (it draws from torch's generators: its output cannot match another run's), `mutates` (the
+    positions of inputs it updates in place, as training-mode batch norm does its running statistics),
+    `constant` (its output is the same for two different input draws: nothing to compute)."""
+    import torch
+
+    ns: dict = {"__name__": "sftbuild_program_behaviour"}
+    exec(compile(program, "program", "exec"), ns)
+    torch.manual_seed(0)
+    model = ns["Model"](*ns.get("get_init_inputs", lambda: [])()).to(device).eval()
+
+    def draw(seed):
+        torch.manual_seed(seed)
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+
+    def rng():
+        return [torch.get_rng_state(), *([torch.cuda.get_rng_state()] if device == "cuda" else [])]
+
+    a, b = draw(1), draw(2)
+    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in a]
+    state = rng()
+    with torch.no_grad():
+        out_a = model(*a)
+        random = any(not torch.equal(x, y) for x, y in zip(state, rng()))
+        out_b = model(*b)
+    mutates = [i for i, (x, y) in enumerate(zip(a, before))
+               if isinstance(x, torch.Tensor) and not torch.equal(x.nan_to_num(), y.nan_to_num())]
+    flat_a, flat_b = _tensors(out_a), _tensors(out_b)
+    changed_inputs = any(isinstance(x, torch.Tensor) and x.numel() and not torch.equal(x, y) for x, y in zip(a, b))
+    constant = changed_inputs and len(flat_a) == len(flat_b) and \
+        all(x.shape == y.shape and torch.equal(x.nan_to_num(), y.nan_to_num()) for x, y in zip(flat_a, flat_b))
+    return {"random": random, "mutates": mutates, "constant": bool(constant)}
+
+
+def _tensors(out) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for t in (out if isinstance(out, (tuple, list)) else []) if isinstance(t, torch.Tensor)]
 
 
 def dynamic_sizes(program: str, comp: Compiled, device: str) -> list[str]:
@@ -288,12 +333,15 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
 
     processes = processes or max(1, (os.cpu_count() or 2) // 2)
     batch = max(1, min(batch, -(-len(progs) // processes)))  # every process gets work
-    env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // processes))}
+    from sftbuild.sandbox import triton_cache
+
+    triton = triton_cache()  # validation's GPU workers find these kernels compiled
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // processes)), "TRITON_CACHE_DIR": triton}
 
     def one(group):
         return group, run_isolated("sftbuild.harvest.inductor:compile_many",
                                    {"programs": [(p.name, p.src) for p in group], "device": device},
-                                   COMPILE_TIMEOUT * len(group), env=env, gpu=device == "cuda")
+                                   COMPILE_TIMEOUT * len(group), env=env, gpu=device == "cuda", rw=[triton])
 
     with cf.ThreadPoolExecutor(processes) as pool:  # threads only wait on their processes
         pending = {pool.submit(one, progs[i:i + batch]) for i in range(0, len(progs), batch)}

@@ -23,6 +23,9 @@ ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
 FINDING = re.compile(r"^=+\s*(.*(?:Invalid|Error|error|Race|race|Barrier|barrier|hazard|Hazard|Program hit|"
                      r"Misaligned|Out-of-range|out of bounds).*)$", re.M)
 SUMMARY = re.compile(r"SUMMARY|COMPUTE-SANITIZER", re.I)
+# the tool itself failing to start: no finding about the record, which keeps its verdict
+TOOL_FAILED = re.compile(r"Failed to access the temporary directory|(?:Could not|Unable to) find injection library|"
+                         r"Failed to initialize the (?:debugger|tool)", re.I)
 RUN_ENV = {"CUDA_MODULE_LOADING": "LAZY", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "SFTBUILD_NO_FENCES": "1"}
 
 
@@ -70,6 +73,9 @@ def run(task: dict, runner: str, tools=("memcheck",), timeout: float = 300.0) ->
         if tool == "memcheck":
             prefix += ["--leak-check", "no"]
         res = run_isolated(runner, small(task), timeout, prefix=prefix, env=RUN_ENV)
+        if isinstance(res, WorkerFailure) and TOOL_FAILED.search(res.detail):
+            return {"ok": None, "tool": tool, "why": f"compute-sanitizer could not start: "
+                                                      f"{TOOL_FAILED.search(res.detail).group(0)}"}
         if isinstance(res, WorkerFailure):
             return {"ok": False, "tool": tool, "why": f"{res.kind}: {res.detail[-1500:]}",
                     "finding": finding(res.detail) or f"{tool} run {res.kind}"}

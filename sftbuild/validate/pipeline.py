@@ -87,6 +87,9 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
         return
     comp = {rec.id: res for rec, res in ready}
     items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
+    # a program's own kernels after every program pair: workers running side by side would otherwise
+    # compile the same kernels at once, where later ones find them in the shared Triton cache
+    items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
     if gpus:
         results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
                                    per_gpu=cfg.workers_per_gpu)
@@ -280,11 +283,15 @@ def brief(res) -> dict:
 
 def gpu_task(rec, res, cfg, cache_dir) -> dict:
     binding = rec.binding or {}
+    runtime_checks = cfg.runtime_checks
+    if binding.get("kind") == "inductor" and (rec.entry or {}).get("extern"):
+        # one kernel run inside its program: the library calls are the program's host code, not the record's
+        runtime_checks = {**(runtime_checks or {}), "library_kernels": False}
     return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
             "binding": binding, "entry": rec.entry, "dtypes": binding.get("dtypes") or ALL_DTYPES,
             "tree": (rec.provenance or {}).get("tree"), "path": (rec.provenance or {}).get("path"),
             "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
-            "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": cfg.runtime_checks,
+            "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": runtime_checks,
             "max_speedup": cfg.max_speedup, "ext_cache": os.path.join(cache_dir, "ext"),
             "memcheck": cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
             "racecheck": cfg.racecheck, "memcheck_timeout": cfg.memcheck_timeout,
@@ -303,6 +310,7 @@ def run_on_gpu(task: dict) -> dict:
     kind = "cuda" if task["language"] == "cuda" else "python"
     mod, _, fn = RUNNERS[kind].partition(":")
     out = getattr(importlib.import_module(mod), fn)(task)
+    seconds = {"trials": round(time.monotonic() - started, 3)}
     env = _env()
     if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
         tools = memcheck.tools_for(task.get("code", ""), task.get("racecheck"))
@@ -313,7 +321,9 @@ def run_on_gpu(task: dict) -> dict:
                        detail=mc.get("finding") or mc.get("log") or mc.get("why", ""))
     elif out.get("reason") == "out_of_bounds":
         name_fault(task, kind, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
-    out["env"] = env
+    if "memcheck" in out:
+        seconds["memcheck"] = round(time.monotonic() - started - seconds["trials"], 3)
+    out["env"], out["seconds"] = env, seconds  # the sample's time in its worker, by phase
     return out
 
 

@@ -326,3 +326,61 @@ def test_a_kernel_record_runs_as_its_program_with_its_kernel_spliced_in():
                             "entry": {}, "dtypes": ["float32"], "shapes": 1, "seeds": 1, "timing": False,
                             "device": "cpu"})
     assert (out["status"], out["reason"]) == ("dropped", "unbound")
+
+
+def _program(forward: str, inputs: str = "torch.randn(64, 32)", init: str = "") -> str:
+    return (f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+            f"    def __init__(self):\n        super().__init__()\n{init or '        pass'}\n\n"
+            f"    def forward(self, x):\n        return {forward}\n\n\ndef get_inputs():\n    return [{inputs}]\n")
+
+
+@pytest.mark.parametrize("forward, inputs, seen", [
+    ("torch.relu(x)", "torch.randn(64, 32)", {"random": False, "mutates": [], "constant": False}),
+    ("F.dropout(x, 0.5, training=True)", "torch.randn(64, 32)", {"random": True, "mutates": [], "constant": False}),
+    ("x.add_(1.0)", "torch.randn(64, 32)", {"random": False, "mutates": [0], "constant": False}),
+    ("torch.ones_like(x)", "torch.randn(64, 32)", {"random": False, "mutates": [], "constant": True}),
+])
+def test_running_the_program_shows_what_a_pair_cannot_compare(forward, inputs, seen):
+    assert inductor.behaviour(_program(forward, inputs), "cpu") == seen
+
+
+def test_training_batch_norm_updates_its_inputs():
+    prog = _program("F.batch_norm(x, self.m, self.v, training=True)",
+                    init="        self.m = torch.zeros(32)\n        self.v = torch.ones(32)")
+    assert inductor.behaviour(prog, "cpu")["mutates"] == []  # module buffers are the module's own
+    prog = prog.replace("def forward(self, x):", "def forward(self, x, m, v):").replace("self.m, self.v", "m, v") \
+        .replace("return [torch.randn(64, 32)]", "return [torch.randn(64, 32), torch.zeros(32), torch.ones(32)]")
+    assert inductor.behaviour(prog, "cpu")["mutates"] == [1, 2]
+
+
+def test_programs_a_pair_cannot_validate_are_skipped_with_their_reason():
+    comp = Compiled([GEMM], [["L['self']._modules['fc']._parameters['weight']",
+                              "L['self']._modules['fc']._parameters['bias']", "L['x'].size()[0]", "L['x']"]],
+                    "tensor", "float32")
+    prog = Program("p", RMS_PROGRAM)
+    for seen, reason in [({"random": True}, "random"), ({"mutates": [1]}, "mutates_inputs"),
+                         ({"constant": True}, "constant_output")]:
+        comp.behaviour = seen
+        with pytest.raises(IC.NotStandalone) as e:
+            records("s", prog, comp, {})
+        assert e.value.reason == reason
+
+
+def test_a_pair_left_to_cudnn_is_skipped_and_its_kernels_kept():
+    conv = GEMM + "\n\ndef _library(x, w):\n    return extern_kernels.convolution(x, w)\n"
+    comp = Compiled([conv], [["L['self']._modules['fc']._parameters['weight']",
+                              "L['self']._modules['fc']._parameters['bias']", "L['x'].size()[0]", "L['x']"]],
+                    "tensor", "float32")
+    skipped = []
+    recs = records("s", Program("conv", RMS_PROGRAM), comp, {}, skip=lambda *a: skipped.append(a))
+    assert recs and all(r.binding["kind"] == "inductor" for r in recs)
+    assert [(name, reason) for name, reason, _ in skipped] == [("conv", "library_kernels")]
+    # each kernel runs inside its program, whose library calls are not the record's
+    task = pipeline.gpu_task(recs[0], {}, pipeline_cfg(), "/tmp")
+    assert task["runtime_checks"]["library_kernels"] is False
+
+
+def pipeline_cfg():
+    from sftbuild.config import ValidateConfig
+
+    return ValidateConfig()

@@ -283,6 +283,20 @@ def test_a_sanitizer_finding_drops_the_record_with_its_message(monkeypatch):
     assert (out["status"], out["reason"], out["detail"]) == ("dropped", "racecheck", "Error: Race reported between ...")
 
 
+def test_a_sanitizer_that_cannot_start_is_no_finding(monkeypatch):
+    from sftbuild.executor import WorkerFailure
+    from sftbuild.validate import memcheck
+
+    failed = WorkerFailure("crash", "exit code 13: ========= COMPUTE-SANITIZER\n"
+                                    "========= Failed to access the temporary directory.\n")
+    monkeypatch.setattr(memcheck, "run_isolated", lambda *a, **k: failed)
+    monkeypatch.setattr(memcheck.shutil, "which", lambda name: "/usr/bin/" + name)
+    mc = memcheck.run({"dtypes": ["float32"]}, "m:f")
+    assert mc["ok"] is None and "could not start" in mc["why"]
+    out, _ = _on_gpu(monkeypatch, {"status": "ok", "reason": None}, mc)
+    assert out["status"] == "ok" and out["memcheck"]["ok"] is None and set(out["seconds"]) == {"trials", "memcheck"}
+
+
 def test_a_guard_trip_gets_memcheck_to_name_the_fault(monkeypatch):
     verdict = {"status": "dropped", "reason": "out_of_bounds", "detail": "read outside input 0 (...)"}
     out, ran = _on_gpu(monkeypatch, verdict, {"ok": False, "tool": "memcheck", "finding": "Invalid __global__ read",

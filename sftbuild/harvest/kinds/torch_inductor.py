@@ -76,7 +76,7 @@ class TorchInductor(SourceKind):
                 h.skip(prog.name, "compile_failed", comp)
                 continue
             try:
-                recs = records(h.src.name, prog, comp, versions, h.src.license)
+                recs = records(h.src.name, prog, comp, versions, h.src.license, skip=h.skip)
             except IC.NotStandalone as e:
                 h.skip(prog.name, e.reason, str(e))
                 continue
@@ -85,8 +85,28 @@ class TorchInductor(SourceKind):
                 h.emit([rec], [(1, n)])
 
 
-def records(source: str, prog, comp, versions: dict, license: str | None = None) -> list[Record]:
-    """The program pair and its per-kernel records, for one compiled program (`inductor.Compiled`)."""
+def _runs_as_a_pair(seen: dict) -> None:
+    """A program is validated by comparing its outputs with the solution's for the same inputs: one that
+    draws random numbers, updates its inputs or ignores them cannot be (inductor.behaviour)."""
+    if seen.get("random"):
+        raise IC.NotStandalone("the program draws random numbers, so no run of it can be compared with "
+                               "another", "random")
+    if seen.get("mutates"):
+        raise IC.NotStandalone(f"the program updates its input(s) {seen['mutates']} in place", "mutates_inputs")
+    if seen.get("constant"):
+        raise IC.NotStandalone("the program's output is the same for different inputs", "constant_output")
+
+
+# Library calls that do a program's main work: a pair whose output code leaves them to cuBLAS or cuDNN
+# asks for no Triton of that work, and the validator would rightly call its solution a cheat
+LIBRARY_WORK = ("convolution", "mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product", "_scaled_mm",
+                "_int_mm", "convolution_backward")
+
+
+def records(source: str, prog, comp, versions: dict, license: str | None = None, skip=None) -> list[Record]:
+    """The program pair and its per-kernel records, for one compiled program (`inductor.Compiled`).
+    A pair whose output code leaves the main work to a library (LIBRARY_WORK) is left out, and
+    `skip(name, reason, why)` told so; its kernels are still records, run inside their program."""
     if len(comp.graphs) != 1:
         raise IC.NotStandalone(f"the program compiles to {len(comp.graphs)} graphs, not one: a graph break")
     code = IC.pick_code(comp.codes, len(comp.graphs[0]))
@@ -98,6 +118,7 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None)
                                "the graph computes")
     if any(s is None for s in comp.graphs[0]):
         raise IC.NotStandalone("a graph placeholder has no source to rebuild it from")
+    _runs_as_a_pair(comp.behaviour or {})
     reference = comp.reference or prog.src
     found = IC.kernels(code)
     if not found:
@@ -116,6 +137,12 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None)
     pair.entry.update(backend="triton", kernels=[k["name"] for k in found], generator="inductor", **gen)
     pair.binding.update(program=prog.name, dtypes=[comp.dtype], sizes=sizes)
     out = [pair]
+    library = sorted(set(extern) & set(LIBRARY_WORK))
+    if library:
+        out = []
+        if skip is not None:
+            skip(prog.name, "library_kernels", f"Inductor left {', '.join(library)} to a library (cuBLAS or cuDNN), "
+                                               "so the pair asks for no Triton of its main work; its kernels are kept")
     for k in found:
         lines = k["code"].count("\n") + 1
         entry = {"kernels": [k["name"]], "params": [], "template": False, "launch_bounds": None,
