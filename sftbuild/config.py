@@ -135,9 +135,9 @@ class ValidateConfig:
     compile_timeout: float = opt(30.0, "seconds per compile", lo=0, lo_open=True)
     sample_timeout: float = opt(120.0, "seconds per record on the GPU before the worker is recycled",
                                 lo=0, lo_open=True)
-    workers_per_gpu: int = opt(4, "GPU worker processes per GPU: their trials overlap (Triton JIT and "
+    workers_per_gpu: int = opt(0, "GPU worker processes per GPU: their trials overlap (Triton JIT and "
                                   "autotuning keep one worker's GPU mostly idle); timed loops take the GPU "
-                                  "one at a time", lo=1, hi=32)
+                                  "one at a time; 0: half the cores per GPU, at most 8", lo=0, hi=32)
     max_registers: int = opt(255, "registers per thread", lo=1)
     max_spill_bytes: int = opt(1024, "register spill bytes", lo=0)
     max_block_size: int = opt(1024, "threads per block", lo=1)

@@ -92,7 +92,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
     if gpus:
         results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
-                                   per_gpu=cfg.workers_per_gpu)
+                                   per_gpu=workers_per_gpu(cfg, gpus))
     else:
         results = _without_gpu(items, cfg, by_id)
     for item, out in results:
@@ -101,6 +101,12 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
             yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
             continue
         yield (rec, *finish(out, cfg, comp[rec.id]))
+
+
+def workers_per_gpu(cfg, n_gpus: int) -> int:
+    """`validate.workers_per_gpu`, or when 0 half the cores per GPU, at most 8: each worker keeps about
+    one core busy (Python, Triton's JIT) while its GPU work is small."""
+    return cfg.workers_per_gpu or max(1, min(8, (os.cpu_count() or 2) // max(1, n_gpus) // 2))
 
 
 def _prepare_extensions(cache_dir: str) -> None:

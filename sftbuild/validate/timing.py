@@ -43,26 +43,42 @@ def gpu_alone():
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def events(fn, warmup: int, runs: int, flush: torch.Tensor) -> dict:
+BUDGET_MS = 2000.0  # timed GPU time per timed loop: a slow call gets fewer runs, never fewer than MIN_RUNS
+MIN_RUNS = 5
+
+
+def events(fn, warmup: int, runs: int, flush: torch.Tensor, budget_ms: float = BUDGET_MS) -> dict:
     with gpu_alone():
-        return _events(fn, warmup, runs, flush)
+        return _events(fn, warmup, runs, flush, budget_ms)
 
 
-def _events(fn, warmup: int, runs: int, flush: torch.Tensor) -> dict:
-    for _ in range(warmup):
+def _events(fn, warmup: int, runs: int, flush: torch.Tensor, budget_ms: float = BUDGET_MS) -> dict:
+    """Median, p10 and p90 of `runs` timed calls after `warmup` untimed ones, as do_bench sizes its loop
+    by time: the first timed call sets how many fit in `budget_ms` (the lock every other worker's timing
+    waits on is held for seconds, not minutes, when a call is slow)."""
+    if warmup:
+        fn()  # the first call may compile, autotune or load lazily
+    times = [_timed(fn, flush)]
+    n = max(MIN_RUNS, min(runs, int(budget_ms / max(times[0], 1e-3))))
+    for _ in range(min(warmup - 1, n)):
         fn()
-    times = []
-    for _ in range(runs):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    times += [_timed(fn, flush) for _ in range(n - 1)]
     times.sort()
-    return {"median": statistics.median(times), "p10": times[len(times) // 10],
-            "p90": times[(9 * len(times)) // 10], "runs": runs}
+    out = {"median": statistics.median(times), "p10": times[len(times) // 10],
+           "p90": times[(9 * len(times)) // 10], "runs": n}
+    if n < runs:
+        out["runs_cut"] = f"{runs} asked; {n} fit in {budget_ms / 1e3:g} s"
+    return out
+
+
+def _timed(fn, flush: torch.Tensor) -> float:
+    flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,13 +92,13 @@ def peak_bandwidth() -> float:
 
 def compare_times(cand, eager, tensors, task: dict, compile_fn=None) -> dict:
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    warmup, runs = task.get("warmup", 10), task.get("runs", 100)
-    c = events(cand, warmup, runs, flush)
-    e = events(eager, warmup, runs, flush)
+    warmup, runs, budget = task.get("warmup", 10), task.get("runs", 100), task.get("timing_budget_ms", BUDGET_MS)
+    c = events(cand, warmup, runs, flush, budget)
+    e = events(eager, warmup, runs, flush, budget)
     out = {"candidate_ms": c, "eager_ms": e, "speedup": e["median"] / c["median"] if c["median"] > 0 else 0.0}
     if compile_fn is not None:
         try:
-            out["compile_ms"] = events(lambda: compile_fn(*tensors), warmup, runs, flush)
+            out["compile_ms"] = events(lambda: compile_fn(*tensors), warmup, runs, flush, budget)
         except Exception as ex:  # torch.compile may not handle every reference; it is a baseline only
             out["compile_error"] = repr(ex)[:300]
     flags = {}
