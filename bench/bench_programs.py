@@ -90,6 +90,8 @@ def report(workspace: str, programs: int, default_size: int, t: dict) -> None:
     for v in val.values():
         phases.update((v.get("payload") or {}).get("seconds") or {})
     n_mc = sum(1 for v in val.values() if "memcheck" in ((v.get("payload") or {}).get("seconds") or {}))
+    held = {rid for rid, c in s.clusters().items() if c.get("rank", 0) > 0}  # wait for their cluster's head
+    pending = sum(1 for r in recs if r.id not in val and r.id not in held)
     s.close()
     print(f"programs in the slice: {programs}; not made into a pair at harvest: {dict(skips.most_common())}")
     print(f"records: {len(recs)}")
@@ -104,11 +106,12 @@ def report(workspace: str, programs: int, default_size: int, t: dict) -> None:
           f"({phases['trials'] / max(1, done):.1f} s each), memcheck {phases['memcheck']:.0f} s over {n_mc} samples")
     per_hour = kept / (wall / 3600) if wall else 0
     print(f"verified and deduped samples: {kept}, {per_hour:.0f} per GPU-hour end to end (target >= 1000)")
-    if len(val) < len(recs):  # validation stopped at its budget: extrapolate the rest at the rate it ran
-        f = len(recs) / max(1, len(val))
+    if pending:  # validation stopped at its budget: extrapolate the rest at the rate it ran
+        f = (len(val) + pending) / max(1, len(val))
         wall, kept = wall + t["validate"] * (f - 1), kept * f
-        print(f"validation stopped at its budget with {len(val)} of {len(recs)} verdicts; at the same rate the "
-              f"whole slice takes {wall:.0f} s and yields {kept:.0f} samples")
+        print(f"validation stopped at its budget with {len(val)} verdicts and {pending} records to go (near "
+              f"duplicates held back excluded); at the same rate the whole slice takes {wall:.0f} s and yields "
+              f"{kept:.0f} samples")
     if default_size:
         k = default_size / programs
         print(f"projected for the default catalog ({default_size} programs): {kept * k:.0f} samples in "
