@@ -8,7 +8,8 @@ with a reason in its expected set; each correct kernel must be `ok`. The correct
 right after a fault, in the same worker slot, is the proof that no worker state leaked.
 
 CPU: the case list itself (counts, fault kinds, distinct names and code, registry ops, and no
-static finding that would stop a fault before it reaches the GPU).
+static finding that would stop a fault before it reaches the GPU); marked slow, the correct Triton
+kernels pass in the interpreter; marked sweep, every CUDA sample builds and waits for a GPU.
 Run on a GPU machine with:  pytest -m gpu -s -n 0 tests/sandbox/test_gpu_fault_pass.py
 """
 from __future__ import annotations
@@ -172,7 +173,7 @@ MISALIGNED_KERNEL = '''
 __global__ void {name}_kernel(const float* x, float* y, long n) {{
   long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
   const float4* odd = reinterpret_cast<const float4*>(reinterpret_cast<const char*>(x) + 1);
-  if (i < n) {{ float4 w = odd[0]; float v = x[i]; y[i] = {expr} + 0.f * w.x; }}
+  if (i < n) {{ float4 w = odd[0]; float v = x[i]; y[i] = {expr} + 0.f * (w.x + w.y + w.z + w.w); }}
 }}
 '''
 # assert is compiled in whatever the build defines
@@ -256,16 +257,18 @@ FAULT_KINDS = ("hang", "illegal_address", "misaligned", "device_assert", "oom")
 
 
 def fault_pass() -> list[Sample]:
-    """Correct kernels in runs of six or seven with a fault after each run, and correct kernels last;
+    """Runs of five to seven correct kernels with a fault between runs, correct kernels first and last;
     the kernel right after a fault is a CUDA one after the first, third and fifth, a Triton one otherwise."""
     correct, faults = correct_samples(), fault_samples()
     cuda = [s for s in correct if s.name.startswith("cuda_")]
     tri = [s for s in correct if not s.name.startswith("cuda_")]
     runs = [[] for _ in range(len(faults) + 1)]
-    for k, s in enumerate(cuda):  # a CUDA kernel opens the run after faults 1, 3, 5; the rest spread out
-        runs[(1, 3, 5, 2, 4)[k]].append(s)
     for k, s in enumerate(tri):
         runs[k % len(runs)].append(s)
+    for run, s in zip((1, 3, 5), cuda):  # opens the run
+        runs[run].insert(0, s)
+    for run, s in zip((2, 4), cuda[3:]):  # closes it
+        runs[run].append(s)
     out = list(runs[0])
     for f, run in zip(faults, runs[1:]):
         out += [f, *run]
@@ -299,6 +302,37 @@ def test_every_inline_extension_has_its_own_name():
     names = [line.split('name="')[1].split('"')[0] for s in fault_pass() for line in s.record["code"].splitlines()
              if "load_inline(" in line]
     assert len(names) == len(set(names)) == 9
+
+
+def _without_gpu(samples, tmp_path, monkeypatch) -> dict:
+    """name -> (status, reason, detail) from a pass with no GPU: Triton runs in the interpreter on
+    small sizes (as in tests/validate/test_validate_redteam.py), CUDA builds and then waits."""
+    gpu_task = pipeline.gpu_task
+    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: {**gpu_task(*a), "max_numel": 1 << 16})
+    records = [Record(source="fault-pass", **s.record) for s in samples]
+    by_id = {r.id: s.name for r, s in zip(records, samples)}
+    cfg = ValidateConfig(shapes=2, seeds=1, sample_timeout=300, memcheck="off", timing=False)
+    with LocalExecutor(cpu_workers=2, gpus="none", progress=False) as ex:
+        return {by_id[rec.id]: (status, reason, str(payload.get("detail") or payload.get("log") or "")[:300])
+                for rec, status, reason, payload in pipeline.validate(records, cfg, ex, str(tmp_path))}
+
+
+@pytest.mark.slow  # 30 kernels in the Triton interpreter: some minutes on two cores
+def test_the_correct_triton_kernels_pass_in_the_interpreter(tmp_path, monkeypatch):
+    # the pass's correct kernels are correct on their own: on the GPU, a failure of one is the fault's
+    samples = [s for s in correct_samples() if s.record["language"] == "triton"]
+    got = _without_gpu(samples, tmp_path, monkeypatch)
+    assert {n: v for n, v in got.items() if v[0] != "ok"} == {}
+    assert len(got) == len(samples) == 30
+
+
+@pytest.mark.sweep  # nine extensions built against torch's headers
+@pytest.mark.nvcc
+def test_every_cuda_sample_builds_and_waits_for_a_gpu(tmp_path, monkeypatch):
+    samples = [s for s in fault_pass() if s.record["language"] == "kernelbench"]
+    got = _without_gpu(samples, tmp_path, monkeypatch)
+    assert {n: v for n, v in got.items() if v[:2] != ("waiting", "needs_gpu")} == {}
+    assert len(got) == len(samples) == 9
 
 
 # ---- GPU: the pass ------------------------------------------------------------------------------
@@ -355,7 +389,8 @@ def test_faults_interleaved_with_correct_kernels_in_one_pass(tmp_path):
     after = [(s.name, ran[i + 1].name) for i, s in enumerate(ran[:-1]) if not s.correct]
     print("\n".join(rows))
     print("right after each fault: " + ", ".join(f"{f} -> {c} {got[c][0]}" for f, c in after))
-    print(f"fault pass: {n_ok} correct ok of {len(correct)}, {n_caught} faults caught of {len(samples) - len(correct)}, "
+    n_faults = len(samples) - len(correct)
+    print(f"fault pass: {n_ok} correct ok of {len(correct)}, {n_caught} faults caught of {n_faults}, "
           f"in {seconds:.0f} s ({ex.gpu_seconds:.0f} s on the GPU)")
 
     assert wrong == [], wrong
