@@ -169,18 +169,27 @@ class LocalExecutor(Executor):
             self._pool = cf.ProcessPoolExecutor(self.cpu_workers, mp_context=mp.get_context("spawn"),
                                                 initializer=die_with_parent, initargs=(os.getpid(),))
         futures = {self._pool.submit(_call, fn, item): item for item in items}
+        given = set()
         try:
             for fut in cf.as_completed(futures):
+                given.add(fut)
                 try:
                     res = fut.result()
-                except Exception as e:  # a worker process died
-                    res = WorkerFailure("crash", repr(e))
+                except Exception as e:  # a worker process died: the pool is broken for every item in it
                     self._pool.shutdown(wait=False, cancel_futures=True)
                     self._pool = None
-                    yield futures[fut], res
+                    yield futures[fut], WorkerFailure("crash", repr(e))
                     bar.update()
-                    # resubmit what had not finished on a fresh pool
-                    rest = [futures[f] for f in futures if not f.done()]
+                    # what had finished before the break is given; the rest runs again on a fresh pool
+                    rest = []
+                    for f, item in futures.items():
+                        if f in given:
+                            continue
+                        if f.done() and not f.cancelled() and f.exception() is None:
+                            yield item, f.result()
+                            bar.update()
+                        else:
+                            rest.append(item)
                     yield from self.map_cpu(fn, rest, desc)
                     return
                 yield futures[fut], res

@@ -11,6 +11,15 @@ def test_map_cpu_returns_every_result():
     assert out == {i: i * i for i in range(20)}
 
 
+def test_a_dead_pool_worker_costs_one_item_and_no_other():
+    items = [1, 2, "crash", 3, 4, 5, 6]
+    with LocalExecutor(cpu_workers=2, gpus="none", progress=False) as ex:
+        got = dict(ex.map_cpu(tasks.misbehave, items))
+    assert sorted(map(str, got)) == sorted(map(str, items))  # every item has its one result
+    assert isinstance(got["crash"], WorkerFailure) or sum(isinstance(v, WorkerFailure) for v in got.values()) == 1
+    assert all(got[x] == {"pid": got[x]["pid"], "x": x} for x in items if not isinstance(got[x], WorkerFailure))
+
+
 def test_map_cpu_error_is_a_failure_not_an_exception():
     with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
         out = dict(ex.map_cpu(tasks.misbehave, ["ok", "raise"]))
