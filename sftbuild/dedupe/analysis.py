@@ -13,7 +13,7 @@ import numpy as np
 
 from sftbuild.context import Context, UserError
 from sftbuild.dedupe import filters as F
-from sftbuild.dedupe import fingerprints
+from sftbuild.dedupe import fingerprints, normalize
 from sftbuild.dedupe.decontam import Decontaminator
 from sftbuild.dedupe.near import Doc, pool_mapper
 from sftbuild.dedupe.params import Params
@@ -33,7 +33,7 @@ def to_doc(record: Record, validation: dict | None) -> Doc:
     evidence = binding.get("evidence") if isinstance(binding.get("evidence"), dict) else {}
     return Doc(
         id=record.id, text=record.code, language=record.language,
-        op=binding.get("op"),
+        op=binding.get("op") or computation(record, binding),
         validated=res.get("status") == "ok" and payload.get("validated", True) is not False,
         speedup=float(speedup) if isinstance(speedup, (int, float)) else None,
         license=prov.get("license"), priority=int(prov.get("priority", 0) or 0),
@@ -44,6 +44,16 @@ def to_doc(record: Record, validation: dict | None) -> Doc:
                  if k in prov}},
         how=(binding.get("how") or "declared") if binding else None,
         evidence=sum(len(v) for k in ("shapes", "dtypes") if isinstance(v := evidence.get(k), list)))
+
+
+def computation(record: Record, binding: dict) -> str | None:
+    """What an op-less binding computes, so that abstract links join only records of one computation:
+    an Inductor kernel by the ATen ops it fuses, a program pair by its program. (Inductor's pointwise
+    kernels share most of their text: by text alone a roll, a stack and an unpool would be one.)"""
+    if binding.get("kind") == "inductor":
+        aten = (record.entry or {}).get("aten") or []
+        return "inductor:" + "+".join(sorted(aten)) if aten else None
+    return f"program:{binding['program']}" if binding.get("program") else None
 
 
 @dataclasses.dataclass
@@ -66,7 +76,7 @@ def setup(ctx: Context) -> Setup:
     decon = decontaminator(ctx, cfg)
     # before_validation decides whether dedupe runs before validation, never what it finds
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("filters", "before_validation")}
-    manifest = {"params": params.manifest(), "config": config,
+    manifest = {"params": params.manifest(), "config": config, "normalize": normalize.VERSION,
                 # what the selection amounts to: the same filters spelled differently hash the same
                 "filters": [[f.name, f.manifest()] for f in filters],
                 "benchmarks": decon.manifest() if decon else None}

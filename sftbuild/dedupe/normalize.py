@@ -25,6 +25,7 @@ _PY_COMMENTS = re.compile(r'#[^\n]*|"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.A)
 
 PYTHON_LANGUAGES = ("triton", "kernelbench")
+VERSION = 2  # bumped when what hashing sees changes: stored dedupe results are then recomputed
 
 
 def strip_comments(code: str, language: str) -> str:
@@ -59,7 +60,53 @@ def _py_keep(m: re.Match, inner: bool) -> str:
 
 def tokens(code: str, language: str) -> list[str]:
     """The normalised token sequence of a kernel."""
-    return _TOKEN.findall(strip_comments(code, language))
+    code = strip_comments(code, language)
+    if language in PYTHON_LANGUAGES:
+        code = strip_generated(code)
+    return _TOKEN.findall(code)
+
+
+_HEURISTICS = re.compile(r"@triton_heuristics\.\w+\(")
+_PY_IMPORT = re.compile(r"^[ \t]*(?:import [\w., ]+|from [\w.]+ import (?:\([^)]*\)|[^\n]+))[ \t]*$", re.M)
+
+
+def strip_generated(code: str) -> str:
+    """What a generator writes around every kernel alike, which would make any two of its kernels look
+    near-identical: import lines, and the metadata Inductor passes to `@triton_heuristics.*(...)`
+    (signature, device properties, config flags: a dozen lines per kernel). The decorator's name stays."""
+    code = _PY_IMPORT.sub(" ", code)
+    if "@triton_heuristics." not in code:
+        return code
+    out, i = [], 0
+    for m in _HEURISTICS.finditer(code):
+        if m.start() < i:
+            continue
+        out.append(code[i:m.end() - 1])
+        i = _close(code, m.end() - 1)
+    out.append(code[i:])
+    return "".join(out)
+
+
+def _close(code: str, start: int) -> int:
+    """The index just past the parenthesis that closes the one at `start` (strings skipped)."""
+    depth, i, quote = 0, start, ""
+    while i < len(code):
+        c = code[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return len(code)
 
 
 def normalize(code: str, language: str) -> str:

@@ -372,3 +372,30 @@ def test_stage_on_store(tmp_path, bench_dir, make_ctx):
     manifest = store.manifests()[-1]
     assert manifest["stage"] == "dedupe" and "datasketch" in manifest["config"]["params"]
     assert manifest["config"]["params"]["permutation_scheme"]
+
+
+def test_generator_metadata_does_not_make_kernels_alike():
+    from sftbuild.dedupe import normalize as N
+
+    def kernel(name, body):
+        return ("import triton\nimport triton.language as tl\nfrom torch._inductor.runtime import triton_helpers\n\n"
+                "@triton_heuristics.pointwise(\n    size_hints={'x': 8},\n    triton_meta={'signature': "
+                "{'out_ptr0': '*fp32'}, 'device': DeviceProperties(type='cuda', cc=90), 'note': 'a (paren'},\n"
+                f"    inductor_meta={{'kernel_name': '{name}', 'autotune_hints': set()}},\n)\n@triton.jit\n"
+                f"def {name}(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n{body}")
+
+    toks = N.tokens(kernel("k", "    tl.store(out_ptr0, tl.load(in_ptr0))\n"), "triton")
+    assert "import" not in toks and "DeviceProperties" not in toks and "size_hints" not in toks
+    assert toks[:6] == ["@", "triton_heuristics", ".", "pointwise", "@", "triton"]
+    assert "store" in toks and "load" in toks
+
+
+def test_op_less_bindings_are_told_apart_by_what_they_compute():
+    from sftbuild.dedupe.analysis import to_doc
+    from sftbuild.record import Record
+
+    k = Record(language="triton", code="x", source="s", entry={"aten": ["aten.relu", "aten.add"]},
+               binding={"kind": "inductor", "program": "p"})
+    pair = Record(language="kernelbench", code="y", source="s", entry={}, binding={"kind": "kernelbench", "program": "p"})
+    op = Record(language="triton", code="z", source="s", entry={}, binding={"kind": "op", "op": "relu"})
+    assert [to_doc(r, None).op for r in (k, pair, op)] == ["inductor:aten.add+aten.relu", "program:p", "relu"]
