@@ -180,8 +180,25 @@ def compile_any(task: dict) -> dict:
         return compile_cuda(task)
     if _inline(task):
         return compile_inline(task)
-    res = triton_gate(task) if "triton" in task["code"] else {"ok": True, "resources": {}, "seconds": 0}
+    res = triton_gate(task) if _jit_kernels(task["code"]) else {"ok": True, "resources": {}, "seconds": 0}
     return {**res, "sos": []}
+
+
+def _jit_kernels(code: str) -> bool:
+    """Whether the module defines a `@...jit` kernel at top level, the only ones the gate compiles: read
+    from the syntax tree, nothing evaluated. (A module without any, such as a program pair's solution
+    that compiles its kernels from strings, costs no gate process.) Unparsable code goes to the gate,
+    which reports the syntax error."""
+    import ast
+
+    if "jit" not in code:
+        return False
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    return any(isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in f.decorator_list)
+               for f in tree.body)
 
 
 def triton_gate(task: dict) -> dict:

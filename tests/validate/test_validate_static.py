@@ -122,3 +122,15 @@ def test_triton_aot_compiles_and_rejects(tmp_path):
     assert ok["ok"] and ok["aot"] == {"relu_kernel": "ok"}
     bad = C.triton_gate({"code": broken, "cache_dir": str(tmp_path), "arch": "sm_90"})
     assert bad["ok"] is False and bad["reason"] == "compile_error"
+
+
+def test_the_gate_process_starts_only_for_top_level_jit_kernels(monkeypatch):
+    from sftbuild.validate import pipeline
+
+    started = []
+    monkeypatch.setattr(pipeline, "triton_gate", lambda task: started.append(task["id"]) or {"ok": True})
+    twin = next(c for c in cases() if c.name == "twin_relu_triton").record["code"]
+    solution = "import triton\nk = async_compile.triton('k', '''\n@triton.jit\ndef k(x):\n    pass\n''')\n"
+    for i, code in enumerate([twin, solution, "import torch\n", "def broken(:\n  jit"]):
+        pipeline.compile_any({"id": i, "language": "triton", "code": code})
+    assert started == [0, 3]  # the kernel module, and the unparsable one (the gate names its error)
