@@ -3,8 +3,8 @@
 A record bound to its file's own CPU reference (`how: file_reference`) takes the path at the
 end of this module instead (`run_file_reference`), with the same run-time checks.
 
-For one bound CUDA record: load its harness .so, then for every check (op)
-and every drawn (shape, dtype, seed):
+For one bound CUDA record, every check (op) is an adapter (`HarnessOp`) of the one trial loop
+(sftbuild.validate.loop), which runs every drawn (shape, dtype, seed), tallies and times:
   * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.validate.sizes);
   * inputs are made on the host from a seeded generator and copied to the GPU;
   * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
@@ -20,10 +20,12 @@ and every drawn (shape, dtype, seed):
     result is compared with a float64 reference and with torch's own kernel at that dtype
     (see sftbuild.ops.tolerance); index outputs are compared by the values of x they pick,
     since ties allow several answers; the checks then judge whether the results moved
-    with the inputs (a degenerate trial) and note degenerate references in the flags.
-Timing uses CUDA events with the L2 flushed between runs. The process is snapshotted before
-the harness loads (sftbuild.validate.pristine): a harness that changed torch or the process
-state is a cheat, and one that left anything changed gets a fresh worker (`recycle`).
+    with the inputs (a degenerate trial, or one cached by pointer: `loop.second_order`) and
+    note degenerate references in the flags.
+Timing (sftbuild.validate.timing) uses CUDA events with the L2 flushed between runs. The
+process is snapshotted before the harness loads (sftbuild.validate.pristine): a harness that
+changed torch or the process state is a cheat, and one that left anything changed gets a fresh
+worker (`recycle`).
 """
 from __future__ import annotations
 
@@ -39,10 +41,8 @@ from sftbuild import ops
 from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
-from sftbuild.validate import timing
+from sftbuild.validate import loop
 from sftbuild.validate.tally import Tally, fold_worst
-
-L2_FLUSH_BYTES = timing.L2_FLUSH_BYTES
 
 
 def run_record(task: dict) -> dict:
@@ -88,41 +88,58 @@ def _run(task: dict) -> dict:
     if (task.get("binding") or {}).get("how") == "file_reference":
         return run_file_reference(task)
     dev = torch.device("cuda")
-    tally, timing, notes = Tally(), {}, {}
     checks = C.selected(task.get("runtime_checks"))
-    for i, check in enumerate(H.checks(task["binding"])):
-        op = ops.get(check["op"])
-        contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
-        lib = load_harness(task["sos"][i])
+    return loop.run((HarnessOp(task, i, check, dev, checks) for i, check in enumerate(H.checks(task["binding"]))),
+                    task)
+
+
+class HarnessOp:
+    """One op a bound CUDA record is checked as (one harness .so each): the trial loop's adapter
+    (sftbuild.validate.loop). Variants are the op's drawn shapes plus a grown one, contiguous inputs."""
+
+    def __init__(self, task: dict, i: int, check: dict, dev: torch.device, checks: list):
+        self.op = op = ops.get(check["op"])
+        self.check, self.dev, self.checks, self.notes = check, dev, checks, {}
+        self.name = f"op {op.name}"
+        self.contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
+        self.lib = load_harness(task["sos"][i])
         cons = check.get("constraints") or {}
-        pool = [s for s in op.shape_pool if H.fits(s, cons)]
+        self.pool = [s for s in op.shape_pool if H.fits(s, cons)]
         rng = random.Random(f"{task['id']}:{check['op']}")
-        shapes = rng.sample(pool, min(task["shapes"], len(pool)))
-        dtypes = [d for d in op.dtypes if d in task["dtypes"]]
-        drawn = len(shapes)
-        if task["shapes"] > 1 and dtypes:
-            shapes = _with_grown(shapes, op, check, cons, dtypes[0], task, dev)
-        if not shapes or not dtypes:  # nothing to try is never a pass
-            return {"status": "dropped", "reason": "unbound",
-                    "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tally.tried}
-        for k, shape in enumerate(shapes):
-            for dtype in dtypes:
-                for seed in range(task["seeds"] if k < drawn else 1):  # the grown shape: one seed
-                    ok, stats = _trial(lib, op, contract, check, shape, dtype, seed, dev, checks, notes)
-                    dropped = tally.add({"op": op.name, "shape": list(shape), "dtype": dtype, "seed": seed},
-                                        ok, stats)
-                    if dropped:
-                        return dropped
-        if task.get("timing"):
-            shape = max(pool, key=math.prod)
-            timing[op.name] = _time(lib, op, contract, check, shape, dtypes[0], dev,
-                                    task["warmup"], task["runs"])
-    payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": timing}
-    if notes:
-        payload["flags"] = {k: sorted(set(v)) for k, v in notes.items()}
-    if timing:
-        payload["speedup"] = min(t["speedup"] for t in timing.values())
-    return payload
+        self.shapes = rng.sample(self.pool, min(task["shapes"], len(self.pool)))
+        self.dtypes = [d for d in op.dtypes if d in task["dtypes"]]
+        self.drawn = len(self.shapes)
+        if task["shapes"] > 1 and self.dtypes:
+            self.shapes = _with_grown(self.shapes, op, check, cons, self.dtypes[0], task, dev)
+
+    def variants(self) -> list:
+        return self.shapes
+
+    def layouts_for(self, dtype) -> list[str]:
+        return ["contiguous"]
+
+    def grown(self, variant) -> bool:
+        return variant in self.shapes[self.drawn:]
+
+    def describe(self, variant) -> dict:
+        return {"op": self.op.name, "shape": list(variant)}
+
+    def trial(self, t: loop.Trial):
+        return _trial(self.lib, self.op, self.contract, self.check, t.variant, t.dtype, t.seed, self.dev,
+                      self.checks, self.notes)
+
+    def summary(self) -> dict:
+        return {}
+
+    def timed(self) -> loop.Timed:
+        """The op's largest pool shape at its first dtype."""
+        op, lib, contract = self.op, self.lib, self.contract
+        shape, dtype = max(self.pool, key=math.prod), self.dtypes[0]
+        params = {**op.params, **(self.check.get("params") or {})}
+        inputs = _inputs(op, shape, dtype, 0, self.dev, params)
+        kin, out = _buffers(op, inputs, ops.as_outputs(op.run_reference(inputs, params)))
+        return loop.Timed(op.name, lambda: _launch(lib, dtype, contract, kin, out, params),
+                          lambda: op.run_reference(inputs, params), inputs, about={"shape": list(shape), "dtype": dtype})
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,32 +319,9 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
                                                     expected=C.specs(ref_native)))
     if why:
         return False, why
-    ok2, stats2 = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
-    if not ok2:
-        return False, {**stats2, "reason": "incorrect", "why": "stale result on new input values: "
-                       + stats2.get("why", "")}
-    outcome = C.Outcome(same_output=all(torch.equal(a, b) for a, b in zip(first, outputs)),
-                        same_reference=all(torch.equal(a, b) for a, b in zip(first64, ref64)),
-                        references=ref64, outputs=outputs)
-    why = C.judge(checks, outcome, notes)
-    if why:
-        return False, why
-    return True, stats
-
-
-def _time(lib, op, contract, check, shape, dtype, dev, warmup, runs) -> dict:
-    params = {**op.params, **(check.get("params") or {})}
-    inputs = _inputs(op, shape, dtype, 0, dev, params)
-    kin, out = _buffers(op, inputs, ops.as_outputs(op.run_reference(inputs, params)))
-    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=dev)
-    cand = _events(lambda: _launch(lib, dtype, contract, kin, out, params), flush, warmup, runs)
-    base = _events(lambda: op.run_reference(inputs, params), flush, warmup, runs)
-    return {"shape": list(shape), "dtype": dtype, "candidate_ms": cand, "eager_ms": base,
-            "speedup": base["median"] / cand["median"] if cand["median"] > 0 else 0.0}
-
-
-def _events(fn, flush, warmup, runs) -> dict:
-    return timing.events(fn, warmup, runs, flush)
+    ok, drop = loop.second_order(checks, notes, first, outputs, first64, ref64,
+                                 _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params))
+    return (True, stats) if ok else (False, drop)
 
 
 # ---- bound to the file's own CPU reference (ops/binders/file_reference.py) ----------------------
