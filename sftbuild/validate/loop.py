@@ -1,6 +1,7 @@
-"""The one trial loop: every candidate kind (CUDA harness, Triton op, module pair, Inductor program).
+"""The one trial loop: every candidate kind (CUDA harness, CUDA file reference, Triton op, module
+pair, Inductor program).
 
-A candidate kind supplies an adapter; the loop owns the plan and the verdict:
+A candidate kind supplies an `Adapter`; the loop owns the plan and the verdict:
 
   * for each adapter (a CUDA record has one per op it binds, a Python candidate one), every
     variant (shape set) x dtype x layout x seed, in that order;
@@ -9,13 +10,10 @@ A candidate kind supplies an adapter; the loop owns the plan and the verdict:
   * the first trial of each adapter is the profiled one (where the adapter can profile);
   * every trial is a row of the tally (sftbuild.validate.tally); the first failed one drops
     the record with the rows tried so far; an adapter with nothing to try drops it as `unbound`;
-  * once every trial passed, each adapter's timed call is timed against its reference
-    (sftbuild.validate.timing) when the task asks for timing.
-
-An adapter has `name` (for messages), `dtypes`, `notes` (check notes: reason -> [why]),
-`variants()`, `layouts_for(dtype)`, `grown(variant)`, `describe(variant)` (the row's fields that
-say what was tried), `trial(Trial) -> (ok, stats)`, `summary()` (what it adds to a passed payload,
-read before timing) and `timed() -> Timed | None`.
+    a trial the adapter skips (ok None: a launch configuration the runtime refused) is no row;
+  * once every trial passed, an adapter may still drop the record (`verdict`), then each
+    adapter's timed call is timed against its reference (sftbuild.validate.timing) when the
+    task asks for timing.
 
 `second_order` is the shared end of a trial: the candidate ran again on new values in the same
 buffers, and the run-time checks (sftbuild.validate.checks) judge the outcome, so a result cached
@@ -55,6 +53,44 @@ class Timed:
     about: dict = dataclasses.field(default_factory=dict)  # shape and dtype, stored beside the times
 
 
+class Adapter:
+    """One candidate kind's side of the loop: its plan's axes and one trial. Subclasses set `name`
+    and `dtypes` and give `variants`, `describe` and `trial`; the rest has defaults."""
+
+    name = "the candidate"  # in messages: "op relu"
+    dtypes: list  # a kind with no dtype axis has [None]: its rows carry no dtype
+    notes: dict  # check notes (reason -> [why]) its trials collected: the payload's flags
+    unbound = ""  # why there is nothing to try; empty: "no shape or dtype of NAME fits the binding"
+
+    def variants(self) -> list:
+        raise NotImplementedError
+
+    def layouts_for(self, dtype) -> list:
+        return ["contiguous"]
+
+    def grown(self, variant) -> bool:
+        return False
+
+    def describe(self, variant) -> dict:
+        """The row's fields that say which variant was tried."""
+        raise NotImplementedError
+
+    def trial(self, t: Trial) -> tuple[bool | None, dict]:
+        """(ok, stats); ok None: skipped, not a trial."""
+        raise NotImplementedError
+
+    def summary(self) -> dict:
+        """What it adds to a passed payload, read before timing."""
+        return {}
+
+    def verdict(self) -> dict | None:
+        """After every trial passed: {"reason", "detail"} to drop the record anyway, else None."""
+        return None
+
+    def timed(self) -> Timed | None:
+        return None
+
+
 def plan(adapter, seeds: int) -> list[Trial]:
     """Every trial of one adapter, in the loop's order (see the module doc)."""
     out = []
@@ -77,13 +113,18 @@ def run(adapters: Iterable, task: dict) -> dict:
         trials = plan(adapter, task["seeds"])
         if not trials:  # nothing to try is never a pass
             return {"status": "dropped", "reason": "unbound", "trials": tally.tried,
-                    "detail": f"no shape or dtype of {adapter.name} fits the binding"}
+                    "detail": adapter.unbound or f"no shape or dtype of {adapter.name} fits the binding"}
         for t in trials:
             ok, stats = adapter.trial(t)
-            row = {**adapter.describe(t.variant), "dtype": t.dtype, "layout": t.layout, "seed": t.seed}
-            dropped = tally.add(row, ok, stats)
+            if ok is None:
+                continue
+            axes = {k: v for k, v in (("dtype", t.dtype), ("layout", t.layout)) if v is not None}
+            dropped = tally.add({**adapter.describe(t.variant), **axes, "seed": t.seed}, ok, stats)
             if dropped:
                 return dropped
+        drop = adapter.verdict()
+        if drop:
+            return {"status": "dropped", **drop, "trials": tally.tried}
     payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst}
     notes: dict = {}
     for adapter in done:

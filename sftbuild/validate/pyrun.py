@@ -642,7 +642,7 @@ def _left_behind(verdict: dict, left: dict) -> dict:
 
 
 @dataclasses.dataclass
-class Run:
+class Run(loop.Adapter):
     """What stays fixed across one record's trials; the record's adapter of the trial loop
     (sftbuild.validate.loop), which takes its plan from the problem."""
 

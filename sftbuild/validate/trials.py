@@ -1,7 +1,8 @@
 """Correctness and timing trials. Runs only inside a GPU worker process.
 
-A record bound to its file's own CPU reference (`how: file_reference`) takes the path at the
-end of this module instead (`run_file_reference`), with the same run-time checks.
+A record bound to its file's own CPU reference (`how: file_reference`) is the loop's
+`FileReference` adapter instead (`run_file_reference`, at the end of this module), with the
+same run-time checks.
 
 For one bound CUDA record, every check (op) is an adapter (`HarnessOp`) of the one trial loop
 (sftbuild.validate.loop), which runs every drawn (shape, dtype, seed), tallies and times:
@@ -93,7 +94,7 @@ def _run(task: dict) -> dict:
                     task)
 
 
-class HarnessOp:
+class HarnessOp(loop.Adapter):
     """One op a bound CUDA record is checked as (one harness .so each): the trial loop's adapter
     (sftbuild.validate.loop). Variants are the op's drawn shapes plus a grown one, contiguous inputs."""
 
@@ -115,9 +116,6 @@ class HarnessOp:
     def variants(self) -> list:
         return self.shapes
 
-    def layouts_for(self, dtype) -> list[str]:
-        return ["contiguous"]
-
     def grown(self, variant) -> bool:
         return variant in self.shapes[self.drawn:]
 
@@ -127,9 +125,6 @@ class HarnessOp:
     def trial(self, t: loop.Trial):
         return _trial(self.lib, self.op, self.contract, self.check, t.variant, t.dtype, t.seed, self.dev,
                       self.checks, self.notes)
-
-    def summary(self) -> dict:
-        return {}
 
     def timed(self) -> loop.Timed:
         """The op's largest pool shape at its first dtype."""
@@ -334,53 +329,78 @@ def run_file_reference(task: dict) -> dict:
     function on host copies of the same inputs.
 
     For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
-    file and seed: arrays the launcher takes const are inputs (random in the range of the file's
+    file and seed (the one trial loop, sftbuild.validate.loop, with `FileReference` its adapter): arrays the launcher takes const are inputs (random in the range of the file's
     own generator) and must come back unchanged; arrays main() fills (zeros, ones, random) that the
     launcher writes are in/out, both sides start from the same values; arrays main() only
     allocates are outputs, poisoned with NaN (integers with their minimum) on the device; the
     launcher's scratch buffers start at zero. Every array sits inside guard regions
     (sftbuild.validate.fences): a write past an edge is `out_of_bounds`, a read past one reads NaN;
     each launcher call is bounded by the CPU reference's time (sftbuild.validate.deadline). The
-    arrays main() validates (else every array the launcher writes) are compared with the CPU result: within a tolerance relative to the
-    reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
-    integers exactly. Each trial runs again on new values in the same buffers (a stale or
-    input-independent result fails); a reference that is constant in every trial says nothing,
-    so the record is dropped as degenerate."""
-    from sftbuild.ops.binders import file_reference as FR
+    arrays main() validates (else every array the launcher writes) are compared with the CPU
+    result: within a tolerance relative to the reference's magnitude (looser when the launcher
+    stores 16-bit floats), NaN never passes, integers exactly. Each trial runs again on new values
+    in the same buffers (a stale result fails; the first run's result again is a cheat, cached by
+    pointer); a reference that is constant in every trial says nothing, so the record is dropped
+    as degenerate."""
+    seeds = max(1, task.get("seeds", 1))
+    adapter = FileReference(task, torch.device("cuda"), C.selected(task.get("runtime_checks")))
+    return loop.run([adapter], {**task, "seeds": seeds, "timing": False})
 
-    ref = task["binding"]["harness_args"]["ref"]
-    lib = load_file_harness(task["sos"][0])
-    for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
-                      ("sftbuild_file_elem_bytes", ctypes.c_int)):
-        getattr(lib, name).restype = res
-    plans = FR.plans(ref, max(1, min(task.get("shapes", 2), 3)))
-    blocks = FR.block_sizes(ref)
-    if not plans:
-        return {"status": "dropped", "reason": "unbound", "detail": "no trial size fits the file's main()"}
-    tally, informative, refused = Tally(), False, {}
-    for p in plans:
-        for block in blocks:
-            if block in refused:
-                continue
-            for seed in range(max(1, task.get("seeds", 1))):
-                ok, stats, moved = _file_trial(lib, ref, p, block, seed)
-                if stats.get("code") in LAUNCH_CONFIG_ERRORS and block not in refused:
-                    # the launcher said this block size does not fit (as main() would have seen); a
-                    # wrong result is never excused, only a launch the CUDA runtime refused
-                    refused[block] = stats["why"]
-                    break
-                informative |= moved
-                dropped = tally.add({"sizes": p["counts"], "block_size": block, "seed": seed}, ok, stats)
-                if dropped:
-                    return dropped
-    if not tally.tried:
-        return {"status": "dropped", "reason": "cuda_error", "trials": [],
-                "detail": "the launcher refused every block size: " + "; ".join(refused.values())}
-    if not informative:
-        return {"status": "dropped", "reason": "degenerate", "trials": tally.tried,
-                "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
-    return {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": {},
-            **({"refused_block_sizes": refused} if refused else {})}
+
+class FileReference(loop.Adapter):
+    """A kernel called through its file's host launcher: the trial loop's adapter. Variants are
+    (trial size, block size) pairs; the file fixes dtypes and layouts, so rows carry neither. A block
+    size the CUDA runtime refused (as main() would have seen) skips its trials; a wrong result is
+    never excused, only a refused launch."""
+
+    dtypes = [None]
+    unbound = "no trial size fits the file's main()"
+
+    def __init__(self, task: dict, dev: torch.device, checks: list):
+        from sftbuild.ops.binders import file_reference as FR
+
+        self.ref, self.dev, self.checks, self.notes = task["binding"]["harness_args"]["ref"], dev, checks, {}
+        self.name = f"launcher {self.ref['launcher']}"
+        self.lib = load_file_harness(task["sos"][0])
+        for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
+                          ("sftbuild_file_elem_bytes", ctypes.c_int)):
+            getattr(self.lib, name).restype = res
+        plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)))
+        self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
+        self.refused, self.tried, self.informative = {}, 0, False
+
+    def variants(self) -> list:
+        return self.pairs
+
+    def layouts_for(self, dtype) -> list:
+        return [None]
+
+    def describe(self, variant) -> dict:
+        return {"sizes": variant[0]["counts"], "block_size": variant[1]}
+
+    def trial(self, t: loop.Trial):
+        p, block = t.variant
+        if block in self.refused:
+            return None, {}
+        ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks)
+        if stats.get("code") in LAUNCH_CONFIG_ERRORS:  # the launcher said this block size does not fit
+            self.refused[block] = stats["why"]
+            return None, stats
+        self.tried += 1
+        self.informative |= moved
+        return ok, stats
+
+    def summary(self) -> dict:
+        return {"timing": {}, **({"refused_block_sizes": self.refused} if self.refused else {})}
+
+    def verdict(self) -> dict | None:
+        if not self.tried:
+            return {"reason": "cuda_error",
+                    "detail": "the launcher refused every block size: " + "; ".join(self.refused.values())}
+        if not self.informative:
+            return {"reason": "degenerate",
+                    "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
+        return None
 
 
 # cudaErrorInvalidValue, cudaErrorInvalidConfiguration: a launch configuration the runtime refuses
@@ -448,9 +468,14 @@ def file_reference_outputs(lib, ref, p, host_bufs) -> list:
     return out
 
 
-def _file_trial(lib, ref, p, block, seed):
-    """One (sizes, block size, seed), run twice on new values. Returns (ok, stats, reference moved)."""
-    dev = torch.device("cuda")
+def _file_trial(lib, ref, p, block, seed, dev=None, checks=None):
+    """One (sizes, block size, seed), run twice on new values. Returns (ok, stats, reference moved).
+    After each call the run-time checks judge the arrays it was given (inputs unchanged); a failed
+    second run is judged as every kind's is (`loop.second_order`: a result cached by pointer is a
+    cheat). A trial whose reference did not move is no drop here: the record's must move in some
+    trial (`FileReference.verdict`)."""
+    dev = dev or torch.device("cuda")
+    checks = C.selected() if checks is None else checks
     host, roles = _file_buffers(ref, p, seed)
     ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
     compared = [ptr_of[i] for i in ref["compare"]]
@@ -475,27 +500,35 @@ def _file_trial(lib, ref, p, block, seed):
         if code != 0:
             return False, {"reason": "launch_failed" if code == -1 else "cuda_error", "code": code,
                            "why": f"launcher {ref['launcher']} returned {code} (block size {block})"}, moved
-        tripped = fence.tripped()
-        if tripped:
-            return False, tripped, moved
-        for i, (t, b) in enumerate(zip(d, before)):
-            if b is not None and not torch.equal(t, b):
-                return False, {"reason": "cheat", "why": f"input array {i} was modified"}, moved
+        why = fence.tripped() or C.judge(checks, C.Call(d, [], before=before))
+        if why:
+            return False, why, moved
         outs = [(k, d[k].cpu(), want[k]) for k in compared]
-        for k, got, w in outs:
-            ok, stats = compare_file_output(got, w, lib.sftbuild_file_elem_bytes(k))
-            if not ok:
-                stale = " on new values in the same buffers (stale result)" if run else ""
-                return False, {**stats, "reason": "incorrect",
-                               "why": f"{ref['call_args'][ref['compare'][compared.index(k)]]}: {stats['why']}{stale}"}, moved
-            fold_worst(worst, stats)
+        got, want = [g for _, g, _ in outs], [w for _, _, w in outs]
+        ok, stats = _compare_file(lib, ref, compared, outs)
+        if not ok and run:
+            return False, loop.second_order(checks, None, first[0], got, first[1], want, (ok, stats))[1], moved
+        if not ok:
+            return False, {**stats, "reason": "incorrect"}, moved
+        fold_worst(worst, stats)
         # the reference says something when it varies within an array or with the inputs
-        moved |= any(w.numel() > 1 and bool((w != w.flatten()[0]).any()) for _, _, w in outs)
+        moved |= any(w.numel() > 1 and bool((w != w.flatten()[0]).any()) for w in want)
         if run == 0:
-            first = [w for _, _, w in outs]
+            first = (got, want)
         else:
-            moved |= not all(torch.equal(a, w) for a, (_, _, w) in zip(first, outs))
+            moved |= not all(torch.equal(a, w) for a, w in zip(first[1], want))
     return True, worst, moved
+
+
+def _compare_file(lib, ref, compared, outs) -> tuple[bool, dict]:
+    """Every compared array (k, kernel's, CPU reference's) within tolerance; a failure names its argument."""
+    worst: dict = {}
+    for k, got, w in outs:
+        ok, stats = compare_file_output(got, w, lib.sftbuild_file_elem_bytes(k))
+        if not ok:
+            return False, {**stats, "why": f"{ref['call_args'][ref['compare'][compared.index(k)]]}: {stats['why']}"}
+        fold_worst(worst, stats)
+    return True, worst
 
 
 def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int) -> tuple[bool, dict]:

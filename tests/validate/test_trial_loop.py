@@ -2,6 +2,7 @@
 cheat through the Python path (pyrun) and the CUDA harness path (trials.HarnessOp, a Python launch
 standing in for the compiled .so), both on the CPU."""
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from sftbuild import ops
 from sftbuild.validate import loop
 
 
-class Fake:
+class Fake(loop.Adapter):
     """An adapter whose trials pass except where `fail` says; it records what the loop asked."""
 
     name = "op fake"
@@ -40,9 +41,6 @@ class Fake:
 
     def summary(self):
         return {"launches": len(self.seen)}
-
-    def timed(self):
-        return None
 
 
 def test_the_loop_plans_variants_dtypes_layouts_seeds_and_one_seed_past_the_caps():
@@ -155,11 +153,71 @@ def _cached_kernel():
     return kernel
 
 
-def test_a_result_cached_by_pointer_is_the_same_cheat_in_both_paths(monkeypatch):
+def _file_reference(monkeypatch, tmp_path, kernel):
+    """The file-reference adapter on llm.c-like `scale1` (test_file_reference's repo), its launcher and
+    CPU function stood in by Python."""
+    from sftbuild.validate import checks as C
+    from sftbuild.validate import trials
+    from tests.validate.test_file_reference import REPO_FILE, REPO_HEADER, _record
+
+    (tmp_path / "common.h").write_text(REPO_HEADER)
+    (tmp_path / "scale.cu").write_text(REPO_FILE)
+    binding = _record(tmp_path, "scale.cu", "scale_kernel").binding
+
+    def cpu(lib, ref, p, host):  # scale_cpu: out = 2 * inp + i % C
+        out = [t.clone() for t in host]
+        out[0] = 2 * out[1] + (torch.arange(out[1].numel()) % p["env"]["C"]).float()
+        return out
+
+    def launcher(*args):
+        return 0
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(trials, "load_file_harness", lambda path: types.SimpleNamespace(
+        sftbuild_file_launch=launcher, sftbuild_file_reference=launcher, sftbuild_file_elem_bytes=lambda k: 4))
+    monkeypatch.setattr(trials, "file_reference_outputs", cpu)
+    monkeypatch.setattr(trials, "_file_call", lambda lib, ref, p, d, block: kernel(p, d, block) or 0)
+    task = {"id": "t", "sos": ["fake.so"], "binding": binding, "shapes": 2, "seeds": 1, "timing": False}
+    return loop.run([trials.FileReference(task, torch.device("cpu"), C.selected())], task)
+
+
+def _scale(p, d, block=None):
+    d[0].copy_(2 * d[1] + (torch.arange(d[1].numel()) % p["env"]["C"]).float())
+
+
+def test_a_result_cached_by_pointer_is_the_same_cheat_in_every_path(monkeypatch, tmp_path):
     py, cu = _python(CACHED, "relu"), _harness(monkeypatch, _cached_kernel(), "relu")
-    assert py["reason"] == cu["reason"] == "cheat"
-    assert py["detail"] == cu["detail"] == "the same result for new values in the same buffers (cached by pointer)"
+    seen = {}
+
+    def cached_scale(p, d, block):
+        if d[1].data_ptr() not in seen:
+            _scale(p, d)
+            seen[d[1].data_ptr()] = d[0].clone()
+        d[0].copy_(seen[d[1].data_ptr()])
+    fr = _file_reference(monkeypatch, tmp_path, cached_scale)
+    assert py["reason"] == cu["reason"] == fr["reason"] == "cheat"
+    assert py["detail"] == cu["detail"] == fr["detail"] == \
+        "the same result for new values in the same buffers (cached by pointer)"
     assert _harness(monkeypatch, _exact, "relu")["status"] == "ok"
+
+
+def test_the_file_reference_path_runs_in_the_loop(monkeypatch, tmp_path):
+    out = _file_reference(monkeypatch, tmp_path, _scale)
+    assert out["status"] == "ok" and len(out["trials"]) == 6  # two sizes x three block sizes x one seed
+    assert out["trials"][0]["block_size"] == 64 and "dtype" not in out["trials"][0]
+
+    def writes_its_input(p, d, block):
+        _scale(p, d)
+        d[1].add_(1)
+    out = _file_reference(monkeypatch, tmp_path, writes_its_input)
+    assert (out["reason"], out["detail"]) == ("cheat", "the candidate modified input 1")
+
+    def refuses_64(p, d, block):  # cudaErrorInvalidConfiguration: that block size's trials are skipped
+        return 9 if block == 64 else _scale(p, d)
+    out = _file_reference(monkeypatch, tmp_path, refuses_64)
+    assert out["status"] == "ok" and len(out["trials"]) == 4 and list(out["refused_block_sizes"]) == [64]
+    out = _file_reference(monkeypatch, tmp_path, lambda p, d, block: 9)
+    assert (out["reason"], out["trials"]) == ("cuda_error", [])
+    assert out["detail"].startswith("the launcher refused every block size: launcher scale1 returned 9")
 
 
 def test_an_input_independent_result_is_the_same_drop_in_both_paths(monkeypatch, negative_relu):
