@@ -21,8 +21,7 @@ by pointer or one that does not depend on the input gets the same reason in ever
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Iterable, NamedTuple
+from typing import Iterable, NamedTuple
 
 import torch
 
@@ -39,18 +38,6 @@ class Trial(NamedTuple):
     layout: str
     seed: int
     profile: bool = False
-
-
-@dataclasses.dataclass
-class Timed:
-    """What an adapter times: its candidate and reference calls on `tensors` (timing.compare_times)."""
-
-    name: str  # the key of this measurement in the payload's timing
-    candidate: Callable
-    reference: Callable
-    tensors: list
-    compiled: Callable | None = None  # torch.compile of the reference, a baseline only
-    about: dict = dataclasses.field(default_factory=dict)  # shape and dtype, stored beside the times
 
 
 class Adapter:
@@ -87,7 +74,8 @@ class Adapter:
         """After every trial passed: {"reason", "detail"} to drop the record anyway, else None."""
         return None
 
-    def timed(self) -> Timed | None:
+    def timed(self) -> tuple[str, dict] | None:
+        """(name, timing.compare_times of its candidate against its reference), or None: not timed."""
         return None
 
 
@@ -139,14 +127,7 @@ def run(adapters: Iterable, task: dict) -> dict:
 
 
 def _time(adapters: list, task: dict, payload: dict) -> None:
-    from sftbuild.validate import timing
-
-    measured = {}
-    for adapter in adapters:
-        t = adapter.timed()
-        if t is not None:
-            measured[t.name] = {**t.about, **timing.compare_times(t.candidate, t.reference, t.tensors, task,
-                                                                  compile_fn=t.compiled)}
+    measured = dict(t for t in (a.timed() for a in adapters) if t is not None)
     if measured:
         payload["timing"] = measured
         payload["speedup"] = min(m["speedup"] for m in measured.values())

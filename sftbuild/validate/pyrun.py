@@ -13,18 +13,18 @@ triton's callables, flags, default dtype, RNG, stream, device) is a cheat
 (checks/globals_intact); a record that leaves the process changed in any way asks for a
 fresh worker (`recycle`), so no sample's verdict depends on the one before it.
 
-The record's `Run` is its adapter of the one trial loop (sftbuild.validate.loop), which owns
-the plan (variants x dtypes x layouts x seeds; one grown past the fixed-grid caps,
-sftbuild.validate.sizes), the tally, the profiled first trial and timing. Every trial: inputs from the book in a layout (contiguous, transposed, sliced) inside NaN
-guard regions (sftbuild.validate.fences: a changed guard or a result that depends on the
-guards' contents is `out_of_bounds`), each candidate call bounded by the reference's time
-(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after
-each call the run-time checks (sftbuild.validate.checks) judge what it left
-(process state, flags, decoys, real outputs, inputs unchanged, output dtype, shape,
-device and memory format), the first trial is profiled for library kernels, and the
-outputs are compared with the float64 reference and torch's own result at the dtype;
-the same buffers then get new values (both orders), and the checks judge whether the
-results moved with the inputs (`loop.second_order`).
+The record's `Run` is its adapter of the one trial loop (sftbuild.validate.loop), which owns the
+plan (variants x dtypes x layouts x seeds; one grown past the fixed-grid caps,
+sftbuild.validate.sizes), the tally, the profiled first trial and timing. Every trial: inputs from
+the book in a layout (contiguous, transposed, sliced) inside NaN guard regions
+(sftbuild.validate.fences: a changed guard or a result that depends on the guards' contents is
+`out_of_bounds`), each candidate call bounded by the reference's time (sftbuild.validate.deadline),
+outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after each call the
+run-time checks (sftbuild.validate.checks) judge what it left (process state, flags, decoys, real
+outputs, inputs unchanged, output dtype, shape, device and memory format), the first trial is
+profiled for library kernels, and the outputs are compared with the float64 reference and torch's
+own result at the dtype; the same buffers then get new values (both orders), and the checks judge
+whether the results moved with the inputs (`loop.second_order`).
 """
 from __future__ import annotations
 
@@ -654,7 +654,7 @@ class Run(loop.Adapter):
     book: refbook.Book  # every trial's inputs and reference results, computed before the candidate ran
     world: pristine.Pristine  # the process as it was before the candidate ran
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
-    compile_baseline: bool = False  # time torch.compile of the reference too
+    task: dict = dataclasses.field(default_factory=dict)  # the record's task: timing's warm-ups, runs, baselines
 
     @functools.cached_property
     def expects_triton(self) -> bool:
@@ -687,15 +687,17 @@ class Run(loop.Adapter):
     def summary(self) -> dict:
         return {"launches": self.counter.count, "triton_kernels": sorted(self.counter.names)}
 
-    def timed(self) -> loop.Timed | None:
+    def timed(self) -> tuple[str, dict] | None:
         """The first variant at the first dtype, on the GPU only."""
         if self.dev.type != "cuda":
             return None
+        from sftbuild.validate import timing
+
         prob, variant, dtype = self.prob, self.prob.variants()[0], self.prob.dtypes[0]
         ins = prob.inputs(variant, dtype, 0, self.dev)
-        compiled = _compiled_reference(prob, variant, dtype) if self.compile_baseline else None
-        return loop.Timed("main", lambda: prob.candidate(variant, dtype, ins), lambda: prob.reference(variant, dtype, ins),
-                          ins, compiled)
+        return "main", timing.compare_times(lambda: prob.candidate(variant, dtype, ins),
+                                            lambda: prob.reference(variant, dtype, ins), ins, self.task,
+                                            _compiled_reference(prob, variant, dtype, self.task))
 
 
 def _problem(task, dev, workdir) -> Problem:
@@ -749,8 +751,7 @@ def _trials(task, code, prob, book, world, counter, dev, workdir, package):
         raise Reject("compile_error", f"syntax error: {e}")
     prob.bind(mod)
     run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
-              checks.selected(task.get("runtime_checks")), book, world,
-              compile_baseline=bool(task.get("compile_baseline")))
+              checks.selected(task.get("runtime_checks")), book, world, task=task)
     why = checks.judge(run.checks, checks.Call([], [], tampered=world.changes()))  # what its import changed
     if why:
         return {"status": "dropped", "reason": why["reason"], "detail": why["why"] + " (at import)"}
@@ -770,7 +771,9 @@ def inductor_candidate(task) -> str:
         raise Reject("unbound", f"the kernel cannot be spliced into its program: {e}")
 
 
-def _compiled_reference(prob, variant, dtype):
+def _compiled_reference(prob, variant, dtype, task):
+    if not task.get("compile_baseline"):
+        return None
     try:
         if isinstance(prob, ModuleProblem):
             f = torch.compile(prob.reference_models(variant, dtype)[0])

@@ -42,7 +42,7 @@ from sftbuild import ops
 from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
-from sftbuild.validate import loop
+from sftbuild.validate import loop, timing
 from sftbuild.validate.tally import Tally, fold_worst
 
 
@@ -96,11 +96,13 @@ def _run(task: dict) -> dict:
 
 class HarnessOp(loop.Adapter):
     """One op a bound CUDA record is checked as (one harness .so each): the trial loop's adapter
-    (sftbuild.validate.loop). Variants are the op's drawn shapes plus a grown one, contiguous inputs."""
+    (sftbuild.validate.loop). Variants are the op's drawn shapes plus a grown one, contiguous inputs.
+    Its launches are not profiled (a trial's `profile` is not used): the library and own-kernel
+    checks see Python candidates only."""
 
     def __init__(self, task: dict, i: int, check: dict, dev: torch.device, checks: list):
         self.op = op = ops.get(check["op"])
-        self.check, self.dev, self.checks, self.notes = check, dev, checks, {}
+        self.task, self.check, self.dev, self.checks, self.notes = task, check, dev, checks, {}
         self.name = f"op {op.name}"
         self.contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
         self.lib = load_harness(task["sos"][i])
@@ -126,15 +128,16 @@ class HarnessOp(loop.Adapter):
         return _trial(self.lib, self.op, self.contract, self.check, t.variant, t.dtype, t.seed, self.dev,
                       self.checks, self.notes)
 
-    def timed(self) -> loop.Timed:
+    def timed(self) -> tuple[str, dict]:
         """The op's largest pool shape at its first dtype."""
         op, lib, contract = self.op, self.lib, self.contract
         shape, dtype = max(self.pool, key=math.prod), self.dtypes[0]
         params = {**op.params, **(self.check.get("params") or {})}
         inputs = _inputs(op, shape, dtype, 0, self.dev, params)
         kin, out = _buffers(op, inputs, ops.as_outputs(op.run_reference(inputs, params)))
-        return loop.Timed(op.name, lambda: _launch(lib, dtype, contract, kin, out, params),
-                          lambda: op.run_reference(inputs, params), inputs, about={"shape": list(shape), "dtype": dtype})
+        return op.name, {"shape": list(shape), "dtype": dtype, **timing.compare_times(
+            lambda: _launch(lib, dtype, contract, kin, out, params), lambda: op.run_reference(inputs, params),
+            inputs, self.task)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -329,19 +332,19 @@ def run_file_reference(task: dict) -> dict:
     function on host copies of the same inputs.
 
     For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
-    file and seed (the one trial loop, sftbuild.validate.loop, with `FileReference` its adapter): arrays the launcher takes const are inputs (random in the range of the file's
-    own generator) and must come back unchanged; arrays main() fills (zeros, ones, random) that the
-    launcher writes are in/out, both sides start from the same values; arrays main() only
-    allocates are outputs, poisoned with NaN (integers with their minimum) on the device; the
-    launcher's scratch buffers start at zero. Every array sits inside guard regions
-    (sftbuild.validate.fences): a write past an edge is `out_of_bounds`, a read past one reads NaN;
-    each launcher call is bounded by the CPU reference's time (sftbuild.validate.deadline). The
-    arrays main() validates (else every array the launcher writes) are compared with the CPU
-    result: within a tolerance relative to the reference's magnitude (looser when the launcher
-    stores 16-bit floats), NaN never passes, integers exactly. Each trial runs again on new values
-    in the same buffers (a stale result fails; the first run's result again is a cheat, cached by
-    pointer); a reference that is constant in every trial says nothing, so the record is dropped
-    as degenerate."""
+    file and seed (the one trial loop, sftbuild.validate.loop, with `FileReference` its adapter):
+    arrays the launcher takes const are inputs (random in the range of the file's own generator) and
+    must come back unchanged; arrays main() fills (zeros, ones, random) that the launcher writes are
+    in/out, both sides start from the same values; arrays main() only allocates are outputs,
+    poisoned with NaN (integers with their minimum) on the device; the launcher's scratch buffers
+    start at zero. Every array sits inside guard regions (sftbuild.validate.fences): a write past an
+    edge is `out_of_bounds`, a read past one reads NaN; each launcher call is bounded by the CPU
+    reference's time (sftbuild.validate.deadline). The arrays main() validates (else every array the
+    launcher writes) are compared with the CPU result: within a tolerance relative to the
+    reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
+    integers exactly. Each trial runs again on new values in the same buffers (a stale result fails;
+    the first run's result again is a cheat, cached by pointer); a reference that is constant in
+    every trial says nothing, so the record is dropped as degenerate."""
     seeds = max(1, task.get("seeds", 1))
     adapter = FileReference(task, torch.device("cuda"), C.selected(task.get("runtime_checks")))
     return loop.run([adapter], {**task, "seeds": seeds, "timing": False})

@@ -83,8 +83,8 @@ def test_every_adapter_runs_in_turn_and_nothing_to_try_is_unbound():
     assert made == [("a",), ()]
     assert out == {"status": "dropped", "reason": "unbound", "detail": "no shape or dtype of op fake fits the binding",
                    "trials": out["trials"]} and len(out["trials"]) == 3
-    out = loop.run([Fake(("a",), notes={"degenerate": ["near_zero"]}), Fake(("b",), notes={"degenerate": ["constant"]})],
-                   {"seeds": 1})
+    out = loop.run([Fake(("a",), notes={"degenerate": ["near_zero"]}),
+                    Fake(("b",), notes={"degenerate": ["constant"]})], {"seeds": 1})
     assert out["flags"] == {"degenerate": ["constant", "near_zero"]} and len(out["trials"]) == 6
 
 

@@ -1,9 +1,10 @@
 """Run-time checks: what one trial of a candidate left behind, judged by small plug-ins.
 
 The trial loop (sftbuild.validate.loop) runs every candidate kind through an adapter
-(trials.py for CUDA harnesses, pyrun.py for Python candidates); each gathers what it saw
-into an observation and hands it to `judge(checks, seen)`. There are three observations, and a check answers those it cares about by
-overriding the matching hook (each returns a `Finding` or None):
+(trials.py for CUDA harnesses and file references, pyrun.py for Python candidates); each
+gathers what it saw into an observation and hands it to `judge(checks, seen)`. There are
+three observations, and a check answers those it cares about by overriding the matching
+hook (each returns a `Finding` or None):
 
   Call     -> after_call     after every candidate call: inputs (and a snapshot from
                              before the call), outputs, the reference's output specs,
