@@ -41,8 +41,8 @@ class Trial(NamedTuple):
 
 
 class Adapter:
-    """One candidate kind's side of the loop: its plan's axes and one trial. Subclasses set `name`
-    and `dtypes` and give `variants`, `describe` and `trial`; the rest has defaults."""
+    """One candidate kind's side of the loop: its plan's axes and one trial. Subclasses set `name`,
+    `dtypes` and `notes` and give `variants`, `describe` and `trial`; the rest has defaults."""
 
     name = "the candidate"  # in messages: "op relu"
     dtypes: list  # a kind with no dtype axis has [None]: its rows carry no dtype

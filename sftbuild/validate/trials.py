@@ -43,7 +43,7 @@ from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate import loop, timing
-from sftbuild.validate.tally import Tally, fold_worst
+from sftbuild.validate.tally import fold_worst
 
 
 def run_record(task: dict) -> dict:
