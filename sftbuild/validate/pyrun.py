@@ -13,17 +13,18 @@ triton's callables, flags, default dtype, RNG, stream, device) is a cheat
 (checks/globals_intact); a record that leaves the process changed in any way asks for a
 fresh worker (`recycle`), so no sample's verdict depends on the one before it.
 
-Variants include one grown past the fixed-grid caps (sftbuild.validate.sizes).
-Every trial: inputs from the book in a layout (contiguous, transposed, sliced) inside NaN
-guard regions (sftbuild.validate.fences: a changed guard or a result that depends on the
-guards' contents is `out_of_bounds`), each candidate call bounded by the reference's time
-(sftbuild.validate.deadline), outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after
-each call the run-time checks (sftbuild.validate.checks) judge what it left
-(process state, flags, decoys, real outputs, inputs unchanged, output dtype, shape,
-device and memory format), the first trial is profiled for library kernels, and the
-outputs are compared with the float64 reference and torch's own result at the dtype;
-the same buffers then get new values (both orders), and the checks judge whether the
-results moved with the inputs.
+The record's `Run` is its adapter of the one trial loop (sftbuild.validate.loop), which owns the
+plan (variants x dtypes x layouts x seeds; one grown past the fixed-grid caps,
+sftbuild.validate.sizes), the tally, the profiled first trial and timing. Every trial: inputs from
+the book in a layout (contiguous, transposed, sliced) inside NaN guard regions
+(sftbuild.validate.fences: a changed guard or a result that depends on the guards' contents is
+`out_of_bounds`), each candidate call bounded by the reference's time (sftbuild.validate.deadline),
+outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after each call the
+run-time checks (sftbuild.validate.checks) judge what it left (process state, flags, decoys, real
+outputs, inputs unchanged, output dtype, shape, device and memory format), the first trial is
+profiled for library kernels, and the outputs are compared with the float64 reference and torch's
+own result at the dtype; the same buffers then get new values (both orders), and the checks judge
+whether the results moved with the inputs (`loop.second_order`).
 """
 from __future__ import annotations
 
@@ -47,9 +48,8 @@ from sftbuild import ops
 from sftbuild.harvest import inductor_code
 from sftbuild.ops import opdb
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, deadline, fences, guards, pristine, refbook, sizes
+from sftbuild.validate import checks, deadline, fences, guards, loop, pristine, refbook, sizes
 from sftbuild.validate import harness as H
-from sftbuild.validate.tally import Tally
 
 
 class Reject(Exception):
@@ -277,6 +277,7 @@ def layout_of(t: torch.Tensor, layout: str) -> torch.Tensor:
 class Problem:
     """A source of trials: variants (shape sets), inputs, the candidate and the reference."""
 
+    name = "the reference program"  # what the record is checked against, in messages
     dtypes: list[str]
     layouts: list[str]
 
@@ -388,6 +389,10 @@ class OpProblem(Problem):
 
     def tolerance(self):
         return self.op.tolerance
+
+    @property
+    def name(self):
+        return f"op {self.op.name}"
 
 
 def pick_wrapper(mod, entry: dict):
@@ -585,7 +590,7 @@ def _odd_small(v: int, name: str, blocks=()) -> int:
     return sizes.awkward(max(3, v // 4), blocks)
 
 
-# ---- the trial loop ----------------------------------------------------------------
+# ---- the record: references, snapshot, candidate, then the trial loop ---------------
 
 def run_python(task: dict) -> dict:
     """Task: {id, language, code, binding, entry, dtypes?, shapes, seeds, timing, warmup, runs,
@@ -637,8 +642,9 @@ def _left_behind(verdict: dict, left: dict) -> dict:
 
 
 @dataclasses.dataclass
-class Run:
-    """What stays fixed across one record's trials."""
+class Run(loop.Adapter):
+    """What stays fixed across one record's trials; the record's adapter of the trial loop
+    (sftbuild.validate.loop), which takes its plan from the problem."""
 
     prob: Problem
     dev: torch.device
@@ -648,11 +654,50 @@ class Run:
     book: refbook.Book  # every trial's inputs and reference results, computed before the candidate ran
     world: pristine.Pristine  # the process as it was before the candidate ran
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
+    task: dict = dataclasses.field(default_factory=dict)  # the record's task: timing's warm-ups, runs, baselines
 
     @functools.cached_property
     def expects_triton(self) -> bool:
         """Every call must launch one of the candidate's Triton kernels."""
         return _expects_triton(self.prob)
+
+    @property
+    def name(self) -> str:
+        return self.prob.name
+
+    @property
+    def dtypes(self) -> list[str]:
+        return self.prob.dtypes
+
+    def variants(self) -> list:
+        return self.prob.variants()
+
+    def layouts_for(self, dtype) -> list[str]:
+        return self.prob.layouts_for(dtype)
+
+    def grown(self, variant) -> bool:
+        return self.prob.grown(variant)
+
+    def describe(self, variant) -> dict:
+        return {"shape": self.prob.describe(variant)}
+
+    def trial(self, t: loop.Trial):
+        return trial(self, t.variant, t.dtype, t.layout, t.seed, profile=t.profile, vi=t.vi)
+
+    def summary(self) -> dict:
+        return {"launches": self.counter.count, "triton_kernels": sorted(self.counter.names)}
+
+    def timed(self) -> tuple[str, dict] | None:
+        """The first variant at the first dtype, on the GPU only."""
+        if self.dev.type != "cuda":
+            return None
+        from sftbuild.validate import timing
+
+        prob, variant, dtype = self.prob, self.prob.variants()[0], self.prob.dtypes[0]
+        ins = prob.inputs(variant, dtype, 0, self.dev)
+        return "main", timing.compare_times(lambda: prob.candidate(variant, dtype, ins),
+                                            lambda: prob.reference(variant, dtype, ins), ins, self.task,
+                                            _compiled_reference(prob, variant, dtype, self.task))
 
 
 def _problem(task, dev, workdir) -> Problem:
@@ -706,41 +751,11 @@ def _trials(task, code, prob, book, world, counter, dev, workdir, package):
         raise Reject("compile_error", f"syntax error: {e}")
     prob.bind(mod)
     run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
-              checks.selected(task.get("runtime_checks")), book, world)
+              checks.selected(task.get("runtime_checks")), book, world, task=task)
     why = checks.judge(run.checks, checks.Call([], [], tampered=world.changes()))  # what its import changed
     if why:
         return {"status": "dropped", "reason": why["reason"], "detail": why["why"] + " (at import)"}
-    tally = Tally()
-    variants = prob.variants()
-    for vi, variant in enumerate(variants):
-        for dtype in prob.dtypes:
-            layouts = prob.layouts_for(dtype)
-            layouts = layouts[:1] if prob.grown(variant) else layouts
-            for layout in layouts:
-                for seed in range(1 if prob.grown(variant) else task["seeds"]):
-                    ok, stats = trial(run, variant, dtype, layout, seed,
-                                      profile=(vi == 0 and seed == 0 and layout == layouts[0]
-                                               and dtype == prob.dtypes[0]), vi=vi)
-                    dropped = tally.add({"shape": prob.describe(variant), "dtype": dtype,
-                                         "layout": layout, "seed": seed}, ok, stats)
-                    if dropped:
-                        return dropped
-    payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst,
-               "launches": counter.count, "triton_kernels": sorted(counter.names)}
-    if run.notes:
-        payload["flags"] = {k: sorted(set(v)) for k, v in run.notes.items()}
-    if task.get("timing") and dev.type == "cuda":
-        from sftbuild.validate import timing
-
-        variant = variants[0]
-        dtype = prob.dtypes[0]
-        ins = prob.inputs(variant, dtype, 0, dev)
-        payload["timing"] = {"main": timing.compare_times(
-            lambda: prob.candidate(variant, dtype, ins), lambda: prob.reference(variant, dtype, ins),
-            ins, task, compile_fn=_compiled_reference(prob, variant, dtype, task))}
-        payload["speedup"] = payload["timing"]["main"]["speedup"]
-        payload.setdefault("flags", {}).update(payload["timing"]["main"].get("flags", {}))
-    return payload
+    return loop.run([run], task)
 
 
 def inductor_candidate(task) -> str:
@@ -810,18 +825,9 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     why = fence.tripped() or why
     if why:
         return False, why
-    same_cand = all(torch.equal(a, b) for a, b in zip(out, out2) if isinstance(a, torch.Tensor))
-    same_ref = all(torch.equal(a, b) for a, b in zip(ref.double2, ref.double))
-    ok2, stats2 = _compare(out2, ref.double2, ref.native2, dtype, tol)
-    if not ok2:
-        reason = "cheat" if same_cand else "incorrect"
-        return False, {**stats2, "reason": reason, "why": ("the same result for new values in the same buffers "
-                       "(cached by pointer)" if same_cand else "wrong on new values in the same buffers: "
-                       + stats2.get("why", ""))}
-    why = checks.judge(run.checks, checks.Outcome(same_cand, same_ref, ref.double2, out2), run.notes)
-    if why:
-        return False, why
-    return True, stats
+    ok, drop = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
+                                 _compare(out2, ref.double2, ref.native2, dtype, tol))
+    return (True, stats) if ok else (False, drop)
 
 
 def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict | None:

@@ -1,10 +1,11 @@
 """Correctness and timing trials. Runs only inside a GPU worker process.
 
-A record bound to its file's own CPU reference (`how: file_reference`) takes the path at the
-end of this module instead (`run_file_reference`), with the same run-time checks.
+A record bound to its file's own CPU reference (`how: file_reference`) is the loop's
+`FileReference` adapter instead (`run_file_reference`, at the end of this module), with the
+same run-time checks.
 
-For one bound CUDA record: load its harness .so, then for every check (op)
-and every drawn (shape, dtype, seed):
+For one bound CUDA record, every check (op) is an adapter (`HarnessOp`) of the one trial loop
+(sftbuild.validate.loop), which runs every drawn (shape, dtype, seed), tallies and times:
   * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.validate.sizes);
   * inputs are made on the host from a seeded generator and copied to the GPU;
   * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
@@ -20,10 +21,12 @@ and every drawn (shape, dtype, seed):
     result is compared with a float64 reference and with torch's own kernel at that dtype
     (see sftbuild.ops.tolerance); index outputs are compared by the values of x they pick,
     since ties allow several answers; the checks then judge whether the results moved
-    with the inputs (a degenerate trial) and note degenerate references in the flags.
-Timing uses CUDA events with the L2 flushed between runs. The process is snapshotted before
-the harness loads (sftbuild.validate.pristine): a harness that changed torch or the process
-state is a cheat, and one that left anything changed gets a fresh worker (`recycle`).
+    with the inputs (a degenerate trial, or one cached by pointer: `loop.second_order`) and
+    note degenerate references in the flags.
+Timing (sftbuild.validate.timing) uses CUDA events with the L2 flushed between runs. The
+process is snapshotted before the harness loads (sftbuild.validate.pristine): a harness that
+changed torch or the process state is a cheat, and one that left anything changed gets a fresh
+worker (`recycle`).
 """
 from __future__ import annotations
 
@@ -39,10 +42,8 @@ from sftbuild import ops
 from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
-from sftbuild.validate import timing
-from sftbuild.validate.tally import Tally, fold_worst
-
-L2_FLUSH_BYTES = timing.L2_FLUSH_BYTES
+from sftbuild.validate import loop, timing
+from sftbuild.validate.tally import fold_worst
 
 
 def run_record(task: dict) -> dict:
@@ -88,41 +89,55 @@ def _run(task: dict) -> dict:
     if (task.get("binding") or {}).get("how") == "file_reference":
         return run_file_reference(task)
     dev = torch.device("cuda")
-    tally, timing, notes = Tally(), {}, {}
     checks = C.selected(task.get("runtime_checks"))
-    for i, check in enumerate(H.checks(task["binding"])):
-        op = ops.get(check["op"])
-        contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
-        lib = load_harness(task["sos"][i])
+    return loop.run((HarnessOp(task, i, check, dev, checks) for i, check in enumerate(H.checks(task["binding"]))),
+                    task)
+
+
+class HarnessOp(loop.Adapter):
+    """One op a bound CUDA record is checked as (one harness .so each): the trial loop's adapter
+    (sftbuild.validate.loop). Variants are the op's drawn shapes plus a grown one, contiguous inputs.
+    Its launches are not profiled (a trial's `profile` is not used): the library and own-kernel
+    checks see Python candidates only."""
+
+    def __init__(self, task: dict, i: int, check: dict, dev: torch.device, checks: list):
+        self.op = op = ops.get(check["op"])
+        self.task, self.check, self.dev, self.checks, self.notes = task, check, dev, checks, {}
+        self.name = f"op {op.name}"
+        self.contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
+        self.lib = load_harness(task["sos"][i])
         cons = check.get("constraints") or {}
-        pool = [s for s in op.shape_pool if H.fits(s, cons)]
+        self.pool = [s for s in op.shape_pool if H.fits(s, cons)]
         rng = random.Random(f"{task['id']}:{check['op']}")
-        shapes = rng.sample(pool, min(task["shapes"], len(pool)))
-        dtypes = [d for d in op.dtypes if d in task["dtypes"]]
-        drawn = len(shapes)
-        if task["shapes"] > 1 and dtypes:
-            shapes = _with_grown(shapes, op, check, cons, dtypes[0], task, dev)
-        if not shapes or not dtypes:  # nothing to try is never a pass
-            return {"status": "dropped", "reason": "unbound",
-                    "detail": f"no shape or dtype of op {op.name} fits the binding", "trials": tally.tried}
-        for k, shape in enumerate(shapes):
-            for dtype in dtypes:
-                for seed in range(task["seeds"] if k < drawn else 1):  # the grown shape: one seed
-                    ok, stats = _trial(lib, op, contract, check, shape, dtype, seed, dev, checks, notes)
-                    dropped = tally.add({"op": op.name, "shape": list(shape), "dtype": dtype, "seed": seed},
-                                        ok, stats)
-                    if dropped:
-                        return dropped
-        if task.get("timing"):
-            shape = max(pool, key=math.prod)
-            timing[op.name] = _time(lib, op, contract, check, shape, dtypes[0], dev,
-                                    task["warmup"], task["runs"])
-    payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": timing}
-    if notes:
-        payload["flags"] = {k: sorted(set(v)) for k, v in notes.items()}
-    if timing:
-        payload["speedup"] = min(t["speedup"] for t in timing.values())
-    return payload
+        self.shapes = rng.sample(self.pool, min(task["shapes"], len(self.pool)))
+        self.dtypes = [d for d in op.dtypes if d in task["dtypes"]]
+        self.drawn = len(self.shapes)
+        if task["shapes"] > 1 and self.dtypes:
+            self.shapes = _with_grown(self.shapes, op, check, cons, self.dtypes[0], task, dev)
+
+    def variants(self) -> list:
+        return self.shapes
+
+    def grown(self, variant) -> bool:
+        return variant in self.shapes[self.drawn:]
+
+    def describe(self, variant) -> dict:
+        return {"op": self.op.name, "shape": list(variant)}
+
+    def trial(self, t: loop.Trial):
+        return _trial(self.lib, self.op, self.contract, self.check, t.variant, t.dtype, t.seed, self.dev,
+                      self.checks, self.notes)
+
+    def timed(self) -> tuple[str, dict]:
+        """The op's largest pool shape at its first dtype."""
+        op, lib, contract = self.op, self.lib, self.contract
+        shape, dtype = max(self.pool, key=math.prod), self.dtypes[0]
+        params = {**op.params, **(self.check.get("params") or {})}
+        inputs = _inputs(op, shape, dtype, 0, self.dev, params)
+        kin, out = _buffers(op, inputs, ops.as_outputs(op.run_reference(inputs, params)))
+        return op.name, {"shape": list(shape), "dtype": dtype, **timing.compare_times(
+            lambda: _launch(lib, dtype, contract, kin, out, params), lambda: op.run_reference(inputs, params),
+            inputs, self.task)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,32 +317,9 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
                                                     expected=C.specs(ref_native)))
     if why:
         return False, why
-    ok2, stats2 = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
-    if not ok2:
-        return False, {**stats2, "reason": "incorrect", "why": "stale result on new input values: "
-                       + stats2.get("why", "")}
-    outcome = C.Outcome(same_output=all(torch.equal(a, b) for a, b in zip(first, outputs)),
-                        same_reference=all(torch.equal(a, b) for a, b in zip(first64, ref64)),
-                        references=ref64, outputs=outputs)
-    why = C.judge(checks, outcome, notes)
-    if why:
-        return False, why
-    return True, stats
-
-
-def _time(lib, op, contract, check, shape, dtype, dev, warmup, runs) -> dict:
-    params = {**op.params, **(check.get("params") or {})}
-    inputs = _inputs(op, shape, dtype, 0, dev, params)
-    kin, out = _buffers(op, inputs, ops.as_outputs(op.run_reference(inputs, params)))
-    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=dev)
-    cand = _events(lambda: _launch(lib, dtype, contract, kin, out, params), flush, warmup, runs)
-    base = _events(lambda: op.run_reference(inputs, params), flush, warmup, runs)
-    return {"shape": list(shape), "dtype": dtype, "candidate_ms": cand, "eager_ms": base,
-            "speedup": base["median"] / cand["median"] if cand["median"] > 0 else 0.0}
-
-
-def _events(fn, flush, warmup, runs) -> dict:
-    return timing.events(fn, warmup, runs, flush)
+    ok, drop = loop.second_order(checks, notes, first, outputs, first64, ref64,
+                                 _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params))
+    return (True, stats) if ok else (False, drop)
 
 
 # ---- bound to the file's own CPU reference (ops/binders/file_reference.py) ----------------------
@@ -340,53 +332,78 @@ def run_file_reference(task: dict) -> dict:
     function on host copies of the same inputs.
 
     For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
-    file and seed: arrays the launcher takes const are inputs (random in the range of the file's
-    own generator) and must come back unchanged; arrays main() fills (zeros, ones, random) that the
-    launcher writes are in/out, both sides start from the same values; arrays main() only
-    allocates are outputs, poisoned with NaN (integers with their minimum) on the device; the
-    launcher's scratch buffers start at zero. Every array sits inside guard regions
-    (sftbuild.validate.fences): a write past an edge is `out_of_bounds`, a read past one reads NaN;
-    each launcher call is bounded by the CPU reference's time (sftbuild.validate.deadline). The
-    arrays main() validates (else every array the launcher writes) are compared with the CPU result: within a tolerance relative to the
+    file and seed (the one trial loop, sftbuild.validate.loop, with `FileReference` its adapter):
+    arrays the launcher takes const are inputs (random in the range of the file's own generator) and
+    must come back unchanged; arrays main() fills (zeros, ones, random) that the launcher writes are
+    in/out, both sides start from the same values; arrays main() only allocates are outputs,
+    poisoned with NaN (integers with their minimum) on the device; the launcher's scratch buffers
+    start at zero. Every array sits inside guard regions (sftbuild.validate.fences): a write past an
+    edge is `out_of_bounds`, a read past one reads NaN; each launcher call is bounded by the CPU
+    reference's time (sftbuild.validate.deadline). The arrays main() validates (else every array the
+    launcher writes) are compared with the CPU result: within a tolerance relative to the
     reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
-    integers exactly. Each trial runs again on new values in the same buffers (a stale or
-    input-independent result fails); a reference that is constant in every trial says nothing,
-    so the record is dropped as degenerate."""
-    from sftbuild.ops.binders import file_reference as FR
+    integers exactly. Each trial runs again on new values in the same buffers (a stale result fails;
+    the first run's result again is a cheat, cached by pointer); a reference that is constant in
+    every trial says nothing, so the record is dropped as degenerate."""
+    seeds = max(1, task.get("seeds", 1))
+    adapter = FileReference(task, torch.device("cuda"), C.selected(task.get("runtime_checks")))
+    return loop.run([adapter], {**task, "seeds": seeds, "timing": False})
 
-    ref = task["binding"]["harness_args"]["ref"]
-    lib = load_file_harness(task["sos"][0])
-    for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
-                      ("sftbuild_file_elem_bytes", ctypes.c_int)):
-        getattr(lib, name).restype = res
-    plans = FR.plans(ref, max(1, min(task.get("shapes", 2), 3)))
-    blocks = FR.block_sizes(ref)
-    if not plans:
-        return {"status": "dropped", "reason": "unbound", "detail": "no trial size fits the file's main()"}
-    tally, informative, refused = Tally(), False, {}
-    for p in plans:
-        for block in blocks:
-            if block in refused:
-                continue
-            for seed in range(max(1, task.get("seeds", 1))):
-                ok, stats, moved = _file_trial(lib, ref, p, block, seed)
-                if stats.get("code") in LAUNCH_CONFIG_ERRORS and block not in refused:
-                    # the launcher said this block size does not fit (as main() would have seen); a
-                    # wrong result is never excused, only a launch the CUDA runtime refused
-                    refused[block] = stats["why"]
-                    break
-                informative |= moved
-                dropped = tally.add({"sizes": p["counts"], "block_size": block, "seed": seed}, ok, stats)
-                if dropped:
-                    return dropped
-    if not tally.tried:
-        return {"status": "dropped", "reason": "cuda_error", "trials": [],
-                "detail": "the launcher refused every block size: " + "; ".join(refused.values())}
-    if not informative:
-        return {"status": "dropped", "reason": "degenerate", "trials": tally.tried,
-                "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
-    return {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst, "timing": {},
-            **({"refused_block_sizes": refused} if refused else {})}
+
+class FileReference(loop.Adapter):
+    """A kernel called through its file's host launcher: the trial loop's adapter. Variants are
+    (trial size, block size) pairs; the file fixes dtypes and layouts, so rows carry neither. A block
+    size the CUDA runtime refused (as main() would have seen) skips its trials; a wrong result is
+    never excused, only a refused launch."""
+
+    dtypes = [None]
+    unbound = "no trial size fits the file's main()"
+
+    def __init__(self, task: dict, dev: torch.device, checks: list):
+        from sftbuild.ops.binders import file_reference as FR
+
+        self.ref, self.dev, self.checks, self.notes = task["binding"]["harness_args"]["ref"], dev, checks, {}
+        self.name = f"launcher {self.ref['launcher']}"
+        self.lib = load_file_harness(task["sos"][0])
+        for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
+                          ("sftbuild_file_elem_bytes", ctypes.c_int)):
+            getattr(self.lib, name).restype = res
+        plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)))
+        self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
+        self.refused, self.tried, self.informative = {}, 0, False
+
+    def variants(self) -> list:
+        return self.pairs
+
+    def layouts_for(self, dtype) -> list:
+        return [None]
+
+    def describe(self, variant) -> dict:
+        return {"sizes": variant[0]["counts"], "block_size": variant[1]}
+
+    def trial(self, t: loop.Trial):
+        p, block = t.variant
+        if block in self.refused:
+            return None, {}
+        ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks)
+        if stats.get("code") in LAUNCH_CONFIG_ERRORS:  # the launcher said this block size does not fit
+            self.refused[block] = stats["why"]
+            return None, stats
+        self.tried += 1
+        self.informative |= moved
+        return ok, stats
+
+    def summary(self) -> dict:
+        return {"timing": {}, **({"refused_block_sizes": self.refused} if self.refused else {})}
+
+    def verdict(self) -> dict | None:
+        if not self.tried:
+            return {"reason": "cuda_error",
+                    "detail": "the launcher refused every block size: " + "; ".join(self.refused.values())}
+        if not self.informative:
+            return {"reason": "degenerate",
+                    "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
+        return None
 
 
 # cudaErrorInvalidValue, cudaErrorInvalidConfiguration: a launch configuration the runtime refuses
@@ -454,9 +471,14 @@ def file_reference_outputs(lib, ref, p, host_bufs) -> list:
     return out
 
 
-def _file_trial(lib, ref, p, block, seed):
-    """One (sizes, block size, seed), run twice on new values. Returns (ok, stats, reference moved)."""
-    dev = torch.device("cuda")
+def _file_trial(lib, ref, p, block, seed, dev=None, checks=None):
+    """One (sizes, block size, seed), run twice on new values. Returns (ok, stats, reference moved).
+    After each call the run-time checks judge the arrays it was given (inputs unchanged); a failed
+    second run is judged as every kind's is (`loop.second_order`: a result cached by pointer is a
+    cheat). A trial whose reference did not move is no drop here: the record's must move in some
+    trial (`FileReference.verdict`)."""
+    dev = dev or torch.device("cuda")
+    checks = C.selected() if checks is None else checks
     host, roles = _file_buffers(ref, p, seed)
     ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
     compared = [ptr_of[i] for i in ref["compare"]]
@@ -481,27 +503,35 @@ def _file_trial(lib, ref, p, block, seed):
         if code != 0:
             return False, {"reason": "launch_failed" if code == -1 else "cuda_error", "code": code,
                            "why": f"launcher {ref['launcher']} returned {code} (block size {block})"}, moved
-        tripped = fence.tripped()
-        if tripped:
-            return False, tripped, moved
-        for i, (t, b) in enumerate(zip(d, before)):
-            if b is not None and not torch.equal(t, b):
-                return False, {"reason": "cheat", "why": f"input array {i} was modified"}, moved
+        why = fence.tripped() or C.judge(checks, C.Call(d, [], before=before))
+        if why:
+            return False, why, moved
         outs = [(k, d[k].cpu(), want[k]) for k in compared]
-        for k, got, w in outs:
-            ok, stats = compare_file_output(got, w, lib.sftbuild_file_elem_bytes(k))
-            if not ok:
-                stale = " on new values in the same buffers (stale result)" if run else ""
-                return False, {**stats, "reason": "incorrect",
-                               "why": f"{ref['call_args'][ref['compare'][compared.index(k)]]}: {stats['why']}{stale}"}, moved
-            fold_worst(worst, stats)
+        got, want = [g for _, g, _ in outs], [w for _, _, w in outs]
+        ok, stats = _compare_file(lib, ref, compared, outs)
+        if not ok and run:
+            return False, loop.second_order(checks, None, first[0], got, first[1], want, (ok, stats))[1], moved
+        if not ok:
+            return False, {**stats, "reason": "incorrect"}, moved
+        fold_worst(worst, stats)
         # the reference says something when it varies within an array or with the inputs
-        moved |= any(w.numel() > 1 and bool((w != w.flatten()[0]).any()) for _, _, w in outs)
+        moved |= any(w.numel() > 1 and bool((w != w.flatten()[0]).any()) for w in want)
         if run == 0:
-            first = [w for _, _, w in outs]
+            first = (got, want)
         else:
-            moved |= not all(torch.equal(a, w) for a, (_, _, w) in zip(first, outs))
+            moved |= not all(torch.equal(a, w) for a, w in zip(first[1], want))
     return True, worst, moved
+
+
+def _compare_file(lib, ref, compared, outs) -> tuple[bool, dict]:
+    """Every compared array (k, kernel's, CPU reference's) within tolerance; a failure names its argument."""
+    worst: dict = {}
+    for k, got, w in outs:
+        ok, stats = compare_file_output(got, w, lib.sftbuild_file_elem_bytes(k))
+        if not ok:
+            return False, {**stats, "why": f"{ref['call_args'][ref['compare'][compared.index(k)]]}: {stats['why']}"}
+        fold_worst(worst, stats)
+    return True, worst
 
 
 def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int) -> tuple[bool, dict]:

@@ -1,4 +1,4 @@
-"""Run-time checks as plug-ins, driven directly with CPU tensors, and the two trial loops that call them."""
+"""Run-time checks as plug-ins, driven directly with CPU tensors, and the trial loop's adapters that call them."""
 import pkgutil
 import types
 
@@ -20,7 +20,7 @@ def test_every_module_is_one_registered_check_in_order():
     assert {c.__module__.rsplit(".", 1)[1] for c in C.RUNTIME_CHECKS} == modules
     assert [c.name for c in C.selected()] == [
         "globals_intact", "strict_precision", "triton_decoy", "real_outputs", "inputs_unchanged", "output_type",
-        "library_kernels", "own_kernels_ran", "input_independent", "degenerate_reference"]
+        "library_kernels", "own_kernels_ran", "pointer_cache", "input_independent", "degenerate_reference"]
     assert "triton_decoy" not in [c.name for c in C.selected({"triton_decoy": False})]
     with pytest.raises(PluginError, match="validate.runtime_checks.nope"):
         C.selected({"nope": False})

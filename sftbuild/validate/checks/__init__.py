@@ -1,9 +1,10 @@
 """Run-time checks: what one trial of a candidate left behind, judged by small plug-ins.
 
-Both trial loops (trials.py for CUDA harnesses, pyrun.py for Python candidates) run the
-candidate, gather what they saw into an observation, and hand it to `judge(checks,
-seen)`. There are three observations, and a check answers those it cares about by
-overriding the matching hook (each returns a `Finding` or None):
+The trial loop (sftbuild.validate.loop) runs every candidate kind through an adapter
+(trials.py for CUDA harnesses and file references, pyrun.py for Python candidates); each
+gathers what it saw into an observation and hands it to `judge(checks, seen)`. There are
+three observations, and a check answers those it cares about by overriding the matching
+hook (each returns a `Finding` or None):
 
   Call     -> after_call     after every candidate call: inputs (and a snapshot from
                              before the call), outputs, the reference's output specs,
@@ -11,12 +12,13 @@ overriding the matching hook (each returns a `Finding` or None):
                              candidate changed (sftbuild.validate.pristine), Triton launches
   Profile  -> after_profile  once per record, where the loop profiles: the CUDA kernels
                              the candidate launched and the names of its own kernels
-  Outcome  -> after_trial    after both orders matched the reference: whether the
-                             candidate's and the reference's results moved with the inputs
+  Outcome  -> after_trial    after both orders ran (the first matched the reference):
+                             whether the second matched, and whether the candidate's and
+                             the reference's results moved with the inputs
 
 A field a loop cannot fill is None or empty, and checks that need it pass, so a check
 costs nothing where it does not apply. The first drop decides the trial: `judge`
-returns it as the loops' verdict dict {"reason", "why"}. A `note` finding drops
+returns it as the loop's verdict dict {"reason", "why"}. A `note` finding drops
 nothing: its `why` is collected under `notes[reason]` and ends up in the payload's flags.
 
 A new check is one file in this folder:
@@ -82,12 +84,13 @@ class Profile:
 
 @dataclasses.dataclass
 class Outcome:
-    """A trial whose two orders (fresh buffers; new values in the same buffers) both matched."""
+    """A trial whose two orders (fresh buffers; new values in the same buffers) ran, the first matching."""
 
     same_output: bool  # the candidate's outputs were bit-identical for the two input sets
     same_reference: bool  # so were the float64 reference's
     references: list  # the float64 reference's outputs for the second input set
     outputs: list = dataclasses.field(default_factory=list)  # the candidate's, second input set
+    matched: bool = True  # the second order's outputs matched the reference too
 
     def ask(self, check: "RuntimeCheck") -> Finding | None:
         return check.after_trial(self)

@@ -15,7 +15,7 @@ class DegenerateReference(RuntimeCheck):
     order = 90
 
     def after_trial(self, outcome):
-        kind = degenerate(outcome.references, outcome.same_reference)
+        kind = outcome.matched and degenerate(outcome.references, outcome.same_reference)
         return self.found("degenerate", kind, note=True) if kind else None
 
 

@@ -9,7 +9,8 @@ from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
 @RUNTIME_CHECKS.register
 class InputsUnchanged(RuntimeCheck):
     """Writing into an input (scratch space, or a result left where the checks read it) is a cheat,
-    unless the op updates that input in place (`mutates`). NaN stays NaN is no change."""
+    unless the op updates that input in place (`mutates`). NaN stays NaN is no change. A None
+    in `Call.before` marks a buffer that is no input (a launcher's output array)."""
 
     name = "inputs_unchanged"
     order = 40
@@ -18,7 +19,7 @@ class InputsUnchanged(RuntimeCheck):
         if call.before is None:
             return None
         for i, (now, was) in enumerate(zip(call.inputs, call.before)):
-            if i not in call.mutates and not same(now, was):
+            if was is not None and i not in call.mutates and not same(now, was):
                 return self.found("cheat", f"the candidate modified input {i}")
         return None
 

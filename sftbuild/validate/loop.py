@@ -1,0 +1,153 @@
+"""The one trial loop: every candidate kind (CUDA harness, CUDA file reference, Triton op, module
+pair, Inductor program).
+
+A candidate kind supplies an `Adapter`; the loop owns the plan and the verdict:
+
+  * for each adapter (a CUDA record has one per op it binds, a Python candidate one), every
+    variant (shape set) x dtype x layout x seed, in that order;
+  * a grown variant (past the fixed-grid caps, sftbuild.validate.sizes) runs one seed in its
+    first layout;
+  * the first trial of each adapter is the profiled one (where the adapter can profile);
+  * every trial is a row of the tally (sftbuild.validate.tally); the first failed one drops
+    the record with the rows tried so far; an adapter with nothing to try drops it as `unbound`;
+    a trial the adapter skips (ok None: a launch configuration the runtime refused) is no row;
+  * once every trial passed, an adapter may still drop the record (`verdict`), then each
+    adapter's timed call is timed against its reference (sftbuild.validate.timing) when the
+    task asks for timing.
+
+`second_order` is the shared end of a trial: the candidate ran again on new values in the same
+buffers, and the run-time checks (sftbuild.validate.checks) judge the outcome, so a result cached
+by pointer or one that does not depend on the input gets the same reason in every kind.
+"""
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+import torch
+
+from sftbuild.validate import checks as C
+from sftbuild.validate.tally import Tally
+
+
+class Trial(NamedTuple):
+    """One point of the plan: variant number `vi` of the adapter's variants, and whether to profile it."""
+
+    vi: int
+    variant: object
+    dtype: str
+    layout: str
+    seed: int
+    profile: bool = False
+
+
+class Adapter:
+    """One candidate kind's side of the loop: its plan's axes and one trial. Subclasses set `name`,
+    `dtypes` and `notes` and give `variants`, `describe` and `trial`; the rest has defaults."""
+
+    name = "the candidate"  # in messages: "op relu"
+    dtypes: list  # a kind with no dtype axis has [None]: its rows carry no dtype
+    notes: dict  # check notes (reason -> [why]) its trials collected: the payload's flags
+    unbound = ""  # why there is nothing to try; empty: "no shape or dtype of NAME fits the binding"
+
+    def variants(self) -> list:
+        raise NotImplementedError
+
+    def layouts_for(self, dtype) -> list:
+        return ["contiguous"]
+
+    def grown(self, variant) -> bool:
+        return False
+
+    def describe(self, variant) -> dict:
+        """The row's fields that say which variant was tried."""
+        raise NotImplementedError
+
+    def trial(self, t: Trial) -> tuple[bool | None, dict]:
+        """(ok, stats); ok None: skipped, not a trial."""
+        raise NotImplementedError
+
+    def summary(self) -> dict:
+        """What it adds to a passed payload, read before timing."""
+        return {}
+
+    def verdict(self) -> dict | None:
+        """After every trial passed: {"reason", "detail"} to drop the record anyway, else None."""
+        return None
+
+    def timed(self) -> tuple[str, dict] | None:
+        """(name, timing.compare_times of its candidate against its reference), or None: not timed."""
+        return None
+
+
+def plan(adapter, seeds: int) -> list[Trial]:
+    """Every trial of one adapter, in the loop's order (see the module doc)."""
+    out = []
+    for vi, variant in enumerate(adapter.variants()):
+        grown = adapter.grown(variant)
+        for dtype in adapter.dtypes:
+            layouts = adapter.layouts_for(dtype)
+            for layout in layouts[:1] if grown else layouts:
+                for seed in range(1 if grown else seeds):
+                    out.append(Trial(vi, variant, dtype, layout, seed, profile=not out))
+    return out
+
+
+def run(adapters: Iterable, task: dict) -> dict:
+    """Every adapter's trials, then its timing; returns the verdict payload. `adapters` may be a
+    generator: each is made when the one before it has passed its trials."""
+    tally, done = Tally(), []
+    for adapter in adapters:
+        done.append(adapter)
+        trials = plan(adapter, task["seeds"])
+        if not trials:  # nothing to try is never a pass
+            return {"status": "dropped", "reason": "unbound", "trials": tally.tried,
+                    "detail": adapter.unbound or f"no shape or dtype of {adapter.name} fits the binding"}
+        for t in trials:
+            ok, stats = adapter.trial(t)
+            if ok is None:
+                continue
+            axes = {k: v for k, v in (("dtype", t.dtype), ("layout", t.layout)) if v is not None}
+            dropped = tally.add({**adapter.describe(t.variant), **axes, "seed": t.seed}, ok, stats)
+            if dropped:
+                return dropped
+        drop = adapter.verdict()
+        if drop:
+            return {"status": "dropped", **drop, "trials": tally.tried}
+    payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst}
+    notes: dict = {}
+    for adapter in done:
+        payload.update(adapter.summary())
+        for reason, whys in adapter.notes.items():
+            notes.setdefault(reason, []).extend(whys)
+    if notes:
+        payload["flags"] = {k: sorted(set(v)) for k, v in notes.items()}
+    if task.get("timing"):
+        _time(done, task, payload)
+    return payload
+
+
+def _time(adapters: list, task: dict, payload: dict) -> None:
+    measured = dict(t for t in (a.timed() for a in adapters) if t is not None)
+    if measured:
+        payload["timing"] = measured
+        payload["speedup"] = min(m["speedup"] for m in measured.values())
+        for m in measured.values():
+            payload.setdefault("flags", {}).update(m.get("flags", {}))
+
+
+def second_order(checks: list, notes: dict | None, first: list, outputs: list, first64: list, refs64: list,
+                 compared: tuple[bool, dict]) -> tuple[bool, dict | None]:
+    """Judge the second order of a trial (new values in the same buffers): `first`/`outputs` are the
+    candidate's results on the two input sets, `first64`/`refs64` the float64 reference's, `compared`
+    the comparison of `outputs` with the reference. Returns (ok, drop): drop is the stats of a failed
+    trial (a check's finding first, else `incorrect`)."""
+    ok, stats = compared
+    same_cand = all(torch.equal(a, b) for a, b in zip(first, outputs) if isinstance(a, torch.Tensor))
+    same_ref = all(torch.equal(a, b) for a, b in zip(first64, refs64) if isinstance(a, torch.Tensor))
+    why = C.judge(checks, C.Outcome(same_cand, same_ref, refs64, outputs, matched=ok), notes)
+    if why:
+        return False, {**(stats if not ok else {}), **why}
+    if not ok:
+        return False, {**stats, "reason": "incorrect",
+                       "why": "wrong on new values in the same buffers: " + stats.get("why", "")}
+    return True, None
