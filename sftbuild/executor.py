@@ -322,8 +322,16 @@ class GpuWorker:
     def receive(self) -> tuple[Any, bool]:
         try:
             status, payload = self.conn.recv()
-        except Exception:  # closed, or not a plain result: the worker is not to be trusted further
-            code = self.proc.wait(5)
+        except Exception as e:  # closed, or not a plain result: the worker is not to be trusted further
+            closed = isinstance(e, (EOFError, ConnectionError))
+            # a worker that closed its end is exiting: its exit code names the fault (a CUDA context
+            # with much memory can take seconds to tear down); one that sent garbage is stopped now
+            code = self.proc.wait(30 if closed else 0.5)
+            if not closed:
+                return WorkerFailure("crash", f"the worker's reply could not be read ({type(e).__name__}: "
+                                              f"{str(e)[:200]}); the worker was replaced"), True
+            if self.proc.timed_out:
+                return WorkerFailure("crash", "the worker closed its connection and did not exit within 30 s"), True
             return WorkerFailure("crash", f"worker {sandbox.exit_reason(code)}"), True
         if status == "ok":
             return payload, wants_recycle(payload)

@@ -636,8 +636,25 @@ def worker_connection():
     return _WORKER_CONN
 
 
+class _LockedConnection:
+    """A worker's socket to its parent, whole messages only: a task's messages between results
+    (executor.report_deadline) may come from any thread (a compile Triton or Inductor runs in a thread
+    of its own reports a lifted bound), and two writes interleaved would make the parent's read fail."""
+
+    def __init__(self, conn: Connection):
+        self._conn, self._lock = conn, threading.Lock()
+
+    def send(self, obj) -> None:
+        data = pickle.dumps(obj)
+        with self._lock:
+            self._conn.send_bytes(data)
+
+    def recv(self):
+        return self._conn.recv()
+
+
 def _worker_main(fd: int) -> None:
-    conn = Connection(fd)
+    conn = _LockedConnection(Connection(fd))
     # run as `python -m sftbuild.sandbox`, this module is __main__: the tasks see the imported one
     importlib.import_module("sftbuild.sandbox")._WORKER_CONN = conn
     while True:

@@ -401,3 +401,28 @@ def test_after_a_kill_9_of_the_main_process_nothing_of_the_run_survives(tmp_path
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
     assert wait_gone(f"sleep\0{mark}") == [] and wait_gone("SFTBUILD_RUN_" + mark) == []
+
+
+def test_a_workers_messages_from_two_threads_arrive_whole():
+    import socket
+    import threading
+    from multiprocessing.connection import Connection
+
+    a, b = socket.socketpair()
+    worker = sandbox._LockedConnection(Connection(a.detach()))
+    parent = sandbox.PlainConnection(Connection(b.detach()))
+    big = "x" * 200_000  # larger than a socket buffer: unlocked, writes of two threads interleave
+
+    def talk(tag):
+        for i in range(40):
+            worker.send(("deadline", (float(i), f"{tag}{big}")))
+
+    threads = [threading.Thread(target=talk, args=(t,)) for t in "ab"]
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(parent.recv() for _ in range(80)))
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads + [reader]:
+        t.join(60)
+    assert len(got) == 80 and all(m[0] == "deadline" and m[1][1][1:] == big for m in got)
