@@ -17,7 +17,8 @@ from pathlib import Path
 
 from sftbuild.sandbox import within
 
-PATH = re.compile(r"(?<![\w.])((?:/|\.\./)[^\s:()\"'<>,;]+)")
+# a path, not a URL's "//host/..." (CUDA's and torch's errors end with a link to their docs)
+PATH = re.compile(r"(?<![\w.:/])((?:/|\.\./)[^\s:()\"'<>,;]+)")
 DIAGNOSTIC = re.compile(r"(error|warning|note|remark)\b|^In file included from|^\s+from |^#\$ |^ptxas|^nvcc",
                         re.I)
 SYSTEM = ("/usr/include", "/usr/lib/gcc", "/usr/local/include", "/usr/local/cuda", "/usr/lib/x86_64-linux-gnu",

@@ -371,6 +371,8 @@ def test_logs_withhold_lines_from_files_outside_the_record():
     payload = pipeline.scrub_payload({"log": log, "compile": {"detail": log}}, ["/tmp/rec"])
     assert "secrethash" not in json.dumps(payload)
     assert len(logs.scrub("x\n" * 100000, cap=1000)) < 1100
+    link = "For debugging consider passing CUDA_LAUNCH_BLOCKING=1; see https://docs.nvidia.com/cuda/cuda-runtime-api"
+    assert logs.scrub(link) == link
 
 
 # ---- the main process dies -----------------------------------------------------------------------
