@@ -3,8 +3,10 @@
 A task function is a module-level function taking one picklable item and
 returning one picklable result. Two kinds of work exist:
 
-  map_cpu  compile, parse, hash: a process pool across the cores
-  map_gpu  untrusted kernel runs: one long-lived worker process per GPU
+  map_cpu          compile, parse, hash: a process pool across the cores
+  map_gpu          untrusted kernel runs: one long-lived worker process per GPU
+  map_interpreted  untrusted Triton runs without a GPU: Triton's interpreter in sandboxed CPU
+                   processes, one per core
 
 A GPU worker that hangs past its timeout, crashes, or returns a result asking
 for a fresh process (`recycle`: a sticky CUDA fault, or a candidate that changed
@@ -16,7 +18,10 @@ back as plain data. Every worker, of either kind, dies with the process that sta
 GPU workers outlive one `map_gpu` call and are reused by the next (their CUDA context
 and JIT caches stay warm, which a reward server called every training step depends
 on), as long as the task function is the same and the sandbox already binds the
-folders the new items name: otherwise the worker starts afresh.
+folders the new items name: otherwise the worker starts afresh. LocalExecutor keeps
+its interpreter workers the same way (the seconds a fresh process spends importing
+torch and Triton are paid once, not per item), and replaces them on the same terms;
+the base executor runs each interpreted item in a fresh one-shot sandbox.
 
 A task may also bound one step of its own work from inside the worker
 (`report_deadline`): a step that runs past its bound ends the item the same way, as a
@@ -73,6 +78,24 @@ class Executor:
         such as probing, where Triton's JIT on the CPU is the bottleneck)."""
         raise NotImplementedError
 
+    def map_interpreted(self, fn: Callable, items: Iterable, timeout: float,
+                        desc: str = "") -> Iterator[tuple[Any, Any]]:
+        """`fn(item)` under Triton's interpreter (INTERPRETER_ENV) in sandboxed CPU processes without a
+        GPU, as many at a time as there are cores; results in the order they finish, a WorkerFailure for
+        an item that hung past `timeout` or whose process died. Step deadlines (`report_deadline`) are
+        not enforced: the interpreter runs a kernel far slower than the reference's time says. Here
+        each item gets a fresh process (sandbox.run_isolated)."""
+        items = list(items)
+        if not items:
+            return
+        func = f"{fn.__module__}:{fn.__qualname__}"
+
+        def one(item):
+            return item, sandbox.run_isolated(func, item, timeout, env=INTERPRETER_ENV)
+
+        with cf.ThreadPoolExecutor(_interpreter_slots(len(items))) as pool:
+            yield from pool.map(one, items)
+
     def close(self) -> None:
         pass
 
@@ -81,6 +104,13 @@ class Executor:
 
     def __exit__(self, *exc):
         self.close()
+
+
+INTERPRETER_ENV = {"TRITON_INTERPRET": "1"}
+
+
+def _interpreter_slots(n_items: int) -> int:
+    return max(1, min(n_items, os.cpu_count() or 1))
 
 
 def visible_gpus(spec: str = "auto") -> list[str]:
@@ -141,6 +171,7 @@ class LocalExecutor(Executor):
         self.progress = progress
         self._pool: cf.ProcessPoolExecutor | None = None
         self._workers: list[GpuWorker] = []  # kept across map_gpu calls; the first n serve a call
+        self._interpreters: list[InterpreterWorker] = []  # kept across map_interpreted calls, the same way
 
     def gpu_workers(self, n: int, ro=(), rw=()) -> list["GpuWorker"]:
         """n workers spread over the GPUs (worker i on GPU i mod count), started where missing with the
@@ -205,6 +236,23 @@ class LocalExecutor(Executor):
             raise RuntimeError("map_gpu called with no visible GPU")
         ro, rw = sandbox.task_paths(items)
         workers = self.gpu_workers(min(len(self.gpus) * max(1, per_gpu), len(items)), ro, rw)
+        yield from self._serve(workers, fn, items, timeout, desc, ro, rw, steps=True)
+
+    def map_interpreted(self, fn, items, timeout, desc=""):
+        """As Executor.map_interpreted, in kept InterpreterWorkers: one whose item hung, crashed or asked
+        for it (`recycle`: the candidate changed its process) is replaced before its next item."""
+        items = list(items)
+        if not items:
+            return
+        ro, rw = sandbox.task_paths(items)
+        while len(self._interpreters) < _interpreter_slots(len(items)):
+            self._interpreters.append(InterpreterWorker(ro, rw))
+        workers = self._interpreters[:_interpreter_slots(len(items))]
+        yield from self._serve(workers, fn, items, timeout, desc, ro, rw, steps=False)
+
+    def _serve(self, workers, fn, items, timeout, desc, ro, rw, steps: bool):
+        """`fn(item)` for each item in the kept `workers`, each item within `timeout`, and each of its
+        steps within what it reports when `steps`; a worker is restarted where it must be."""
         for w in workers:
             if w.fn not in (None, fn) or not w.reaches(ro, rw):  # no state carried from one kind of work
                 w.ro, w.rw = sorted(set(w.ro) | set(ro)), sorted(set(w.rw) | set(rw))
@@ -228,7 +276,8 @@ class LocalExecutor(Executor):
                     if w.conn in ready:
                         result, recycle = w.receive()
                         if isinstance(result, _Step):
-                            b.step(result, now)
+                            if steps:
+                                b.step(result, now)
                             continue
                     elif now > b.deadline:
                         result, recycle = WorkerFailure("timeout", f"no result within {timeout:.0f} s"), True
@@ -247,9 +296,9 @@ class LocalExecutor(Executor):
                 w.restart()
 
     def close(self):
-        for w in self._workers:
+        for w in self._workers + self._interpreters:
             w.stop()
-        self._workers = []
+        self._workers, self._interpreters = [], []
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
@@ -302,6 +351,9 @@ class GpuWorker:
         return all(under(p, self.ro + self.rw) for p in ro) and all(under(p, self.rw) for p in rw)
 
     def start(self):
+        self.conn, self.proc = self.launch()
+
+    def launch(self):
         # workers sharing a GPU take turns at timing through a lock file all of their sandboxes bind
         locks = os.path.join(sandbox.host_cache(), "locks")
         os.makedirs(locks, exist_ok=True)
@@ -310,7 +362,7 @@ class GpuWorker:
         triton = sandbox.triton_cache()
         env = {"CUDA_VISIBLE_DEVICES": self.gpu, "TORCHINDUCTOR_COMPILE_THREADS": "1", "TRITON_CACHE_DIR": triton,
                "SFTBUILD_TIMING_LOCK": os.path.join(locks, f"timing-gpu{self.gpu.replace(',', '_')}.lock")}
-        self.conn, self.proc = sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton])
+        return sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton])
 
     def send(self, fn, item):
         try:
@@ -350,3 +402,14 @@ class GpuWorker:
             self.conn.close()
         except OSError:
             pass
+
+
+class InterpreterWorker(GpuWorker):
+    """A long-lived sandboxed CPU process running Triton's interpreter (INTERPRETER_ENV), with no GPU
+    device bound: the same sandbox and address-space limit as a one-shot interpreter run."""
+
+    def __init__(self, ro=(), rw=()):
+        super().__init__("", ro, rw)
+
+    def launch(self):
+        return sandbox.start_worker(dict(INTERPRETER_ENV), ro=self.ro, rw=self.rw, gpu=False)

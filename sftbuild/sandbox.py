@@ -3,9 +3,9 @@
 `run(cmd, timeout, rw=, ro=, gpu=)` runs one command; `Proc` starts one in the background;
 `run_isolated("module:function", task, timeout)` calls a task function in a fresh Python process
 and returns its result, or a `WorkerFailure`; `start_worker(env)` starts a long-lived worker (the
-executor's GPU workers) that serves (function, item) pairs over a socket. Results of sandboxed
-Python come back as plain data only (dicts, lists, strings, numbers): a forged result cannot run
-code in the process that reads it.
+executor's GPU and interpreter workers) that serves (function, item) pairs over a socket. Results
+of sandboxed Python come back as plain data only (dicts, lists, strings, numbers): a forged result
+cannot run code in the process that reads it.
 
 Layers, detected once per process (`layers()`), said once when a stage starts (`unavailable()`)
 and recorded in every run manifest (`sftbuild.context.StageRun`):

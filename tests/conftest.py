@@ -58,12 +58,34 @@ HAS_GPU = torch.cuda.is_available()
 HAS_NVCC = _has_nvcc()
 
 
+# The files that take longest (tens of seconds on 2 cores) run first: xdist hands out whole files in
+# collection order (pyproject: --dist loadfile --no-loadscope-reorder), so these start at once on
+# different workers and the short files fill in around them, rather than one of them running alone
+# at the end. Longest first; a file not named keeps its place after them.
+LONGEST_FIRST = (
+    "validate/test_validate_redteam.py",
+    "validate/test_validate_isolation.py",
+    "bind/test_backward_probe.py",
+    "validate/test_validate_extension.py",
+    "validate/test_reward.py",
+    "validate/test_probe.py",
+    "validate/test_validate_foundation.py",
+    "core/test_e2e.py",
+    "harvest/test_triton_entry_points.py",
+    "core/test_fuzz.py",
+    "harvest/test_inductor_pairs.py",
+    "harvest/test_launched_elsewhere.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     missing = {"gpu": None if HAS_GPU else "needs a CUDA GPU", "nvcc": None if HAS_NVCC else "needs nvcc"}
     for item in items:
         for mark, reason in missing.items():
             if reason and mark in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    rank = {f"tests/{name}": i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable
 
 
 @pytest.fixture

@@ -50,6 +50,11 @@ def pid2(x):
     return WORKER
 
 
+def interpreter_worker(x):
+    """The worker that ran this item, and whether Triton's interpreter was switched on in it."""
+    return {"pid": WORKER, "interpret": os.environ.get("TRITON_INTERPRET")}
+
+
 def gpu_identity(x):
     """Which GPU a worker sees, after a real kernel launch on it."""
     import torch

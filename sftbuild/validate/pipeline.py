@@ -3,7 +3,8 @@
 `validate(records, cfg, executor, cache_dir)` yields (record, status, reason, payload)
 for each record. Static checks read the code in this process (they never run it);
 compiles go to the CPU pool; candidates run only in GPU workers, or, without a GPU,
-Triton candidates run in the interpreter in a one-shot sandbox process.
+Triton candidates run in the interpreter in sandboxed CPU processes (the executor's
+`map_interpreted`), which are replaced on the same terms as GPU workers.
 """
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
         results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
                                    per_gpu=workers_per_gpu(cfg, gpus))
     else:
-        results = _without_gpu(items, cfg, by_id)
+        results = _without_gpu(items, cfg, executor)
     for item, out in results:
         rec = by_id[item["id"]]
         if out is None:
@@ -119,23 +120,32 @@ def _prepare_extensions(cache_dir: str) -> None:
         pass
 
 
-def _without_gpu(items, cfg, by_id):
-    """Triton candidates through the interpreter in a sandbox; everything else waits for a GPU."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from sftbuild.sandbox import run_isolated
-
-    def one(item):
+def _without_gpu(items, cfg, executor):
+    """Triton candidates through the interpreter (executor.map_interpreted); everything else waits for
+    a GPU (None). Yields (task, result); a task keeps its item's id."""
+    tasks = []
+    for item in items:
         if item["language"] == "cuda" or not cfg.cpu_interpret or \
                 "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item):
-            return item, None
+            yield item, None
+            continue
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
-        task = {**item, "device": "cpu", "timing": False, "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]}
-        return item, run_isolated("sftbuild.validate.pyrun:run_python", task, cfg.sample_timeout,
-                                  env={"TRITON_INTERPRET": "1"})
+        tasks.append({**item, "device": "cpu", "timing": False,
+                      "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]})
+    if tasks:
+        yield from executor.map_interpreted(run_interpreted, tasks, timeout=cfg.sample_timeout,
+                                            desc="correctness (interpreter)")
 
-    with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
-        yield from pool.map(one, items)
+
+def run_interpreted(task: dict) -> dict:
+    """The interpreter's task: the trials (sftbuild.validate.pyrun). What escapes them (a candidate's
+    SystemExit) ends the sample as a one-shot sandbox ends it, and a kept process with it."""
+    from sftbuild.validate import pyrun
+
+    try:
+        return pyrun.run_python(task)
+    except BaseException as e:
+        return {"status": "dropped", "reason": "error", "detail": repr(e)[:2000], "recycle": True}
 
 
 def _inductor(item) -> bool:

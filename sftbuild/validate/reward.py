@@ -32,7 +32,6 @@ import threading
 
 from sftbuild.config import ValidateConfig
 from sftbuild.record import Record
-from sftbuild.validate import pipeline
 
 CORRECT, SPEED, MEMORY = 0.3, 0.6, 0.1
 CHEATS = ("cheat", "forbidden_call", "bad_launch", "degenerate")
@@ -138,6 +137,9 @@ def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> li
     ex = executor or warm_executor()
     live = [r for r in records if r is not None and r.code.strip()]
     out = {}
+    # imported here: the package's import (a sandboxed compile gate's) then stays without torch
+    from sftbuild.validate import pipeline
+
     with _RUN_LOCK if executor is None else contextlib.nullcontext():  # one batch at a time on the shared workers
         for rec, status, reason, payload in pipeline.validate(list({r.id: r for r in live}.values()), cfg, ex,
                                                               cache):

@@ -1,7 +1,9 @@
+import os
+
 import pytest
 import torch
 
-from sftbuild.executor import LocalExecutor, WorkerFailure
+from sftbuild.executor import Executor, LocalExecutor, WorkerFailure
 from tests import tasks
 
 
@@ -49,6 +51,27 @@ def test_gpu_workers_stay_warm_across_calls_and_stop_on_close():
     procs = [w.proc for w in ex._workers]
     ex.close()
     assert all(p.poll() is not None for p in procs)
+
+
+def test_interpreter_workers_are_kept_and_replaced_as_gpu_workers_are(monkeypatch):
+    # without a GPU, Triton candidates run in kept CPU workers under the interpreter: one long-lived
+    # process serves item after item (torch is imported once), one that failed is replaced
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one worker: the items run in order
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        tasks.check_misbehave(dict(ex.map_interpreted(tasks.misbehave, tasks.MISBEHAVE, timeout=3)))
+        first = dict(ex.map_interpreted(tasks.interpreter_worker, [1, 2], timeout=30))
+        again = dict(ex.map_interpreted(tasks.interpreter_worker, [3], timeout=30))
+        assert first[1] == first[2] == again[3] and again[3]["interpret"] == "1"
+        # a step's bound is a GPU worker's: the interpreter is far slower than the reference it was set by
+        ((_, hung),) = list(ex.map_interpreted(tasks.bounded_steps, ["hang"], timeout=3))
+        assert hung.kind == "timeout" and "no result within" in hung.detail
+        procs = [w.proc for w in ex._interpreters]
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_the_base_executor_interprets_each_item_in_a_fresh_process():
+    out = dict(Executor().map_interpreted(tasks.interpreter_worker, [1, 2], timeout=60))
+    assert out[1]["pid"] != out[2]["pid"] and out[1]["interpret"] == out[2]["interpret"] == "1"
 
 
 @pytest.mark.gpu
