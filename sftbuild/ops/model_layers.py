@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
 from sftbuild.ops.composites import LOSS_TOL, MM_TOL, NORM_TOL, _acc, _in_layout, _targets
-from sftbuild.ops.pools import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand, uniform
+from sftbuild.ops.pools import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand, unary, uniform
 
 
 # ---- dynamic tanh, poly norm -------------------------------------------------------------------
@@ -273,3 +273,102 @@ define("causal_mask_zero", "attention",
        lambda s, d, l, g, p: [rand(s, d, l, g, 2.0)], MASK_POOL,
        {"inputs": ["x: [B, C, L, L]"], "outputs": ["y: [B, C, L, L]"]}, "tensors",
        layouts=("contiguous",))  # score maps come contiguous from the matmul that makes them
+
+
+# ---- squared ReLU, Hugging Face RoPE, modulated RMS norm, selective log-softmax ------------------
+
+unary("relu_squared", "the squared ReLU (Primer), elementwise: y = max(x, 0)^2",
+      "逐元素计算平方ReLU（Primer）：y = max(x, 0)^2",
+      lambda x: (torch.relu(x.to(_acc(x))) ** 2).to(x.dtype), scale=2.0, tol=Tolerance(scale=2.0))
+
+
+def _rope_hf_inputs(shape, dtype, layout, gen, params):
+    b, h, hk, s, d = shape
+    ang = _angles(torch.arange(s).expand(b, s), d, params.get("base", 10000.0))
+    ang = torch.cat([ang, ang], -1)  # [B, S, D]: cat(freqs, freqs), as the model's rotary embedding returns it
+    dt = TORCH_DTYPES[dtype]
+    return [rand((b, h, s, d), dtype, layout, gen), rand((b, hk, s, d), dtype, "contiguous", gen),
+            ang.cos().to(dt), ang.sin().to(dt)]
+
+
+def _rope_hf(q, k, cos, sin, base=10000.0):
+    acc = _acc(q)
+    c, s = cos.to(acc)[:, None], sin.to(acc)[:, None]  # [B, 1, S, D]
+
+    def rotate(x):
+        xa = x.to(acc)
+        x1, x2 = xa.chunk(2, -1)
+        return (xa * c + torch.cat([-x2, x1], -1) * s).to(x.dtype)
+    return rotate(q), rotate(k)
+
+
+define("rope_hf", "attention",
+       "rotary position embedding in the Hugging Face convention (apply_rotary_pos_emb): q [B, H, S, D] and k "
+       "[B, Hk, S, D] with full-width cos and sin [B, S, D] (the D / 2 angles repeated twice): "
+       "out = x * cos + rotate_half(x) * sin with rotate_half(x) = [-x2, x1], x1 and x2 the halves of the head dim",
+       "Hugging Face约定（apply_rotary_pos_emb）的旋转位置编码：q [B, H, S, D]与k [B, Hk, S, D]，"
+       "cos与sin为全宽[B, S, D]（D / 2个角度重复两遍）：out = x * cos + rotate_half(x) * sin，"
+       "其中rotate_half(x) = [-x2, x1]，x1、x2为head维的前后两半",
+       _rope_hf, _rope_hf_inputs, ROPE_POOL,
+       {"inputs": ["q: [B, H, S, D]", "k: [B, Hk, S, D]", "cos: [B, S, D]", "sin: [B, S, D]"],
+        "outputs": ["q_out: [B, H, S, D]", "k_out: [B, Hk, S, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"base": 10000.0}, outputs=2)
+
+MOD_POOL = [(1, 1, 8), (2, 3, 33), (2, 17, 100), (4, 64, 257), (2, 128, 1024), (1, 4, 4099)]  # (B, T, D)
+
+
+def _modulated_inputs(shape, dtype, layout, gen, params):
+    b, t, d = shape
+    return [rand(shape, dtype, layout, gen, 2.0, 0.5), rand((d,), dtype, "contiguous", gen, 0.5, 1.0),
+            rand((b, d), dtype, "contiguous", gen, 0.3), rand((b, d), dtype, "contiguous", gen, 0.3)]
+
+
+def _modulated_rms(x, w, scale, shift, eps=1e-6, offset=0.0, casting_mode="llama"):
+    acc = _acc(x)
+    xa = x.to(acc)
+    y = xa * torch.rsqrt(xa.pow(2).mean(-1, keepdim=True) + eps) * (offset + w.to(acc))
+    return (y * (1 + scale.to(acc)[:, None]) + shift.to(acc)[:, None]).to(x.dtype)
+
+
+define("modulated_rms_norm", "norm",
+       "RMS norm with an adaptive (AdaLN) modulation per sequence: for x [B, T, D], "
+       "y = x / sqrt(mean(x^2) + eps) * (offset + w) * (1 + scale[b]) + shift[b] over the last dim, "
+       "scale and shift [B, D] shared along the sequence, eps = 1e-6, offset = 0",
+       "带逐序列自适应调制（AdaLN）的RMSNorm：对x [B, T, D]沿最后一维计算"
+       "y = x / sqrt(mean(x^2) + eps) * (offset + w) * (1 + scale[b]) + shift[b]，"
+       "scale与shift为[B, D]，沿序列共享，eps = 1e-6，offset = 0",
+       _modulated_rms, _modulated_inputs, MOD_POOL,
+       {"inputs": ["x: [B, T, D]", "w: [D]", "scale: [B, D]", "shift: [B, D]"], "outputs": ["y: [B, T, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6, "offset": 0.0, "casting_mode": "llama"},
+       tolerance=NORM_TOL)
+
+SLS_POOL = [(1, 1, 7), (2, 16, 100), (4, 33, 1000), (2, 64, 4099), (1, 128, 32000)]  # (B, L, V)
+
+
+def _sls_inputs(shape, dtype, layout, gen, params):
+    b, length, vocab = shape
+    mask = (torch.rand(b, length, generator=gen) < 0.8).long()  # a completion mask: 0 marks padding
+    return [rand((b, length + 1, vocab), dtype, layout, gen, 3.0),
+            torch.randint(0, vocab, (b, length), generator=gen), mask]
+
+
+def _selective_log_softmax(logits, input_ids, mask, temperature=0.9):
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    n = logits.shape[1] - 1
+    logp = torch.log_softmax(logits[:, :n].to(acc) / temperature, -1)
+    picked = logp.gather(-1, input_ids[:, -n:, None].long())[..., 0]
+    return picked.masked_fill(mask[:, -n:] == 0, 0.0)
+
+
+define("selective_log_softmax", "softmax",
+       "the log-probability of the chosen tokens (GRPO's selective log-softmax): for logits [B, L + 1, V] whose last "
+       "position is not used, token ids [B, L] and a completion mask [B, L], out[b, t] = "
+       "log_softmax(logits[b, t] / T)[ids[b, t]] with temperature T = 0.9 where mask[b, t] != 0 and 0 where it is 0, "
+       "in float32",
+       "被选token的对数概率（GRPO的selective log-softmax）：logits为[B, L + 1, V]（最后一个位置不使用），"
+       "token编号为[B, L]，补全掩码为[B, L]；mask[b, t] != 0处out[b, t] = log_softmax(logits[b, t] / T)[ids[b, t]]，"
+       "mask为0处为0，温度T = 0.9，结果为float32",
+       _selective_log_softmax, _sls_inputs, SLS_POOL,
+       {"inputs": ["logits: [B, L + 1, V]", "input_ids: [B, L] int64", "mask: [B, L] int64 (0: not computed)"],
+        "outputs": ["log_p: [B, L] float32"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"temperature": 0.9}, tolerance=LOSS_TOL)

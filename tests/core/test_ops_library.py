@@ -316,6 +316,33 @@ def test_multi_token_attention_and_causal_zero_mask():
     _close(y, torch.tril(x))
 
 
+def test_relu_squared_rope_hf_modulated_rms_norm():
+    (x,), (y,), _ = _run("relu_squared", (1000,))
+    _close(y, torch.where(x > 0, x * x, torch.zeros_like(x)))
+    (q, k, cos, sin), (qo, ko), _ = _run("rope_hf", (2, 4, 2, 17, 64))
+    assert cos.shape == (2, 17, 64)
+    half = ops.get("rope").reference(q, k, cos[0, :, :32], sin[0, :, :32])  # the same rotation, half-width angles
+    _close(qo, half[0])
+    _close(ko, half[1])
+    (x, w, scale, shift), (y,), prm = _run("modulated_rms_norm", (2, 17, 100))
+    assert prm["offset"] == 0.0 and scale.shape == shift.shape == (2, 100)
+    for b in range(2):
+        for t in range(17):
+            row = x[b, t]
+            n = row / math.sqrt(float((row * row).mean()) + 1e-6) * w
+            _close(y[b, t], n * (1 + scale[b]) + shift[b])
+
+
+def test_selective_log_softmax():
+    (logits, ids, mask), (logp,), _ = _run("selective_log_softmax", (2, 16, 100))
+    assert logits.shape == (2, 17, 100) and ids.shape == mask.shape == (2, 16) and (mask == 0).any()
+    for b in range(2):
+        for t in range(16):
+            z = logits[b, t] / 0.9
+            want = z[ids[b, t]] - math.log(float(torch.exp(z).sum())) if mask[b, t] else 0.0
+            assert abs(float(logp[b, t]) - float(want)) < 1e-9
+
+
 # ---- package references ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -390,6 +417,9 @@ def test_package_op_imports_only_when_run(tmp_path):
     ("qwen2vl_mrope_forward", ["q", "k", "cos", "sin", "mrope_section"], "qwen2vl_mrope"),
     ("LigerMultiTokenAttentionFunction", ["scores", "weight", "bias", "stride", "padding"], "multi_token_attention"),
     ("_mask_fwd_kernel _mask_zero_forward", ["scores"], "causal_mask_zero"),
+    ("_relu_squared_forward_kernel relu_squared_forward", ["X"], "relu_squared"),
+    ("modulated_rms_norm_forward", ["X", "W", "scale", "shift", "eps", "offset", "casting_mode"], "modulated_rms_norm"),
+    ("fused_selective_log_softmax", ["logits", "input_ids", "temperature", "mask"], "selective_log_softmax"),
 ])
 def test_shortlist_ranks_the_right_op_first(name, params, want):
     got = ops.shortlist(name, params)
