@@ -372,3 +372,30 @@ define("selective_log_softmax", "softmax",
        {"inputs": ["logits: [B, L + 1, V]", "input_ids: [B, L] int64", "mask: [B, L] int64 (0: not computed)"],
         "outputs": ["log_p: [B, L] float32"]},
        "tensors", layouts=ALL_LAYOUTS, params={"temperature": 0.9}, tolerance=LOSS_TOL)
+
+
+# ---- attention residuals: softmax attention over depth ---------------------------------------------
+
+ATTN_RES_POOL = [(2, 1, 3, 8), (3, 2, 5, 33), (4, 2, 17, 100), (8, 1, 64, 257), (16, 2, 32, 1024)]  # (N, B, T, D)
+
+
+def _attn_res(blocks, w_query, w_norm, eps=1e-6):
+    acc = _acc(blocks)
+    v = blocks.to(acc)
+    keys = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * w_norm.to(acc)
+    alpha = torch.softmax((keys * w_query.to(acc)).sum(-1), 0)  # [N, B, T]: over the blocks
+    return (alpha[..., None] * v).sum(0).to(blocks.dtype)
+
+
+define("attn_res", "attention",
+       "attention residuals (AttnRes): the outputs of N earlier blocks V [N, B, T, D] are mixed by softmax attention "
+       "over depth with a learned query: k_i = V_i / sqrt(mean(V_i^2) + eps) * w_norm, s_i = <w_query, k_i>, "
+       "alpha = softmax over i of s_i, h = sum over i of alpha_i * V_i (eps = 1e-6)",
+       "注意力残差（AttnRes）：以可学习query在深度方向做softmax注意力，混合N个先前block的输出V [N, B, T, D]："
+       "k_i = V_i / sqrt(mean(V_i^2) + eps) * w_norm，s_i = <w_query, k_i>，alpha为s_i沿i的softmax，"
+       "h = 对i求和alpha_i * V_i（eps = 1e-6）",
+       _attn_res,
+       lambda s, d, l, g, p: [rand(s, d, l, g, 1.0), rand(s[-1:], d, "contiguous", g, 0.3),
+                              rand(s[-1:], d, "contiguous", g, 0.3, 1.0)],
+       ATTN_RES_POOL, {"inputs": ["blocks: [N, B, T, D]", "w_query: [D]", "w_norm: [D]"], "outputs": ["h: [B, T, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6}, tolerance=NORM_TOL)

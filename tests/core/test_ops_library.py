@@ -343,6 +343,15 @@ def test_selective_log_softmax():
             assert abs(float(logp[b, t]) - float(want)) < 1e-9
 
 
+def test_attn_res_mixes_blocks_over_depth():
+    (v, wq, wn), (h,), _ = _run("attn_res", (3, 2, 5, 33))
+    for b in range(2):
+        for t in range(5):
+            scores = [float((v[i, b, t] / v[i, b, t].pow(2).mean().add(1e-6).sqrt() * wn * wq).sum()) for i in range(3)]
+            e = [math.exp(s - max(scores)) for s in scores]
+            _close(h[b, t], sum(e[i] / sum(e) * v[i, b, t] for i in range(3)))
+
+
 # ---- package references ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -420,6 +429,7 @@ def test_package_op_imports_only_when_run(tmp_path):
     ("_relu_squared_forward_kernel relu_squared_forward", ["X"], "relu_squared"),
     ("modulated_rms_norm_forward", ["X", "W", "scale", "shift", "eps", "offset", "casting_mode"], "modulated_rms_norm"),
     ("fused_selective_log_softmax", ["logits", "input_ids", "temperature", "mask"], "selective_log_softmax"),
+    ("_attn_res_fwd_kernel attn_res_forward", ["blocks", "w_query", "w_norm", "eps"], "attn_res"),
 ])
 def test_shortlist_ranks_the_right_op_first(name, params, want):
     got = ops.shortlist(name, params)
