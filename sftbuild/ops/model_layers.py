@@ -136,7 +136,8 @@ define("tvd", "loss",
 
 # ---- rotary embeddings: Llama 4 (complex pairs), Qwen2-VL multimodal sections -------------------
 
-ROPE_POOL = [(1, 1, 1, 1, 8), (2, 4, 2, 17, 64), (1, 8, 8, 100, 128), (3, 2, 1, 257, 32), (1, 32, 8, 1024, 128)]
+# (B, H, Hk, S, D); the smallest has several positions, so no probe shape rotates by angle 0 alone
+ROPE_POOL = [(1, 2, 1, 4, 8), (2, 4, 2, 17, 64), (1, 8, 8, 100, 128), (3, 2, 1, 257, 32), (1, 32, 8, 1024, 128)]
 
 
 def _angles(positions, d, base=10000.0):
@@ -227,7 +228,7 @@ define("qwen2vl_mrope", "attention",
 
 # ---- multi-token attention -----------------------------------------------------------------------
 
-MTA_POOL = [(1, 1, 8, 1, 1), (2, 4, 17, 4, 3), (1, 8, 33, 8, 3), (2, 2, 64, 2, 5), (1, 16, 128, 16, 3)]
+MTA_POOL = [(1, 2, 8, 2, 3), (2, 4, 17, 4, 3), (1, 8, 33, 8, 3), (2, 2, 64, 2, 5), (1, 16, 128, 16, 3)]
 MTA_MASK = -1e9  # the large negative the package writes over future scores (not -inf)
 
 
