@@ -1,12 +1,14 @@
 """Layers of recent model architectures that fused-kernel packages ship: dynamic tanh, poly norm,
-sparsemax, the total variation distance loss, the Llama 4 and Qwen2-VL rotary embeddings, and
-multi-token attention with its causal zero mask.
+modulated (AdaLN) RMS norm, sparsemax, squared ReLU, the total variation distance loss, GRPO's
+selective log-softmax, the Hugging Face, Llama 4 and Qwen2-VL rotary embeddings, multi-token
+attention with its causal zero mask, and attention residuals over depth.
 
 Each op states its exact formula, with the packages' own defaults as params (eps, reduction,
-ignore_index, the M-RoPE sections). References compute in float32 for half inputs (float64 when
-given float64) and return the input dtype; the loss returns a float32 scalar as fused loss
-kernels do. Input generators make what the layers see in a model: probabilities for the loss,
-cos and sin whose two halves repeat for the rotary embeddings, a learned scalar alpha for DyT.
+ignore_index, temperature, the M-RoPE sections). References compute in float32 for half inputs
+(float64 when given float64) and return the input dtype; the loss and the log-probabilities are
+float32, as the fused kernels return them. Input generators make what the layers see in a model:
+probabilities for the loss, cos and sin whose two halves repeat for the rotary embeddings, a
+learned scalar alpha for DyT, a completion mask for the log-probabilities.
 """
 from __future__ import annotations
 
