@@ -25,7 +25,8 @@ COMPOUNDS = {"rmsnorm": "rms norm", "layernorm": "layer norm", "groupnorm": "gro
 SYNONYMS = {"ce": "cross entropy", "xent": "cross entropy", "ln": "layer norm", "attn": "attention",
             "sdpa": "attention", "rotary": "rope", "mm": "matmul", "gemm": "matmul", "lse": "logsumexp",
             "bwd": "backward", "grad": "backward", "kl": "kl", "kld": "kl div", "rmsnorm": "rms norm",
-            "lin": "linear", "mul": "mul", "swish": "silu", "embedding": "embedding", "emb": "embedding", "varlen": "varlen", "temp": "temperature", "temperature": "temperature"}
+            "lin": "linear", "mul": "mul", "swish": "silu", "embedding": "embedding", "emb": "embedding", "varlen": "varlen", "temp": "temperature", "temperature": "temperature",
+            "tvd": "tv distance", "mrope": "mrope rope"}
 NOT_TENSORS = re.compile(r"^(eps|epsilon|dim|axis|n|m|k|stride\w*|\w*_stride\w*|\w*stride|block\w*|num_\w+|n_\w+|"
                          r"\w+_size|size|\w+_dim|scale|beta|alpha|temperature|ignore_index|label_smoothing|"
                          r"reduction|causal|offset|seed|[A-Z]+(_\w+)?)$")

@@ -135,6 +135,24 @@ def interpreter_scalars() -> None:
     cvt._sftbuild = True
     interp._implicit_cvt = cvt
     _interpreter_libdevice()
+    _interpreter_autotune()
+
+
+def _interpreter_autotune() -> None:
+    """@triton.autotune benchmarks its configs through the GPU driver, which the interpreter lacks
+    ("0 active drivers"); there it runs the first config that survives the kernel's own pruning
+    (every config computes the same values, and timings mean nothing on a CPU)."""
+    from triton.runtime.autotuner import Autotuner
+
+    if getattr(Autotuner.prune_configs, "_sftbuild", False):
+        return
+    orig = Autotuner.prune_configs
+
+    def first(self, kwargs):
+        return orig(self, kwargs)[:1]
+
+    first._sftbuild = True
+    Autotuner.prune_configs = first
 
 
 def _interpreter_libdevice() -> None:

@@ -231,6 +231,127 @@ def test_attention_masked_gqa_varlen():
             _close(o[a:b], want.transpose(0, 1))
 
 
+# ---- model layers (dynamic tanh, poly norm, sparsemax, TVD, Llama 4 / Qwen2-VL RoPE, MTA) ---------
+
+def test_dyt_and_poly_norm():
+    (x, alpha, gamma, beta), (y,), _ = _run("dyt", (17, 100))
+    assert alpha.shape == (1,) and gamma.shape == beta.shape == (100,)
+    z = 2 * alpha * x
+    _close(y, gamma * (torch.exp(z) - 1) / (torch.exp(z) + 1) + beta)  # tanh(a) = (e^2a - 1) / (e^2a + 1)
+    (x, w, b), (y,), _ = _run("poly_norm", (17, 100))
+    assert w.shape == (3,) and b.shape == ()
+    want = torch.empty_like(x)
+    for i in range(x.shape[0]):
+        row = x[i]
+        terms = [row ** p / math.sqrt(float((row ** (2 * p)).sum()) / row.numel() + 1e-6) for p in (3, 2, 1)]
+        want[i] = w[0] * terms[0] + w[1] * terms[1] + w[2] * terms[2] + b
+    _close(y, want)
+
+
+def test_sparsemax_is_the_simplex_projection():
+    (x,), (y,), _ = _run("sparsemax", (17, 100))
+    assert (y >= 0).all() and (y == 0).any()
+    _close(y.sum(-1), torch.ones(17, dtype=y.dtype))
+    for i in range(x.shape[0]):  # tau by bisection on sum(max(x - tau, 0)) = 1
+        lo, hi = float(x[i].min()) - 1, float(x[i].max())
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if float((x[i] - mid).clamp_min(0).sum()) > 1 else (lo, mid)
+        _close(y[i], (x[i] - lo).clamp_min(0), 1e-8)
+    op = ops.get("sparsemax")
+    _close(op.reference(x.T, dim=0), y.T)  # along another dim
+
+
+def test_tvd():
+    (p, q, labels), (loss,), prm = _run("tvd", (64, 4099))
+    assert prm["reduction"] == "batchmean" and (labels == -100).any() and (labels != -100).any()
+    _close(p.sum(-1), torch.ones(64, dtype=p.dtype), 1e-5)  # float32 probabilities
+    rows = [i for i in range(64) if int(labels[i]) != -100]
+    _close(loss, sum(0.5 * (p[i] - q[i]).abs().sum() for i in rows) / len(rows))
+    op = ops.get("tvd")
+    _close(op.reference(p, q, labels, reduction="sum", has_label=False), 0.5 * (p - q).abs().sum())
+    _close(op.reference(p, q, labels, reduction="mean"), loss / 4099)
+
+
+def test_llama4_rope_is_a_complex_product():
+    (q, k, freqs), (qo, ko), _ = _run("llama4_rope", (2, 4, 2, 17, 64))
+    assert q.shape == (2, 17, 4, 64) and k.shape == (2, 17, 2, 64) and freqs.shape == (17, 32, 2)
+    f = torch.complex(freqs[..., 0], freqs[..., 1])[:, None, :]  # [S, 1, D / 2]
+    for x, out in ((q, qo), (k, ko)):
+        z = torch.view_as_complex(x.reshape(*x.shape[:-1], 32, 2).contiguous()) * f
+        _close(out, torch.view_as_real(z).flatten(-2))
+    theta = torch.arange(17, dtype=torch.float64)[:, None] * 500000.0 ** (-torch.arange(0, 64, 2) / 64)
+    _close(freqs[..., 0], theta.cos(), 1e-6)
+
+
+def test_qwen2vl_mrope_sections():
+    from sftbuild.ops.model_layers import mrope_sections
+
+    assert mrope_sections(128) == [16, 24, 24] and sum(mrope_sections(64)) == 32
+    (q, k, cos, sin), (qo, ko), prm = _run("qwen2vl_mrope", (2, 4, 2, 17, 64))
+    sec = prm["mrope_section"]
+    assert sec == mrope_sections(64) and cos.shape == (3, 2, 17, 64)
+    _close(cos[..., :32], cos[..., 32:])  # the two halves repeat, as the model's embedding makes them
+    for x, out in ((q, qo), (k, ko)):
+        want = torch.empty_like(x)
+        for i in range(32):  # frequency i: temporal, height or width angle by its section
+            comp = 0 if i < sec[0] else 1 if i < sec[0] + sec[1] else 2
+            c, s = cos[comp, :, None, :, i], sin[comp, :, None, :, i]  # [B, 1, S]
+            a, b = x[..., i], x[..., i + 32]
+            want[..., i], want[..., i + 32] = a * c - b * s, b * c + a * s
+        _close(out, want)
+
+
+def test_multi_token_attention_and_causal_zero_mask():
+    (scores, w, b), (out,), _ = _run("multi_token_attention", (2, 4, 17, 4, 3))
+    n = 17
+    keep = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    e = torch.where(keep, scores, torch.full_like(scores, -1e9)).exp()
+    probs = e / e.sum(-1, keepdim=True)
+    m = n - 2
+    conv = b[None, :, None, None] + sum(torch.einsum("bcij,oc->boij", probs[:, :, di:di + m, dj:dj + m], w[:, :, di, dj])
+                                        for di in range(3) for dj in range(3))
+    _close(out, conv * torch.tril(torch.ones(m, m, dtype=scores.dtype)))
+    (x,), (y,), _ = _run("causal_mask_zero", (2, 3, 17, 17))
+    _close(y, torch.tril(x))
+
+
+def test_relu_squared_rope_hf_modulated_rms_norm():
+    (x,), (y,), _ = _run("relu_squared", (1000,))
+    _close(y, torch.where(x > 0, x * x, torch.zeros_like(x)))
+    (q, k, cos, sin), (qo, ko), _ = _run("rope_hf", (2, 4, 2, 17, 64))
+    assert cos.shape == (2, 17, 64)
+    half = ops.get("rope").reference(q, k, cos[0, :, :32], sin[0, :, :32])  # the same rotation, half-width angles
+    _close(qo, half[0])
+    _close(ko, half[1])
+    (x, w, scale, shift), (y,), prm = _run("modulated_rms_norm", (2, 17, 100))
+    assert prm["offset"] == 0.0 and scale.shape == shift.shape == (2, 100)
+    for b in range(2):
+        for t in range(17):
+            row = x[b, t]
+            n = row / math.sqrt(float((row * row).mean()) + 1e-6) * w
+            _close(y[b, t], n * (1 + scale[b]) + shift[b])
+
+
+def test_selective_log_softmax():
+    (logits, ids, mask), (logp,), _ = _run("selective_log_softmax", (2, 16, 100))
+    assert logits.shape == (2, 17, 100) and ids.shape == mask.shape == (2, 16) and (mask == 0).any()
+    for b in range(2):
+        for t in range(16):
+            z = logits[b, t] / 0.9
+            want = z[ids[b, t]] - math.log(float(torch.exp(z).sum())) if mask[b, t] else 0.0
+            assert abs(float(logp[b, t]) - float(want)) < 1e-9
+
+
+def test_attn_res_mixes_blocks_over_depth():
+    (v, wq, wn), (h,), _ = _run("attn_res", (3, 2, 5, 33))
+    for b in range(2):
+        for t in range(5):
+            scores = [float((v[i, b, t] / v[i, b, t].pow(2).mean().add(1e-6).sqrt() * wn * wq).sum()) for i in range(3)]
+            e = [math.exp(s - max(scores)) for s in scores]
+            _close(h[b, t], sum(e[i] / sum(e) * v[i, b, t] for i in range(3)))
+
+
 # ---- package references ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -296,6 +417,19 @@ def test_package_op_imports_only_when_run(tmp_path):
     ("apply_rotary_pos_emb", ["q", "k", "cos", "sin"], "rope"),
     ("silu_and_mul_kernel", ["out", "x"], "silu_and_mul"),
     ("jsd_fwd", ["x", "y", "beta"], "jsd"),
+    ("_dyt_fwd_kernel liger_dyt_fwd", ["x", "alpha", "gamma", "beta"], "dyt"),
+    ("_sparsemax_forward_kernel _sparsemax_forward", ["x", "dim"], "sparsemax"),
+    ("_tv_distance_kernel tv_distance_forward_triton", ["p", "q", "shift_labels", "reduction", "ignore_index",
+                                                        "has_label"], "tvd"),
+    ("poly_norm_forward", ["X", "W", "B", "eps"], "poly_norm"),
+    ("llama4_rope_forward", ["q", "k", "freqs_cis", "BLOCK_SIZE", "imag_sign"], "llama4_rope"),
+    ("qwen2vl_mrope_forward", ["q", "k", "cos", "sin", "mrope_section"], "qwen2vl_mrope"),
+    ("LigerMultiTokenAttentionFunction", ["scores", "weight", "bias", "stride", "padding"], "multi_token_attention"),
+    ("_mask_fwd_kernel _mask_zero_forward", ["scores"], "causal_mask_zero"),
+    ("_relu_squared_forward_kernel relu_squared_forward", ["X"], "relu_squared"),
+    ("modulated_rms_norm_forward", ["X", "W", "scale", "shift", "eps", "offset", "casting_mode"], "modulated_rms_norm"),
+    ("fused_selective_log_softmax", ["logits", "input_ids", "temperature", "mask"], "selective_log_softmax"),
+    ("_attn_res_fwd_kernel attn_res_forward", ["blocks", "w_query", "w_norm", "eps"], "attn_res"),
 ])
 def test_shortlist_ranks_the_right_op_first(name, params, want):
     got = ops.shortlist(name, params)
@@ -320,8 +454,9 @@ def test_describe_renders_new_ops(opdb_ops):
     conf = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90",
             "smem_budget": 232448}
     code = "__global__ void k(float* y, const float* x, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i]; }"
-    composites = sorted(n for n, op in ops.all_ops().items() if op.reference.__module__ == "sftbuild.ops.composites")
-    assert len(composites) >= 25
+    composites = sorted(n for n, op in ops.all_ops().items()
+                        if op.reference.__module__ in ("sftbuild.ops.composites", "sftbuild.ops.model_layers"))
+    assert len(composites) >= 40
     claims = re.compile("|".join(d.claim for d in DESCRIBERS if d.claim), re.I)
     for name in sorted(opdb_ops):  # no op_db doc sentence reads as a technique claim
         assert not claims.search(re.sub(r"`[^`]*`", " ", opdb_ops[name].semantics["en"])), name

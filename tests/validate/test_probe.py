@@ -149,6 +149,25 @@ def test_real_liger_rms_norm_binds_with_the_files_defaults(liger_tree):
                                  ["value", None]]
 
 
+def test_autotuned_kernels_run_their_first_config_in_the_interpreter():
+    tuned = RMS.replace("@triton.jit\ndef _rms_norm_fwd_kernel", "@triton.autotune([triton.Config({}, num_warps=4), "
+                        "triton.Config({}, num_warps=8)], key=['n_cols'])\n@triton.jit\ndef _rms_norm_fwd_kernel")
+    assert "triton.autotune" in tuned
+    _, res, b = probe(record(tuned))  # benchmarking the configs would need a GPU driver
+    assert b is not None and b["op"] == "rms_norm", res.get("unbound")
+
+
+def test_real_liger_dyt_binds_through_its_autotuner(liger_tree):
+    rel = "liger_kernel/ops/dyt.py"
+    code = (liger_tree / rel).read_text()
+    k = next(k for k in extract_kernels(code)[0] if k.name == "_dyt_fwd_kernel")
+    rec = Record(language="triton", code=k.code, source="t", entry=_entry("triton", dataclasses.asdict(k), False),
+                 provenance={"path": rel, "tree": str(liger_tree)})
+    _, res, b = probe(rec)
+    assert b is not None, res.get("unbound")
+    assert b["op"] == "dyt" and b["call"]["entry"] == "liger_dyt_fwd"
+
+
 def test_probe_without_the_tree_reports_the_import():
     rec = record("from liger_kernel_missing.utils import helper\n" + RMS.replace("X.contiguous()", "helper(X)"))
     _, res, b = probe(rec)

@@ -8,7 +8,7 @@ class TensorCores(Describer):
     """Tensor cores: WMMA or `mma` / `wgmma` PTX in CUDA, `tl.dot` in Triton."""
     name = "tensor_cores"
     phrase = {"en": "tensor cores", "zh": "Tensor Core"}
-    claim = r"tensor core|wmma|mma\b"
+    claim = r"tensor core|wmma|\b(?:wg)?mma\b"  # not the "mma" ending "gamma"
 
     def cuda(self, s):
         return s.has("wmma", "mma_sync", "load_matrix_sync") or bool(re.search(r"\b(w?gmma|mma)\.", s.asm))

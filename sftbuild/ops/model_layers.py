@@ -1,0 +1,404 @@
+"""Layers of recent model architectures that fused-kernel packages ship: dynamic tanh, poly norm,
+modulated (AdaLN) RMS norm, sparsemax, squared ReLU, the total variation distance loss, GRPO's
+selective log-softmax, the Hugging Face, Llama 4 and Qwen2-VL rotary embeddings, multi-token
+attention with its causal zero mask, and attention residuals over depth.
+
+Each op states its exact formula, with the packages' own defaults as params (eps, reduction,
+ignore_index, temperature, the M-RoPE sections). References compute in float32 for half inputs
+(float64 when given float64) and return the input dtype; the loss and the log-probabilities are
+float32, as the fused kernels return them. Input generators make what the layers see in a model:
+probabilities for the loss, cos and sin whose two halves repeat for the rotary embeddings, a
+learned scalar alpha for DyT, a completion mask for the log-probabilities.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from sftbuild.ops import Tolerance
+from sftbuild.ops.composites import LOSS_TOL, MM_TOL, NORM_TOL, _acc, _in_layout, _targets
+from sftbuild.ops.pools import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand, unary, uniform
+
+
+# ---- dynamic tanh, poly norm -------------------------------------------------------------------
+
+def _dyt(x, alpha, gamma, beta):
+    acc = _acc(x)
+    return (gamma.to(acc) * torch.tanh(alpha.to(acc) * x.to(acc)) + beta.to(acc)).to(x.dtype)
+
+
+def _dyt_inputs(shape, dtype, layout, gen, params):
+    cols = shape[-1:]
+    return [rand(shape, dtype, layout, gen, 2.0), uniform((1,), dtype, gen, 0.3, 1.0),
+            rand(cols, dtype, "contiguous", gen, 0.5, 1.0), rand(cols, dtype, "contiguous", gen, 0.5)]
+
+
+define("dyt", "norm",
+       "dynamic tanh (DyT), the normalisation-free replacement of layer norm: y = gamma * tanh(alpha * x) + beta, "
+       "with alpha a learned scalar [1] and gamma, beta per channel [cols]",
+       "动态tanh（DyT），替代LayerNorm的无归一化层：y = gamma * tanh(alpha * x) + beta，"
+       "alpha为可学习标量[1]，gamma、beta为逐通道参数[cols]",
+       _dyt, _dyt_inputs, ROW_POOL,
+       {"inputs": ["x: [rows, cols]", "alpha: [1]", "gamma: [cols]", "beta: [cols]"], "outputs": ["y: [rows, cols]"]},
+       "tensors", layouts=ALL_LAYOUTS, tolerance=Tolerance(scale=2.0))
+
+
+def _poly_norm(x, w, b, eps=1e-6):
+    acc = _acc(x)
+    xa, wa = x.to(acc), w.to(acc)
+
+    def norm(u):
+        return u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps)
+    return (wa[0] * norm(xa ** 3) + wa[1] * norm(xa ** 2) + wa[2] * norm(xa) + b.to(acc)).to(x.dtype)
+
+
+def _poly_inputs(shape, dtype, layout, gen, params):
+    # unit-scale activations, weights near the PolyCom initialisation (1/3 each), a 0-d bias near 1
+    return [rand(shape, dtype, layout, gen), rand((3,), dtype, "contiguous", gen, 0.2, 1 / 3),
+            rand((1,), dtype, "contiguous", gen, 0.2, 1.0).reshape(())]
+
+
+define("poly_norm", "norm",
+       "PolyNorm (PolyCom): with norm(u) = u / sqrt(mean(u^2) + eps) over the last dim, "
+       "y = w[0] * norm(x^3) + w[1] * norm(x^2) + w[2] * norm(x) + b, w of size 3, b a 0-d scalar, eps = 1e-6",
+       "PolyNorm（PolyCom）：记norm(u) = u / sqrt(mean(u^2) + eps)（沿最后一维），"
+       "y = w[0] * norm(x^3) + w[1] * norm(x^2) + w[2] * norm(x) + b，w长度为3，b为0维标量，eps = 1e-6",
+       _poly_norm, _poly_inputs, ROW_POOL,
+       {"inputs": ["x: [rows, cols]", "w: [3]", "b: []"], "outputs": ["y: [rows, cols]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6}, tolerance=NORM_TOL)
+
+
+# ---- sparsemax ----------------------------------------------------------------------------------
+
+def _sparsemax(x, dim=-1):
+    """The Euclidean projection of each slice along `dim` onto the probability simplex."""
+    acc = _acc(x)
+    z = x.to(acc).movedim(dim, -1)
+    zs = z.sort(-1, descending=True).values
+    cssv = zs.cumsum(-1)
+    k = torch.arange(1, z.shape[-1] + 1, dtype=acc, device=z.device)
+    support = (1 + k * zs > cssv).sum(-1, keepdim=True)  # the support is a prefix of the sorted values
+    tau = (cssv.gather(-1, support - 1) - 1) / support.to(acc)
+    return (z - tau).clamp_min(0).movedim(-1, dim).to(x.dtype)
+
+
+define("sparsemax", "softmax",
+       "sparsemax over the last dim: the Euclidean projection of each row onto the probability simplex, "
+       "y = max(x - tau, 0) with tau chosen so that each row of y sums to 1 (sort z descending, k the largest index "
+       "with 1 + k * z_k > z_1 + ... + z_k, tau = (z_1 + ... + z_k - 1) / k)",
+       "沿最后一维的sparsemax：每行到概率单纯形上的欧氏投影，y = max(x - tau, 0)，tau使每行之和为1"
+       "（将z降序排列，k为满足1 + k * z_k > z_1 + ... + z_k的最大下标，tau = (z_1 + ... + z_k - 1) / k）",
+       _sparsemax, lambda s, d, l, g, p: [rand(s, d, l, g, 3.0)], ROW_POOL,
+       {"inputs": ["x: [rows, cols]"], "outputs": ["y: [rows, cols]"]}, "tensors", layouts=ALL_LAYOUTS,
+       params={"dim": -1}, tolerance=Tolerance(scale=2.0))
+
+
+# ---- total variation distance loss ---------------------------------------------------------------
+
+DIST_POOL = [(1, 7), (3, 33), (17, 1000), (64, 4099), (8, 32000)]
+
+
+def _probs(shape, dtype, layout, gen):
+    p = torch.softmax(torch.randn(*shape, generator=gen) * 2.0, -1).to(TORCH_DTYPES[dtype])
+    return p if layout == "contiguous" else _in_layout(p, layout)
+
+
+def _tvd_inputs(shape, dtype, layout, gen, params):
+    rows, classes = shape
+    return [_probs(shape, dtype, layout, gen), _probs(shape, dtype, "contiguous", gen),
+            _targets(rows, classes, gen, params.get("ignore_index"))]
+
+
+def _tvd(p, q, shift_labels, reduction="batchmean", ignore_index=-100, has_label=True):
+    acc = _acc(p)
+    per = 0.5 * (p.to(acc) - q.to(acc)).abs()
+    keep = shift_labels != ignore_index if has_label else torch.ones(p.shape[0], dtype=torch.bool, device=p.device)
+    per = per * keep[:, None].to(acc)
+    if reduction == "none":
+        return per.to(torch.float32) if acc == torch.float32 else per
+    total = per.sum()
+    n = int(keep.sum())
+    scale = {"sum": 1.0, "mean": 1.0 / (n * p.shape[1]), "batchmean": 1.0 / n}[reduction]
+    loss = total * scale
+    return loss.to(torch.float32) if acc == torch.float32 else loss
+
+
+define("tvd", "loss",
+       "total variation distance loss between probability rows p and q: 0.5 * |p - q| summed over classes and rows "
+       "whose label (shift_labels) is not ignore_index (-100), divided by the number of those rows (batchmean)",
+       "概率行p与q之间的全变差距离损失：对标签（shift_labels）不等于ignore_index（-100）的行，将0.5 * |p - q|"
+       "在类别与行上求和，再除以这些行的数量（batchmean）",
+       _tvd, _tvd_inputs, DIST_POOL,
+       {"inputs": ["p: [rows, classes] probabilities", "q: [rows, classes] probabilities",
+                   "shift_labels: [rows] int64 (rows whose label is ignore_index do not count)"],
+        "outputs": ["loss: [] float32"]},
+       "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL,
+       params={"reduction": "batchmean", "ignore_index": -100, "has_label": True})
+
+
+# ---- rotary embeddings: Llama 4 (complex pairs), Qwen2-VL multimodal sections -------------------
+
+# (B, H, Hk, S, D); the smallest has several positions, so no probe shape rotates by angle 0 alone
+ROPE_POOL = [(1, 2, 1, 4, 8), (2, 4, 2, 17, 64), (1, 8, 8, 100, 128), (3, 2, 1, 257, 32), (1, 32, 8, 1024, 128)]
+
+
+def _angles(positions, d, base=10000.0):
+    """positions [...] -> angles [..., d / 2]: position * base^(-2i / d)."""
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return positions.to(torch.float64)[..., None] * inv
+
+
+def _llama4_inputs(shape, dtype, layout, gen, params):
+    b, h, hk, s, d = shape
+    ang = _angles(torch.arange(s), d, params.get("base", 500000.0))
+    freqs = torch.stack([ang.cos(), ang.sin()], -1).to(TORCH_DTYPES[dtype])
+    return [rand((b, s, h, d), dtype, layout, gen), rand((b, s, hk, d), dtype, "contiguous", gen), freqs]
+
+
+def _complex_rotate(x, freqs_cis):
+    acc = _acc(x)
+    xr, xi = x.to(acc)[..., 0::2], x.to(acc)[..., 1::2]
+    c, s = freqs_cis.to(acc)[..., 0][:, None, :], freqs_cis.to(acc)[..., 1][:, None, :]  # [S, 1, D / 2]
+    return torch.stack([xr * c - xi * s, xr * s + xi * c], -1).flatten(-2).to(x.dtype)
+
+
+define("llama4_rope", "attention",
+       "Llama 4's rotary position embedding of q [B, S, H, D] and k [B, S, Hk, D]: each pair (x[2i], x[2i+1]) is the "
+       "complex number x[2i] + i x[2i+1], multiplied by freqs_cis[s, i] = cos + i sin (given as real pairs "
+       "[S, D / 2, 2]): out = (x[2i] * cos - x[2i+1] * sin, x[2i] * sin + x[2i+1] * cos)",
+       "Llama 4的旋转位置编码，作用于q [B, S, H, D]与k [B, S, Hk, D]：每对(x[2i], x[2i+1])视为复数"
+       "x[2i] + i x[2i+1]，乘以freqs_cis[s, i] = cos + i sin（以实数对[S, D / 2, 2]给出）："
+       "out = (x[2i] * cos - x[2i+1] * sin, x[2i] * sin + x[2i+1] * cos)",
+       lambda q, k, freqs_cis, base=500000.0: (_complex_rotate(q, freqs_cis), _complex_rotate(k, freqs_cis)),
+       _llama4_inputs, ROPE_POOL,
+       {"inputs": ["q: [B, S, H, D]", "k: [B, S, Hk, D]", "freqs_cis: [S, D / 2, 2] (cos, sin)"],
+        "outputs": ["q_out: [B, S, H, D]", "k_out: [B, S, Hk, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"base": 500000.0}, outputs=2)
+
+
+def mrope_sections(head_dim: int) -> list[int]:
+    """Qwen2-VL's split of the D / 2 frequencies into (temporal, height, width): [16, 24, 24] at D = 128,
+    the same proportions at other head sizes."""
+    half = head_dim // 2
+    hw = 3 * half // 8
+    return [half - 2 * hw, hw, hw]
+
+
+def _mrope_inputs(shape, dtype, layout, gen, params):
+    b, h, hk, s, d = shape
+    params["mrope_section"] = mrope_sections(d)
+    # temporal positions run along the sequence, height and width ones are grid coordinates
+    pos = torch.stack([torch.arange(s).expand(b, s), torch.randint(0, 16, (b, s), generator=gen),
+                       torch.randint(0, 16, (b, s), generator=gen)])
+    ang = _angles(pos, d, params.get("base", 10000.0))
+    ang = torch.cat([ang, ang], -1)  # [3, B, S, D]: the two halves repeat, as the model's embedding makes them
+    dt = TORCH_DTYPES[dtype]
+    return [rand((b, h, s, d), dtype, layout, gen), rand((b, hk, s, d), dtype, "contiguous", gen),
+            ang.cos().to(dt), ang.sin().to(dt)]
+
+
+def _mrope(q, k, cos, sin, mrope_section=(16, 24, 24), base=10000.0):
+    acc = _acc(q)
+    sections = list(mrope_section) * 2
+
+    def pick(t):  # section j of the head dim takes its angles from component j % 3 (t, h, w)
+        return torch.cat([c[j % 3] for j, c in enumerate(t.to(acc).split(sections, -1))], -1)[:, None]
+
+    c, s = pick(cos), pick(sin)
+
+    def rotate(x):
+        xa = x.to(acc)
+        x1, x2 = xa.chunk(2, -1)
+        return (xa * c + torch.cat([-x2, x1], -1) * s).to(x.dtype)
+    return rotate(q), rotate(k)
+
+
+define("qwen2vl_mrope", "attention",
+       "Qwen2-VL's multimodal rotary position embedding (M-RoPE) of q [B, H, S, D] and k [B, Hk, S, D] with half "
+       "rotation: cos and sin [3, B, S, D] hold temporal, height and width angles; the head dim is split into "
+       "sections mrope_section * 2 ([16, 24, 24] twice at D = 128) and section j reads component j % 3; then "
+       "out = x * cos + rotate_half(x) * sin with rotate_half(x) = [-x2, x1]",
+       "Qwen2-VL的多模态旋转位置编码（M-RoPE），以半旋转方式作用于q [B, H, S, D]与k [B, Hk, S, D]："
+       "cos与sin [3, B, S, D]分别存放时间、高度、宽度三组角度；head维按mrope_section * 2划分"
+       "（D = 128时为两遍[16, 24, 24]），第j段取第j % 3组；再计算out = x * cos + rotate_half(x) * sin，"
+       "其中rotate_half(x) = [-x2, x1]",
+       _mrope, _mrope_inputs, ROPE_POOL,
+       {"inputs": ["q: [B, H, S, D]", "k: [B, Hk, S, D]", "cos: [3, B, S, D]", "sin: [3, B, S, D]"],
+        "outputs": ["q_out: [B, H, S, D]", "k_out: [B, Hk, S, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"mrope_section": [16, 24, 24], "base": 10000.0}, outputs=2)
+
+
+# ---- multi-token attention -----------------------------------------------------------------------
+
+MTA_POOL = [(1, 2, 8, 2, 3), (2, 4, 17, 4, 3), (1, 8, 33, 8, 3), (2, 2, 64, 2, 5), (1, 16, 128, 16, 3)]
+MTA_MASK = -1e9  # the large negative the package writes over future scores (not -inf)
+
+
+def _future(n: int, device) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+
+
+def _mta_inputs(shape, dtype, layout, gen, params):
+    b, c, length, c_out, k = shape
+    fan_in = c * k * k
+    return [rand((b, c, length, length), dtype, layout, gen, 2.0),
+            rand((c_out, c, k, k), dtype, "contiguous", gen, fan_in ** -0.5), rand((c_out,), dtype, "contiguous", gen, 0.1)]
+
+
+def _mta(scores, weight, bias, stride=1, padding=0, dilation=1, groups=1):
+    acc = _acc(scores)
+    s = scores.to(acc)
+    probs = torch.softmax(s.masked_fill(_future(s.shape[-1], s.device), MTA_MASK), -1)
+    out = F.conv2d(probs, weight.to(acc), bias.to(acc), stride=stride, padding=padding, dilation=dilation,
+                   groups=groups)
+    return out.masked_fill(_future(out.shape[-1], out.device), 0.0).to(scores.dtype)
+
+
+define("multi_token_attention", "attention",
+       "multi-token attention over score maps [B, C, L, L]: future scores (key j > query i) are set to -1e9, a softmax "
+       "runs over the keys, a 2-D convolution mixes neighbouring queries, keys and heads (weight [C_out, C, k, k], "
+       "bias [C_out], stride 1, no padding), and future positions of the result are zeroed",
+       "多token注意力，作用于分数图[B, C, L, L]：未来位置（key j > query i）的分数置为-1e9，沿key做softmax，"
+       "再以二维卷积混合相邻的query、key与head（weight [C_out, C, k, k]，bias [C_out]，步长1，无填充），"
+       "最后将结果中的未来位置置零",
+       _mta, _mta_inputs, MTA_POOL,
+       {"inputs": ["scores: [B, C, L, L]", "weight: [C_out, C, k, k]", "bias: [C_out]"],
+        "outputs": ["out: [B, C_out, L - k + 1, L - k + 1]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"stride": 1, "padding": 0, "dilation": 1, "groups": 1},
+       tolerance=MM_TOL)
+
+MASK_POOL = [(1, 1, 1, 1), (1, 1, 7, 7), (2, 3, 17, 17), (4, 8, 33, 33), (2, 16, 128, 128), (1, 4, 1000, 1000)]
+define("causal_mask_zero", "attention",
+       "the causal zero mask of square maps x [B, C, L, L]: y[..., i, j] = x[..., i, j] where j <= i and 0 where "
+       "j > i (the lower triangle, diagonal included, is kept)",
+       "方阵x [B, C, L, L]的因果置零掩码：j <= i处y[..., i, j] = x[..., i, j]，j > i处为0（保留含对角线的下三角）",
+       lambda x: x.masked_fill(_future(x.shape[-1], x.device), 0),
+       lambda s, d, l, g, p: [rand(s, d, l, g, 2.0)], MASK_POOL,
+       {"inputs": ["x: [B, C, L, L]"], "outputs": ["y: [B, C, L, L]"]}, "tensors",
+       layouts=("contiguous",))  # score maps come contiguous from the matmul that makes them
+
+
+# ---- squared ReLU, Hugging Face RoPE, modulated RMS norm, selective log-softmax ------------------
+
+unary("relu_squared", "the squared ReLU (Primer), elementwise: y = max(x, 0)^2",
+      "逐元素计算平方ReLU（Primer）：y = max(x, 0)^2",
+      lambda x: (torch.relu(x.to(_acc(x))) ** 2).to(x.dtype), scale=2.0, tol=Tolerance(scale=2.0))
+
+
+def _rope_hf_inputs(shape, dtype, layout, gen, params):
+    b, h, hk, s, d = shape
+    ang = _angles(torch.arange(s).expand(b, s), d, params.get("base", 10000.0))
+    ang = torch.cat([ang, ang], -1)  # [B, S, D]: cat(freqs, freqs), as the model's rotary embedding returns it
+    dt = TORCH_DTYPES[dtype]
+    return [rand((b, h, s, d), dtype, layout, gen), rand((b, hk, s, d), dtype, "contiguous", gen),
+            ang.cos().to(dt), ang.sin().to(dt)]
+
+
+def _rope_hf(q, k, cos, sin, base=10000.0):
+    acc = _acc(q)
+    c, s = cos.to(acc)[:, None], sin.to(acc)[:, None]  # [B, 1, S, D]
+
+    def rotate(x):
+        xa = x.to(acc)
+        x1, x2 = xa.chunk(2, -1)
+        return (xa * c + torch.cat([-x2, x1], -1) * s).to(x.dtype)
+    return rotate(q), rotate(k)
+
+
+define("rope_hf", "attention",
+       "rotary position embedding in the Hugging Face convention (apply_rotary_pos_emb): q [B, H, S, D] and k "
+       "[B, Hk, S, D] with full-width cos and sin [B, S, D] (the D / 2 angles repeated twice): "
+       "out = x * cos + rotate_half(x) * sin with rotate_half(x) = [-x2, x1], x1 and x2 the halves of the head dim",
+       "Hugging Face约定（apply_rotary_pos_emb）的旋转位置编码：q [B, H, S, D]与k [B, Hk, S, D]，"
+       "cos与sin为全宽[B, S, D]（D / 2个角度重复两遍）：out = x * cos + rotate_half(x) * sin，"
+       "其中rotate_half(x) = [-x2, x1]，x1、x2为head维的前后两半",
+       _rope_hf, _rope_hf_inputs, ROPE_POOL,
+       {"inputs": ["q: [B, H, S, D]", "k: [B, Hk, S, D]", "cos: [B, S, D]", "sin: [B, S, D]"],
+        "outputs": ["q_out: [B, H, S, D]", "k_out: [B, Hk, S, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"base": 10000.0}, outputs=2)
+
+MOD_POOL = [(1, 1, 8), (2, 3, 33), (2, 17, 100), (4, 64, 257), (2, 128, 1024), (1, 4, 4099)]  # (B, T, D)
+
+
+def _modulated_inputs(shape, dtype, layout, gen, params):
+    b, t, d = shape
+    return [rand(shape, dtype, layout, gen, 2.0, 0.5), rand((d,), dtype, "contiguous", gen, 0.5, 1.0),
+            rand((b, d), dtype, "contiguous", gen, 0.3), rand((b, d), dtype, "contiguous", gen, 0.3)]
+
+
+def _modulated_rms(x, w, scale, shift, eps=1e-6, offset=0.0, casting_mode="llama"):
+    acc = _acc(x)
+    xa = x.to(acc)
+    y = xa * torch.rsqrt(xa.pow(2).mean(-1, keepdim=True) + eps) * (offset + w.to(acc))
+    return (y * (1 + scale.to(acc)[:, None]) + shift.to(acc)[:, None]).to(x.dtype)
+
+
+define("modulated_rms_norm", "norm",
+       "RMS norm with an adaptive (AdaLN) modulation per sequence: for x [B, T, D], "
+       "y = x / sqrt(mean(x^2) + eps) * (offset + w) * (1 + scale[b]) + shift[b] over the last dim, "
+       "scale and shift [B, D] shared along the sequence, eps = 1e-6, offset = 0",
+       "带逐序列自适应调制（AdaLN）的RMSNorm：对x [B, T, D]沿最后一维计算"
+       "y = x / sqrt(mean(x^2) + eps) * (offset + w) * (1 + scale[b]) + shift[b]，"
+       "scale与shift为[B, D]，沿序列共享，eps = 1e-6，offset = 0",
+       _modulated_rms, _modulated_inputs, MOD_POOL,
+       {"inputs": ["x: [B, T, D]", "w: [D]", "scale: [B, D]", "shift: [B, D]"], "outputs": ["y: [B, T, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6, "offset": 0.0, "casting_mode": "llama"},
+       tolerance=NORM_TOL)
+
+SLS_POOL = [(1, 1, 7), (2, 16, 100), (4, 33, 1000), (2, 64, 4099), (1, 128, 32000)]  # (B, L, V)
+
+
+def _sls_inputs(shape, dtype, layout, gen, params):
+    b, length, vocab = shape
+    mask = (torch.rand(b, length, generator=gen) < 0.8).long()  # a completion mask: 0 marks padding
+    return [rand((b, length + 1, vocab), dtype, layout, gen, 3.0),
+            torch.randint(0, vocab, (b, length), generator=gen), mask]
+
+
+def _selective_log_softmax(logits, input_ids, mask, temperature=0.9):
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    n = logits.shape[1] - 1
+    logp = torch.log_softmax(logits[:, :n].to(acc) / temperature, -1)
+    picked = logp.gather(-1, input_ids[:, -n:, None].long())[..., 0]
+    return picked.masked_fill(mask[:, -n:] == 0, 0.0)
+
+
+define("selective_log_softmax", "softmax",
+       "the log-probability of the chosen tokens (GRPO's selective log-softmax): for logits [B, L + 1, V] whose last "
+       "position is not used, token ids [B, L] and a completion mask [B, L], out[b, t] = "
+       "log_softmax(logits[b, t] / T)[ids[b, t]] with temperature T = 0.9 where mask[b, t] != 0 and 0 where it is 0, "
+       "in float32",
+       "被选token的对数概率（GRPO的selective log-softmax）：logits为[B, L + 1, V]（最后一个位置不使用），"
+       "token编号为[B, L]，补全掩码为[B, L]；mask[b, t] != 0处out[b, t] = log_softmax(logits[b, t] / T)[ids[b, t]]，"
+       "mask为0处为0，温度T = 0.9，结果为float32",
+       _selective_log_softmax, _sls_inputs, SLS_POOL,
+       {"inputs": ["logits: [B, L + 1, V]", "input_ids: [B, L] int64", "mask: [B, L] int64 (0: not computed)"],
+        "outputs": ["log_p: [B, L] float32"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"temperature": 0.9}, tolerance=LOSS_TOL)
+
+
+# ---- attention residuals: softmax attention over depth ---------------------------------------------
+
+ATTN_RES_POOL = [(2, 1, 3, 8), (3, 2, 5, 33), (4, 2, 17, 100), (8, 1, 64, 257), (16, 2, 32, 1024)]  # (N, B, T, D)
+
+
+def _attn_res(blocks, w_query, w_norm, eps=1e-6):
+    acc = _acc(blocks)
+    v = blocks.to(acc)
+    keys = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * w_norm.to(acc)
+    alpha = torch.softmax((keys * w_query.to(acc)).sum(-1), 0)  # [N, B, T]: over the blocks
+    return (alpha[..., None] * v).sum(0).to(blocks.dtype)
+
+
+define("attn_res", "attention",
+       "attention residuals (AttnRes): the outputs of N earlier blocks V [N, B, T, D] are mixed by softmax attention "
+       "over depth with a learned query: k_i = V_i / sqrt(mean(V_i^2) + eps) * w_norm, s_i = <w_query, k_i>, "
+       "alpha = softmax over i of s_i, h = sum over i of alpha_i * V_i (eps = 1e-6)",
+       "注意力残差（AttnRes）：以可学习query在深度方向做softmax注意力，混合N个先前block的输出V [N, B, T, D]："
+       "k_i = V_i / sqrt(mean(V_i^2) + eps) * w_norm，s_i = <w_query, k_i>，alpha为s_i沿i的softmax，"
+       "h = 对i求和alpha_i * V_i（eps = 1e-6）",
+       _attn_res,
+       lambda s, d, l, g, p: [rand(s, d, l, g, 1.0), rand(s[-1:], d, "contiguous", g, 0.3),
+                              rand(s[-1:], d, "contiguous", g, 0.3, 1.0)],
+       ATTN_RES_POOL, {"inputs": ["blocks: [N, B, T, D]", "w_query: [D]", "w_norm: [D]"], "outputs": ["h: [B, T, D]"]},
+       "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6}, tolerance=NORM_TOL)
