@@ -205,12 +205,14 @@ def _mrope(q, k, cos, sin, mrope_section=(16, 24, 24), base=10000.0):
         return torch.cat([c[j % 3] for j, c in enumerate(t.to(acc).split(sections, -1))], -1)[:, None]
 
     c, s = pick(cos), pick(sin)
+    return _rotate_half(q, c, s, acc), _rotate_half(k, c, s, acc)
 
-    def rotate(x):
-        xa = x.to(acc)
-        x1, x2 = xa.chunk(2, -1)
-        return (xa * c + torch.cat([-x2, x1], -1) * s).to(x.dtype)
-    return rotate(q), rotate(k)
+
+def _rotate_half(x, c, s, acc):
+    """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] over the halves of the head dim."""
+    xa = x.to(acc)
+    x1, x2 = xa.chunk(2, -1)
+    return (xa * c + torch.cat([-x2, x1], -1) * s).to(x.dtype)
 
 
 define("qwen2vl_mrope", "attention",
@@ -297,12 +299,7 @@ def _rope_hf_inputs(shape, dtype, layout, gen, params):
 def _rope_hf(q, k, cos, sin, base=10000.0):
     acc = _acc(q)
     c, s = cos.to(acc)[:, None], sin.to(acc)[:, None]  # [B, 1, S, D]
-
-    def rotate(x):
-        xa = x.to(acc)
-        x1, x2 = xa.chunk(2, -1)
-        return (xa * c + torch.cat([-x2, x1], -1) * s).to(x.dtype)
-    return rotate(q), rotate(k)
+    return _rotate_half(q, c, s, acc), _rotate_half(k, c, s, acc)
 
 
 define("rope_hf", "attention",
