@@ -31,7 +31,6 @@ def test_lean_source_rewrites_the_copy_only():
     assert extension.lean_source("__global__ void k() {}\n") is None
 
 
-@pytest.mark.slow  # builds against torch's headers: a precompiled header, then the extension
 @pytest.mark.nvcc
 def test_twin_compiles_lean_and_rerun_is_cached(cache):
     f = _sources("twin_matmul_cuda")
@@ -57,7 +56,6 @@ def test_compile_error_is_cached_too(cache, monkeypatch):
     assert again["cached"] and again["reason"] == "compile_error" and len(calls) == n
 
 
-@pytest.mark.slow  # builds against torch's full headers
 @pytest.mark.nvcc
 def test_falls_back_to_the_full_header_when_the_lean_one_lacks_something(cache, monkeypatch):
     # a stand-in "umbrella" header the lean one does not cover, so the fallback is cheap to exercise
