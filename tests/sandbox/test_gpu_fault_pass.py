@@ -317,22 +317,13 @@ def _without_gpu(samples, tmp_path, monkeypatch) -> dict:
                 for rec, status, reason, payload in pipeline.validate(records, cfg, ex, str(tmp_path))}
 
 
-def _triton_pass(tmp_path, monkeypatch, every: int) -> None:
-    # the pass's correct kernels are correct on their own: on the GPU, a failure of one is the fault's
-    samples = [s for s in correct_samples() if s.record["language"] == "triton"][::every]
-    got = _without_gpu(samples, tmp_path, monkeypatch)
-    assert {n: v for n, v in got.items() if v[0] != "ok"} == {}
-    assert len(got) == len(samples)
-
-
 @pytest.mark.sweep  # all 30 kernels in the Triton interpreter: some minutes on two cores
 def test_the_correct_triton_kernels_pass_in_the_interpreter(tmp_path, monkeypatch):
-    _triton_pass(tmp_path, monkeypatch, every=1)
-
-
-@pytest.mark.slow  # every sixth of them (unary and binary ops alike), as CI's representatives
-def test_representative_triton_kernels_of_the_pass_pass_in_the_interpreter(tmp_path, monkeypatch):
-    _triton_pass(tmp_path, monkeypatch, every=6)
+    # the pass's correct kernels are correct on their own: on the GPU, a failure of one is the fault's
+    samples = [s for s in correct_samples() if s.record["language"] == "triton"]
+    got = _without_gpu(samples, tmp_path, monkeypatch)
+    assert {n: v for n, v in got.items() if v[0] != "ok"} == {}
+    assert len(got) == len(samples) == 30
 
 
 @pytest.mark.sweep  # nine extensions built against torch's headers
