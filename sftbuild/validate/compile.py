@@ -174,9 +174,7 @@ def triton_gate(task: dict) -> dict:
                 isinstance(n.value.value, int) and not isinstance(n.value.value, bool):
             launch_kw.setdefault(n.arg, n.value.value)
     kernels, aot = {}, {}
-    for f in tree.body:
-        if not (isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in f.decorator_list)):
-            continue
+    for f in jit_functions(tree):
         try:
             kernels[f.name] = _triton_aot(task, f, launch_kw)
             aot[f.name] = "ok"
@@ -192,6 +190,14 @@ def triton_gate(task: dict) -> dict:
              for k in ("registers", "smem", "stack", "spill_stores", "spill_loads")}
     return {"ok": True, "reason": None, "resources": {"kernels": kernels, **worst}, "aot": aot,
             "seconds": round(time.monotonic() - start, 3), "cached": False}
+
+
+def jit_functions(tree) -> list:
+    """The module's top-level `@...jit` functions: the kernels the gate compiles."""
+    import ast
+
+    return [f for f in tree.body if isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d)
+                                                                             for d in f.decorator_list)]
 
 
 # errors no choice of argument types explains: unknown names and attributes

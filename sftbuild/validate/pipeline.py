@@ -207,8 +207,7 @@ def _jit_kernels(code: str) -> bool:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return True
-    return any(isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in f.decorator_list)
-               for f in tree.body)
+    return bool(C.jit_functions(tree))
 
 
 def triton_gate(task: dict) -> dict:
