@@ -122,12 +122,8 @@ def _compile(name: str, src: str, device: str, config: dict) -> Compiled:
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import run_and_get_code
 
-    ns: dict = {"__name__": f"sftbuild_program_{abs(hash(name))}"}
-    exec(compile(src, name, "exec"), ns)
-    init = ns.get("get_init_inputs", lambda: [])()
-    torch.manual_seed(0)
-    model = ns["Model"](*init).to(device).eval()
-    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    ns, _, model = _load(src, device, name)
+    inputs = _draw(ns, device)
     floats = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
     graphs, n_out = [], []
 
@@ -152,6 +148,26 @@ def _compile(name: str, src: str, device: str, config: dict) -> Compiled:
     torch._dynamo.reset()
     dtype = str(floats[0]).replace("torch.", "") if floats else "float32"
     return Compiled(list(codes), graphs, _returns(out, n_out[0]) if len(n_out) == 1 else None, dtype)
+
+
+def _load(src: str, device: str, name: str = "program"):
+    """Run a program's source: (its namespace, its init inputs, its Model built from seed 0 on `device`)."""
+    import torch
+
+    ns: dict = {"__name__": f"sftbuild_program_{abs(hash(name))}"}
+    exec(compile(src, name, "exec"), ns)
+    init = ns.get("get_init_inputs", lambda: [])()
+    torch.manual_seed(0)
+    return ns, init, ns["Model"](*init).to(device).eval()
+
+
+def _draw(ns: dict, device: str, seed: int | None = None) -> list:
+    """The program's `get_inputs()` on `device`, from `seed` when given."""
+    import torch
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
 
 
 def _has_config(cfg, key: str) -> bool:
@@ -200,19 +216,12 @@ def behaviour(program: str, device: str) -> dict:
     `constant` (its output is the same for two different input draws: nothing to compute)."""
     import torch
 
-    ns: dict = {"__name__": "sftbuild_program_behaviour"}
-    exec(compile(program, "program", "exec"), ns)
-    torch.manual_seed(0)
-    model = ns["Model"](*ns.get("get_init_inputs", lambda: [])()).to(device).eval()
-
-    def draw(seed):
-        torch.manual_seed(seed)
-        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    ns, _, model = _load(program, device)
 
     def rng():
         return [torch.get_rng_state(), *([torch.cuda.get_rng_state()] if device == "cuda" else [])]
 
-    a, b = draw(1), draw(2)
+    a, b = _draw(ns, device, 1), _draw(ns, device, 2)
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in a]
     state = rng()
     with torch.no_grad():
@@ -297,16 +306,11 @@ def _matches(program: str, mod, change: dict, device: str) -> bool:
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
                 and n.targets[0].id in change:
             lines[n.lineno - 1] = f"{n.targets[0].id} = {change[n.targets[0].id]}\n"
-    ns: dict = {"__name__": "sftbuild_program_variant"}
     try:
-        exec(compile("".join(lines), "program", "exec"), ns)
-        init = ns.get("get_init_inputs", lambda: [])()
-        torch.manual_seed(0)
-        ref = ns["Model"](*init).to(device).eval()
+        ns, init, ref = _load("".join(lines), device)
         torch.manual_seed(0)
         cand = mod.ModelNew(*init).to(device).eval()
-        torch.manual_seed(1)
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        inputs = _draw(ns, device, 1)
         with torch.no_grad():
             want = ref(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
             got = cand(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
