@@ -38,10 +38,9 @@ def stage(ws: str, *args: str, budget: float | None = None) -> float:
                            text=True, timeout=budget)
         out, rc = p.stdout + p.stderr, p.returncode
         first = (p.stdout.strip().splitlines() or [''])[0][:150]
-    except subprocess.TimeoutExpired as e:
+    except subprocess.TimeoutExpired:
         out, rc = "", 0
         first = f"stopped at its budget of {budget:.0f} s; what it finished is counted"
-        del e
     dt = time.monotonic() - t
     print(f"  {args[0]:<9} {dt:7.1f} s  {first}", flush=True)
     if rc:
