@@ -78,8 +78,10 @@ def kernels(code: str) -> list[dict]:
 
 
 def extern_calls(code: str) -> list[str]:
-    """Library calls the host code makes instead of generated kernels (`extern_kernels.mm`, ...)."""
-    return sorted(set(re.findall(r"\bextern_kernels\.(\w+)\(", code)))
+    """Library calls the host code makes instead of generated kernels: `extern_kernels.mm`, ..., and
+    the ATen ops it falls back to (`torch.ops.aten._trilinear.default`, which runs cuBLAS)."""
+    return sorted(set(re.findall(r"\bextern_kernels\.(\w+)\(", code))
+                  | set(re.findall(r"\btorch\.ops\.aten\.(\w+)\.\w+\(", code)))
 
 
 _TAIL = re.compile(r"^(def get_args\(|def benchmark_compiled_module\(|if __name__ == ['\"]__main__['\"]:)")

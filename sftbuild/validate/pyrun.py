@@ -40,6 +40,7 @@ import random
 import re
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import torch
@@ -492,10 +493,18 @@ class ModuleProblem(Problem):
         def numels(ts):
             return [t.numel() for t in ts if isinstance(t, torch.Tensor)]
 
+        def numel_at(src):  # inputs built on the meta device: a size past memory allocates nothing
+            try:
+                mod, _ = load_module(src, f"ref_sizes{zlib.crc32(src.encode())}", self.workdir)  # one file per source
+                with torch.device("meta"):
+                    return max(numels(mod.get_inputs()), default=0)
+            except Exception:  # its inputs cannot be built there (a copy to a device, a .item()): no growth
+                return None
+
         _, base, _ = self._variants[0]
         torch.manual_seed(0)
         src = sizes.grow_constant(self.reference_src, max(numels(base.get_inputs()), default=0), self.blocks,
-                                  self.limit, self.sizes)
+                                  self.limit, self.sizes, numel_at)
         if src is None:
             return None
         try:

@@ -127,11 +127,16 @@ def replace_constant(src: str, node: ast.Assign, value: int) -> str:
     return "".join(lines)
 
 
-def grow_constant(src: str, numel: int, blocks=(), budget: int = ELEMENT_BUDGET, only=None) -> str | None:
+def grow_constant(src: str, numel: int, blocks=(), budget: int = ELEMENT_BUDGET, only=None,
+                  numel_at=None) -> str | None:
     """The reference source with one size constant grown so its largest input passes the caps:
     a batch-like constant when there is one, else the largest that does not name a kernel, stride,
-    padding or channel count. Input sizes are assumed linear in it; the caller checks the result.
-    None when nothing can grow or the example already fills the budget."""
+    padding or channel count. None when nothing can grow or the example already fills the budget.
+
+    Without `numel_at` input sizes are assumed linear in the constant. `numel_at(src)` measures
+    the largest input of a source (None: it cannot tell); with it the growth is fitted to how the
+    inputs really scale (a square input grows with the constant's square), and a source whose
+    inputs still come out past MAX_ELEMENTS, or no larger than the example, is not returned."""
     target = grown_target(numel, budget)
     consts = size_constants(src, only)
     if not target or not consts or numel <= 0:
@@ -143,7 +148,17 @@ def grow_constant(src: str, numel: int, blocks=(), budget: int = ELEMENT_BUDGET,
         return None
     node = pick[0]
     v = node.value.value
-    return replace_constant(src, node, awkward(-(-target * v // numel), blocks))
+    value = awkward(-(-target * v // numel), blocks)
+    out = replace_constant(src, node, value)
+    if numel_at is None:
+        return out
+    n = numel_at(out)
+    if n is not None and n > budget:  # faster than linear: n ~ value^k, fitted from the two points
+        k = math.log(n / numel) / math.log(value / v)
+        value = awkward(int(v * (target / numel) ** (1 / k)), blocks)
+        out = replace_constant(src, node, value)
+        n = numel_at(out) if value > v else None
+    return out if n is not None and numel < n <= MAX_ELEMENTS else None
 
 
 def limit_for(max_numel: int | None, on_cpu: bool = False) -> int:

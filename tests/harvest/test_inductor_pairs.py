@@ -45,6 +45,8 @@ def test_kernels_name_what_they_fuse_and_where_they_launch():
     assert all(len(k["launch_sites"]) == 1 and "@triton.jit" in k["code"] for k in ks)
     assert IC.kernel_names(GEMM) == sorted(k["name"] for k in ks)
     assert IC.extern_calls(GEMM) == [] and IC.extern_calls("extern_kernels.mm(a, b, out=c)") == ["mm"]
+    # an ATen fallback is host-side library work too (aten._trilinear runs a cuBLAS gemv)
+    assert IC.extern_calls("buf0 = torch.ops.aten._trilinear.default(a, b, c, [1], [0], [1], [2])") == ["_trilinear"]
 
 
 def test_strip_drops_host_paths_and_benchmark_blocks():

@@ -7,6 +7,7 @@ bounds. GPU: the red-team hang is cut short by the per-call bound, not by `sampl
     pytest -m gpu -s -n 0 tests/validate/test_sizes_guards_deadlines.py
 """
 import math
+import tempfile
 import types
 
 import pytest
@@ -67,6 +68,44 @@ def test_module_variants_use_primes_a_batch_of_one_and_one_grown_past_the_caps()
     grown = sizes.grow_constant(REF_RELU, 16 * 1024, {256})
     assert "batch_size = 1025" in grown and "dim = 1024" in grown  # 1,049,600 elements
     assert "M = 4097" in sizes.grow_constant(REF_MATMUL, 256 * 256, {16})
+
+
+REF_TRIL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x0):
+        return torch.tril(x0)
+
+
+size_0 = 10
+
+
+def get_inputs():
+    return [torch.rand((size_0, size_0))]
+"""
+
+
+def _meta_numel(src):
+    from sftbuild.validate.pyrun import load_module
+
+    with tempfile.TemporaryDirectory() as d:
+        mod, _ = load_module(src, "probe", d)
+        with torch.device("meta"):
+            return max(t.numel() for t in mod.get_inputs())
+
+
+def test_a_size_in_two_dimensions_grows_by_its_square_root_not_past_memory():
+    # linear growth would give size_0 = 419431: a 10^11-element input, which the host cannot allocate
+    assert "size_0 = 104859" in sizes.grow_constant(REF_TRIL, 100)
+    grown = sizes.grow_constant(REF_TRIL, 100, numel_at=_meta_numel)
+    n = _meta_numel(grown)
+    assert (1 << 20) < n <= sizes.MAX_ELEMENTS, n
+    assert sizes.grow_constant(REF_TRIL, 100, numel_at=lambda src: None) is None  # cannot tell: no growth
+    # linear inputs keep the linear guess
+    assert sizes.grow_constant(REF_RELU, 16 * 1024, {256}, numel_at=_meta_numel) == \
+        sizes.grow_constant(REF_RELU, 16 * 1024, {256})
 
 
 def _python_run(fn, dtype="float32", shapes=1):

@@ -100,7 +100,8 @@ def _runs_as_a_pair(seen: dict) -> None:
 # Library calls that do a program's main work: a pair whose output code leaves them to cuBLAS or cuDNN
 # asks for no Triton of that work, and the validator would rightly call its solution a cheat
 LIBRARY_WORK = ("convolution", "mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product", "_scaled_mm",
-                "_int_mm", "convolution_backward")
+                "_int_mm", "convolution_backward", "mv", "addmv", "dot", "vdot", "_trilinear",
+                "cudnn_convolution", "_cudnn_rnn", "_flash_attention_forward", "_efficient_attention_forward")
 
 
 def records(source: str, prog, comp, versions: dict, license: str | None = None, skip=None) -> list[Record]:
