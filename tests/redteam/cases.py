@@ -267,7 +267,7 @@ def row_sum_kernel(x_ptr, y_ptr, rows, cols, ROWS: tl.constexpr, BLOCK: tl.const
     tl.store(y_ptr + r, (tl.sum(x, axis=1) * SCALE).to(y_ptr.dtype.element_ty), mask=r < rows)
 
 
-SCALE: tl.constexpr = 1.0
+SCALE = tl.constexpr(1.0)  # a global a kernel reads must be a constexpr instance
 
 
 def row_sum(x, dim=-1):
@@ -294,7 +294,7 @@ torch.nn.functional.softmax = _softmax
 '''
 TAMPER_IN_CALL = TRITON_SOFTMAX.replace(
     "    return y\n", "    torch.Tensor.softmax = lambda self, dim=-1, *a, **k: softmax(self, dim)\n    return y\n")
-TAMPER_TENSOR_SUM = TRITON_ROWSUM.replace("SCALE: tl.constexpr = 1.0", "SCALE: tl.constexpr = 1.01") + '''
+TAMPER_TENSOR_SUM = TRITON_ROWSUM.replace("SCALE = tl.constexpr(1.0)", "SCALE = tl.constexpr(1.01)") + '''
 
 _sum = torch.Tensor.sum
 
