@@ -249,3 +249,54 @@ def test_llmc_kernels_validate_end_to_end(make_ctx, tmp_path):
     verdicts = {r.name: results.get(r.id, {}) for r in ctx.store.records()}
     ok = {n for n, v in verdicts.items() if v.get("status") == "ok"}
     assert names <= ok, {n: (v.get("status"), v.get("reason")) for n, v in verdicts.items()}
+
+
+def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(repo, monkeypatch):
+    """The file's CPU function depends on the trial size and seed only: every block size of one
+    size shares its result (trials.ReferenceCache). Runs on the CPU: the launcher is emulated."""
+    from sftbuild.validate import loop
+
+    rec = _record(repo, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    calls = []
+
+    def scale(out, inp, c):
+        out.copy_(2 * inp + (torch.arange(inp.numel()) % c).float())
+
+    def reference(lib, ref_, p, host):
+        calls.append((tuple(p["counts"]), float(host[1][0])))
+        out = [t.clone() for t in host]
+        scale(out[0], out[1], p["args"][3])
+        return out
+
+    def launch(lib, ref_, p, dev_bufs, block):
+        scale(dev_bufs[0], dev_bufs[1], p["args"][3])
+        return 0
+
+    class Lib:  # the harness's three entry points; only the element size is read from it here
+        sftbuild_file_launch = sftbuild_file_reference = staticmethod(lambda *a: 0)
+        sftbuild_file_elem_bytes = staticmethod(lambda i: 4)
+
+    monkeypatch.setattr(T, "load_file_harness", lambda path: Lib())
+    monkeypatch.setattr(T, "file_reference_outputs", reference)
+    monkeypatch.setattr(T, "_file_call", launch)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    task = {"binding": rec.binding, "sos": ["harness.so"], "shapes": 3, "seeds": 2}
+    adapter = T.FileReference(task, torch.device("cpu"), T.C.selected())
+    out = loop.run([adapter], {**task, "timing": False})
+
+    sizes, blocks = len(FR.plans(ref, 3)), len(FR.block_sizes(ref))
+    assert out["status"] == "ok", out
+    assert sizes == 3 and blocks == 3
+    assert len(out["trials"]) == sizes * blocks * 2  # every (size, block size, seed) is still a trial
+    assert len(calls) == sizes * 2 * 2 == out["reference_calls"]  # (size, seed, run), not per block size
+    assert len(set(calls)) == len(calls)
+
+
+def test_a_small_run_gets_a_small_size_and_never_none(repo):
+    ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    big = FR.plans(ref, 1)[0]
+    small = FR.plans(ref, 1, 1 << 16)[0]
+    assert sum(small["counts"]) <= 1 << 16 < sum(big["counts"])
+    tiny = FR.plans(ref, 1, 1)  # below every size the file allows: its smallest
+    assert len(tiny) == 1 and sum(tiny[0]["counts"]) <= sum(small["counts"])

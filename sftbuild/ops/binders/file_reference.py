@@ -221,14 +221,19 @@ def plan(ref: dict, halvings: int) -> dict | None:
     return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings}
 
 
-def plans(ref: dict, count: int = 2) -> list[dict]:
-    """`count` trial sizes: the largest under MAX_ELEMENTS, then smaller ones (distinct)."""
-    out, seen = [], set()
+def plans(ref: dict, count: int = 2, limit: int = MAX_ELEMENTS) -> list[dict]:
+    """`count` trial sizes: the largest whose buffers hold at most `limit` elements together, then
+    smaller ones (distinct). A `limit` below every size the file allows (a memcheck run's) gives its
+    smallest size under MAX_ELEMENTS instead, so a small run still runs."""
+    out, seen, smallest = [], set(), None
     for h in range(0, 24):
         p = plan(ref, h)
         if p is None:
             return []
-        if sum(p["counts"]) + sum(p["scratch"]) > MAX_ELEMENTS:
+        total = sum(p["counts"]) + sum(p["scratch"])
+        if total <= MAX_ELEMENTS and (smallest is None or total < smallest[0]):
+            smallest = (total, p)
+        if total > min(limit, MAX_ELEMENTS):
             continue
         key = tuple(p["counts"]) + tuple(a for a in p["args"] if a is not None)
         if key in seen:
@@ -237,7 +242,7 @@ def plans(ref: dict, count: int = 2) -> list[dict]:
         out.append(p)
         if len(out) == count:
             break
-    return out
+    return out or ([smallest[1]] if smallest else [])
 
 
 def block_sizes(ref: dict, count: int = 3) -> list[int]:
