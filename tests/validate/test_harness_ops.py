@@ -309,6 +309,11 @@ def test_a_kernel_its_guard_removes_is_compiled_out(tmp_path):
     status, reason, payload = pipeline.after_compile(Record(language="cuda", code=GUARDED, source="t"), res,
                                                      ValidateConfig())
     assert (status, reason) == ("dropped", "compiled_out") and "guarded_kernel" in payload["detail"]
+    # the same for the file's launcher a file-reference harness calls, when its guard removes it
+    launcher = '#include "kernel.cuh"\nvoid run(float* x) { guarded_launcher(x); }\n'
+    code = GUARDED.replace("#endif", "void guarded_launcher(float* x) { guarded_kernel<<<1, 32>>>(x); }\n#endif", 1)
+    res = pipeline.compile_cuda({**task, "code": code, "harnesses": [launcher], "launcher": "guarded_launcher"})
+    assert not res["ok"] and res["reason"] == "compiled_out", res.get("log")
     # a harness that misnames something else is still our fault
     res = pipeline.compile_cuda({**task, "code": GUARDED.replace("110600", "11060"),
                                  "harnesses": [harness.replace("x) {", "x) { undefined_helper();")]})
