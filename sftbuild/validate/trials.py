@@ -368,7 +368,8 @@ class FileReference(loop.Adapter):
         for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
                           ("sftbuild_file_elem_bytes", ctypes.c_int)):
             getattr(self.lib, name).restype = res
-        plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)), task.get("max_numel") or FR.MAX_ELEMENTS)
+        plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)), task.get("max_numel") or FR.MAX_ELEMENTS,
+                         device_fields(dev))
         self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
         self.refused, self.tried, self.informative = {}, 0, False
         self.references = ReferenceCache(self.lib, self.ref)
@@ -406,6 +407,16 @@ class FileReference(loop.Adapter):
             return {"reason": "degenerate",
                     "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
         return None
+
+
+def device_fields(dev: torch.device) -> dict:
+    """The cudaDeviceProp fields sizes may depend on (file_reference.DEVICE_FIELDS), for `dev`."""
+    if dev.type != "cuda":
+        return {}
+    p = torch.cuda.get_device_properties(dev)
+    names = {"multiProcessorCount": "multi_processor_count", "maxThreadsPerMultiProcessor":
+             "max_threads_per_multi_processor", "major": "major", "minor": "minor", "warpSize": "warp_size"}
+    return {field: getattr(p, attr) for field, attr in names.items() if getattr(p, attr, None) is not None}
 
 
 # cudaErrorInvalidValue, cudaErrorInvalidConfiguration: a launch configuration the runtime refuses

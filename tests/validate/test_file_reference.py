@@ -98,11 +98,62 @@ def test_trial_sizes_shrink_and_keep_divisibility(repo):
         FR.evaluate("__import__('os')", {})
 
 
+SM_HEADER = REPO_HEADER + """int num_sms = 0;
+void setup_main() {
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    num_sms = prop.multiProcessorCount;
+}
+"""
+SM_FILE = REPO_FILE.replace("""void scale1(float* out, const float* inp, int N, int C, int block_size) {
+    scale_kernel<<<ceil_div(N * C, block_size), block_size>>>(out, inp, N, C);""",
+                            """void scale1(float* out, float* partial, const float* inp, int N, int C, int block_size) {
+    scale_kernel<<<ceil_div(N * C, block_size), block_size>>>(out, inp, N, C);
+    cudaMemset(partial, 0, num_sms * C * sizeof(float));""").replace(
+    "    scale_cpu(out, inp, N, C);", """    float* d_partial;
+    cudaMalloc(&d_partial, num_sms * C * sizeof(float));
+    scale_cpu(out, inp, N, C);""")
+
+
+def test_globals_the_repos_setup_fills_from_the_device(tmp_path):
+    """llm.c's launchers size grids and scratch by `cuda_num_SMs`, which setup_main() fills from the
+    device: the binding names such globals, sizes are planned with the device's values, and the
+    harness fills them before calling the launcher."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(SM_HEADER)
+    (root / "scale.cu").write_text(SM_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    assert ref["device_globals"] == {"num_sms": "multiProcessorCount"}
+    c = FR.plans(ref)[0]["args"][3]
+    assert FR.plans(ref)[0]["scratch"] == [FR.DEVICE_FIELDS["multiProcessorCount"] * c]
+    assert FR.plans(ref, device={"multiProcessorCount": 7})[0]["scratch"] == [7 * c]
+    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
+    assert "num_sms = prop.multiProcessorCount;" in src.split("sftbuild_file_launch", 1)[1]
+    assert FR.device_globals(["int n = 0;\nvoid f(cudaDeviceProp p) { n = q.major; }"]) == {}  # not a device's
+
+
+@pytest.mark.nvcc
+def test_the_harness_that_fills_device_globals_builds(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(SM_HEADER)
+    (root / "scale.cu").write_text(SM_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
+    res = C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
+                          "timeout": 300, "cache_dir": str(tmp_path / "cache"), "headers": rec.entry["headers"],
+                          "include_dirs": rec.entry["include_dirs"], "link": True})
+    assert res["ok"], res.get("log")
+
+
 @needs_llmc
 @pytest.mark.parametrize("file,kernel,cpu", [
     ("gelu_forward.cu", "gelu_forward_kernel1", "gelu_forward_cpu"),
     ("layernorm_forward.cu", "layernorm_forward_kernel4", "layernorm_forward_cpu"),
     ("softmax_forward.cu", "softmax_forward_kernel7", "softmax_forward_cpu"),
+    ("layernorm_backward.cu", "layernorm_backward_kernel10", "layernorm_backward_cpu"),  # scratch by cuda_num_SMs
 ])
 def test_llmc_kernels_bind_to_their_cpu_reference(file, kernel, cpu):
     b = _record(LLMC, file, kernel).binding
