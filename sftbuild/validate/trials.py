@@ -350,11 +350,18 @@ def run_file_reference(task: dict) -> dict:
     return loop.run([adapter], {**task, "seeds": seeds, "timing": False})
 
 
+# seconds one CPU reference run may take at the largest trial size: a slower one drops that size for
+# the next smaller (the trials run it sizes x seeds x 2 times; at least one size always stays)
+REFERENCE_BUDGET_S = 2.0
+
+
 class FileReference(loop.Adapter):
     """A kernel called through its file's host launcher: the trial loop's adapter. Variants are
     (trial size, block size) pairs; the file fixes dtypes and layouts, so rows carry neither. A block
     size the CUDA runtime refused (as main() would have seen) skips its trials; a wrong result is
-    never excused, only a refused launch."""
+    never excused, only a refused launch. The CPU reference is computed once per size and seed
+    (`ReferenceCache`); a size whose reference takes longer than REFERENCE_BUDGET_S is left out
+    while a smaller one remains."""
 
     dtypes = [None]
     unbound = "no trial size fits the file's main()"
@@ -370,9 +377,12 @@ class FileReference(loop.Adapter):
             getattr(self.lib, name).restype = res
         plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)), task.get("max_numel") or FR.MAX_ELEMENTS,
                          device_fields(dev))
+        self.references = ReferenceCache(self.lib, self.ref)
+        # the largest size goes while one CPU run of it exceeds the budget (its result is kept for the trials)
+        while len(plans) > 1 and self.references.get(plans[0], 0)[3] > REFERENCE_BUDGET_S:
+            plans = plans[1:]
         self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
         self.refused, self.tried, self.informative = {}, 0, False
-        self.references = ReferenceCache(self.lib, self.ref)
 
     def variants(self) -> list:
         return self.pairs

@@ -343,6 +343,13 @@ def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(re
     assert len(calls) == sizes * 2 * 2 == out["reference_calls"]  # (size, seed, run), not per block size
     assert len(set(calls)) == len(calls)
 
+    # a reference slower than the budget at the largest size leaves that size out, keeping one
+    calls.clear()
+    monkeypatch.setattr(T, "REFERENCE_BUDGET_S", -1.0)
+    out = loop.run([T.FileReference(task, torch.device("cpu"), T.C.selected())], {**task, "timing": False})
+    assert out["status"] == "ok" and len(out["trials"]) == blocks * 2
+    assert {r["sizes"][0] for r in out["trials"]} == {FR.plans(ref, 3)[-1]["counts"][0]}
+
 
 def test_a_small_run_gets_a_small_size_and_never_none(repo):
     ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
