@@ -808,11 +808,13 @@ def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main
 
 
 def _device_size(main: str, name: str) -> str | None:
-    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*(?:d_)?" + re.escape(name) + r"\s*,\s*([^;]+?)\)\s*\)?\s*;",
-                  main)
-    if not m:
+    """The element count of main()'s `cudaMalloc(&d_NAME, count * sizeof(T))` (with or without a
+    check macro around it), or None."""
+    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*(?:d_)?" + re.escape(name) + r"\s*,", main)
+    args = _split_args(main, m.start() + main[m.start():].index("(") + 1, "([{", ")]}") if m else None
+    if not args or len(args) != 2:
         return None
-    size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", m.group(1)).strip().strip("*").strip()
+    size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", args[1]).strip().strip("*").strip()
     return size or None
 
 

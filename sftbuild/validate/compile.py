@@ -27,6 +27,10 @@ from sftbuild.validate import logs
 from sftbuild.validate.include_sets import nvcc_args
 from sftbuild.validate import nvcc_parallel
 
+# a launchable harness's host code: nvcc leaves the host compiler at -O0, and a file's CPU reference
+# runs in it (llm.c's matmul_forward_cpu: 3-5 x slower unoptimized); -O2 keeps IEEE arithmetic (no
+# fast-math, no FMA contraction on the baseline x86-64 target), so the results are the same
+HOST_FLAGS = ["-O2"]
 ENTRY = re.compile(r"ptxas info\s*: (?:Compiling entry function|Function properties for) '?([\w$.]+)'?")
 USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -68,8 +72,9 @@ def compile_task(task: dict) -> dict:
     flags = nvcc_args(task["include_sets"]) + ["-lineinfo", f"-arch={task['arch']}"]
     if headers:
         flags = [f"-I{TREE}/{d}" for d in dirs or ["."]] + flags
-    key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version(), headers])
-                         .encode()).hexdigest()[:24]
+    host = HOST_FLAGS if task.get("harness") and link else []
+    key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version(), headers]
+                                    + ([host] if host else [])).encode()).hexdigest()[:24]
     out_dir = Path(task["cache_dir"]) / key
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "lock", "w") as lock:
@@ -96,7 +101,8 @@ def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key:
         (out_dir / "kernel.cuh").write_text(task["code"], encoding="utf-8")
     if task.get("harness") and link:
         (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")
-        cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *flags, "harness.cu", "-o", "harness.so"]
+        cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", *HOST_FLAGS, "-Xptxas", "-v", *flags, "harness.cu", "-o",
+               "harness.so"]
     elif task.get("harness"):  # instantiates the kernel for real ptxas figures, skips the host build
         (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")
         cmd = [nvcc, "-cubin", "-Xptxas", "-v", *flags, "harness.cu", "-o", "harness.cubin"]

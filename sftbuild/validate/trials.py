@@ -350,11 +350,18 @@ def run_file_reference(task: dict) -> dict:
     return loop.run([adapter], {**task, "seeds": seeds, "timing": False})
 
 
+# seconds one CPU reference run may take at the largest trial size: a slower one drops that size for
+# the next smaller (the trials run it sizes x seeds x 2 times; at least one size always stays)
+REFERENCE_BUDGET_S = 2.0
+
+
 class FileReference(loop.Adapter):
     """A kernel called through its file's host launcher: the trial loop's adapter. Variants are
     (trial size, block size) pairs; the file fixes dtypes and layouts, so rows carry neither. A block
     size the CUDA runtime refused (as main() would have seen) skips its trials; a wrong result is
-    never excused, only a refused launch."""
+    never excused, only a refused launch. The CPU reference is computed once per size and seed
+    (`ReferenceCache`); a size whose reference takes longer than REFERENCE_BUDGET_S is left out
+    while a smaller one remains."""
 
     dtypes = [None]
     unbound = "no trial size fits the file's main()"
@@ -368,7 +375,12 @@ class FileReference(loop.Adapter):
         for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
                           ("sftbuild_file_elem_bytes", ctypes.c_int)):
             getattr(self.lib, name).restype = res
-        plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)))
+        plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)), task.get("max_numel") or FR.MAX_ELEMENTS,
+                         device_fields(dev))
+        self.references = ReferenceCache(self.lib, self.ref)
+        # the largest size goes while one CPU run of it exceeds the budget (its result is kept for the trials)
+        while len(plans) > 1 and self.references.get(plans[0], 0)[3] > REFERENCE_BUDGET_S:
+            plans = plans[1:]
         self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
         self.refused, self.tried, self.informative = {}, 0, False
 
@@ -385,7 +397,7 @@ class FileReference(loop.Adapter):
         p, block = t.variant
         if block in self.refused:
             return None, {}
-        ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks)
+        ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks, self.references)
         if stats.get("code") in LAUNCH_CONFIG_ERRORS:  # the launcher said this block size does not fit
             self.refused[block] = stats["why"]
             return None, stats
@@ -394,7 +406,8 @@ class FileReference(loop.Adapter):
         return ok, stats
 
     def summary(self) -> dict:
-        return {"timing": {}, **({"refused_block_sizes": self.refused} if self.refused else {})}
+        return {"timing": {}, "reference_calls": self.references.calls,
+                **({"refused_block_sizes": self.refused} if self.refused else {})}
 
     def verdict(self) -> dict | None:
         if not self.tried:
@@ -404,6 +417,16 @@ class FileReference(loop.Adapter):
             return {"reason": "degenerate",
                     "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
         return None
+
+
+def device_fields(dev: torch.device) -> dict:
+    """The cudaDeviceProp fields sizes may depend on (file_reference.DEVICE_FIELDS), for `dev`."""
+    if dev.type != "cuda":
+        return {}
+    p = torch.cuda.get_device_properties(dev)
+    names = {"multiProcessorCount": "multi_processor_count", "maxThreadsPerMultiProcessor":
+             "max_threads_per_multi_processor", "major": "major", "minor": "minor", "warpSize": "warp_size"}
+    return {field: getattr(p, attr) for field, attr in names.items() if getattr(p, attr, None) is not None}
 
 
 # cudaErrorInvalidValue, cudaErrorInvalidConfiguration: a launch configuration the runtime refuses
@@ -471,26 +494,52 @@ def file_reference_outputs(lib, ref, p, host_bufs) -> list:
     return out
 
 
-def _file_trial(lib, ref, p, block, seed, dev=None, checks=None):
+class ReferenceCache:
+    """The CPU reference of one trial size and seed, computed once and shared by every block size.
+
+    A trial's host arrays and the CPU function's results depend only on the size plan and the seed
+    (`_file_buffers`), never on the block size, so each (plan, seed) is computed once. Only the
+    current plan's entries are kept (the loop runs a plan's block sizes one after another), which
+    bounds the memory to one plan's seeds. `calls` counts the CPU function's runs."""
+
+    def __init__(self, lib, ref: dict):
+        self.lib, self.ref, self.calls = lib, ref, 0
+        self._plan, self._entries = None, {}
+
+    def get(self, p: dict, seed: int) -> tuple[list, list, list, float]:
+        """(host arrays, roles, the CPU function's results, its seconds) for plan `p` and `seed`;
+        callers must not change the tensors."""
+        key = (tuple(p["counts"]), tuple(a for a in p["args"] if a is not None))
+        if key != self._plan:
+            self._plan, self._entries = key, {}
+        if seed not in self._entries:
+            host, roles = _file_buffers(self.ref, p, seed)
+            want, seconds = deadline.timed(lambda: file_reference_outputs(self.lib, self.ref, p, host), False)
+            self.calls += 1
+            self._entries[seed] = (host, roles, want, seconds)
+        return self._entries[seed]
+
+
+def _file_trial(lib, ref, p, block, seed, dev=None, checks=None, references: ReferenceCache | None = None):
     """One (sizes, block size, seed), run twice on new values. Returns (ok, stats, reference moved).
     After each call the run-time checks judge the arrays it was given (inputs unchanged); a failed
     second run is judged as every kind's is (`loop.second_order`: a result cached by pointer is a
     cheat). A trial whose reference did not move is no drop here: the record's must move in some
-    trial (`FileReference.verdict`)."""
+    trial (`FileReference.verdict`). `references` shares the CPU results between block sizes."""
     dev = dev or torch.device("cuda")
     checks = C.selected() if checks is None else checks
-    host, roles = _file_buffers(ref, p, seed)
+    references = references or ReferenceCache(lib, ref)
+    host, roles, _, _ = references.get(p, seed)
     ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
     compared = [ptr_of[i] for i in ref["compare"]]
-    fence = fences.Fence([t.to(dev) for t in host], [f"array {i}" for i in range(len(host))])
+    fence = fences.Fence([t.to(dev, copy=True) for t in host], [f"array {i}" for i in range(len(host))])
     d = list(fence.views) + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
     moved, worst, first = False, {}, None
     for run in range(2):
+        host, _, want, ref_s = references.get(p, seed + 1000 * run)
         if run:  # new values in the same buffers
-            host, _ = _file_buffers(ref, p, seed + 1000)
             for t, h in zip(d, host):
                 t.copy_(h.to(dev))
-        want, ref_s = deadline.timed(lambda: file_reference_outputs(lib, ref, p, host), False)
         for t, r, w in zip(d, roles, want):
             if r == "output":
                 _poison(t)
@@ -506,7 +555,8 @@ def _file_trial(lib, ref, p, block, seed, dev=None, checks=None):
         why = fence.tripped() or C.judge(checks, C.Call(d, [], before=before))
         if why:
             return False, why, moved
-        outs = [(k, d[k].cpu(), want[k]) for k in compared]
+        # compared on the device: float64 there gives the same verdict, without copying the results back
+        outs = [(k, d[k].clone(), want[k].to(dev)) for k in compared]
         got, want = [g for _, g, _ in outs], [w for _, _, w in outs]
         ok, stats = _compare_file(lib, ref, compared, outs)
         if not ok and run:

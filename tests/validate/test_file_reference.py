@@ -98,11 +98,62 @@ def test_trial_sizes_shrink_and_keep_divisibility(repo):
         FR.evaluate("__import__('os')", {})
 
 
+SM_HEADER = REPO_HEADER + """int num_sms = 0;
+void setup_main() {
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    num_sms = prop.multiProcessorCount;
+}
+"""
+SM_FILE = REPO_FILE.replace("""void scale1(float* out, const float* inp, int N, int C, int block_size) {
+    scale_kernel<<<ceil_div(N * C, block_size), block_size>>>(out, inp, N, C);""",
+                            """void scale1(float* out, float* partial, const float* inp, int N, int C, int block_size) {
+    scale_kernel<<<ceil_div(N * C, block_size), block_size>>>(out, inp, N, C);
+    cudaMemset(partial, 0, num_sms * C * sizeof(float));""").replace(
+    "    scale_cpu(out, inp, N, C);", """    float* d_partial;
+    cudaMalloc(&d_partial, num_sms * C * sizeof(float));
+    scale_cpu(out, inp, N, C);""")
+
+
+def test_globals_the_repos_setup_fills_from_the_device(tmp_path):
+    """llm.c's launchers size grids and scratch by `cuda_num_SMs`, which setup_main() fills from the
+    device: the binding names such globals, sizes are planned with the device's values, and the
+    harness fills them before calling the launcher."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(SM_HEADER)
+    (root / "scale.cu").write_text(SM_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    assert ref["device_globals"] == {"num_sms": "multiProcessorCount"}
+    c = FR.plans(ref)[0]["args"][3]
+    assert FR.plans(ref)[0]["scratch"] == [FR.DEVICE_FIELDS["multiProcessorCount"] * c]
+    assert FR.plans(ref, device={"multiProcessorCount": 7})[0]["scratch"] == [7 * c]
+    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
+    assert "num_sms = prop.multiProcessorCount;" in src.split("sftbuild_file_launch", 1)[1]
+    assert FR.device_globals(["int n = 0;\nvoid f(cudaDeviceProp p) { n = q.major; }"]) == {}  # not a device's
+
+
+@pytest.mark.nvcc
+def test_the_harness_that_fills_device_globals_builds(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(SM_HEADER)
+    (root / "scale.cu").write_text(SM_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
+    res = C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
+                          "timeout": 300, "cache_dir": str(tmp_path / "cache"), "headers": rec.entry["headers"],
+                          "include_dirs": rec.entry["include_dirs"], "link": True})
+    assert res["ok"], res.get("log")
+
+
 @needs_llmc
 @pytest.mark.parametrize("file,kernel,cpu", [
     ("gelu_forward.cu", "gelu_forward_kernel1", "gelu_forward_cpu"),
     ("layernorm_forward.cu", "layernorm_forward_kernel4", "layernorm_forward_cpu"),
     ("softmax_forward.cu", "softmax_forward_kernel7", "softmax_forward_cpu"),
+    ("layernorm_backward.cu", "layernorm_backward_kernel10", "layernorm_backward_cpu"),  # scratch by cuda_num_SMs
 ])
 def test_llmc_kernels_bind_to_their_cpu_reference(file, kernel, cpu):
     b = _record(LLMC, file, kernel).binding
@@ -249,3 +300,61 @@ def test_llmc_kernels_validate_end_to_end(make_ctx, tmp_path):
     verdicts = {r.name: results.get(r.id, {}) for r in ctx.store.records()}
     ok = {n for n, v in verdicts.items() if v.get("status") == "ok"}
     assert names <= ok, {n: (v.get("status"), v.get("reason")) for n, v in verdicts.items()}
+
+
+def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(repo, monkeypatch):
+    """The file's CPU function depends on the trial size and seed only: every block size of one
+    size shares its result (trials.ReferenceCache). Runs on the CPU: the launcher is emulated."""
+    from sftbuild.validate import loop
+
+    rec = _record(repo, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    calls = []
+
+    def scale(out, inp, c):
+        out.copy_(2 * inp + (torch.arange(inp.numel()) % c).float())
+
+    def reference(lib, ref_, p, host):
+        calls.append((tuple(p["counts"]), float(host[1][0])))
+        out = [t.clone() for t in host]
+        scale(out[0], out[1], p["args"][3])
+        return out
+
+    def launch(lib, ref_, p, dev_bufs, block):
+        scale(dev_bufs[0], dev_bufs[1], p["args"][3])
+        return 0
+
+    class Lib:  # the harness's three entry points; only the element size is read from it here
+        sftbuild_file_launch = sftbuild_file_reference = staticmethod(lambda *a: 0)
+        sftbuild_file_elem_bytes = staticmethod(lambda i: 4)
+
+    monkeypatch.setattr(T, "load_file_harness", lambda path: Lib())
+    monkeypatch.setattr(T, "file_reference_outputs", reference)
+    monkeypatch.setattr(T, "_file_call", launch)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    task = {"binding": rec.binding, "sos": ["harness.so"], "shapes": 3, "seeds": 2}
+    adapter = T.FileReference(task, torch.device("cpu"), T.C.selected())
+    out = loop.run([adapter], {**task, "timing": False})
+
+    sizes, blocks = len(FR.plans(ref, 3)), len(FR.block_sizes(ref))
+    assert out["status"] == "ok", out
+    assert sizes == 3 and blocks == 3
+    assert len(out["trials"]) == sizes * blocks * 2  # every (size, block size, seed) is still a trial
+    assert len(calls) == sizes * 2 * 2 == out["reference_calls"]  # (size, seed, run), not per block size
+    assert len(set(calls)) == len(calls)
+
+    # a reference slower than the budget at the largest size leaves that size out, keeping one
+    calls.clear()
+    monkeypatch.setattr(T, "REFERENCE_BUDGET_S", -1.0)
+    out = loop.run([T.FileReference(task, torch.device("cpu"), T.C.selected())], {**task, "timing": False})
+    assert out["status"] == "ok" and len(out["trials"]) == blocks * 2
+    assert {r["sizes"][0] for r in out["trials"]} == {FR.plans(ref, 3)[-1]["counts"][0]}
+
+
+def test_a_small_run_gets_a_small_size_and_never_none(repo):
+    ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    big = FR.plans(ref, 1)[0]
+    small = FR.plans(ref, 1, 1 << 16)[0]
+    assert sum(small["counts"]) <= 1 << 16 < sum(big["counts"])
+    tiny = FR.plans(ref, 1, 1)  # below every size the file allows: its smallest
+    assert len(tiny) == 1 and sum(tiny[0]["counts"]) <= sum(small["counts"])

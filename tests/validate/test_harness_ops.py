@@ -309,7 +309,39 @@ def test_a_kernel_its_guard_removes_is_compiled_out(tmp_path):
     status, reason, payload = pipeline.after_compile(Record(language="cuda", code=GUARDED, source="t"), res,
                                                      ValidateConfig())
     assert (status, reason) == ("dropped", "compiled_out") and "guarded_kernel" in payload["detail"]
+    # the same for the file's launcher a file-reference harness calls, when its guard removes it
+    launcher = '#include "kernel.cuh"\nvoid run(float* x) { guarded_launcher(x); }\n'
+    code = GUARDED.replace("#endif", "void guarded_launcher(float* x) { guarded_kernel<<<1, 32>>>(x); }\n#endif", 1)
+    res = pipeline.compile_cuda({**task, "code": code, "harnesses": [launcher], "launcher": "guarded_launcher"})
+    assert not res["ok"] and res["reason"] == "compiled_out", res.get("log")
     # a harness that misnames something else is still our fault
     res = pipeline.compile_cuda({**task, "code": GUARDED.replace("110600", "11060"),
                                  "harnesses": [harness.replace("x) {", "x) { undefined_helper();")]})
     assert res.get("harness_failed") and res["reason"] == "compile_error"
+
+
+def test_the_gate_compiles_only_when_a_harness_fails(monkeypatch):
+    """A harness includes the kernel, so a bound record's kernel compiles once; a failed harness
+    gets the gate, which says whose fault it is."""
+    built = []
+
+    def compile_task(task):
+        built.append("gate" if task["harness"] is None else "harness")
+        broken = "BROKEN" in task["code"] or "BROKEN" in (task["harness"] or "")
+        return {"ok": not broken, "reason": "compile_error" if broken else None, "log": "error" if broken else "",
+                "resources": {"registers": 8, "kernels": {"k": {}}}, "so": None if broken else "h.so",
+                "seconds": 1.0, "cached": False}
+
+    monkeypatch.setattr(C, "compile_task", compile_task)
+    task = {"id": "r", "name": "k", "language": "cuda", "code": "__global__ void k() {}", "harnesses": ["ok"],
+            "include_sets": [], "arch": "sm_90", "timeout": 30, "nvcc": "", "cache_dir": "", "link": True}
+    res = pipeline.compile_cuda(task)
+    assert res["ok"] and res["sos"] == ["h.so"] and res["harnesses_built"] == 1 and built == ["harness"]
+    built.clear()
+    res = pipeline.compile_cuda({**task, "code": "BROKEN"})  # the kernel's fault: the gate's error
+    assert not res["ok"] and not res.get("harness_failed") and built == ["harness", "gate"]
+    res = pipeline.compile_cuda({**task, "harnesses": ["BROKEN"]})  # ours
+    assert not res["ok"] and res["harness_failed"]
+    built.clear()
+    res = pipeline.compile_cuda({**task, "harnesses": []})  # unbound: the gate alone
+    assert res["ok"] and res["sos"] == [] and built == ["gate"]

@@ -25,7 +25,12 @@ from sftbuild.ops.binders import BINDERS, Binder
 from sftbuild.parsing import param_info
 
 MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
+MAX_SCRATCH = 1 << 26  # the launcher's device-only scratch buffers together (zeros, no CPU work)
 SHRINKABLE = 16  # main() literals at least this big are sizes the trials may shrink
+# cudaDeviceProp fields a repo's setup copies into globals (llm.c's common.h: cuda_num_SMs, ...),
+# with the values sizes are planned with where no device is at hand (an H100/H200)
+DEVICE_FIELDS = {"multiProcessorCount": 132, "maxThreadsPerMultiProcessor": 2048, "major": 9, "minor": 0,
+                 "warpSize": 32, "maxThreadsPerBlock": 1024}
 
 
 @BINDERS.register
@@ -38,19 +43,37 @@ class FileReference(Binder):
         ref = record.entry.get("file_reference")
         if not ref or not ref.get("launcher") or not ref.get("cpu"):
             return None
+        # device properties main() would have filled (cudaGetDeviceProperties) before calling launchers
+        props = re.findall(r"(?m)^\s*cudaDeviceProp\s+(\w+)\s*;", record.code)
+        texts = [record.code, *(record.entry.get("headers") or {}).values()]
+        path = (record.provenance or {}).get("path", "")
+        ref = {**ref, "device_props": props, "device_globals": device_globals(texts),
+               "kernel_reads": kernel_reads(record.entry.get("params") or [])}
         try:
             if not plans(ref):
                 return None
         except ValueError:
             return None
-        # device properties main() would have filled (cudaGetDeviceProperties) before calling launchers
-        props = re.findall(r"(?m)^\s*cudaDeviceProp\s+(\w+)\s*;", record.code)
-        path = (record.provenance or {}).get("path", "")
-        ref = {**ref, "device_props": props, "kernel_reads": kernel_reads(record.entry.get("params") or [])}
         return {"kind": "program", "program": f"{path}:{ref['cpu']}", "how": "file_reference",
                 "harness": "file_reference", "dtypes": ["float32"],
                 "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
                 "harness_args": {"ref": ref, "slots": slots(ref)}}
+
+
+def device_globals(texts: list[str]) -> dict[str, str]:
+    """Integer globals a repo's setup fills from its device's properties ({name: cudaDeviceProp field}):
+    `int cuda_num_SMs = 0;` at file scope, then `cuda_num_SMs = deviceProp.multiProcessorCount;`.
+    The harness fills them as that setup would before calling the launcher (which sizes its grid and
+    scratch with them), and sizes are planned with the device's values."""
+    text = "\n".join(texts)
+    declared = set(re.findall(r"(?m)^(?:static\s+)?(?:unsigned\s+)?int\s+(\w+)\s*(?:=\s*[-\w]+\s*)?;", text))
+    props = set(re.findall(r"\bcudaDeviceProp\s+(\w+)\s*;", text))
+    fields = "|".join(DEVICE_FIELDS)
+    out = {}
+    for name, var, field in re.findall(rf"(?m)^\s*(\w+)\s*=\s*(\w+)\s*\.\s*({fields})\s*;", text):
+        if name in declared and var in props:
+            out.setdefault(name, field)
+    return out
 
 
 def kernel_reads(params: list[str]) -> list[str]:
@@ -146,10 +169,13 @@ def evaluate(expr: str, env: dict[str, float]) -> float:
     return ev(tree)
 
 
-def scalars(ref: dict, halvings: int = 0) -> dict[str, float]:
+def scalars(ref: dict, halvings: int = 0, device: dict | None = None) -> dict[str, float]:
     """main()'s scalars, literal sizes halved `halvings` times (all together) while each stays a
-    multiple of the power of two it already is (up to 64 for sizes from 256, up to 8 below)."""
-    env: dict[str, float] = {}
+    multiple of the power of two it already is (up to 64 for sizes from 256, up to 8 below); the
+    device globals (`device_globals`) take `device`'s values ({cudaDeviceProp field: value}), else
+    DEVICE_FIELDS'."""
+    device = {**DEVICE_FIELDS, **(device or {})}
+    env: dict[str, float] = {name: device[field] for name, field in (ref.get("device_globals") or {}).items()}
     for name, expr, kind in ref.get("scalars") or []:
         try:
             v = evaluate(expr, env)
@@ -179,9 +205,9 @@ def _count(expr: str, env: dict) -> int | None:
     return n if isinstance(n, int) and n > 0 else None
 
 
-def plan(ref: dict, halvings: int) -> dict | None:
+def plan(ref: dict, halvings: int, device: dict | None = None) -> dict | None:
     """One trial's sizes: {env, args (the CPU call's values), counts (elements per buffer)}."""
-    env = scalars(ref, halvings)
+    env = scalars(ref, halvings, device)
     args, counts = [], []
     bufs = iter(ref["buffers"])
     for p, a in zip(ref["cpu_params"], ref["call_args"]):
@@ -221,14 +247,22 @@ def plan(ref: dict, halvings: int) -> dict | None:
     return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings}
 
 
-def plans(ref: dict, count: int = 2) -> list[dict]:
-    """`count` trial sizes: the largest under MAX_ELEMENTS, then smaller ones (distinct)."""
-    out, seen = [], set()
+def plans(ref: dict, count: int = 2, limit: int = MAX_ELEMENTS, device: dict | None = None) -> list[dict]:
+    """`count` trial sizes: the largest whose buffers hold at most `limit` elements together (and
+    scratch at most MAX_SCRATCH), then smaller ones (distinct). A `limit` below every size the file
+    allows (a memcheck run's) gives its smallest size under MAX_ELEMENTS instead, so a small run
+    still runs. `device`: see `scalars`."""
+    out, seen, smallest = [], set(), None
     for h in range(0, 24):
-        p = plan(ref, h)
+        p = plan(ref, h, device)
         if p is None:
             return []
-        if sum(p["counts"]) + sum(p["scratch"]) > MAX_ELEMENTS:
+        total = sum(p["counts"])
+        if sum(p["scratch"]) > MAX_SCRATCH:
+            continue
+        if total <= MAX_ELEMENTS and (smallest is None or total < smallest[0]):
+            smallest = (total, p)
+        if total > min(limit, MAX_ELEMENTS):
             continue
         key = tuple(p["counts"]) + tuple(a for a in p["args"] if a is not None)
         if key in seen:
@@ -237,7 +271,7 @@ def plans(ref: dict, count: int = 2) -> list[dict]:
         out.append(p)
         if len(out) == count:
             break
-    return out
+    return out or ([smallest[1]] if smallest else [])
 
 
 def block_sizes(ref: dict, count: int = 3) -> list[int]:
