@@ -673,6 +673,7 @@ class Run(loop.Adapter):
     world: pristine.Pristine  # the process as it was before the candidate ran
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
     task: dict = dataclasses.field(default_factory=dict)  # the record's task: timing's warm-ups, runs, baselines
+    in_place: tuple = ()  # inputs the candidate updates and returns (pyrun.updated_in_place), from its last checked call
 
     @functools.cached_property
     def expects_triton(self) -> bool:
@@ -888,10 +889,37 @@ def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):
         tampered = run.world.changes()  # before strict_precision puts the flags back
     tampered += pristine.rng_changes(rng)
     made = run.counter.count - launches
-    call = checks.Call(inputs, out, before=before, expected=expected, flags_changed=changed, tampered=tampered,
-                       launches=made if made or run.expects_triton else None)
+    if before is not None:
+        run.in_place = updated_in_place(inputs, before, out)
+    call = checks.Call(inputs, out, before=before, mutates=run.in_place, expected=expected, flags_changed=changed,
+                       tampered=tampered, launches=made if made or run.expects_triton else None)
     why = checks.judge(run.checks, call)
-    return (None, why) if why else (out, None)
+    if why:
+        return None, why
+    # results living in an input: the next order writes new values there, so keep these apart
+    return [o.clone() if lives_in(o, inputs, run.in_place) else o for o in out], None
+
+
+def updated_in_place(inputs: list, before: list, outputs: list) -> tuple[int, ...]:
+    """Inputs the call changed and returned (a view of) as an output: an in-place op (RoPE rotating q
+    and k where they lie), whose updates are its outputs. An input changed but not returned stays
+    scratch space (checks/inputs_unchanged); one returned unchanged stays a view (checks/real_outputs)."""
+    from sftbuild.validate.checks.inputs_unchanged import same
+
+    outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
+    return tuple(i for i, (t, was) in enumerate(zip(inputs, before))
+                 if isinstance(t, torch.Tensor) and was is not None and t.numel() and not same(t, was)
+                 and any(_shares(o, t) for o in outs))
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def lives_in(o, inputs: list, which: tuple) -> bool:
+    """Output `o` lives in one of the inputs numbered `which`."""
+    return isinstance(o, torch.Tensor) and o.numel() > 0 and any(
+        isinstance(inputs[i], torch.Tensor) and _shares(o, inputs[i]) for i in which)
 
 
 def _expects_triton(prob) -> bool:

@@ -235,6 +235,18 @@ def test_python_candidate_writing_its_input_is_a_cheat():
     assert not ok and stats == {"reason": "cheat", "why": "the candidate modified input 0"}
 
 
+def test_python_candidate_updating_its_input_and_returning_it_is_an_in_place_op():
+    from sftbuild.validate import pyrun
+
+    run, prob = _python_run(lambda x: x.relu_())  # RoPE-style: the result is written where the input lay
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+    assert ok, stats
+    assert run.in_place == (0,)
+    run, prob = _python_run(lambda x: x[:])  # an untouched input handed back is still no output of its own
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+    assert not ok and stats["reason"] == "cheat" and "view of an input" in stats["why"]
+
+
 # ---- config selects the checks: validate.runtime_checks travels in the task ----------------------
 
 def test_task_selection_reaches_the_python_loop():
