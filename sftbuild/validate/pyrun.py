@@ -15,13 +15,13 @@ fresh worker (`recycle`), so no sample's verdict depends on the one before it.
 
 The record's `Run` is its adapter of the one trial loop (sftbuild.validate.loop), which owns the
 plan (variants x dtypes x layouts x seeds; one grown past the fixed-grid caps,
-sftbuild.validate.sizes), the tally, the profiled first trial and timing. Every trial: inputs from
+sftbuild.validate.sizes), the tally, the profiled trial and timing. Every trial: inputs from
 the book in a layout (contiguous, transposed, sliced) inside NaN guard regions
 (sftbuild.validate.fences: a changed guard or a result that depends on the guards' contents is
 `out_of_bounds`), each candidate call bounded by the reference's time (sftbuild.validate.deadline),
 outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after each call the
 run-time checks (sftbuild.validate.checks) judge what it left (process state, flags, decoys, real
-outputs, inputs unchanged, output dtype, shape, device and memory format), the first trial is
+outputs, inputs unchanged, output dtype, shape, device and memory format), one trial (the largest) is
 profiled for library kernels, and the outputs are compared with the float64 reference and torch's
 own result at the dtype; the same buffers then get new values (both orders), and the checks judge
 whether the results moved with the inputs (`loop.second_order`).
