@@ -216,12 +216,15 @@ def call_kwargs(call: dict, inputs: list, params: dict) -> dict:
     return {}
 
 
-def call_entry(mod, call: dict, inputs: list, params: dict) -> list:
-    """Call the entry as the binding's `call` says and return the outputs it names, in the op's order."""
+def call_entry(mod, call: dict, inputs: list, params: dict, handed: list | None = None) -> list:
+    """Call the entry as the binding's `call` says and return the outputs it names, in the op's order.
+    `handed` receives every tensor the entry returned, compared or not (see `updated_in_place`)."""
     fn = resolve_entry(mod, call["entry"])
     if call.get("kind") == "module":
         fn = fn(*call_args({"args": call.get("init") or []}, inputs, params))
     out = fn(*call_args(call, inputs, params), **call_kwargs(call, inputs, params))
+    if handed is not None:
+        handed += [t for _, t in returned(out)]
     return [pick_output(spec, out, inputs) for spec in call["outputs"]]
 
 
@@ -392,10 +395,11 @@ class OpProblem(Problem):
         return [t.to(dev) for t in self.op.make_inputs(shape, dtype, "contiguous", gen, self.params)]
 
     def candidate(self, shape, dtype, inputs):
+        self.handed = []
         if self.call and self.call.get("grad"):  # a backward kernel: its Function's forward and backward
-            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params), inputs)
+            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params, self.handed), inputs)
         if self.call:
-            return call_entry(self.mod, self.call, inputs, self.params)
+            return call_entry(self.mod, self.call, inputs, self.params, self.handed)
         return to_list(self.fn(*inputs, **self.call_params))
 
     def reference(self, shape, dtype, inputs, double=False):
@@ -890,7 +894,7 @@ def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):
     tampered += pristine.rng_changes(rng)
     made = run.counter.count - launches
     if before is not None:
-        run.in_place = updated_in_place(inputs, before, out)
+        run.in_place = updated_in_place(inputs, before, out + (getattr(run.prob, "handed", None) or []))
     call = checks.Call(inputs, out, before=before, mutates=run.in_place, expected=expected, flags_changed=changed,
                        tampered=tampered, launches=made if made or run.expects_triton else None)
     why = checks.judge(run.checks, call)
@@ -901,9 +905,11 @@ def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):
 
 
 def updated_in_place(inputs: list, before: list, outputs: list) -> tuple[int, ...]:
-    """Inputs the call changed and returned (a view of) as an output: an in-place op (RoPE rotating q
-    and k where they lie), whose updates are its outputs. An input changed but not returned stays
-    scratch space (checks/inputs_unchanged); one returned unchanged stays a view (checks/real_outputs)."""
+    """Inputs the call changed and returned (a view of): an in-place op (RoPE rotating q and k where they
+    lie; a fused loss leaving its gradient in the logits and handing them back), whose updates are
+    results. `outputs` holds every tensor the call returned, compared or not. An input changed but not
+    returned stays scratch space (checks/inputs_unchanged); one returned unchanged stays a view
+    (checks/real_outputs)."""
     from sftbuild.validate.checks.inputs_unchanged import same
 
     outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.numel()]

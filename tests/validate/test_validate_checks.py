@@ -247,6 +247,33 @@ def test_python_candidate_updating_its_input_and_returning_it_is_an_in_place_op(
     assert not ok and stats["reason"] == "cheat" and "view of an input" in stats["why"]
 
 
+def test_an_entry_handing_back_the_input_it_overwrote_is_in_place_too():
+    """A fused loss leaves its gradient in the logits and returns them beside the compared result."""
+    from sftbuild.validate import guards, pristine, pyrun, refbook
+
+    counter = types.SimpleNamespace(count=0, names=set())
+
+    def entry(x, keep):
+        counter.count += 1
+        y = torch.relu(x)
+        x.mul_(2.0)  # scratch written into the input ...
+        return (y, x) if keep else (y,)  # ... and handed back, or not
+    for keep, ok_expected in ((True, True), (False, False)):
+        call = {"entry": "entry", "kind": "function", "args": [["input", 0], ["value", keep]],
+                "outputs": [{"from": "return", "index": 0}]}
+        task = {"id": "t", "binding": {"op": "relu", "call": call}, "dtypes": ["float32"], "shapes": 1}
+        cpu = torch.device("cpu")
+        prob = pyrun.OpProblem(task, cpu)
+        book = refbook.Book(prob, 1, cpu, pyrun.layout_of)
+        prob.bind(types.SimpleNamespace(entry=entry))
+        guards.set_strict()
+        run = pyrun.Run(prob, cpu, counter, set(), C.selected(), book, pristine.Pristine())
+        ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+        assert ok is ok_expected, stats
+        if not ok:
+            assert stats["reason"] == "cheat" and "modified input 0" in stats["why"]
+
+
 # ---- config selects the checks: validate.runtime_checks travels in the task ----------------------
 
 def test_task_selection_reaches_the_python_loop():
