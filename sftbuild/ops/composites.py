@@ -225,7 +225,8 @@ for _name, _red, _lt, _en, _zh in [
     define(_name, "loss", _en, _zh, _kl, _kl_inputs, DIST_POOL,
            {"inputs": ["x: [rows, classes] log-probabilities", "y: [rows, classes]"],
             "outputs": ["loss: [rows, classes] float32" if _red == "none" else "loss: [] float32"]},
-           "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"reduction": _red, "log_target": _lt})
+           "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"reduction": _red, "log_target": _lt},
+           grad_constants=(1,))  # the target distribution
 
 
 def _jsd(x, y, beta=0.5):
@@ -248,7 +249,8 @@ define("jsd", "loss",
        "loss = sum(beta * p * (y - log m) + (1 - beta) * q * (x - log m)) / rows",
        _jsd, lambda s, d, l, g, p: [_logprobs(s, d, l, g), _logprobs(s, d, "contiguous", g)], DIST_POOL,
        {"inputs": ["x: [rows, classes] log-probabilities", "y: [rows, classes] log-probabilities"],
-        "outputs": ["loss: [] float32"]}, "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"beta": 0.5})
+        "outputs": ["loss: [] float32"]}, "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"beta": 0.5},
+       grad_constants=(1,))  # the teacher
 
 
 # ---- norms with offsets, fused add + norm, 4-D group norm ------------------------------------

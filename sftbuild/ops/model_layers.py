@@ -133,7 +133,8 @@ define("tvd", "loss",
                    "shift_labels: [rows] int64 (rows whose label is ignore_index do not count)"],
         "outputs": ["loss: [] float32"]},
        "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL,
-       params={"reduction": "batchmean", "ignore_index": -100, "has_label": True})
+       params={"reduction": "batchmean", "ignore_index": -100, "has_label": True},
+       grad_constants=(1,))  # q, the reference distribution
 
 
 # ---- rotary embeddings: Llama 4 (complex pairs), Qwen2-VL multimodal sections -------------------

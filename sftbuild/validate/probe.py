@@ -291,9 +291,9 @@ def _references(op, inputs, params, grad: bool) -> tuple[list, list]:
         return ops.as_outputs(op.run_reference(xs, params))
     if not grad:
         return run(ops.upcast(inputs)), run(inputs)
-    refs64 = pyrun.with_grads(run, ops.upcast(inputs))
+    refs64 = pyrun.with_grads(run, ops.upcast(inputs), op.grad_constants)
     try:
-        natives = pyrun.with_grads(run, inputs)
+        natives = pyrun.with_grads(run, inputs, op.grad_constants)
     except Exception:  # a torch without this op's backward at the dtype: the float64 one judges alone
         natives = [None] * len(refs64)
     return refs64, natives
@@ -311,7 +311,7 @@ def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
         out = _call(fn, call, xs, params)
         return [pyrun.pick_output(spec, out, xs) for spec in call["outputs"]]
     try:
-        outs = pyrun.with_grads(run, inputs) if call.get("grad") else run(inputs)
+        outs = pyrun.with_grads(run, inputs, op.grad_constants) if call.get("grad") else run(inputs)
     except Exception as e:
         return False, {}, f"error: {type(e).__name__}: {str(e)[:160]}"
     if len(outs) != len(refs64):

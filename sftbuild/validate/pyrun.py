@@ -237,12 +237,14 @@ def cotangent(t: torch.Tensor) -> torch.Tensor:
     return torch.randn(tuple(t.shape), generator=g, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
 
 
-def with_grads(run, inputs: list) -> list:
+def with_grads(run, inputs: list, constants=()) -> list:
     """`run(inputs)`'s outputs, then the gradient of sum(output * cotangent) with respect to each
     floating input (zeros where nothing depends on it): a forward and its backward, as autograd runs
-    them. The inputs are not changed (the gradients are taken on detached leaves sharing them)."""
-    xs = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-          for t in inputs]
+    them. The inputs are not changed (the gradients are taken on detached leaves sharing them).
+    Inputs numbered in `constants` (the op's `grad_constants`: a loss's target or teacher) take no
+    gradient and have none in the result."""
+    xs = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point()
+          and i not in constants else t for i, t in enumerate(inputs)]
     with torch.enable_grad():
         outs = run(xs)
         wrt = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
@@ -397,7 +399,8 @@ class OpProblem(Problem):
     def candidate(self, shape, dtype, inputs):
         self.handed = []
         if self.call and self.call.get("grad"):  # a backward kernel: its Function's forward and backward
-            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params, self.handed), inputs)
+            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params, self.handed), inputs,
+                              self.op.grad_constants)
         if self.call:
             return call_entry(self.mod, self.call, inputs, self.params, self.handed)
         return to_list(self.fn(*inputs, **self.call_params))
@@ -406,7 +409,8 @@ class OpProblem(Problem):
         if double:
             inputs = [t.double() if t.is_floating_point() else t for t in inputs]
         if self.call and self.call.get("grad"):
-            return with_grads(lambda xs: to_list(self.op.run_reference(xs, self.params)), inputs)
+            return with_grads(lambda xs: to_list(self.op.run_reference(xs, self.params)), inputs,
+                              self.op.grad_constants)
         return to_list(self.op.run_reference(inputs, self.params))
 
     def tolerance(self):
