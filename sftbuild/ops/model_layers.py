@@ -137,6 +137,41 @@ define("tvd", "loss",
        grad_constants=(1,))  # q, the reference distribution
 
 
+def _ce_tvd_inputs(shape, dtype, layout, gen, params):
+    rows, classes = shape
+    return [rand(shape, dtype, layout, gen, 3.0), rand(shape, dtype, "contiguous", gen, 3.0),
+            _targets(rows, classes, gen, params.get("ignore_index"))]
+
+
+def _ce_tvd(student, teacher, target, ignore_index=-100):
+    """Per-row cross-entropy of the student logits and total variation distance between the student's
+    and the teacher's softmax; 0 for both where the target is ignore_index."""
+    acc = _acc(student)
+    s, t = student.to(acc), teacher.to(acc)
+    keep = (target != ignore_index).to(acc)
+    safe = torch.where(target == ignore_index, torch.zeros_like(target), target)
+    lse = torch.logsumexp(s, -1)
+    ce = (lse - s.gather(-1, safe[:, None].long())[:, 0]) * keep
+    tvd = 0.5 * (torch.softmax(s, -1) - torch.softmax(t, -1)).abs().sum(-1) * keep
+    out = torch.float32 if acc == torch.float32 else acc
+    return ce.to(out), tvd.to(out)
+
+
+define("cross_entropy_tvd", "loss",
+       "per-row cross-entropy and total variation distance for distillation: ce[i] = logsumexp(s[i]) - s[i, "
+       "target[i]] and tvd[i] = 0.5 * sum_v |softmax(s[i])_v - softmax(t[i])_v| for student logits s and teacher "
+       "logits t, both 0 for rows whose target is ignore_index (-100); unreduced, float32",
+       "用于蒸馏的逐行交叉熵与全变差距离：对学生logits s与教师logits t，ce[i] = logsumexp(s[i]) - s[i, target[i]]，"
+       "tvd[i] = 0.5 * sum_v |softmax(s[i])_v - softmax(t[i])_v|；target为ignore_index（-100）的行两者均为0；"
+       "不做归约，float32",
+       _ce_tvd, _ce_tvd_inputs, DIST_POOL,
+       {"inputs": ["student_logits: [rows, classes]", "teacher_logits: [rows, classes]",
+                   "target: [rows] int64 (ignore_index marks rows that do not count)"],
+        "outputs": ["ce: [rows] float32", "tvd: [rows] float32"]},
+       "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, outputs=2, params={"ignore_index": -100},
+       grad_constants=(1,))  # the teacher
+
+
 # ---- rotary embeddings: Llama 4 (complex pairs), Qwen2-VL multimodal sections -------------------
 
 # (B, H, Hk, S, D); the smallest has several positions, so no probe shape rotates by angle 0 alone

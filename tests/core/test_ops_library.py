@@ -273,6 +273,23 @@ def test_tvd():
     _close(op.reference(p, q, labels, reduction="mean"), loss / 4099)
 
 
+def test_cross_entropy_tvd_per_row():
+    (s, t, labels), (ce, tvd), prm = _run("cross_entropy_tvd", (17, 1000))
+    assert prm["ignore_index"] == -100 and (labels == -100).any() and (labels != -100).any()
+    assert ce.shape == tvd.shape == (17,)
+    for i in range(17):
+        if int(labels[i]) == -100:
+            assert float(ce[i]) == 0.0 and float(tvd[i]) == 0.0
+            continue
+        p, q = s[i].exp() / s[i].exp().sum(), t[i].exp() / t[i].exp().sum()
+        _close(ce[i], -torch.log(p[labels[i]]))
+        _close(tvd[i], 0.5 * (p - q).abs().sum())
+    op = ops.get("cross_entropy_tvd")
+    assert op.grad_constants == (1,)  # the teacher takes no gradient
+    half = op.make_inputs((3, 33), "float16", "contiguous", _gen(), dict(op.params))
+    assert all(o.dtype == torch.float32 for o in op.run_reference(half))  # float32, as the fused kernel returns
+
+
 def test_llama4_rope_is_a_complex_product():
     (q, k, freqs), (qo, ko), _ = _run("llama4_rope", (2, 4, 2, 17, 64))
     assert q.shape == (2, 17, 4, 64) and k.shape == (2, 17, 2, 64) and freqs.shape == (17, 32, 2)
@@ -430,6 +447,8 @@ def test_package_op_imports_only_when_run(tmp_path):
     ("modulated_rms_norm_forward", ["X", "W", "scale", "shift", "eps", "offset", "casting_mode"], "modulated_rms_norm"),
     ("fused_selective_log_softmax", ["logits", "input_ids", "temperature", "mask"], "selective_log_softmax"),
     ("_attn_res_fwd_kernel attn_res_forward", ["blocks", "w_query", "w_norm", "eps"], "attn_res"),
+    ("_fused_ce_tvd_forward_kernel fused_ce_tvd_forward", ["student_logits", "teacher_logits", "target",
+                                                           "ignore_index"], "cross_entropy_tvd"),
 ])
 def test_shortlist_ranks_the_right_op_first(name, params, want):
     got = ops.shortlist(name, params)
