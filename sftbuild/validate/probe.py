@@ -100,6 +100,7 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     kernels = (task.get("entry") or {}).get("kernels")
     entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"
                and runs_kernels(e, kernels)]
+    entries = with_tree_hints(entries, task.get("hints") or {})
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
     names = [n for n in task.get("shortlist") or [] if _known(n)]
@@ -121,6 +122,19 @@ def _search(task, mod, dev, deadline, tried) -> dict:
                 b = result["binding"]
                 return {"binding": b, "evidence": {**result["evidence"], "candidates_tried": tried}}
     return _unbound(None, tried)
+
+
+def with_tree_hints(entries: list[dict], hints: dict) -> list[dict]:
+    """`entries` with a `hint` from the package (sftbuild.ops.binders.probed.tree_hints) on each
+    parameter that has neither a default nor a hint from its own file."""
+    if not hints:
+        return entries
+    out = []
+    for e in entries:
+        params = [{**p, "hint": hints[p["name"]]} if not p["has_default"] and "hint" not in p
+                  and p["name"] in hints else p for p in e["params"]]
+        out.append({**e, "params": params})
+    return out
 
 
 def _known(name: str) -> bool:

@@ -134,8 +134,39 @@ def interpreter_scalars() -> None:
 
     cvt._sftbuild = True
     interp._implicit_cvt = cvt
+    _interpreter_identity()
     _interpreter_libdevice()
     _interpreter_autotune()
+
+
+def _interpreter_identity() -> None:
+    """`X is None` / `X is not None` in a kernel compare what the constexprs hold, as the compiler does
+    (an absent optional pointer arrives as a constexpr None, which plain `is` would take for present)."""
+    import ast as pyast
+
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    if getattr(interp.ASTTransformer.visit_Compare, "_sftbuild", False):
+        return
+    orig = interp.ASTTransformer.visit_Compare
+
+    def unwrapped_is(a, b):
+        unwrap = (lambda v: v.value if isinstance(v, tl.constexpr) else v)
+        return unwrap(a) is unwrap(b)
+
+    def visit_compare(self, node):
+        if len(node.ops) == 1 and isinstance(node.ops[0], (pyast.Is, pyast.IsNot)):
+            node = self.generic_visit(node)
+            same = pyast.Call(func=pyast.Name(id="_sftbuild_unwrapped_is", ctx=pyast.Load()),
+                              args=[node.left, node.comparators[0]], keywords=[])
+            out = same if isinstance(node.ops[0], pyast.Is) else pyast.UnaryOp(op=pyast.Not(), operand=same)
+            return pyast.copy_location(out, node)
+        return orig(self, node)
+
+    visit_compare._sftbuild = True
+    interp._sftbuild_unwrapped_is = unwrapped_is  # the rewriter lends the interpreter's globals to kernels
+    interp.ASTTransformer.visit_Compare = visit_compare
 
 
 def _interpreter_autotune() -> None:

@@ -290,6 +290,31 @@ def test_cross_entropy_tvd_per_row():
     assert all(o.dtype == torch.float32 for o in op.run_reference(half))  # float32, as the fused kernel returns
 
 
+def test_grpo_loss_is_the_clipped_policy_loss_with_a_kl_penalty():
+    (logits, old, ref, ids, adv, mask), (loss,), prm = _run("grpo_loss", (3, 5, 33))
+    assert logits.shape == (3, 6, 33) and old.shape == ref.shape == ids.shape == mask.shape == (3, 5)
+    t, beta, lo, hi = prm["temperature"], prm["beta"], prm["eps_low"], prm["eps_high"]
+    per_seq = []
+    for b in range(3):
+        total, count = 0.0, 0
+        for i in range(5):
+            if not int(mask[b, i]):
+                continue
+            z = logits[b, i] / t
+            logp = z[ids[b, i]] - math.log(float(z.exp().sum()))
+            ratio = math.exp(logp - float(old[b, i]))
+            a = float(adv[b])
+            clipped = min(max(ratio, 1 - lo), 1 + hi)
+            d = float(ref[b, i]) - logp
+            total += -min(ratio * a, clipped * a) + beta * (math.exp(d) - d - 1)
+            count += 1
+        per_seq.append(total / max(count, 1))
+    _close(loss, sum(per_seq) / 3)
+    ratios = (torch.log_softmax(logits[:, :5] / t, -1).gather(-1, ids[..., None])[..., 0] - old).exp()
+    assert ((ratios < 1 - lo) | (ratios > 1 + hi)).any() and ((ratios > 1 - lo) & (ratios < 1 + hi)).any()
+    assert ops.get("grpo_loss").grad_constants == (1, 2, 4)  # only the logits take a gradient
+
+
 def test_llama4_rope_is_a_complex_product():
     (q, k, freqs), (qo, ko), _ = _run("llama4_rope", (2, 4, 2, 17, 64))
     assert q.shape == (2, 17, 4, 64) and k.shape == (2, 17, 2, 64) and freqs.shape == (17, 32, 2)
@@ -447,6 +472,8 @@ def test_package_op_imports_only_when_run(tmp_path):
     ("modulated_rms_norm_forward", ["X", "W", "scale", "shift", "eps", "offset", "casting_mode"], "modulated_rms_norm"),
     ("fused_selective_log_softmax", ["logits", "input_ids", "temperature", "mask"], "selective_log_softmax"),
     ("_attn_res_fwd_kernel attn_res_forward", ["blocks", "w_query", "w_norm", "eps"], "attn_res"),
+    ("_grpo_loss_fwd_kernel GrpoLossFunction", ["logits", "old_logp", "ref_logp", "completion_ids", "advantages",
+                                                "completion_mask", "temperature", "beta"], "grpo_loss"),
     ("_fused_ce_tvd_forward_kernel fused_ce_tvd_forward", ["student_logits", "teacher_logits", "target",
                                                            "ignore_index"], "cross_entropy_tvd"),
 ])
