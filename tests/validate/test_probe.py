@@ -289,6 +289,6 @@ def test_a_parameter_without_any_default_in_its_file_takes_the_packages(tmp_path
     entry = rec.entry["entry_points"][0]
     assert not any("hint" in p for p in entry["params"] if p["name"] == "scale_mode")
     task = probed.Probed().plan(rec)
-    assert task["hints"] == {"eps": 1e-6, "scale_mode": "llama"}  # the most common; a None default (bias) is none
+    assert task["hints"] == {"eps": 1e-6, "scale_mode": "llama"}  # the most common value, for unfilled names only
     _, res, b = probe(rec)
     assert b is not None and b["call"]["args"][-1] == ["value", "llama"], res.get("unbound")

@@ -80,9 +80,10 @@ class Probed(Binder):
 
 
 def tree_hints(tree: str | None, path: str | None) -> dict:
-    """Literal defaults other than None the record's whole package declares, by parameter name (the
-    most common value where they differ): what an entry whose own file gives a parameter no default
-    is called with (a public wrapper elsewhere in the package passing `inplace=True` to a Function)."""
+    """Literal defaults the record's whole package declares, by parameter name (the most common value
+    where they differ): what an entry whose own file gives a parameter no default is called with (a
+    public wrapper elsewhere in the package passing `inplace=True` to a Function; `weight=None`, an
+    optional tensor the probe may then leave out)."""
     if not tree or not path or not os.path.isdir(tree):
         return {}
     return _package_hints(os.path.join(tree, path.replace("\\", "/").split("/")[0]))
@@ -105,8 +106,7 @@ def _package_hints(top: str) -> dict:
         for name, v in hints.items():
             seen.setdefault(name, Counter())[repr(v)] += 1
             values.setdefault(name, {})[repr(v)] = v
-    out = {name: values[name][c.most_common(1)[0][0]] for name, c in seen.items()}
-    return {k: v for k, v in out.items() if v is not None}  # None would make a required tensor optional
+    return {name: values[name][c.most_common(1)[0][0]] for name, c in seen.items()}
 
 
 def runs_kernels(entry: dict, kernels) -> str | None:
