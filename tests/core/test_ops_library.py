@@ -315,6 +315,21 @@ def test_grpo_loss_is_the_clipped_policy_loss_with_a_kl_penalty():
     assert ops.get("grpo_loss").grad_constants == (1, 2, 4)  # only the logits take a gradient
 
 
+def test_neighborhood_attention_sees_a_dilated_window_cut_at_the_ends():
+    (q, k, v), (o,), prm = _run("neighborhood_attention", (2, 3, 17, 32))
+    assert prm == {"kernel_size": 7, "dilation": 1}
+    op = ops.get("neighborhood_attention")
+    for ks, dil in ((7, 1), (5, 2)):
+        out = op.reference(q, k, v, kernel_size=ks, dilation=dil)
+        for i in (0, 8, 16):
+            keys = [j for j in range(17) if abs(j - i) <= (ks // 2) * dil and (j - i) % dil == 0]
+            w = torch.softmax(q[..., i:i + 1, :] @ k[..., keys, :].transpose(-1, -2) / math.sqrt(32), -1)
+            _close(out[..., i:i + 1, :], w @ v[..., keys, :])
+    _close(o, op.reference(q, k, v, kernel_size=7, dilation=1))
+    wide = op.reference(q, k, v, kernel_size=35)  # a window past both ends is plain attention
+    _close(wide, torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(32), -1) @ v)
+
+
 def test_llama4_rope_is_a_complex_product():
     (q, k, freqs), (qo, ko), _ = _run("llama4_rope", (2, 4, 2, 17, 64))
     assert q.shape == (2, 17, 4, 64) and k.shape == (2, 17, 2, 64) and freqs.shape == (17, 32, 2)
@@ -474,6 +489,8 @@ def test_package_op_imports_only_when_run(tmp_path):
     ("_attn_res_fwd_kernel attn_res_forward", ["blocks", "w_query", "w_norm", "eps"], "attn_res"),
     ("_grpo_loss_fwd_kernel GrpoLossFunction", ["logits", "old_logp", "ref_logp", "completion_ids", "advantages",
                                                 "completion_mask", "temperature", "beta"], "grpo_loss"),
+    ("_neighborhood_mask_kernel fused_neighborhood_attention_forward", ["query", "key", "value", "kernel_size",
+                                                                      "dilation", "scale"], "neighborhood_attention"),
     ("_fused_ce_tvd_forward_kernel fused_ce_tvd_forward", ["student_logits", "teacher_logits", "target",
                                                            "ignore_index"], "cross_entropy_tvd"),
 ])
