@@ -10,8 +10,11 @@ op, it tries argument mappings:
     (no default, or a None default), by name first, then in every order;
   * op params (eps, dim, ...) go to parameters of the same name; every other parameter keeps its
     default, or the literal default the file declares for that name elsewhere (`hint`);
+  * a parameter neither has a default for gets the task's `hints` (the package's defaults for that
+    name, sftbuild.ops.binders.probed.tree_hints);
   * the output is the returned tensor or an element of a returned tuple (an input updated in place
-    would fail validation's inputs-unchanged check, so it is not looked for).
+    and not returned would fail validation's inputs-unchanged check, so it is not looked for; one
+    returned is an in-place op's result, pyrun.updated_in_place).
 
 Only entries that run the record's own kernels are tried (`runs_kernels`). A backward kernel's
 record holds the autograd Function whose backward launches it (harvest keeps it): its `apply` is
