@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
 from sftbuild.ops.pools import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand
+from sftbuild.ops.norm import group_norm_ref
 
 NORM_TOL = Tolerance(scale=2.0)
 LOSS_TOL = Tolerance(scale=4.0)
@@ -301,8 +302,7 @@ define("group_norm_4d", "norm",
        "group normalisation of an image batch x [N, C, H, W] over 32 channel groups (statistics over each group's "
        "channels and all pixels), then per-channel weight and bias",
        "对图像批x [N, C, H, W]按32个通道组做GroupNorm（统计量取自每组通道的全部像素），再乘逐通道weight加bias",
-       lambda x, w, b, groups=32, eps=1e-5: F.group_norm(x.to(_acc(x)), groups, w.to(_acc(x)), b.to(_acc(x)),
-                                                         eps).to(x.dtype),
+       lambda x, w, b, groups=32, eps=1e-5: group_norm_ref(x, w, b, groups, eps),
        lambda s, d, l, g, p: [rand(s, d, l, g, 2.0, 0.5), rand(s[1:2], d, "contiguous", g, 0.5, 1.0),
                               rand(s[1:2], d, "contiguous", g, 0.5)],
        GN4_POOL, {"inputs": ["x: [N, C, H, W]", "w: [C]", "b: [C]"], "outputs": ["y: [N, C, H, W]"]}, "tensors",

@@ -330,6 +330,14 @@ def test_neighborhood_attention_sees_a_dilated_window_cut_at_the_ends():
     _close(wide, torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(32), -1) @ v)
 
 
+def test_group_norm_is_its_formula_even_for_groups_of_one_value():
+    for name, shape in (("group_norm", (2, 8, 33)), ("group_norm_4d", (2, 64, 7, 7))):
+        (x, w, b), (y,), prm = _run(name, shape)
+        _close(y, F.group_norm(x, prm["groups"], w, b, prm["eps"]))
+    (x, w, b), (y,), _ = _run("group_norm", (1, 2, 1))  # one value per group: torch's F.group_norm refuses it
+    _close(y, b.reshape(1, 2, 1))
+
+
 def test_llama4_rope_is_a_complex_product():
     (q, k, freqs), (qo, ko), _ = _run("llama4_rope", (2, 4, 2, 17, 64))
     assert q.shape == (2, 17, 4, 64) and k.shape == (2, 17, 2, 64) and freqs.shape == (17, 32, 2)
