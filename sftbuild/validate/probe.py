@@ -10,8 +10,8 @@ op, it tries argument mappings:
     (no default, or a None default), by name first, then in every order;
   * op params (eps, dim, ...) go to parameters of the same name; every other parameter keeps its
     default, or the literal default the file declares for that name elsewhere (`hint`);
-  * a parameter neither has a default for gets the task's `hints` (the package's defaults for that
-    name, sftbuild.ops.binders.probed.tree_hints);
+  * where that leaves no mapping, a parameter without a default of any kind in its file gets the
+    task's `hints` (the package's defaults for that name, sftbuild.ops.binders.probed.tree_hints);
   * the output is the returned tensor or an element of a returned tuple (an input updated in place
     and not returned would fail validation's inputs-unchanged check, so it is not looked for; one
     returned is an in-place op's result, pyrun.updated_in_place).
@@ -103,7 +103,6 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     kernels = (task.get("entry") or {}).get("kernels")
     entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"
                and runs_kernels(e, kernels)]
-    entries = with_tree_hints(entries, task.get("hints") or {})
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
     names = [n for n in task.get("shortlist") or [] if _known(n)]
@@ -127,17 +126,12 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     return _unbound(None, tried)
 
 
-def with_tree_hints(entries: list[dict], hints: dict) -> list[dict]:
-    """`entries` with a `hint` from the package (sftbuild.ops.binders.probed.tree_hints) on each
+def with_tree_hints(entry: dict, hints: dict) -> dict:
+    """`entry` with a `hint` from the package (sftbuild.ops.binders.probed.tree_hints) on each
     parameter that has neither a default nor a hint from its own file."""
-    if not hints:
-        return entries
-    out = []
-    for e in entries:
-        params = [{**p, "hint": hints[p["name"]]} if not p["has_default"] and "hint" not in p
-                  and p["name"] in hints else p for p in e["params"]]
-        out.append({**e, "params": params})
-    return out
+    params = [{**p, "hint": hints[p["name"]]} if not p["has_default"] and "hint" not in p
+              and p["name"] in hints else p for p in entry["params"]]
+    return {**entry, "params": params}
 
 
 def _known(name: str) -> bool:
@@ -173,7 +167,10 @@ def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dic
     if len(shapes) < MIN_SHAPES or len(dtypes) < MIN_DTYPES:
         return {"why": f"the op offers {len(shapes)} shapes and {len(dtypes)} dtypes to probe"}
     params = dict(op.params)
-    mappings = list(arg_mappings(entry, op, params))
+    # the package's defaults only where the file's own leave nothing to map: a name can mean other
+    # things elsewhere in the package (GRPO's beta is no DyT beta tensor)
+    mappings = list(arg_mappings(entry, op, params)) or \
+        list(arg_mappings(with_tree_hints(entry, task.get("hints") or {}), op, params))
     if not mappings:
         return {"why": "no mapping: " + _unmappable(entry, op, params)}
     first = None  # the by-name mapping comes first: its failure is the one worth reporting

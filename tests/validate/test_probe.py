@@ -292,3 +292,16 @@ def test_a_parameter_without_any_default_in_its_file_takes_the_packages(tmp_path
     assert task["hints"] == {"eps": 1e-6, "scale_mode": "llama"}  # the most common value, for unfilled names only
     _, res, b = probe(rec)
     assert b is not None and b["call"]["args"][-1] == ["value", "llama"], res.get("unbound")
+
+
+def test_the_packages_defaults_never_displace_a_mapping_the_file_allows(tmp_path):
+    """A name can mean another thing elsewhere in the package (GRPO's `beta=0.04` beside DyT's beta
+    tensor): the package's defaults are tried only where the file's own leave nothing to map."""
+    pkg = tmp_path / "tree" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rms.py").write_text(RMS)
+    (pkg / "loss.py").write_text("def loss(W=0.5, X=1.0):\n    pass\n")
+    rec = record(RMS, "pkg/rms.py", str(tmp_path / "tree"))
+    _, res, b = probe(rec)
+    assert b is not None and b["call"]["args"][:2] == [["input", 0], ["input", 1]], res.get("unbound")
