@@ -274,6 +274,41 @@ def test_an_entry_handing_back_the_input_it_overwrote_is_in_place_too():
             assert stats["reason"] == "cheat" and "modified input 0" in stats["why"]
 
 
+def test_input_gradients_may_come_back_contiguous_whatever_autograds_layout():
+    """The reference's gradient of k in q @ k^T comes out transposed: that layout is autograd's, no
+    contract, so a backward check's gradient outputs are `free` (their own layout or contiguous)."""
+    from sftbuild.validate import pyrun, refbook
+
+    class Grads:
+        dtypes, layouts = ["float32"], ["contiguous"]
+
+        def variants(self):
+            return [(3, 5)]
+
+        def grown(self, v):
+            return False
+
+        def layouts_for(self, dtype):
+            return ["contiguous"]
+
+        def inputs(self, v, dtype, seed, dev):
+            return [torch.randn(v, generator=torch.Generator().manual_seed(seed))]
+
+        def reference(self, v, dtype, inputs, double=False):
+            x = inputs[0].double() if double else inputs[0]
+            return [x * 2, (x * 3).t().contiguous().t()]  # an output, then a "gradient" laid out transposed
+
+        def free_outputs(self):
+            return (1,)
+    book = refbook.Book(Grads(), 1, torch.device("cpu"), pyrun.layout_of)
+    specs = book.get(0, "float32", 0).specs["contiguous"]
+    assert not specs[0].free and specs[1].free
+    check = _check("output_type")
+    x = torch.randn(3, 5)
+    assert check.after_call(C.Call([x], [x * 2, x * 3], expected=specs)) is None  # contiguous gradient
+    assert check.after_call(C.Call([x], [(x * 2).t().contiguous().t(), x * 3], expected=specs)).reason == "incorrect"
+
+
 # ---- config selects the checks: validate.runtime_checks travels in the task ----------------------
 
 def test_task_selection_reaches_the_python_loop():
