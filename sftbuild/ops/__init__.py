@@ -44,6 +44,9 @@ class Op:
     launch: str = "tensors"  # its launch contract for CUDA harnesses: a name in sftbuild.ops.launch
     outputs: int = 1  # how many output tensors the reference returns
     mutates: tuple[int, ...] = ()  # input positions updated in place (optimiser steps)
+    # inputs a backward treats as constants (a loss's target, a distillation teacher): gradient checks
+    # (sftbuild.validate.pyrun.with_grads) take no gradient for them
+    grad_constants: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.launch not in CONTRACTS:

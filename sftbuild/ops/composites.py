@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
 from sftbuild.ops.pools import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand
+from sftbuild.ops.norm import group_norm_ref
 
 NORM_TOL = Tolerance(scale=2.0)
 LOSS_TOL = Tolerance(scale=4.0)
@@ -225,7 +226,8 @@ for _name, _red, _lt, _en, _zh in [
     define(_name, "loss", _en, _zh, _kl, _kl_inputs, DIST_POOL,
            {"inputs": ["x: [rows, classes] log-probabilities", "y: [rows, classes]"],
             "outputs": ["loss: [rows, classes] float32" if _red == "none" else "loss: [] float32"]},
-           "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"reduction": _red, "log_target": _lt})
+           "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"reduction": _red, "log_target": _lt},
+           grad_constants=(1,))  # the target distribution
 
 
 def _jsd(x, y, beta=0.5):
@@ -248,7 +250,8 @@ define("jsd", "loss",
        "loss = sum(beta * p * (y - log m) + (1 - beta) * q * (x - log m)) / rows",
        _jsd, lambda s, d, l, g, p: [_logprobs(s, d, l, g), _logprobs(s, d, "contiguous", g)], DIST_POOL,
        {"inputs": ["x: [rows, classes] log-probabilities", "y: [rows, classes] log-probabilities"],
-        "outputs": ["loss: [] float32"]}, "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"beta": 0.5})
+        "outputs": ["loss: [] float32"]}, "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, params={"beta": 0.5},
+       grad_constants=(1,))  # the teacher
 
 
 # ---- norms with offsets, fused add + norm, 4-D group norm ------------------------------------
@@ -299,8 +302,7 @@ define("group_norm_4d", "norm",
        "group normalisation of an image batch x [N, C, H, W] over 32 channel groups (statistics over each group's "
        "channels and all pixels), then per-channel weight and bias",
        "对图像批x [N, C, H, W]按32个通道组做GroupNorm（统计量取自每组通道的全部像素），再乘逐通道weight加bias",
-       lambda x, w, b, groups=32, eps=1e-5: F.group_norm(x.to(_acc(x)), groups, w.to(_acc(x)), b.to(_acc(x)),
-                                                         eps).to(x.dtype),
+       lambda x, w, b, groups=32, eps=1e-5: group_norm_ref(x, w, b, groups, eps),
        lambda s, d, l, g, p: [rand(s, d, l, g, 2.0, 0.5), rand(s[1:2], d, "contiguous", g, 0.5, 1.0),
                               rand(s[1:2], d, "contiguous", g, 0.5)],
        GN4_POOL, {"inputs": ["x: [N, C, H, W]", "w: [C]", "b: [C]"], "outputs": ["y: [N, C, H, W]"]}, "tensors",

@@ -77,6 +77,27 @@ define("sdpa_causal", "attention", "causal scaled dot-product attention: query i
        tolerance=MM_TOL)
 
 
+def _neighborhood(q, k, v, kernel_size=7, dilation=1):
+    """Attention where query i sees key j when |j - i| <= (kernel_size // 2) * dilation and j - i is a
+    multiple of dilation (the window is cut at the sequence's ends)."""
+    pos = torch.arange(q.shape[-2], device=q.device)
+    rel = pos[None, :] - pos[:, None]
+    near = (rel.abs() <= (kernel_size // 2) * dilation) & (rel % dilation == 0)
+    acc = _acc(q)
+    s = q.to(acc) @ k.to(acc).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return (torch.softmax(s.masked_fill(~near, float("-inf")), -1) @ v.to(acc)).to(q.dtype)
+
+
+define("neighborhood_attention", "attention",
+       "1-D neighborhood attention: softmax(q k^T / sqrt(D)) v where query i attends only to keys j with "
+       "|j - i| <= (kernel_size // 2) * dilation and (j - i) a multiple of dilation, kernel_size = 7, dilation = 1 "
+       "(the window is cut at the sequence's ends)",
+       "一维邻域注意力：softmax(q k^T / sqrt(D)) v，第i个query只关注满足|j - i| <= (kernel_size // 2) * dilation且"
+       "(j - i)为dilation倍数的key j，kernel_size = 7，dilation = 1（窗口在序列两端截断）",
+       _neighborhood, _qkv, SDPA_POOL, SDPA_IO, "tensors", layouts=ALL_LAYOUTS, tolerance=MM_TOL,
+       params={"kernel_size": 7, "dilation": 1})
+
+
 def _conv1d(x, w, b, width=4):
     acc = _acc(x)
     width = w.shape[-1]

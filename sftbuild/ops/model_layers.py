@@ -133,7 +133,43 @@ define("tvd", "loss",
                    "shift_labels: [rows] int64 (rows whose label is ignore_index do not count)"],
         "outputs": ["loss: [] float32"]},
        "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL,
-       params={"reduction": "batchmean", "ignore_index": -100, "has_label": True})
+       params={"reduction": "batchmean", "ignore_index": -100, "has_label": True},
+       grad_constants=(1,))  # q, the reference distribution
+
+
+def _ce_tvd_inputs(shape, dtype, layout, gen, params):
+    rows, classes = shape
+    return [rand(shape, dtype, layout, gen, 3.0), rand(shape, dtype, "contiguous", gen, 3.0),
+            _targets(rows, classes, gen, params.get("ignore_index"))]
+
+
+def _ce_tvd(student, teacher, target, ignore_index=-100):
+    """Per-row cross-entropy of the student logits and total variation distance between the student's
+    and the teacher's softmax; 0 for both where the target is ignore_index."""
+    acc = _acc(student)
+    s, t = student.to(acc), teacher.to(acc)
+    keep = (target != ignore_index).to(acc)
+    safe = torch.where(target == ignore_index, torch.zeros_like(target), target)
+    lse = torch.logsumexp(s, -1)
+    ce = (lse - s.gather(-1, safe[:, None].long())[:, 0]) * keep
+    tvd = 0.5 * (torch.softmax(s, -1) - torch.softmax(t, -1)).abs().sum(-1) * keep
+    out = torch.float32 if acc == torch.float32 else acc
+    return ce.to(out), tvd.to(out)
+
+
+define("cross_entropy_tvd", "loss",
+       "per-row cross-entropy and total variation distance for distillation: ce[i] = logsumexp(s[i]) - s[i, "
+       "target[i]] and tvd[i] = 0.5 * sum_v |softmax(s[i])_v - softmax(t[i])_v| for student logits s and teacher "
+       "logits t, both 0 for rows whose target is ignore_index (-100); unreduced, float32",
+       "用于蒸馏的逐行交叉熵与全变差距离：对学生logits s与教师logits t，ce[i] = logsumexp(s[i]) - s[i, target[i]]，"
+       "tvd[i] = 0.5 * sum_v |softmax(s[i])_v - softmax(t[i])_v|；target为ignore_index（-100）的行两者均为0；"
+       "不做归约，float32",
+       _ce_tvd, _ce_tvd_inputs, DIST_POOL,
+       {"inputs": ["student_logits: [rows, classes]", "teacher_logits: [rows, classes]",
+                   "target: [rows] int64 (ignore_index marks rows that do not count)"],
+        "outputs": ["ce: [rows] float32", "tvd: [rows] float32"]},
+       "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, outputs=2, params={"ignore_index": -100},
+       grad_constants=(1,))  # the teacher
 
 
 # ---- rotary embeddings: Llama 4 (complex pairs), Qwen2-VL multimodal sections -------------------
@@ -372,6 +408,60 @@ define("selective_log_softmax", "softmax",
        {"inputs": ["logits: [B, L + 1, V]", "input_ids: [B, L] int64", "mask: [B, L] int64 (0: not computed)"],
         "outputs": ["log_p: [B, L] float32"]},
        "tensors", layouts=ALL_LAYOUTS, params={"temperature": 0.9}, tolerance=LOSS_TOL)
+
+
+GRPO_POOL = [(1, 3, 7), (2, 5, 33), (2, 16, 100), (4, 33, 1000), (2, 64, 4099), (1, 128, 32000)]  # (B, L, V)
+
+
+def _grpo_inputs(shape, dtype, layout, gen, params):
+    """Logits, then log-probabilities of the sampling policy and of the reference model near the
+    current ones (so some ratios leave the clip range), token ids, one advantage per sequence and a
+    completion mask."""
+    b, length, vocab = shape
+    logits = rand((b, length + 1, vocab), dtype, "contiguous", gen, 3.0)
+    ids = torch.randint(0, vocab, (b, length), generator=gen)
+    logp = torch.log_softmax(logits[:, :length].double() / params.get("temperature", 0.9), -1)
+    logp = logp.gather(-1, ids[..., None])[..., 0]
+    old = (logp + 0.3 * torch.randn(b, length, generator=gen, dtype=torch.float64)).to(logits.dtype)
+    ref = (logp + 0.3 * torch.randn(b, length, generator=gen, dtype=torch.float64)).to(logits.dtype)
+    adv = rand((b,), dtype, "contiguous", gen)
+    mask = (torch.rand(b, length, generator=gen) < 0.8).long()
+    return [logits, old, ref, ids, adv, mask]
+
+
+def _grpo(logits, old_logp, ref_logp, completion_ids, advantages, completion_mask, temperature=0.9, beta=0.04,
+          eps_low=0.2, eps_high=0.2):
+    """GRPO's clipped policy loss with a KL penalty (TRL's `loss_type="grpo"`, per-token ratios)."""
+    acc = _acc(logits)
+    n = completion_ids.shape[1]
+    logp = torch.log_softmax(logits[:, :n].to(acc) / temperature, -1)
+    logp = logp.gather(-1, completion_ids[..., None].long())[..., 0]
+    ratio = torch.exp(logp - old_logp.to(acc))
+    adv = advantages.to(acc)[:, None]
+    per = -torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
+    d = ref_logp.to(acc) - logp
+    per = per + beta * (torch.exp(d) - d - 1)
+    mask = completion_mask.to(acc)
+    loss = ((per * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    return loss.to(torch.float32) if acc == torch.float32 else loss
+
+
+define("grpo_loss", "loss",
+       "GRPO's policy loss: with logp[b, t] = log_softmax(logits[b, t] / T)[ids[b, t]] (T = 0.9; the last logits "
+       "position is not used), ratio = exp(logp - old_logp) and advantage A[b], per token "
+       "-min(ratio * A, clamp(ratio, 1 - 0.2, 1 + 0.2) * A) + beta * (exp(ref_logp - logp) - (ref_logp - logp) - 1) "
+       "with beta = 0.04, summed over each sequence's completion mask, divided by its mask count (at least 1) and "
+       "averaged over sequences, in float32",
+       "GRPO的策略损失：logp[b, t] = log_softmax(logits[b, t] / T)[ids[b, t]]（T = 0.9，logits最后一个位置不使用），"
+       "ratio = exp(logp - old_logp)，优势为A[b]；逐token计算-min(ratio * A, clamp(ratio, 1 - 0.2, 1 + 0.2) * A) + "
+       "beta * (exp(ref_logp - logp) - (ref_logp - logp) - 1)，beta = 0.04；按每个序列的补全掩码求和，除以掩码计数"
+       "（至少为1），再对序列求平均，结果为float32",
+       _grpo, _grpo_inputs, GRPO_POOL,
+       {"inputs": ["logits: [B, L + 1, V]", "old_logp: [B, L]", "ref_logp: [B, L]", "completion_ids: [B, L] int64",
+                   "advantages: [B]", "completion_mask: [B, L] int64 (0: padding)"],
+        "outputs": ["loss: [] float32"]},
+       "tensors", params={"temperature": 0.9, "beta": 0.04, "eps_low": 0.2, "eps_high": 0.2}, tolerance=LOSS_TOL,
+       grad_constants=(1, 2, 4))  # the sampling and reference policies' log-probabilities and the advantages
 
 
 # ---- attention residuals: softmax attention over depth ---------------------------------------------

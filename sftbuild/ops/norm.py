@@ -109,8 +109,21 @@ define("rms_norm_backward", "norm", "the RMS-norm backward pass: dx from dy, x a
        "tensors", layouts=ALL_LAYOUTS, params=dict(EPS), tolerance=Tolerance(scale=4.0))
 
 
-def _group_norm(x, w, b, groups=2, eps=1e-5):
-    return F.group_norm(x, groups, w, b, eps)
+def group_norm_ref(x, w, b, groups=2, eps=1e-5):
+    """Group norm from its formula: per sample and group of C / groups channels (all their positions),
+    (x - mean) / sqrt(var + eps) with the biased variance, then per-channel w and b; in float32 for
+    half inputs. A group of one value normalises to 0 (F.group_norm refuses it as a training batch)."""
+    acc = _acc(x)
+    n, c = x.shape[:2]
+    xg = x.to(acc).reshape(n, groups, -1)
+    mean = xg.mean(-1, keepdim=True)
+    var = xg.var(-1, unbiased=False, keepdim=True)
+    y = ((xg - mean) / torch.sqrt(var + eps)).reshape(x.shape)
+    extra = (1,) * (x.dim() - 2)
+    return (y * w.to(acc).reshape(c, *extra) + b.to(acc).reshape(c, *extra)).to(x.dtype)
+
+
+_group_norm = group_norm_ref
 
 
 define("group_norm", "norm", "group normalisation of x [N, C, L] over `groups` channel groups, with per-channel weight and bias",

@@ -154,7 +154,7 @@ def package_op(module: str, func: str, like, root: str | Path | None = None, nam
         op = Op(name=name, family=like.family, semantics=sem, reference=reference, make_inputs=like.make_inputs,
                 shape_pool=list(like.shape_pool), io=like.io, dtypes=like.dtypes, layouts=like.layouts,
                 params=dict(like.params), tolerance=like.tolerance, launch=like.launch, outputs=like.outputs,
-                mutates=like.mutates)
+                mutates=like.mutates, grad_constants=like.grad_constants)
     else:
         io_in = list(like)
         make_inputs, pool = _io_like(io_in)

@@ -10,8 +10,11 @@ op, it tries argument mappings:
     (no default, or a None default), by name first, then in every order;
   * op params (eps, dim, ...) go to parameters of the same name; every other parameter keeps its
     default, or the literal default the file declares for that name elsewhere (`hint`);
+  * where that leaves no mapping, a parameter without a default of any kind in its file gets the
+    task's `hints` (the package's defaults for that name, sftbuild.ops.binders.probed.tree_hints);
   * the output is the returned tensor or an element of a returned tuple (an input updated in place
-    would fail validation's inputs-unchanged check, so it is not looked for).
+    and not returned would fail validation's inputs-unchanged check, so it is not looked for; one
+    returned is an in-place op's result, pyrun.updated_in_place).
 
 Only entries that run the record's own kernels are tried (`runs_kernels`). A backward kernel's
 record holds the autograd Function whose backward launches it (harvest keeps it): its `apply` is
@@ -123,6 +126,14 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     return _unbound(None, tried)
 
 
+def with_tree_hints(entry: dict, hints: dict) -> dict:
+    """`entry` with a `hint` from the package (sftbuild.ops.binders.probed.tree_hints) on each
+    parameter that has neither a default nor a hint from its own file."""
+    params = [{**p, "hint": hints[p["name"]]} if not p["has_default"] and "hint" not in p
+              and p["name"] in hints else p for p in entry["params"]]
+    return {**entry, "params": params}
+
+
 def _known(name: str) -> bool:
     """Whether the registry has the op here (hand-written, a package's, or torch's op_db)."""
     try:
@@ -156,7 +167,10 @@ def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dic
     if len(shapes) < MIN_SHAPES or len(dtypes) < MIN_DTYPES:
         return {"why": f"the op offers {len(shapes)} shapes and {len(dtypes)} dtypes to probe"}
     params = dict(op.params)
-    mappings = list(arg_mappings(entry, op, params))
+    # the package's defaults only where the file's own leave nothing to map: a name can mean other
+    # things elsewhere in the package (GRPO's beta is no DyT beta tensor)
+    mappings = list(arg_mappings(entry, op, params)) or \
+        list(arg_mappings(with_tree_hints(entry, task.get("hints") or {}), op, params))
     if not mappings:
         return {"why": "no mapping: " + _unmappable(entry, op, params)}
     first = None  # the by-name mapping comes first: its failure is the one worth reporting
@@ -291,9 +305,9 @@ def _references(op, inputs, params, grad: bool) -> tuple[list, list]:
         return ops.as_outputs(op.run_reference(xs, params))
     if not grad:
         return run(ops.upcast(inputs)), run(inputs)
-    refs64 = pyrun.with_grads(run, ops.upcast(inputs))
+    refs64 = pyrun.with_grads(run, ops.upcast(inputs), op.grad_constants)
     try:
-        natives = pyrun.with_grads(run, inputs)
+        natives = pyrun.with_grads(run, inputs, op.grad_constants)
     except Exception:  # a torch without this op's backward at the dtype: the float64 one judges alone
         natives = [None] * len(refs64)
     return refs64, natives
@@ -311,7 +325,7 @@ def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
         out = _call(fn, call, xs, params)
         return [pyrun.pick_output(spec, out, xs) for spec in call["outputs"]]
     try:
-        outs = pyrun.with_grads(run, inputs) if call.get("grad") else run(inputs)
+        outs = pyrun.with_grads(run, inputs, op.grad_constants) if call.get("grad") else run(inputs)
     except Exception as e:
         return False, {}, f"error: {type(e).__name__}: {str(e)[:160]}"
     if len(outs) != len(refs64):

@@ -15,13 +15,13 @@ fresh worker (`recycle`), so no sample's verdict depends on the one before it.
 
 The record's `Run` is its adapter of the one trial loop (sftbuild.validate.loop), which owns the
 plan (variants x dtypes x layouts x seeds; one grown past the fixed-grid caps,
-sftbuild.validate.sizes), the tally, the profiled first trial and timing. Every trial: inputs from
+sftbuild.validate.sizes), the tally, the profiled trial and timing. Every trial: inputs from
 the book in a layout (contiguous, transposed, sliced) inside NaN guard regions
 (sftbuild.validate.fences: a changed guard or a result that depends on the guards' contents is
 `out_of_bounds`), each candidate call bounded by the reference's time (sftbuild.validate.deadline),
 outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after each call the
 run-time checks (sftbuild.validate.checks) judge what it left (process state, flags, decoys, real
-outputs, inputs unchanged, output dtype, shape, device and memory format), the first trial is
+outputs, inputs unchanged, output dtype, shape, device and memory format), one trial (the largest) is
 profiled for library kernels, and the outputs are compared with the float64 reference and torch's
 own result at the dtype; the same buffers then get new values (both orders), and the checks judge
 whether the results moved with the inputs (`loop.second_order`).
@@ -135,8 +135,39 @@ def interpreter_scalars() -> None:
 
     cvt._sftbuild = True
     interp._implicit_cvt = cvt
+    _interpreter_identity()
     _interpreter_libdevice()
     _interpreter_autotune()
+
+
+def _interpreter_identity() -> None:
+    """`X is None` / `X is not None` in a kernel compare what the constexprs hold, as the compiler does
+    (an absent optional pointer arrives as a constexpr None, which plain `is` would take for present)."""
+    import ast as pyast
+
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    if getattr(interp.ASTTransformer.visit_Compare, "_sftbuild", False):
+        return
+    orig = interp.ASTTransformer.visit_Compare
+
+    def unwrapped_is(a, b):
+        unwrap = (lambda v: v.value if isinstance(v, tl.constexpr) else v)
+        return unwrap(a) is unwrap(b)
+
+    def visit_compare(self, node):
+        if len(node.ops) == 1 and isinstance(node.ops[0], (pyast.Is, pyast.IsNot)):
+            node = self.generic_visit(node)
+            same = pyast.Call(func=pyast.Name(id="_sftbuild_unwrapped_is", ctx=pyast.Load()),
+                              args=[node.left, node.comparators[0]], keywords=[])
+            out = same if isinstance(node.ops[0], pyast.Is) else pyast.UnaryOp(op=pyast.Not(), operand=same)
+            return pyast.copy_location(out, node)
+        return orig(self, node)
+
+    visit_compare._sftbuild = True
+    interp._sftbuild_unwrapped_is = unwrapped_is  # the rewriter lends the interpreter's globals to kernels
+    interp.ASTTransformer.visit_Compare = visit_compare
 
 
 def _interpreter_autotune() -> None:
@@ -217,12 +248,15 @@ def call_kwargs(call: dict, inputs: list, params: dict) -> dict:
     return {}
 
 
-def call_entry(mod, call: dict, inputs: list, params: dict) -> list:
-    """Call the entry as the binding's `call` says and return the outputs it names, in the op's order."""
+def call_entry(mod, call: dict, inputs: list, params: dict, handed: list | None = None) -> list:
+    """Call the entry as the binding's `call` says and return the outputs it names, in the op's order.
+    `handed` receives every tensor the entry returned, compared or not (see `updated_in_place`)."""
     fn = resolve_entry(mod, call["entry"])
     if call.get("kind") == "module":
         fn = fn(*call_args({"args": call.get("init") or []}, inputs, params))
     out = fn(*call_args(call, inputs, params), **call_kwargs(call, inputs, params))
+    if handed is not None:
+        handed += [t for _, t in returned(out)]
     return [pick_output(spec, out, inputs) for spec in call["outputs"]]
 
 
@@ -235,12 +269,14 @@ def cotangent(t: torch.Tensor) -> torch.Tensor:
     return torch.randn(tuple(t.shape), generator=g, dtype=torch.float64).to(device=t.device, dtype=t.dtype)
 
 
-def with_grads(run, inputs: list) -> list:
+def with_grads(run, inputs: list, constants=()) -> list:
     """`run(inputs)`'s outputs, then the gradient of sum(output * cotangent) with respect to each
     floating input (zeros where nothing depends on it): a forward and its backward, as autograd runs
-    them. The inputs are not changed (the gradients are taken on detached leaves sharing them)."""
-    xs = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-          for t in inputs]
+    them. The inputs are not changed (the gradients are taken on detached leaves sharing them).
+    Inputs numbered in `constants` (the op's `grad_constants`: a loss's target or teacher) take no
+    gradient and have none in the result."""
+    xs = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point()
+          and i not in constants else t for i, t in enumerate(inputs)]
     with torch.enable_grad():
         outs = run(xs)
         wrt = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
@@ -393,21 +429,32 @@ class OpProblem(Problem):
         return [t.to(dev) for t in self.op.make_inputs(shape, dtype, "contiguous", gen, self.params)]
 
     def candidate(self, shape, dtype, inputs):
+        self.handed = []
         if self.call and self.call.get("grad"):  # a backward kernel: its Function's forward and backward
-            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params), inputs)
+            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params, self.handed), inputs,
+                              self.op.grad_constants)
         if self.call:
-            return call_entry(self.mod, self.call, inputs, self.params)
+            return call_entry(self.mod, self.call, inputs, self.params, self.handed)
         return to_list(self.fn(*inputs, **self.call_params))
 
     def reference(self, shape, dtype, inputs, double=False):
         if double:
             inputs = [t.double() if t.is_floating_point() else t for t in inputs]
         if self.call and self.call.get("grad"):
-            return with_grads(lambda xs: to_list(self.op.run_reference(xs, self.params)), inputs)
+            return with_grads(lambda xs: to_list(self.op.run_reference(xs, self.params)), inputs,
+                              self.op.grad_constants)
         return to_list(self.op.run_reference(inputs, self.params))
 
     def tolerance(self):
         return self.op.tolerance
+
+    def free_outputs(self) -> tuple[int, ...]:
+        """Outputs whose strides are no part of the contract: the input gradients of a backward check,
+        laid out as autograd's reference happened to make them (a contiguous result is right too)."""
+        if not (self.call and self.call.get("grad")):
+            return ()
+        n = len(self.call["outputs"])
+        return tuple(range(n, n + len(self.op.io.get("inputs") or [])))
 
     @property
     def name(self):
@@ -682,6 +729,7 @@ class Run(loop.Adapter):
     world: pristine.Pristine  # the process as it was before the candidate ran
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
     task: dict = dataclasses.field(default_factory=dict)  # the record's task: timing's warm-ups, runs, baselines
+    in_place: tuple = ()  # inputs the candidate updates and returns (pyrun.updated_in_place), from its last checked call
 
     @functools.cached_property
     def expects_triton(self) -> bool:
@@ -897,10 +945,39 @@ def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):
         tampered = run.world.changes()  # before strict_precision puts the flags back
     tampered += pristine.rng_changes(rng)
     made = run.counter.count - launches
-    call = checks.Call(inputs, out, before=before, expected=expected, flags_changed=changed, tampered=tampered,
-                       launches=made if made or run.expects_triton else None)
+    if before is not None:
+        run.in_place = updated_in_place(inputs, before, out + (getattr(run.prob, "handed", None) or []))
+    call = checks.Call(inputs, out, before=before, mutates=run.in_place, expected=expected, flags_changed=changed,
+                       tampered=tampered, launches=made if made or run.expects_triton else None)
     why = checks.judge(run.checks, call)
-    return (None, why) if why else (out, None)
+    if why:
+        return None, why
+    # results living in an input: the next order writes new values there, so keep these apart
+    return [o.clone() if lives_in(o, inputs, run.in_place) else o for o in out], None
+
+
+def updated_in_place(inputs: list, before: list, outputs: list) -> tuple[int, ...]:
+    """Inputs the call changed and returned (a view of): an in-place op (RoPE rotating q and k where they
+    lie; a fused loss leaving its gradient in the logits and handing them back), whose updates are
+    results. `outputs` holds every tensor the call returned, compared or not. An input changed but not
+    returned stays scratch space (checks/inputs_unchanged); one returned unchanged stays a view
+    (checks/real_outputs)."""
+    from sftbuild.validate.checks.inputs_unchanged import same
+
+    outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
+    return tuple(i for i, (t, was) in enumerate(zip(inputs, before))
+                 if isinstance(t, torch.Tensor) and was is not None and t.numel() and not same(t, was)
+                 and any(_shares(o, t) for o in outs))
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def lives_in(o, inputs: list, which: tuple) -> bool:
+    """Output `o` lives in one of the inputs numbered `which`."""
+    return isinstance(o, torch.Tensor) and o.numel() > 0 and any(
+        isinstance(inputs[i], torch.Tensor) and _shares(o, inputs[i]) for i in which)
 
 
 def _expects_triton(prob) -> bool:

@@ -6,7 +6,8 @@ the candidate's answer. So pyrun fills a `Book` first, while the process is as t
 left it: for every (variant, dtype, seed) of the trial plan, the inputs of both orders
 (fresh buffers; new values in the same buffers), the reference's outputs on each at the
 trial's dtype and in float64, and, for every layout the plan tries, the specs
-(sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout.
+(sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout; outputs the
+problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own.
 Trials take copies of the inputs and compare with what the book holds; nothing in it is
 recomputed once candidate code has run.
 
@@ -70,6 +71,9 @@ class Book:
                 ref = prob.reference(variant, dtype, [arrange(t, layout) for t in inputs])
                 specs[layout] = checks.specs(ref, free=plain)
                 del ref
+        loose = set(getattr(prob, "free_outputs", lambda: ())())
+        specs = {lay: [s._replace(free=True) if j in loose and s is not None else s for j, s in enumerate(sp)]
+                 for lay, sp in specs.items()}
         entry = Entry(inputs, fresh, native, prob.reference(variant, dtype, inputs, double=True),
                       prob.reference(variant, dtype, fresh), prob.reference(variant, dtype, fresh, double=True),
                       specs, seconds)

@@ -127,3 +127,26 @@ def test_a_wrong_backward_stays_unbound():
     assert found is None
     assert "SquareFunction.apply" in res["unbound"] or any(
         t["entry"] == "SquareFunction.apply" for t in res["evidence"]["candidates_tried"])
+
+
+def test_a_losss_target_is_a_constant_of_its_backward_check():
+    """Distillation losses differentiate the student only: KL-div, JSD and TVD give their target no
+    gradient, and the backward check compares the student's gradient alone."""
+    import torch
+
+    from sftbuild import ops
+    from sftbuild.validate import pyrun
+
+    op = ops.get("kl_div")
+    assert op.grad_constants == (1,) and ops.get("jsd").grad_constants == (1,)
+    assert ops.get("tvd").grad_constants == (1,)
+    x, y = op.make_inputs((3, 33), "float32", "contiguous", torch.Generator().manual_seed(0), op.params)
+
+    def student_only(xs):  # what a kernel's Function returns: a gradient for x, None for the target
+        return [torch.nn.functional.kl_div(xs[0], xs[1].detach(), reduction="batchmean")]
+    ref = pyrun.with_grads(lambda xs: [op.run_reference(xs)], [x, y], op.grad_constants)
+    cand = pyrun.with_grads(student_only, [x, y], op.grad_constants)
+    assert len(ref) == len(cand) == 2  # the loss, then the one gradient that is compared
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ref, cand))
+    every = pyrun.with_grads(lambda xs: [op.run_reference(xs)], [x, y])
+    assert len(every) == 3 and every[2].abs().max() > 0  # without the convention the target's gradient counts

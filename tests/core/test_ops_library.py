@@ -273,6 +273,71 @@ def test_tvd():
     _close(op.reference(p, q, labels, reduction="mean"), loss / 4099)
 
 
+def test_cross_entropy_tvd_per_row():
+    (s, t, labels), (ce, tvd), prm = _run("cross_entropy_tvd", (17, 1000))
+    assert prm["ignore_index"] == -100 and (labels == -100).any() and (labels != -100).any()
+    assert ce.shape == tvd.shape == (17,)
+    for i in range(17):
+        if int(labels[i]) == -100:
+            assert float(ce[i]) == 0.0 and float(tvd[i]) == 0.0
+            continue
+        p, q = s[i].exp() / s[i].exp().sum(), t[i].exp() / t[i].exp().sum()
+        _close(ce[i], -torch.log(p[labels[i]]))
+        _close(tvd[i], 0.5 * (p - q).abs().sum())
+    op = ops.get("cross_entropy_tvd")
+    assert op.grad_constants == (1,)  # the teacher takes no gradient
+    half = op.make_inputs((3, 33), "float16", "contiguous", _gen(), dict(op.params))
+    assert all(o.dtype == torch.float32 for o in op.run_reference(half))  # float32, as the fused kernel returns
+
+
+def test_grpo_loss_is_the_clipped_policy_loss_with_a_kl_penalty():
+    (logits, old, ref, ids, adv, mask), (loss,), prm = _run("grpo_loss", (3, 5, 33))
+    assert logits.shape == (3, 6, 33) and old.shape == ref.shape == ids.shape == mask.shape == (3, 5)
+    t, beta, lo, hi = prm["temperature"], prm["beta"], prm["eps_low"], prm["eps_high"]
+    per_seq = []
+    for b in range(3):
+        total, count = 0.0, 0
+        for i in range(5):
+            if not int(mask[b, i]):
+                continue
+            z = logits[b, i] / t
+            logp = z[ids[b, i]] - math.log(float(z.exp().sum()))
+            ratio = math.exp(logp - float(old[b, i]))
+            a = float(adv[b])
+            clipped = min(max(ratio, 1 - lo), 1 + hi)
+            d = float(ref[b, i]) - logp
+            total += -min(ratio * a, clipped * a) + beta * (math.exp(d) - d - 1)
+            count += 1
+        per_seq.append(total / max(count, 1))
+    _close(loss, sum(per_seq) / 3)
+    ratios = (torch.log_softmax(logits[:, :5] / t, -1).gather(-1, ids[..., None])[..., 0] - old).exp()
+    assert ((ratios < 1 - lo) | (ratios > 1 + hi)).any() and ((ratios > 1 - lo) & (ratios < 1 + hi)).any()
+    assert ops.get("grpo_loss").grad_constants == (1, 2, 4)  # only the logits take a gradient
+
+
+def test_neighborhood_attention_sees_a_dilated_window_cut_at_the_ends():
+    (q, k, v), (o,), prm = _run("neighborhood_attention", (2, 3, 17, 32))
+    assert prm == {"kernel_size": 7, "dilation": 1}
+    op = ops.get("neighborhood_attention")
+    for ks, dil in ((7, 1), (5, 2)):
+        out = op.reference(q, k, v, kernel_size=ks, dilation=dil)
+        for i in (0, 8, 16):
+            keys = [j for j in range(17) if abs(j - i) <= (ks // 2) * dil and (j - i) % dil == 0]
+            w = torch.softmax(q[..., i:i + 1, :] @ k[..., keys, :].transpose(-1, -2) / math.sqrt(32), -1)
+            _close(out[..., i:i + 1, :], w @ v[..., keys, :])
+    _close(o, op.reference(q, k, v, kernel_size=7, dilation=1))
+    wide = op.reference(q, k, v, kernel_size=35)  # a window past both ends is plain attention
+    _close(wide, torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(32), -1) @ v)
+
+
+def test_group_norm_is_its_formula_even_for_groups_of_one_value():
+    for name, shape in (("group_norm", (2, 8, 33)), ("group_norm_4d", (2, 64, 7, 7))):
+        (x, w, b), (y,), prm = _run(name, shape)
+        _close(y, F.group_norm(x, prm["groups"], w, b, prm["eps"]))
+    (x, w, b), (y,), _ = _run("group_norm", (1, 2, 1))  # one value per group: torch's F.group_norm refuses it
+    _close(y, b.reshape(1, 2, 1))
+
+
 def test_llama4_rope_is_a_complex_product():
     (q, k, freqs), (qo, ko), _ = _run("llama4_rope", (2, 4, 2, 17, 64))
     assert q.shape == (2, 17, 4, 64) and k.shape == (2, 17, 2, 64) and freqs.shape == (17, 32, 2)
@@ -430,6 +495,12 @@ def test_package_op_imports_only_when_run(tmp_path):
     ("modulated_rms_norm_forward", ["X", "W", "scale", "shift", "eps", "offset", "casting_mode"], "modulated_rms_norm"),
     ("fused_selective_log_softmax", ["logits", "input_ids", "temperature", "mask"], "selective_log_softmax"),
     ("_attn_res_fwd_kernel attn_res_forward", ["blocks", "w_query", "w_norm", "eps"], "attn_res"),
+    ("_grpo_loss_fwd_kernel GrpoLossFunction", ["logits", "old_logp", "ref_logp", "completion_ids", "advantages",
+                                                "completion_mask", "temperature", "beta"], "grpo_loss"),
+    ("_neighborhood_mask_kernel fused_neighborhood_attention_forward", ["query", "key", "value", "kernel_size",
+                                                                      "dilation", "scale"], "neighborhood_attention"),
+    ("_fused_ce_tvd_forward_kernel fused_ce_tvd_forward", ["student_logits", "teacher_logits", "target",
+                                                           "ignore_index"], "cross_entropy_tvd"),
 ])
 def test_shortlist_ranks_the_right_op_first(name, params, want):
     got = ops.shortlist(name, params)

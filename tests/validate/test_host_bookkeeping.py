@@ -108,3 +108,13 @@ def test_generated_kernels_calling_the_candidates_jit_functions_count_as_its_lau
     counter = LaunchCounter(str(cand))
     assert counter.calls_own(gen["generated_kernel"])
     assert not counter.calls_own(other["unrelated"])
+
+
+def test_a_launcher_of_kernels_imported_from_a_sibling_module_is_lenient_too():
+    imported = PARTIALS.replace("@triton.jit\ndef _dw_partial_kernel", "from pkg.kernels import _dw_partial_kernel\n\n\n"
+                                "@triton.jit\ndef _unused_kernel")
+    assert "from pkg.kernels import _dw_partial_kernel" in imported
+    assert findings(imported) == []
+    # an imported name that is only called, never launched, earns no leniency
+    called = imported.replace("_dw_partial_kernel[(programs,)](", "_dw_partial_kernel(")
+    assert any(f.startswith("torch_does_the_work") for f in findings(called))

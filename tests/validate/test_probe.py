@@ -251,3 +251,57 @@ def test_sizes_read_off_the_input_are_tried_per_axis():
     x = torch.zeros(2, 8, 33)
     args = pyrun.call_args({"args": maps[1]}, [x, torch.ones(8), torch.zeros(8)], dict(op.params))
     assert args[1] == 8 and args[2] == op.params["groups"] and args[5] == op.params["eps"]
+
+
+OPTIONAL_BIAS = RMS.replace(
+    "def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):",
+    "def _rms_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):").replace(
+    "    tl.store(y_ptr + row * n_cols + offs, (x * rstd * w)",
+    "    y = x * rstd * w\n"
+    "    if b_ptr is not None:\n"
+    "        y += tl.load(b_ptr + offs, mask=mask, other=0.0).to(tl.float32)\n"
+    "    tl.store(y_ptr + row * n_cols + offs, (y)").replace(
+    "(X, W, Y, n_cols, eps,", "(X, W, None, Y, n_cols, eps,")
+
+
+def test_an_absent_optional_pointer_reads_as_none_in_the_interpreter():
+    """`if b_ptr is not None` with None passed: the compiler sees a constexpr None, and so does the
+    interpreter's rewritten kernel (a plain `is` would take the constexpr for a pointer)."""
+    assert "if b_ptr is not None" in OPTIONAL_BIAS and "(X, W, None, Y" in OPTIONAL_BIAS
+    _, res, b = probe(record(OPTIONAL_BIAS))
+    assert b is not None and b["op"] == "rms_norm", res.get("unbound")
+
+
+def test_a_parameter_without_any_default_in_its_file_takes_the_packages(tmp_path):
+    """The package's public wrapper declares `scale_mode="llama"`; the record's file does not."""
+    from sftbuild.ops.binders import probed
+
+    pkg = tmp_path / "tree" / "pkg"
+    (pkg / "ops").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops" / "__init__.py").write_text("")
+    code = RMS.replace('def make(eps=1e-6, scale_mode="llama"):\n    return eps\n', "")
+    (pkg / "ops" / "rms.py").write_text(code)
+    (pkg / "api.py").write_text('def rms_norm(x, w, eps=1e-6, scale_mode="llama", bias=None):\n    pass\n\n\n'
+                                'def other(scale_mode="gemma"):\n    pass\n\n\ndef third(scale_mode="llama"):\n'
+                                '    pass\n')
+    rec = record(code, "pkg/ops/rms.py", str(tmp_path / "tree"))
+    entry = rec.entry["entry_points"][0]
+    assert not any("hint" in p for p in entry["params"] if p["name"] == "scale_mode")
+    task = probed.Probed().plan(rec)
+    assert task["hints"] == {"eps": 1e-6, "scale_mode": "llama"}  # the most common value, for unfilled names only
+    _, res, b = probe(rec)
+    assert b is not None and b["call"]["args"][-1] == ["value", "llama"], res.get("unbound")
+
+
+def test_the_packages_defaults_never_displace_a_mapping_the_file_allows(tmp_path):
+    """A name can mean another thing elsewhere in the package (GRPO's `beta=0.04` beside DyT's beta
+    tensor): the package's defaults are tried only where the file's own leave nothing to map."""
+    pkg = tmp_path / "tree" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rms.py").write_text(RMS)
+    (pkg / "loss.py").write_text("def loss(W=0.5, X=1.0):\n    pass\n")
+    rec = record(RMS, "pkg/rms.py", str(tmp_path / "tree"))
+    _, res, b = probe(rec)
+    assert b is not None and b["call"]["args"][:2] == [["input", 0], ["input", 1]], res.get("unbound")

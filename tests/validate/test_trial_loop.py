@@ -55,12 +55,18 @@ def test_the_loop_plans_variants_dtypes_layouts_seeds_and_one_seed_past_the_caps
         ("b", "float32", "transposed", 0), ("b", "float32", "transposed", 1),
         ("b", "float16", "contiguous", 0), ("b", "float16", "contiguous", 1),
         ("big", "float32", "contiguous", 0), ("big", "float16", "contiguous", 0)]  # grown: one seed, first layout
-    assert [t.profile for t in fake.seen] == [True] + [False] * 13
+    assert [t.profile for t in fake.seen] == [False] * 12 + [True, False]  # the first trial past the caps
     assert [t.vi for t in fake.seen][-2:] == [2, 2]
     assert out["status"] == "ok" and out["launches"] == 14 and out["errors"] == {"max_abs": 0.5}
     assert out["trials"][0] == {"shape": "a", "dtype": "float32", "layout": "contiguous", "seed": 0, "ok": True,
                                 "max_abs": 0.5, "max_rel": None, "norm_rel": None}
     assert "timing" not in out and "flags" not in out
+
+
+def test_without_a_grown_variant_the_first_trial_is_profiled():
+    fake = Fake(variants=("a", "b"))
+    loop.run([fake], {"seeds": 1})
+    assert [t.profile for t in fake.seen] == [True] + [False] * (len(fake.seen) - 1)
 
 
 def test_the_first_failed_trial_drops_the_record_with_the_rows_so_far():

@@ -235,6 +235,80 @@ def test_python_candidate_writing_its_input_is_a_cheat():
     assert not ok and stats == {"reason": "cheat", "why": "the candidate modified input 0"}
 
 
+def test_python_candidate_updating_its_input_and_returning_it_is_an_in_place_op():
+    from sftbuild.validate import pyrun
+
+    run, prob = _python_run(lambda x: x.relu_())  # RoPE-style: the result is written where the input lay
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+    assert ok, stats
+    assert run.in_place == (0,)
+    run, prob = _python_run(lambda x: x[:])  # an untouched input handed back is still no output of its own
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+    assert not ok and stats["reason"] == "cheat" and "view of an input" in stats["why"]
+
+
+def test_an_entry_handing_back_the_input_it_overwrote_is_in_place_too():
+    """A fused loss leaves its gradient in the logits and returns them beside the compared result."""
+    from sftbuild.validate import guards, pristine, pyrun, refbook
+
+    counter = types.SimpleNamespace(count=0, names=set())
+
+    def entry(x, keep):
+        counter.count += 1
+        y = torch.relu(x)
+        x.mul_(2.0)  # scratch written into the input ...
+        return (y, x) if keep else (y,)  # ... and handed back, or not
+    for keep, ok_expected in ((True, True), (False, False)):
+        call = {"entry": "entry", "kind": "function", "args": [["input", 0], ["value", keep]],
+                "outputs": [{"from": "return", "index": 0}]}
+        task = {"id": "t", "binding": {"op": "relu", "call": call}, "dtypes": ["float32"], "shapes": 1}
+        cpu = torch.device("cpu")
+        prob = pyrun.OpProblem(task, cpu)
+        book = refbook.Book(prob, 1, cpu, pyrun.layout_of)
+        prob.bind(types.SimpleNamespace(entry=entry))
+        guards.set_strict()
+        run = pyrun.Run(prob, cpu, counter, set(), C.selected(), book, pristine.Pristine())
+        ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+        assert ok is ok_expected, stats
+        if not ok:
+            assert stats["reason"] == "cheat" and "modified input 0" in stats["why"]
+
+
+def test_input_gradients_may_come_back_contiguous_whatever_autograds_layout():
+    """The reference's gradient of k in q @ k^T comes out transposed: that layout is autograd's, no
+    contract, so a backward check's gradient outputs are `free` (their own layout or contiguous)."""
+    from sftbuild.validate import pyrun, refbook
+
+    class Grads:
+        dtypes, layouts = ["float32"], ["contiguous"]
+
+        def variants(self):
+            return [(3, 5)]
+
+        def grown(self, v):
+            return False
+
+        def layouts_for(self, dtype):
+            return ["contiguous"]
+
+        def inputs(self, v, dtype, seed, dev):
+            return [torch.randn(v, generator=torch.Generator().manual_seed(seed))]
+
+        def reference(self, v, dtype, inputs, double=False):
+            x = inputs[0].double() if double else inputs[0]
+            return [x * 2, (x * 3).t().contiguous().t()]  # an output, then a "gradient" laid out transposed
+
+        def free_outputs(self):
+            return (1,)
+    book = refbook.Book(Grads(), 1, torch.device("cpu"), pyrun.layout_of)
+    specs = book.get(0, "float32", 0).specs["contiguous"]
+    assert not specs[0].free and specs[1].free
+    check = _check("output_type")
+    x = torch.randn(3, 5)
+    assert check.after_call(C.Call([x], [x * 2, x * 3], expected=specs)) is None  # contiguous gradient
+    assert check.after_call(C.Call([x], [(x * 2).t().contiguous().t(), x * 3], expected=specs)).reason == "incorrect"
+
+
 # ---- config selects the checks: validate.runtime_checks travels in the task ----------------------
 
 def test_task_selection_reaches_the_python_loop():

@@ -10,10 +10,18 @@ Shortlist: first the ops a package's own registration table names for an entry p
 (`sftbuild.ops.registrations`: FlagGems' `("add.Tensor", add)` pairs, `lib.impl(...)` calls), then
 `sftbuild.ops.shortlist(name, params, k)` over the hand-written and op_db ops, else a ranking here by
 shared name words (kernel and entry-point names against op names).
+
+Hints: a positional parameter that neither has a default nor gets one from its own file (harvest's
+`hint`) takes the literal default the record's package declares for that name elsewhere
+(`tree_hints`), sent with the task as `hints`.
 """
 from __future__ import annotations
 
+import ast
+import functools
+import os
 import re
+from collections import Counter
 
 from sftbuild import ops
 from sftbuild.ops import registrations
@@ -52,9 +60,12 @@ class Probed(Binder):
         if not entries:
             return None
         prov = record.provenance or {}
+        unfilled = {p["name"] for e in entries for p in e.get("params") or []
+                    if p.get("kind") == "pos" and not p.get("has_default") and "hint" not in p}
+        hints = tree_hints(prov.get("tree"), prov.get("path")) if unfilled else {}
         return {"id": record.id, "code": record.code, "entry": record.entry, "tree": prov.get("tree"),
                 "path": prov.get("path"), "shortlist": shortlist(record), "dtypes": dtypes or PROBE_DTYPES,
-                "shapes": 3, "time_limit": seconds}
+                "shapes": 3, "time_limit": seconds, "hints": {k: v for k, v in hints.items() if k in unfilled}}
 
     def accept(self, record, result) -> dict | None:
         """The binding a probe result makes, or None (the result's `unbound` says why)."""
@@ -66,6 +77,36 @@ class Probed(Binder):
         b["evidence"] = {"shapes": ev.get("shapes"), "dtypes": ev.get("dtypes"), "worst_error": ev.get("worst_error"),
                          "candidates_tried": len(ev.get("candidates_tried") or [])}
         return b
+
+
+def tree_hints(tree: str | None, path: str | None) -> dict:
+    """Literal defaults the record's whole package declares, by parameter name (the most common value
+    where they differ): what an entry whose own file gives a parameter no default is called with (a
+    public wrapper elsewhere in the package passing `inplace=True` to a Function; `weight=None`, an
+    optional tensor the probe may then leave out)."""
+    if not tree or not path or not os.path.isdir(tree):
+        return {}
+    return _package_hints(os.path.join(tree, path.replace("\\", "/").split("/")[0]))
+
+
+@functools.lru_cache(maxsize=8)
+def _package_hints(top: str) -> dict:
+    from sftbuild.harvest.triton_extract import default_hints
+
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(top) for f in fs if f.endswith(".py")) \
+        if os.path.isdir(top) else []
+    seen: dict[str, Counter] = {}
+    values: dict[str, dict] = {}
+    for f in files[:2000]:
+        try:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                hints = default_hints(ast.parse(fh.read()))
+        except (SyntaxError, ValueError, OSError, RecursionError):
+            continue
+        for name, v in hints.items():
+            seen.setdefault(name, Counter())[repr(v)] += 1
+            values.setdefault(name, {})[repr(v)] = v
+    return {name: values[name][c.most_common(1)[0][0]] for name, c in seen.items()}
 
 
 def runs_kernels(entry: dict, kernels) -> str | None:

@@ -92,7 +92,13 @@ def _receiver_is_tensorish(node) -> bool:
 
 
 def _jit_names(src) -> set[str]:
-    return {f.name for f in src.tree.body if isinstance(f, ast.FunctionDef) and is_jit(f)}
+    """The module's @jit kernels, and the names it imports that it launches as kernels (`name[grid](...)`):
+    a package's launcher module often imports its kernels from a sibling module."""
+    own = {f.name for f in src.tree.body if isinstance(f, ast.FunctionDef) and is_jit(f)}
+    imported = {a.asname or a.name for n in ast.walk(src.tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    launched = {n.func.value.id for n in ast.walk(src.tree) if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)}
+    return own | (imported & launched)
 
 
 def _called_names(src) -> set[str]:
