@@ -945,7 +945,7 @@ def _call_candidate(run: Run, variant, dtype, inputs, sizes, before, expected):
         tampered = run.world.changes()  # before strict_precision puts the flags back
     tampered += pristine.rng_changes(rng)
     made = run.counter.count - launches
-    if before is not None:
+    if before is not None and getattr(run.prob, "call", None):  # a package's own entry point (probe.py)
         run.in_place = updated_in_place(inputs, before, out + (getattr(run.prob, "handed", None) or []))
     call = checks.Call(inputs, out, before=before, mutates=run.in_place, expected=expected, flags_changed=changed,
                        tampered=tampered, launches=made if made or run.expects_triton else None)
@@ -961,7 +961,9 @@ def updated_in_place(inputs: list, before: list, outputs: list) -> tuple[int, ..
     lie; a fused loss leaving its gradient in the logits and handing them back), whose updates are
     results. `outputs` holds every tensor the call returned, compared or not. An input changed but not
     returned stays scratch space (checks/inputs_unchanged); one returned unchanged stays a view
-    (checks/real_outputs)."""
+    (checks/real_outputs). Only a package's own entry point, called as the probe found it, may work in
+    place: its contract is the package's. A candidate for an op or a module pair (a task, a reward)
+    keeps the reference's contract, which leaves the caller's inputs alone."""
     from sftbuild.validate.checks.inputs_unchanged import same
 
     outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.numel()]

@@ -240,6 +240,10 @@ def test_python_candidate_updating_its_input_and_returning_it_is_an_in_place_op(
 
     run, prob = _python_run(lambda x: x.relu_())  # RoPE-style: the result is written where the input lay
     ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
+    assert not ok and stats["reason"] == "cheat"  # relu's contract leaves the input alone
+    prob.call = {"entry": "wrapper", "kind": "function", "args": [["input", 0]],
+                 "outputs": [{"from": "return", "index": None}]}  # a package's entry point, as the probe binds it
+    ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
     assert ok, stats
     assert run.in_place == (0,)
     run, prob = _python_run(lambda x: x[:])  # an untouched input handed back is still no output of its own
