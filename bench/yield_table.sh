@@ -25,6 +25,9 @@ one() {  # name source bind_limit validate_limit
   echo "== $name ($((SECONDS - t0)) s)"
   $S status -w "$w" 2>&1 | sed -n '1,12p' | tee "$out/$name-status.txt"
   $S bindings -w "$w" > "$out/$name-bindings.txt" 2>&1
+  # each source's drops and store as soon as it ends: a call cut short keeps what finished
+  { $S status --dropped validate -w "$w"; $S status --dropped bind -w "$w"; } > "$out/$name-dropped.txt" 2>&1
+  gzip -c "$w/sftbuild.db" > "$out/$name.db.gz"
   python3 bench/yield_row.py "$w" "$name" | tee -a "$out/table.md"
 }
 [ "$repo" != "-" ] && one llmc "$repo" "${LLMC_BIND_S:-200}" "${LLMC_VALIDATE_S:-200}"
