@@ -224,18 +224,31 @@ def _block_statements(node) -> list[ast.stmt]:
 
 def _launches(node, kname: str) -> list[int]:
     """Lines where `kname[grid](...)` (or `kname.run(...)`) is called inside node."""
-    lines = []
+    return _launch_lines(node).get(kname, [])
+
+
+def _launch_lines(node) -> dict[str, list[int]]:
+    """Per name, the lines where `name[grid](...)`, `name.run(...)` or `name(...)` is called inside
+    node: one walk of the node, kept on it, serves every kernel name asked about (a file with many
+    kernels and functions asked the same walk once per pair)."""
+    got = getattr(node, "_sftbuild_launch_lines", None)
+    if got is not None:
+        return got
+    got = {}
     for n in ast.walk(node):
         if isinstance(n, ast.Call):
             f = n.func
-            if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id == kname:
-                lines.append(n.lineno)
-            elif isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name) \
-                    and f.value.id == kname:
-                lines.append(n.lineno)
-            elif isinstance(f, ast.Name) and f.id == kname:  # a decorator made it callable (pointwise_dynamic)
-                lines.append(n.lineno)
-    return lines
+            if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name):
+                name = f.value.id
+            elif isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name):
+                name = f.value.id
+            elif isinstance(f, ast.Name):  # a decorator made it callable (pointwise_dynamic)
+                name = f.id
+            else:
+                continue
+            got.setdefault(name, []).append(n.lineno)
+    node._sftbuild_launch_lines = got
+    return got
 
 
 def _statements(tree: ast.Module) -> tuple[list, dict[str, list[int]]]:
@@ -367,8 +380,13 @@ def _other_dsl(langs: Languages, node, line: int, others: list[dict]) -> None:
         others.append({"line": line, "reason": "unsupported_dsl", "detail": f"{kind[0]}: @{kind[1]} {node.name}"})
 
 
-def _called(fn) -> set[str]:
-    return {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+def _called(fn) -> frozenset[str]:
+    """The plain names `fn` calls; one walk, kept on the node, as `_launch_lines`."""
+    got = getattr(fn, "_sftbuild_called", None)
+    if got is None:
+        got = fn._sftbuild_called = frozenset(
+            n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
+    return got
 
 
 def _is_main_guard(node) -> bool:

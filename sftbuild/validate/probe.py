@@ -105,12 +105,15 @@ def _search(task, mod, dev, deadline, tried) -> dict:
                and runs_kernels(e, kernels)]
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
-    names = [n for n in task.get("shortlist") or [] if _known(n)]
-    if not names:
-        return {"unbound": "no candidate reference", "evidence": {"candidates_tried": tried}}
+    names = task.get("shortlist") or []
+    known: dict[str, bool] = {}  # asked as the search reaches each name: an op_db name loads op_db (seconds)
     dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
     for entry in entries:
         for name in names:
+            if name not in known:
+                known[name] = _known(name)
+            if not known[name]:
+                continue
             if time.monotonic() > deadline:
                 return _unbound("time limit reached", tried)
             grad = runs_kernels(entry, kernels) == "backward"
@@ -123,6 +126,8 @@ def _search(task, mod, dev, deadline, tried) -> dict:
             if result.get("binding"):
                 b = result["binding"]
                 return {"binding": b, "evidence": {**result["evidence"], "candidates_tried": tried}}
+    if not any(known.values()):  # every name was asked about: the registry has none of them
+        return {"unbound": "no candidate reference", "evidence": {"candidates_tried": tried}}
     return _unbound(None, tried)
 
 
