@@ -4,9 +4,12 @@
 describe reads features from its trees. `cuda_language()` is its grammar, for queries.
 `param_info(decl)` reads one C/CUDA parameter declaration: harvest reads kernel, launcher and
 CPU-function signatures with it, and binders read the records' kernel parameters.
+`params(fn)`, `default_hints(tree)` and `is_jit(fn)` read Python functions from their syntax trees,
+never running them: harvest reads entry points with them, and the probe's binder a package's defaults.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import re
 
@@ -79,3 +82,60 @@ def literal(node, depth: int = 0, budget: list | None = None):
     if isinstance(node, ast.Dict) and None not in node.keys:
         return {literal(k, depth + 1, budget): literal(v, depth + 1, budget) for k, v in zip(node.keys, node.values)}
     raise ValueError("not a literal")
+
+
+# ---- Python signatures: what harvest and the probe's binder read of a Triton package's functions ----
+
+def decorator_names(fn) -> list[str]:
+    """The dotted names a function's decorators call or are (`triton.jit`, `triton.autotune`)."""
+    out = []
+    for d in fn.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        out.append(ast.unparse(target))
+    return out
+
+
+def is_jit(fn) -> bool:
+    """Decorated by anything named `jit`, whatever it resolves to (see `Languages` for Triton's)."""
+    return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        n.split(".")[-1] == "jit" for n in decorator_names(fn))
+
+
+def default_hints(tree: ast.AST) -> dict:
+    """Literal defaults the whole file declares, by parameter name (`casting_mode="llama"` on an
+    autograd Function): the values a wrapper without defaults is usually called with."""
+    out: dict = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(fn):
+            for p in params(fn):
+                if p["has_default"] and not isinstance(p["default"], dict) and p["kind"] in ("pos", "kwonly"):
+                    out.setdefault(p["name"], p["default"])
+    return out
+
+
+def params(fn, drop_first: bool = False) -> list[dict]:
+    """A function's parameters in order: name, literal default (or its source), annotation, kind."""
+    a = fn.args
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
+    out = []
+    for arg, d in zip(pos, defaults):
+        out.append(param_of(arg, d, "pos"))
+    if a.vararg:
+        out.append({**param_of(a.vararg, None, "var"), "has_default": True})
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append(param_of(arg, d, "kwonly"))
+    if a.kwarg:
+        out.append({**param_of(a.kwarg, None, "varkw"), "has_default": True})
+    return out[1:] if drop_first and out else out
+
+
+def param_of(arg: ast.arg, default, kind: str) -> dict:
+    value = None
+    if default is not None:
+        try:  # read from the AST, never evaluated: the default is the harvested file's text
+            value = literal(default)
+        except (ValueError, TypeError):
+            value = {"source": ast.unparse(default)}  # not a literal: the callee's own default applies
+    return {"name": arg.arg, "default": value, "has_default": default is not None,
+            "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None, "kind": kind}

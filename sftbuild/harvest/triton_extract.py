@@ -36,7 +36,9 @@ import ast
 import dataclasses
 import re
 
-from sftbuild.parsing import literal
+from sftbuild.parsing import decorator_names as _decorator_names
+from sftbuild.parsing import default_hints, is_jit, literal
+from sftbuild.parsing import params as _params
 
 
 @dataclasses.dataclass
@@ -61,20 +63,6 @@ class _Stmt:
     uses: set[str]
     start: int  # 1-based, decorators included
     end: int
-
-
-def _decorator_names(fn) -> list[str]:
-    out = []
-    for d in fn.decorator_list:
-        target = d.func if isinstance(d, ast.Call) else d
-        out.append(ast.unparse(target))
-    return out
-
-
-def is_jit(fn) -> bool:
-    """Decorated by anything named `jit`, whatever it resolves to (see `Languages` for Triton's)."""
-    return isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-        n.split(".")[-1] == "jit" for n in _decorator_names(fn))
 
 
 # module prefix -> DSL name, most specific first; a decorator resolving here is never Triton
@@ -427,45 +415,6 @@ def _base_kind(cls: ast.ClassDef) -> str | None:
         if last.endswith("Module"):
             return "module"
     return None
-
-
-def default_hints(tree: ast.AST) -> dict:
-    """Literal defaults the whole file declares, by parameter name (`casting_mode="llama"` on an
-    autograd Function): the values a wrapper without defaults is usually called with."""
-    out: dict = {}
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(fn):
-            for p in _params(fn):
-                if p["has_default"] and not isinstance(p["default"], dict) and p["kind"] in ("pos", "kwonly"):
-                    out.setdefault(p["name"], p["default"])
-    return out
-
-
-def _params(fn, drop_first: bool = False) -> list[dict]:
-    a = fn.args
-    pos = a.posonlyargs + a.args
-    defaults = [None] * (len(pos) - len(a.defaults)) + list(a.defaults)
-    out = []
-    for arg, d in zip(pos, defaults):
-        out.append(_param(arg, d, "pos"))
-    if a.vararg:
-        out.append({**_param(a.vararg, None, "var"), "has_default": True})
-    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
-        out.append(_param(arg, d, "kwonly"))
-    if a.kwarg:
-        out.append({**_param(a.kwarg, None, "varkw"), "has_default": True})
-    return out[1:] if drop_first and out else out
-
-
-def _param(arg: ast.arg, default, kind: str) -> dict:
-    value = None
-    if default is not None:
-        try:  # read from the AST, never evaluated: the default is the harvested file's text
-            value = literal(default)
-        except (ValueError, TypeError):
-            value = {"source": ast.unparse(default)}  # not a literal: the callee's own default applies
-    return {"name": arg.arg, "default": value, "has_default": default is not None,
-            "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None, "kind": kind}
 
 
 def _role(name: str, launches: list[str]) -> str:

@@ -196,6 +196,7 @@ def test_payloads_in_decorators_and_defaults_never_run_in_this_process(tmp_path)
     """Harvest reads them from the AST; the Triton compile gate runs the kernel's definition without its
     decorators, in the sandbox."""
     pytest.importorskip("triton")
+    from sftbuild import parsing
     from sftbuild.harvest import triton_extract
     from sftbuild.validate import pipeline
 
@@ -204,7 +205,7 @@ def test_payloads_in_decorators_and_defaults_never_run_in_this_process(tmp_path)
     import ast
 
     triton_extract.entry_points(code)
-    triton_extract.default_hints(ast.parse(code))
+    parsing.default_hints(ast.parse(code))
     assert not any(os.path.exists(p) for p in paths.values()), "harvest evaluated a payload"
     res = pipeline.triton_gate({"code": code, "cache_dir": str(tmp_path / "cache"), "arch": "sm_90", "nvcc": "",
                                 "timeout": 30})

@@ -91,7 +91,7 @@ def tree_hints(tree: str | None, path: str | None) -> dict:
 
 @functools.lru_cache(maxsize=8)
 def _package_hints(top: str) -> dict:
-    from sftbuild.harvest.triton_extract import default_hints
+    from sftbuild.parsing import default_hints
 
     files = sorted(os.path.join(d, f) for d, _, fs in os.walk(top) for f in fs if f.endswith(".py")) \
         if os.path.isdir(top) else []
