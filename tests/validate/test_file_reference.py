@@ -134,18 +134,23 @@ def test_globals_the_repos_setup_fills_from_the_device(tmp_path):
     assert FR.device_globals(["int n = 0;\nvoid f(cudaDeviceProp p) { n = q.major; }"]) == {}  # not a device's
 
 
+def _build_harness(rec, tmp_path) -> dict:
+    """The record's file-reference harness, built and linked as validate builds it."""
+    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
+    res = C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
+                          "timeout": 300, "cache_dir": str(tmp_path / "cache"), "headers": rec.entry["headers"],
+                          "include_dirs": rec.entry["include_dirs"], "link": True})
+    assert res["ok"], res.get("log")
+    return res
+
+
 @pytest.mark.nvcc
 def test_the_harness_that_fills_device_globals_builds(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
     (root / "common.h").write_text(SM_HEADER)
     (root / "scale.cu").write_text(SM_FILE)
-    rec = _record(root, "scale.cu", "scale_kernel")
-    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
-    res = C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
-                          "timeout": 300, "cache_dir": str(tmp_path / "cache"), "headers": rec.entry["headers"],
-                          "include_dirs": rec.entry["include_dirs"], "link": True})
-    assert res["ok"], res.get("log")
+    _build_harness(_record(root, "scale.cu", "scale_kernel"), tmp_path)
 
 
 @needs_llmc
@@ -246,11 +251,7 @@ def test_gate_finds_the_repos_own_header(repo, tmp_path):
 @pytest.mark.nvcc
 def test_harness_exports_the_cpu_reference(repo, tmp_path):
     rec = _record(repo, "scale.cu", "scale_kernel")
-    src = H.render(rec, H.checks(rec.binding)[0], ["float32"])
-    res = C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
-                          "timeout": 300, "cache_dir": str(tmp_path / "cache"), "headers": rec.entry["headers"],
-                          "include_dirs": rec.entry["include_dirs"], "link": True})
-    assert res["ok"], res.get("log")
+    res = _build_harness(rec, tmp_path)
     lib = T.load_file_harness(res["so"])
     lib.sftbuild_file_elem_bytes.restype = ctypes.c_int
     assert lib.sftbuild_file_elem_bytes(0) == 4
