@@ -243,10 +243,12 @@ def compile_inline(task: dict) -> dict:
 
 
 def compile_cuda(task: dict) -> dict:
-    """One launchable .so per check; the kernel alone (the gate) only where there is no harness or
-    a harness failed. A harness includes the kernel's code, so a harness that compiles has compiled
-    the kernel too (its ptxas figures cover the kernel's); when one fails, the gate says whose fault
-    it is: the kernel's (the gate's compile_error), a guard's (`compiled_out`) or ours (`harness_failed`)."""
+    """One launchable .so per check; the kernel alone (the gate) only where there is no harness, a
+    harness failed, or a harness took longer than the gate's budget. A harness includes the kernel's
+    code, so a harness that compiles has compiled the kernel too (its ptxas figures cover the
+    kernel's); when one fails, the gate says whose fault it is: the kernel's (the gate's
+    compile_error), a guard's (`compiled_out`) or ours (`harness_failed`); when one is slow, whether
+    the kernel alone compiles within the gate's budget (else `compile_timeout`)."""
     base = {k: v for k, v in task.items() if k != "harnesses"}
     if not task["harnesses"]:
         return {**C.compile_task({**base, "harness": None}), "sos": []}
@@ -262,6 +264,10 @@ def compile_cuda(task: dict) -> dict:
             if any(compiled_out(res.get("log", ""), n) for n in (task.get("name", ""), task.get("launcher", ""))):
                 return {**res, "reason": "compiled_out", "sos": []}
             return {**res, "sos": [], "harness_failed": True}
+        if res["seconds"] > task["timeout"]:  # the harness outlasted the kernel's own budget: the gate decides
+            gate = C.compile_task({**base, "harness": None})
+            if not gate["ok"]:
+                return {**gate, "sos": []}
         first = first or res
         if res["so"]:
             sos.append(res["so"])

@@ -322,7 +322,7 @@ def test_a_kernel_its_guard_removes_is_compiled_out(tmp_path):
 
 def test_the_gate_compiles_only_when_a_harness_fails(monkeypatch):
     """A harness includes the kernel, so a bound record's kernel compiles once; a failed harness
-    gets the gate, which says whose fault it is."""
+    gets the gate, which says whose fault it is, and a slow one the gate's budget."""
     built = []
 
     def compile_task(task):
@@ -345,3 +345,6 @@ def test_the_gate_compiles_only_when_a_harness_fails(monkeypatch):
     built.clear()
     res = pipeline.compile_cuda({**task, "harnesses": []})  # unbound: the gate alone
     assert res["ok"] and res["sos"] == [] and built == ["gate"]
+    built.clear()
+    res = pipeline.compile_cuda({**task, "timeout": 0.5})  # a harness slower than the gate's budget: the gate decides
+    assert res["ok"] and built == ["harness", "gate"]
