@@ -51,6 +51,7 @@ from sftbuild.ops import opdb
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, deadline, fences, guards, loop, pristine, refbook, sizes
 from sftbuild.validate import harness as H
+from sftbuild.validate.checks.real_outputs import view_of
 
 
 class Reject(Exception):
@@ -966,20 +967,14 @@ def updated_in_place(inputs: list, before: list, outputs: list) -> tuple[int, ..
     keeps the reference's contract, which leaves the caller's inputs alone."""
     from sftbuild.validate.checks.inputs_unchanged import same
 
-    outs = [o for o in outputs if isinstance(o, torch.Tensor) and o.numel()]
     return tuple(i for i, (t, was) in enumerate(zip(inputs, before))
                  if isinstance(t, torch.Tensor) and was is not None and t.numel() and not same(t, was)
-                 and any(_shares(o, t) for o in outs))
-
-
-def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+                 and any(view_of(o, t) for o in outputs))
 
 
 def lives_in(o, inputs: list, which: tuple) -> bool:
     """Output `o` lives in one of the inputs numbered `which`."""
-    return isinstance(o, torch.Tensor) and o.numel() > 0 and any(
-        isinstance(inputs[i], torch.Tensor) and _shares(o, inputs[i]) for i in which)
+    return any(view_of(o, inputs[i]) for i in which)
 
 
 def _expects_triton(prob) -> bool:

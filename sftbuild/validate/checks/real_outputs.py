@@ -22,11 +22,6 @@ class RealOutputs(RuntimeCheck):
 
 def real_outputs(outs, inputs) -> str:
     """'' when every output is a plain tensor on a real device with its own storage; else why not."""
-    in_ptrs = []
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.device.type != "meta":
-            s = t.untyped_storage()
-            in_ptrs.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
     for i, o in enumerate(outs):
         if type(o) is not torch.Tensor and type(o) is not torch.nn.Parameter:
             return f"output {i} is a {type(o).__module__}.{type(o).__name__}, not a plain tensor"
@@ -34,7 +29,15 @@ def real_outputs(outs, inputs) -> str:
             return f"output {i} has no real storage ({o.device}, {o.layout})"
         if o.numel() and o.untyped_storage().data_ptr() == 0:
             return f"output {i} has no storage"
-        p = o.data_ptr()
-        if o.numel() and any(a <= p < b for a, b in in_ptrs):
+        if any(view_of(o, t) for t in inputs):
             return f"output {i} is a view of an input"
     return ""
+
+
+def view_of(o, t) -> bool:
+    """Whether tensor `o`'s elements lie in the storage of tensor `t` (a view of it, or `t` itself)."""
+    if not (isinstance(o, torch.Tensor) and isinstance(t, torch.Tensor) and o.numel()) or t.device.type == "meta" \
+            or o.device != t.device:
+        return False
+    s = t.untyped_storage()
+    return s.data_ptr() <= o.data_ptr() < s.data_ptr() + s.nbytes()
