@@ -123,12 +123,9 @@ def group_norm_ref(x, w, b, groups=2, eps=1e-5):
     return (y * w.to(acc).reshape(c, *extra) + b.to(acc).reshape(c, *extra)).to(x.dtype)
 
 
-_group_norm = group_norm_ref
-
-
 define("group_norm", "norm", "group normalisation of x [N, C, L] over `groups` channel groups, with per-channel weight and bias",
        "对x [N, C, L]按groups个通道组做GroupNorm，带逐通道weight与bias",
-       _group_norm,
+       group_norm_ref,
        lambda s, d, l, g, p: [rand(s, d, l, g, 2.0, 0.5), rand(s[1:2], d, "contiguous", g, 0.5, 1.0),
                               rand(s[1:2], d, "contiguous", g, 0.5)],
        GN_POOL, {"inputs": ["x: [N, C, L]", "w: [C]", "b: [C]"], "outputs": ["y: [N, C, L]"]}, "tensors",

@@ -376,7 +376,7 @@ class FileReference(loop.Adapter):
                           ("sftbuild_file_elem_bytes", ctypes.c_int)):
             getattr(self.lib, name).restype = res
         plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)), task.get("max_numel") or FR.MAX_ELEMENTS,
-                         device_fields(dev))
+                         FR.device_fields(dev))
         self.references = ReferenceCache(self.lib, self.ref)
         # the largest size goes while one CPU run of it exceeds the budget (its result is kept for the trials)
         while len(plans) > 1 and self.references.get(plans[0], 0)[3] > REFERENCE_BUDGET_S:
@@ -417,16 +417,6 @@ class FileReference(loop.Adapter):
             return {"reason": "degenerate",
                     "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
         return None
-
-
-def device_fields(dev: torch.device) -> dict:
-    """The cudaDeviceProp fields sizes may depend on (file_reference.DEVICE_FIELDS), for `dev`."""
-    if dev.type != "cuda":
-        return {}
-    p = torch.cuda.get_device_properties(dev)
-    names = {"multiProcessorCount": "multi_processor_count", "maxThreadsPerMultiProcessor":
-             "max_threads_per_multi_processor", "major": "major", "minor": "minor", "warpSize": "warp_size"}
-    return {field: getattr(p, attr) for field, attr in names.items() if getattr(p, attr, None) is not None}
 
 
 # cudaErrorInvalidValue, cudaErrorInvalidConfiguration: a launch configuration the runtime refuses

@@ -31,6 +31,20 @@ SHRINKABLE = 16  # main() literals at least this big are sizes the trials may sh
 # with the values sizes are planned with where no device is at hand (an H100/H200)
 DEVICE_FIELDS = {"multiProcessorCount": 132, "maxThreadsPerMultiProcessor": 2048, "major": 9, "minor": 0,
                  "warpSize": 32, "maxThreadsPerBlock": 1024}
+# the same fields as torch.cuda.get_device_properties names them
+TORCH_PROPERTIES = {"multiProcessorCount": "multi_processor_count",
+                    "maxThreadsPerMultiProcessor": "max_threads_per_multi_processor", "major": "major",
+                    "minor": "minor", "warpSize": "warp_size", "maxThreadsPerBlock": "max_threads_per_block"}
+
+
+def device_fields(dev) -> dict:
+    """DEVICE_FIELDS' values on torch device `dev` ({} off a GPU, where the defaults hold)."""
+    if dev.type != "cuda":
+        return {}
+    import torch
+
+    p = torch.cuda.get_device_properties(dev)
+    return {field: getattr(p, attr) for field, attr in TORCH_PROPERTIES.items() if getattr(p, attr, None) is not None}
 
 
 @BINDERS.register
