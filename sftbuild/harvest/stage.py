@@ -53,7 +53,7 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
 
 def run(ctx: Context, sources: list[str] | None = None) -> dict:
     cfg = ctx.config.harvest
-    stats: dict = {"sources": {}, "errors": {}, "not_extracted": {}}
+    stats: dict = {"sources": {}, "errors": {}}
     filters = F.configured(cfg.file_filters)
     chosen = resolve(ctx, list(sources or []), stats["errors"])
     # the default selection hashes as it did before filters were plug-ins, so older workspaces stay current
@@ -68,7 +68,6 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
             try:
                 h.run()
                 stats["sources"][src.name] = h.kernels
-                stats["not_extracted"][src.name] = h.listed
                 for reason, n in sorted(h.skipped.items()):  # what it saw and did not keep, by reason
                     stats.setdefault("skipped", {})[f"{src.name} {reason}"] = n
             except (S.SourceError, OSError) as e:
@@ -105,7 +104,6 @@ class Harvest:
         self.path_filters = F.implementing(filters, "check_path")
         self.data_filters = F.implementing(filters, "check_data")
         self.kernels = 0  # kernels extracted (kept or dropped)
-        self.listed = 0  # definitions seen but not extracted, each with a reason
         self.outside: list[str] = []  # symlinks that point outside the source's root, never followed
         self._skips: list[tuple] = []
         self.skipped: Counter = Counter()  # skips by reason
@@ -249,7 +247,6 @@ class Harvest:
             return [], []
         for o in res["others"]:
             self.skip(rel, o["reason"], o.get("detail", ""), item=f"line {o['line']}")
-            self.listed += 1
         if not res["kernels"]:
             return [], []
         lic, lic_source = licenses.resolve(rel, res["license"])
