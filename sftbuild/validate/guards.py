@@ -199,5 +199,30 @@ def scrub(nbytes: list[int]) -> None:
     del blocks  # returned to the caching allocator, NaN inside
 
 
+@contextlib.contextmanager
+def unwritten_is_nan(dev: torch.device):
+    """Within the block, memory torch hands out and nothing writes reads as NaN (integers: their
+    largest value) on the CPU too, where `scrub` cannot reach the allocator: torch's deterministic
+    mode fills fresh allocations (warn_only, so no op refuses to run). On a GPU `scrub` does it and
+    the block changes nothing. The process's settings are as they were afterwards."""
+    if dev.type == "cuda":
+        yield
+        return
+    import warnings
+
+    det = torch.utils.deterministic
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+           det.fill_uninitialized_memory)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            det.fill_uninitialized_memory = True
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        det.fill_uninitialized_memory = was[2]
+
+
 def snapshot(ts) -> list:
     return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in ts]

@@ -185,6 +185,18 @@ def test_a_write_past_any_edge_trips_and_names_the_tensor_and_side():
         assert fence.tripped() is None
 
 
+def test_memory_nothing_writes_reads_nan_while_reads_are_blamed_on_the_cpu():
+    """A rerun that blames reads must not find an unwritten element holding a right value an earlier
+    run left in freed memory (on a GPU, scrub leaves NaN in the allocator's free blocks)."""
+    from sftbuild.validate import guards
+
+    was = torch.are_deterministic_algorithms_enabled()
+    with guards.unwritten_is_nan(torch.device("cpu")):
+        assert torch.empty(1000).isnan().all()
+        assert (torch.empty(4, dtype=torch.int32) == torch.iinfo(torch.int32).max).all()
+    assert torch.are_deterministic_algorithms_enabled() == was
+
+
 def test_reads_outside_are_named_and_other_errors_are_not():
     a, b = torch.randn(7), torch.randn(7)
     fence = fences.Fence([a, b])
