@@ -101,7 +101,10 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
                      fence="cpp", cpu=ref.get("cpu", ""), launcher=ref.get("launcher", ""),
                      same_args=all("cpu" in m for m in ref.get("launcher_map") or []) and
                      len(ref.get("launcher_map") or ref.get("cpu_params") or []) >= len(ref.get("cpu_params") or []),
-                     dtypes=binding.get("dtypes") or ["float32"], layouts=["contiguous"])
+                     dtypes=binding.get("dtypes") or ["float32"], layouts=["contiguous"],
+                     compared=[f"`{ref['call_args'][i]}`" for i in ref.get("compare") or []
+                               if i < len(ref.get("call_args") or [])],
+                     others=[f"`{k}`" for k in rec.entry.get("kernels") or [] if k != rec.name])
     elif op:
         noun = T.NOUNS.get(op.family, T.GENERIC_NOUN)
         allowed = binding.get("dtypes") or list(op.dtypes)

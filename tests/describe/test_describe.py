@@ -204,3 +204,22 @@ def test_a_probed_binding_is_described_by_the_op_and_entry_the_probe_confirmed()
     assert ops.get("neg").semantics["en"] in text
     assert ops.get("gelu").semantics["en"] not in text
     assert "`flip_sign(A)`" in text and "gelu_helper" not in text
+
+
+def test_a_cpu_reference_task_names_what_is_compared_and_every_kernel_it_launches():
+    code = ("__global__ void mean_kernel(float* mean, const float* inp, int N, int C) {\n"
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < N) mean[i] = inp[i * C]; }\n"
+            "__global__ void rstd_kernel(float* rstd, const float* inp, int N, int C) {\n"
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < N) rstd[i] = inp[i * C]; }\n"
+            "void norm2(float* mean, float* rstd, const float* inp, int N, int C) {\n"
+            "  mean_kernel<<<N, 1>>>(mean, inp, N, C); rstd_kernel<<<N, 1>>>(rstd, inp, N, C); }\n")
+    rec = Record(language="cuda", code=code, source="t", entry={"kernels": ["mean_kernel", "rstd_kernel"]})
+    ref = {"cpu": "norm_cpu", "launcher": "norm2", "cpu_code": "void norm_cpu(float* mean, float* rstd) {}",
+           "call_args": ["mean", "rstd", "inp", "N", "C"], "compare": [0, 1], "cpu_params": ["mean", "rstd"]}
+    rec.binding = {"how": "file_reference", "harness": "file_reference", "harness_args": {"ref": ref}}
+    status, _, payload = S.describe(rec, CONF)
+    assert status == "ok", payload.get("problems")
+    for key, text in payload["instructions"].items():
+        if key.endswith("brief") or key.endswith("detailed"):
+            assert "`rstd_kernel`" in text, key  # the launcher's other kernel is part of the task
+            assert "`mean`" in text and "`rstd`" in text, key  # the arrays compared
