@@ -770,6 +770,77 @@ def _signature(units, src, i, name) -> list[dict] | None:
     return params
 
 
+def prepare_call(units, src, hosts: dict[str, int], cpus: list[str], main: str, cname: str, args: list[str],
+                 buffers: list[dict]) -> dict | None:
+    """The earlier step of main() that fills arrays the CPU reference reads but main() only allocates:
+    the last call of another CPU function of the file, before the reference's own call, that takes
+    one of them (llm.c's attention_backward main() runs attention_forward_cpu to make the causal
+    `att` the backward reads; layernorm_backward's runs layernorm_forward_cpu for `mean`, `rstd`).
+    Returns {cpu, params, args, extra: [{arg, gen, size, ...}]} (`extra`: its arrays that the
+    reference call does not take, as main() allocates them), or None when there is no such call or
+    one of its arrays is not one main() allocates. The trials run it on the host arrays first, so
+    the kernel reads what main() would have given it (a causal softmax's zeros, not random values)."""
+    empty = {b["arg"] for b in buffers if b.get("gen") == "empty"}
+    at = re.search(r"(?<![\w.])" + re.escape(cname) + r"\s*\(", main)
+    if not empty or not at:
+        return None
+    best = None
+    for name in cpus:
+        if name == cname:
+            continue
+        for m in re.finditer(r"(?<![\w.])" + re.escape(name) + r"\s*\(", main[:at.start()]):
+            call = _split_args(main, m.end(), "([{", ")]}")
+            if call and empty & set(call) and (best is None or m.start() > best[0]):
+                best = (m.start(), name, call)
+    if best is None:
+        return None
+    _, name, call = best
+    sig = _signature(units, src, hosts[name], name)
+    if not sig or len(sig) != len(call) or any(p["template"] for p in sig):
+        return None
+    extra, by_arg = [], dict(zip(args, _signature(units, src, hosts[cname], cname) or []))
+    for p, a in zip(sig, call):
+        if not p["ptr"]:
+            continue
+        if a in args:
+            if by_arg.get(a, {}).get("type") != p["type"]:
+                return None  # one host array, two element types
+            continue
+        alloc = _allocation(main, a) if re.fullmatch(r"\w+", a) else None
+        if alloc is None or not alloc["size"] or alloc["gen"] == "int" or p["type"] not in ("float", "double"):
+            return None
+        extra.append({"arg": a, **alloc})
+    return {"cpu": name, "params": sig, "args": call, "extra": extra}
+
+
+def _caller_types(units, src, hosts: dict[str, int], lname: str) -> dict[int, str]:
+    """The pointer types the file's own call of template launcher `lname` deduces ({argument
+    index: element type}): where an argument is a pointer parameter of the calling function (llm.c's
+    dispatcher passes its `floatX* dinp`), or a pointer the caller declares (`floatX* d_dinp;`).
+    The first host function that calls the launcher decides; {} when none does."""
+    for cname, i in hosts.items():
+        if cname == lname:
+            continue
+        text = _text(src, units[i])
+        head, _, body = text.partition("{")
+        args = _call_args(body, lname)
+        if not args:
+            continue
+        params = {p["name"]: p for p in map(param_info, _params(head, cname)) if p}
+        out = {}
+        for j, a in enumerate(args):
+            p = params.get(a)
+            if p and p["ptr"]:
+                out[j] = p["type"]
+                continue
+            d = re.search(r"(?<![\w.])((?:unsigned\s+)?[A-Za-z_][\w:]*)\s*\*\s*" + re.escape(a) + r"\s*[;=,]", body) \
+                if re.fullmatch(r"\w+", a) else None
+            if d and d.group(1) not in ("return", "const"):
+                out[j] = d.group(1)
+        return out
+    return {}
+
+
 def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str):
     """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size expression}) per leading
     parameter, and the trailing block-size names; None when the launcher does not fit the CPU call.
@@ -807,15 +878,50 @@ def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main
     return out, trailing
 
 
-def _device_size(main: str, name: str) -> str | None:
+def _device_size(main: str, name: str, prefixed: bool = True) -> str | None:
     """The element count of main()'s `cudaMalloc(&d_NAME, count * sizeof(T))` (with or without a
-    check macro around it), or None."""
-    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*(?:d_)?" + re.escape(name) + r"\s*,", main)
+    check macro around it; `prefixed`: `d_NAME` counts too), or None."""
+    prefix = "(?:d_)?" if prefixed else ""
+    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*" + prefix + re.escape(name) + r"\s*,", main)
     args = _split_args(main, m.start() + main[m.start():].index("(") + 1, "([{", ")]}") if m else None
     if not args or len(args) != 2:
         return None
-    size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", args[1]).strip().strip("*").strip()
+    return _elements(args[1])
+
+
+def _elements(size: str) -> str | None:
+    """A byte count `n * sizeof(T)` as the element count `n`: a leading or trailing sizeof goes, one
+    inside the product (`n * sizeof(float) * 32`) counts as 1."""
+    size = re.sub(r"^\s*sizeof\s*\([^)]*\)\s*\*|\*\s*sizeof\s*\([^)]*\)\s*$", " ", size.strip()).strip()
+    size = re.sub(r"\bsizeof\s*\([^)]*\)", "1", size).strip()
     return size or None
+
+
+# a pointer declared at file scope (at the start of a line, outside any function): `float* buf;`
+FILE_SCOPE_POINTER = re.compile(r"(?m)^(?:static\s+)?((?:unsigned\s+)?[A-Za-z_][\w:]*)\s*\*\s*(\w+)\s*"
+                                r"(?:=\s*(?:NULL|nullptr|0)\s*)?;")
+
+
+def device_buffers(code: str, main: str) -> list[dict]:
+    """Device buffers the code keeps in file-scope pointers that main() allocates before calling the
+    launcher (llm.c's `float* dbias_buffer;`, `cudaMalloc(&dbias_buffer, OC * sizeof(float) * 32)`):
+    [{name, type, size (element count, a C expression over main()'s scalars), zeroed (main() memsets
+    it)}]. The harness points them at buffers of that size, as main() would have."""
+    out = []
+    for m in FILE_SCOPE_POINTER.finditer(code):
+        ctype, name = m.group(1), m.group(2)
+        if ctype in ("return", "typedef", "extern", "const") or any(b["name"] == name for b in out):
+            continue
+        size = _device_size(main, name, prefixed=False)
+        if size:
+            out.append({"name": name, "type": ctype, "size": size, "zeroed": _zeroed(main, [name])[0]})
+    return out
+
+
+def _zeroed(main: str, names: list[str]) -> list[bool]:
+    """Per device buffer name: whether main() clears it with cudaMemset (so each launcher call starts
+    from zeros, not from what the previous call left)."""
+    return [bool(re.search(r"cudaMemset\s*\(\s*(?:d_)?" + re.escape(n) + r"\s*,\s*0\s*,", main)) for n in names]
 
 
 def _validated(main: str, args: list[str]) -> list[str]:
@@ -872,11 +978,19 @@ def _main_values(main: str) -> tuple[list[list[str]], list[int]]:
     for m in re.finditer(r"(?m)^\s*(?:const\s+)?(?:unsigned\s+)?(int|long|size_t|int64_t|float|double)\s+"
                          r"(\w+)\s*=\s*([^;{}]+);", main):
         decls.append([m.group(2), " ".join(m.group(3).split()), "float" if m.group(1) in FLOAT_WORDS else "int"])
-    blocks: list[int] = []
-    m = re.search(r"\bblock_sizes\s*\[\s*\]\s*=\s*\{([^}]*)\}", main)
-    if m:
-        blocks = [int(x) for x in re.findall(r"\d+", m.group(1))]
-    return decls, blocks
+    return decls, block_values(main)
+
+
+def block_values(main: str, trailing: list[str] | tuple = ()) -> list[int]:
+    """The block sizes main() tries, from its array of them: the one named after the launcher's
+    trailing parameter (`sqrt_block_size` -> `sqrt_block_sizes[]`), else `block_sizes[]`, else
+    another `*block_sizes[]`; [] when main() has none."""
+    arrays = {m.group(1): m.group(2) for m in
+              re.finditer(r"\b(\w*block_sizes)\s*\[\s*\w*\s*\]\s*=\s*\{([^}]*)\}", main)}
+    for name in [f"{t}s" for t in trailing] + ["block_sizes", *sorted(arrays)]:
+        if name in arrays:
+            return [int(x) for x in re.findall(r"\d+", arrays[name])]
+    return []
 
 
 def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str, sites: list[dict],
@@ -923,18 +1037,24 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
             if not ok:
                 continue
             lsig = [dict(g) for g in lsig]
-            for m, g in zip(lmap, lsig):  # template types take the CPU side's
+            called = _caller_types(units, src, hosts, lname)
+            for j, (m, g) in enumerate(zip(lmap, lsig)):  # template types: the file's own call's, else the CPU side's
                 if g["template"]:
-                    g["type"] = csig[m["cpu"]]["type"] if "cpu" in m else "float"
+                    g["type"] = called.get(j) or (csig[m["cpu"]]["type"] if "cpu" in m else "float")
             written = sorted(m["cpu"] for m, g in zip(lmap, lsig) if "cpu" in m and g["ptr"] and not g["const"])
             checked = [i for i in written if args[i] in _validated(main, args)]
             need = _closure_of([kernel_index, hosts[lname]], units, by_name, launcher=hosts[lname], src=src)
-            cpu_need = _closure_of([hosts[cname]], units, by_name) - need
+            earlier = prepare_call(units, src, hosts, cpus, main, cname, args, buffers)
+            cpu_need = _closure_of([hosts[cname]] + ([hosts[earlier["cpu"]]] if earlier else []),
+                                   units, by_name) - need
             ref = {"cpu": cname, "launcher": lname, "cpu_params": csig, "launcher_params": lsig,
                    "launcher_map": lmap, "trailing": trailing,
                    "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]),
                    "call_args": args, "buffers": buffers, "compare": checked or written,
-                   "scalars": decls, "block_sizes": blocks}
+                   "scalars": decls, "block_sizes": block_values(main, trailing) if trailing else blocks,
+                   "prepare": earlier,
+                   "device_buffers": device_buffers(_emit(src, [units[j] for j in sorted(need)]), main),
+                   "zeroed": _zeroed(main, [g["name"] for m, g in zip(lmap, lsig) if "scratch" in m])}
             return ref, need
     return None
 

@@ -91,7 +91,7 @@ def test_trial_sizes_shrink_and_keep_divisibility(repo):
     for p in plans:
         n, c = p["args"][2], p["args"][3]
         assert sum(p["counts"]) <= FR.MAX_ELEMENTS and p["counts"] == [n * c, n * c]
-        assert n % 64 == 0 and c % 64 == 0 and c <= 768
+        assert n % 128 == 0 and c % 128 == 0 and c <= 768  # main()'s sizes are multiples of 128: so are these
     assert FR.block_sizes(ref) == [64, 128, 256]
     assert FR.evaluate("B * T * (C / 3) + 7 % 4", {"B": 2, "T": 3, "C": 10}) == 2 * 3 * 3 + 3
     with pytest.raises(ValueError):
@@ -355,7 +355,130 @@ def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(re
 def test_a_small_run_gets_a_small_size_and_never_none(repo):
     ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
     big = FR.plans(ref, 1)[0]
-    small = FR.plans(ref, 1, 1 << 16)[0]
-    assert sum(small["counts"]) <= 1 << 16 < sum(big["counts"])
+    small = FR.plans(ref, 1, 1 << 17)[0]
+    assert sum(small["counts"]) <= 1 << 17 < sum(big["counts"])
     tiny = FR.plans(ref, 1, 1)  # below every size the file allows: its smallest
     assert len(tiny) == 1 and sum(tiny[0]["counts"]) <= sum(small["counts"])
+    # a small run keeps the trials' divisibility: a tiled kernel sees no partial tile there either
+    assert all(a % 128 == 0 for a in tiny[0]["args"][2:])
+
+
+def test_sizes_keep_128_wide_tiles_while_they_fit_then_64(repo, monkeypatch):
+    """A tiled matmul writes whole 128-wide tiles: main()'s multiples of 128 stay multiples of 128
+    while some trial size fits, else of 64 (the plans are never empty for want of a tile)."""
+    ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    assert all(a % 128 == 0 for p in FR.plans(ref, 3) for a in p["args"][2:])
+    monkeypatch.setattr(FR, "MAX_ELEMENTS", 50000)  # below every size that keeps 128
+    plans = FR.plans(ref, 3)
+    assert plans and all(sum(p["counts"]) <= 50000 and all(a % 64 == 0 for a in p["args"][2:]) for p in plans)
+    assert any(a % 128 for p in plans for a in p["args"][2:])
+
+
+GLOBAL_FILE = REPO_FILE.replace("""void scale1(float* out, const float* inp, int N, int C, int block_size) {""",
+                                """float* partial;
+void scale1(float* out, const float* inp, int N, int C, int block_size) {
+    cudaMemset(partial, 0, N * sizeof(float));""").replace(
+    "    scale_cpu(out, inp, N, C);", """    cudaMalloc(&partial, N * sizeof(float) * 2);
+    scale_cpu(out, inp, N, C);""")
+
+
+def test_a_file_scope_device_buffer_main_allocates_is_the_harness_s_to_set(tmp_path):
+    """llm.c's matmul_backward_bias keeps `float* dbias_buffer;` at file scope; main() allocates it
+    and the launchers use it: the harness points it at a buffer of main()'s size (zeros, guarded,
+    after the launcher's own scratch) for the call, and back at NULL after it."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "scale.cu").write_text(GLOBAL_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    assert ref["device_buffers"] == [{"name": "partial", "type": "float", "size": "N * 1 * 2", "zeroed": False}]
+    assert rec.binding["harness_args"]["file_buffers"] == [{"name": "partial", "type": "float", "slot": 2}]
+    p = FR.plans(ref)[0]
+    assert p["scratch"] == [2 * p["args"][2]] and FR.scratch_names(ref) == ["partial"]
+    assert FR.scratch_zeroed(ref) == [False]
+    assert T.file_buffer_names(ref, 2) == ["out", "inp", "partial (device-only)"]
+    launch = H.render(rec, H.checks(rec.binding)[0], ["float32"]).split("sftbuild_file_launch", 1)[1]
+    assert "partial = static_cast<float*>(ptrs[2]);" in launch and "partial = nullptr;" in launch
+
+
+STEP_FILE = """#include <stdlib.h>
+#include "common.h"
+void mask_cpu(float* att, const float* inp, int n) {
+    for (int i = 0; i < n; i++) att[i] = (i % 2) ? 0.0f : inp[i];
+}
+void scale_cpu(float* out, const float* att, int N, int C) {
+    for (int i = 0; i < N * C; i++) out[i] = 2.0f * att[i];
+}
+__global__ void scale_kernel(float* out, const float* att, int N, int C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N * C) out[i] = 2.0f * att[i];
+}
+void scale1(float* out, const float* att, int N, int C, int block_size) {
+    scale_kernel<<<ceil_div(N * C, block_size), block_size>>>(out, att, N, C);
+}
+int main() {
+    int N = 4096;
+    int C = 768;
+    float* inp = make_random_float(N * C);
+    float* att = (float*)malloc(N * C * sizeof(float));
+    float* out = (float*)malloc(N * C * sizeof(float));
+    mask_cpu(att, inp, N * C);
+    scale_cpu(out, att, N, C);
+    return 0;
+}
+"""
+
+
+@pytest.fixture
+def step_repo(tmp_path) -> Path:
+    root = tmp_path / "step"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "scale.cu").write_text(STEP_FILE)
+    return root
+
+
+def test_an_array_main_fills_by_an_earlier_cpu_step_gets_that_step(step_repo):
+    """main() fills `att` by mask_cpu before the reference reads it (as llm.c's attention backward
+    gets a causal `att` from attention_forward_cpu): the binding names that step, with the arrays
+    only it takes (`inp`) made as main() makes them."""
+    ref = _record(step_repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    assert ref["prepare"]["cpu"] == "mask_cpu" and "void mask_cpu" in ref["cpu_code"]
+    assert [b["arg"] for b in ref["prepare"]["extra"]] == ["inp"]
+    assert FR.prepare_arrays(ref) == [("host", 1), ("extra", 0)]
+    p = FR.plans(ref)[0]
+    n = p["args"][2] * p["args"][3]
+    assert p["prepare"] == {"counts": [n], "args": [n]}
+
+
+@pytest.mark.nvcc
+def test_the_harness_runs_the_earlier_step_on_the_host_arrays(step_repo, tmp_path):
+    rec = _record(step_repo, "scale.cu", "scale_kernel")
+    lib = T.load_file_harness(_build_harness(rec, tmp_path)["so"])
+    ref = rec.binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    host, roles = T._file_buffers(ref, p, 0, lib)
+    assert roles == ["output", "input"]
+    att = host[1]
+    assert bool((att[1::2] == 0).all()) and bool((att[0::2] != 0).any())  # mask_cpu's zeros, not random values
+    assert torch.equal(T._file_buffers(ref, p, 0, lib)[0][1], att)  # seeded: the same arrays again
+
+
+def test_byte_counts_become_element_counts():
+    from sftbuild.harvest.cuda_extract import _elements, block_values
+
+    assert _elements("OC * sizeof(float)") == "OC" and _elements("sizeof(float) * OC") == "OC"
+    assert _elements("OC * sizeof(float) * 32") == "OC * 1 * 32"
+    main = "int sqrt_block_sizes[] = {4, 8, 16, 32};\nint block_sizes[] = {64, 128};"
+    assert block_values(main, ["sqrt_block_size"]) == [4, 8, 16, 32]
+    assert block_values(main, ["block_size"]) == block_values(main) == [64, 128]
+    assert block_values("int tile_block_sizes[3] = {1, 2, 3};") == [1, 2, 3]
+
+
+def test_a_failed_trial_says_at_which_sizes_and_block_size(repo):
+    ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    n, c = p["args"][2], p["args"][3]
+    got = T._located({"reason": "incorrect", "why": "out: 3 elements off"}, ref, p, 256)
+    assert got == {"reason": "incorrect", "why": f"out: 3 elements off (at N={n}, C={c}, block size 256)"}
