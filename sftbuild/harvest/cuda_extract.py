@@ -817,7 +817,8 @@ def _caller_types(units, src, hosts: dict[str, int], lname: str) -> dict[int, st
     """The pointer types the file's own call of template launcher `lname` deduces ({argument
     index: element type}): where an argument is a pointer parameter of the calling function (llm.c's
     dispatcher passes its `floatX* dinp`), or a pointer the caller declares (`floatX* d_dinp;`).
-    The first host function that calls the launcher decides; {} when none does."""
+    The first host function that calls the launcher decides; {} when none does. A type the caller
+    itself takes as a template parameter says nothing and is left out."""
     for cname, i in hosts.items():
         if cname == lname:
             continue
@@ -826,17 +827,19 @@ def _caller_types(units, src, hosts: dict[str, int], lname: str) -> dict[int, st
         args = _call_args(body, lname)
         if not args:
             continue
+        own = set(_type_template(head) or [])
         params = {p["name"]: p for p in map(param_info, _params(head, cname)) if p}
         out = {}
         for j, a in enumerate(args):
             p = params.get(a)
             if p and p["ptr"]:
-                out[j] = p["type"]
-                continue
-            d = re.search(r"(?<![\w.])((?:unsigned\s+)?[A-Za-z_][\w:]*)\s*\*\s*" + re.escape(a) + r"\s*[;=,]", body) \
-                if re.fullmatch(r"\w+", a) else None
-            if d and d.group(1) not in ("return", "const"):
-                out[j] = d.group(1)
+                typ = p["type"]
+            else:
+                d = re.search(r"(?<![\w.])((?:unsigned\s+)?[A-Za-z_][\w:]*)\s*\*\s*" + re.escape(a) + r"\s*[;=,]",
+                              body) if re.fullmatch(r"\w+", a) else None
+                typ = d.group(1) if d and d.group(1) not in ("return", "const") else None
+            if typ and typ not in own:
+                out[j] = typ
         return out
     return {}
 

@@ -482,3 +482,33 @@ def test_a_failed_trial_says_at_which_sizes_and_block_size(repo):
     n, c = p["args"][2], p["args"][3]
     got = T._located({"reason": "incorrect", "why": "out: 3 elements off"}, ref, p, 256)
     assert got == {"reason": "incorrect", "why": f"out: 3 elements off (at N={n}, C={c}, block size 256)"}
+
+
+TEMPLATE_LAUNCHER = """#include <cuda_fp16.h>
+void scale_cpu(float* out, const float* inp, int N) { for (int i = 0; i < N; i++) out[i] = 2 * inp[i]; }
+template <typename T>
+__global__ void scale_kernel(T* out, const T* inp, int N) { int i = threadIdx.x; if (i < N) out[i] = 2 * inp[i]; }
+template <typename T>
+void scale1(T* out, const T* inp, int N, int block_size) { scale_kernel<<<1, block_size>>>(out, inp, N); }
+CALLER
+int main() {
+    int N = 4096;
+    float* out = (float*)malloc(N * sizeof(float));
+    float* inp = make_random_float(N);
+    scale_cpu(out, inp, N);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("caller, types", [
+    # main()'s dispatcher passes its half* arrays: the launcher is instantiated as the file runs it
+    ("void scale(half* out, const half* inp, int N, int bs) { scale1(out, inp, N, bs); }", ["half", "half"]),
+    # a caller that is a template itself says nothing: the CPU function's float
+    ("template <typename T>\\nvoid scale(T* out, const T* inp, int N, int bs) { scale1(out, inp, N, bs); }",
+     ["float", "float"]),
+])
+def test_a_template_launcher_takes_the_types_main_s_call_gives_it(caller, types):
+    src = TEMPLATE_LAUNCHER.replace("CALLER", caller).encode()
+    ref = next(k for k in extract_kernels(src)[0] if k.name == "scale_kernel").file_reference
+    assert [g["type"] for g in ref["launcher_params"] if g["ptr"]] == types
