@@ -844,13 +844,97 @@ def _caller_types(units, src, hosts: dict[str, int], lname: str) -> dict[int, st
     return {}
 
 
-def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str):
-    """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size expression}) per leading
+STEPS_CPU = "sftbuild_cpu_steps"  # the CPU reference made of several of main()'s CPU calls (`_references`)
+
+
+def _references(units, src, hosts: dict[str, int], cpus: list[str], main: str, decls: list):
+    """The CPU references a launcher may fit, as (name, signature, main()'s arguments, steps): each
+    CPU function main() calls (steps None), then each run of two or more consecutive CPU calls of
+    main() (steps [(function, arguments)]), as one function over main()'s arrays and sizes: a fused
+    launcher (llm.c's fused_residual_forward: residual_forward_cpu, then layernorm_forward_cpu on its
+    result) does what main() checks with several calls. Its arrays are main()'s, typed by the steps'
+    parameters (const where every step reads it); its scalars are main()'s sizes the steps' scalar
+    arguments name, in order."""
+    calls = []
+    for name in cpus:
+        sig = _signature(units, src, hosts[name], name)
+        m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", main)
+        args = _split_args(main, m.end(), "([{", ")]}") if m and sig and not any(p["template"] for p in sig) else None
+        yield name, sig, args, None
+        if args and len(args) == len(sig):
+            calls.append((m.start(), name, sig, args))
+    calls.sort()
+    sizes = {d[0]: d[2] for d in decls}
+    for n in range(2, len(calls) + 1):
+        for i in range(len(calls) - n + 1):
+            run = calls[i:i + n]
+            params, names = [], {}
+            for _, _, sig, args in run:
+                for q, a in zip(sig, args):
+                    if q["ptr"]:
+                        if not re.fullmatch(r"\w+", a) or a in ("NULL", "nullptr"):
+                            break
+                        if a in names:
+                            names[a]["const"] = names[a]["const"] and q["const"]
+                            if names[a]["type"] != q["type"]:
+                                break
+                        else:
+                            names[a] = {"type": q["type"], "name": a, "ptr": True, "const": q["const"],
+                                        "kind": "ptr", "template": False}
+                            params.append(names[a])
+                    else:
+                        for w in re.findall(r"[A-Za-z_]\w*", a):
+                            if w in sizes and w not in names:
+                                names[w] = {"type": "float" if sizes[w] == "float" else "int", "name": w,
+                                            "ptr": False, "const": False, "kind": sizes[w], "template": False}
+                                params.append(names[w])
+                else:
+                    continue
+                break
+            else:
+                yield STEPS_CPU, params, [q["name"] for q in params], [(name, args) for _, name, _, args in run]
+
+
+def _steps_code(name: str, params: list[dict], steps: list | None) -> str:
+    """The CPU reference made of main()'s consecutive CPU calls (`_references`), as C: one function
+    taking main()'s arrays and sizes that makes the calls as main() writes them."""
+    if not steps:
+        return ""
+    decl = ", ".join(f"{'const ' if q['const'] else ''}{q['type']}{'*' if q['ptr'] else ''} {q['name']}"
+                     for q in params)
+    body = "".join(f"    {f}({', '.join(args)});\n" for f, args in steps)
+    return f"\nvoid {name}({decl}) {{\n{body}}}\n"
+
+
+def _main_argument(units, src, hosts: dict[str, int], main: str, lname: str, name: str) -> str | None:
+    """What main() passes for launcher `lname`'s parameter `name`: its argument where main() calls
+    the launcher, or a function that hands the parameter on under the same name (llm.c's dispatcher
+    `fused_residual_forward(kernel_num, ..., B*T, C, block_size)` passing `N` to each launcher)."""
+    sig = _signature(units, src, hosts[lname], lname) or []
+    callers = [(lname, [q["name"] for q in sig])]
+    for cname, i in hosts.items():
+        if cname in (lname, "main"):
+            continue
+        head, _, body = _text(src, units[i]).partition("{")
+        args = _call_args(body, lname)
+        if args and name in args:
+            callers.append((cname, [q["name"] for q in (_signature(units, src, i, cname) or [])]))
+    for cname, names in callers:
+        got = _call_args(main, cname)
+        if got and name in names and len(got) == len(names):
+            return got[names.index(name)]
+    return None
+
+
+def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str, argument=None):
+    """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size} | {"expr": size}) per leading
     parameter, and the trailing block-size names; None when the launcher does not fit the CPU call.
 
     The launcher repeats the CPU signature (by position, or by parameter name for a launcher that
     takes a subset), then trailing block-size ints. A pointer the CPU function does not take is
-    device-only scratch, sized by main()'s cudaMalloc of it. Pointers pair with pointers (the
+    device-only scratch, sized by main()'s cudaMalloc of it (an array main() also keeps on the host is
+    not); a size it does not take is what main() passes for it ({"expr": C expression over main()'s
+    sizes}, from `argument(name)`). Pointers pair with pointers (the
     launcher's constness says what is an input), integer buffers with the same type, scalars with
     scalars of their kind."""
     n = len(launcher)
@@ -864,10 +948,16 @@ def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main
     out = []
     for j, g in enumerate(head):
         i = j if positional else by_name.get(g["name"])
-        if i is None:
-            size = _device_size(main, g["name"]) if g["ptr"] else None
-            if size is None:
+        if i is None and not g["ptr"]:  # a size the CPU call does not take: what main() passes for it
+            expr = argument(g["name"]) if argument else None
+            if expr is None:
                 return None
+            out.append({"expr": expr})
+            continue
+        if i is None:
+            size = _device_size(main, g["name"])
+            if size is None or _allocation(main, g["name"]) is not None:
+                return None  # not allocated, or data main() keeps on the host too: not device-only scratch
             out.append({"scratch": size})
             continue
         c = cpu[i]
@@ -1017,12 +1107,11 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
         lsig = _signature(units, src, hosts[lname], lname)
         if lsig is None or LIBRARY_WORK.search(_text(src, units[hosts[lname]])):
             continue  # handing work to cuBLAS/cuDNN/thrust, or exiting, would drop the kernel with it
-        for cname in cpus:
-            csig = _signature(units, src, hosts[cname], cname)
-            args = _call_args(main, cname) if csig and not any(p["template"] for p in csig) else None
+        for cname, csig, args, steps in _references(units, src, hosts, cpus, main, decls):
             if not args or len(args) != len(csig):
                 continue
-            mapped = _map_params(csig, lsig, args, main)
+            mapped = _map_params(csig, lsig, args, main, lambda name: _main_argument(units, src, hosts, main,
+                                                                                       lname, name))
             if mapped is None:
                 continue
             lmap, trailing = mapped
@@ -1047,12 +1136,12 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
             written = sorted(m["cpu"] for m, g in zip(lmap, lsig) if "cpu" in m and g["ptr"] and not g["const"])
             checked = [i for i in written if args[i] in _validated(main, args)]
             need = _closure_of([kernel_index, hosts[lname]], units, by_name, launcher=hosts[lname], src=src)
-            earlier = prepare_call(units, src, hosts, cpus, main, cname, args, buffers)
-            cpu_need = _closure_of([hosts[cname]] + ([hosts[earlier["cpu"]]] if earlier else []),
-                                   units, by_name) - need
+            earlier = None if steps else prepare_call(units, src, hosts, cpus, main, cname, args, buffers)
+            own = [hosts[n] for n, _ in steps] if steps else [hosts[cname]]
+            cpu_need = _closure_of(own + ([hosts[earlier["cpu"]]] if earlier else []), units, by_name) - need
             ref = {"cpu": cname, "launcher": lname, "cpu_params": csig, "launcher_params": lsig,
                    "launcher_map": lmap, "trailing": trailing,
-                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]),
+                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]) + _steps_code(cname, csig, steps),
                    "call_args": args, "buffers": buffers, "compare": checked or written,
                    "scalars": decls, "block_sizes": block_values(main, trailing) if trailing else blocks,
                    "prepare": earlier,

@@ -492,8 +492,9 @@ def _addresses(tensors) -> list[int]:
 
 
 def _file_call(lib, ref, p, dev_bufs, block) -> int:
-    ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
-    floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
+    from sftbuild.ops.binders import file_reference as FR
+
+    ints, floats = FR.launcher_scalars(ref, p)
     parr = (ctypes.c_void_p * max(1, len(dev_bufs)))(*_addresses(dev_bufs))
     carr = (ctypes.c_longlong * max(1, len(dev_bufs)))(*[t.numel() for t in dev_bufs])
     iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)

@@ -512,3 +512,78 @@ def test_a_template_launcher_takes_the_types_main_s_call_gives_it(caller, types)
     src = TEMPLATE_LAUNCHER.replace("CALLER", caller).encode()
     ref = next(k for k in extract_kernels(src)[0] if k.name == "scale_kernel").file_reference
     assert [g["type"] for g in ref["launcher_params"] if g["ptr"]] == types
+
+
+STEPS_FILE = """#include <stdlib.h>
+#include "common.h"
+void add_cpu(float* out, const float* a, const float* b, int n) {
+    for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+void rowsum_cpu(float* sums, const float* x, int B, int T, int C) {
+    for (int r = 0; r < B * T; r++) { float s = 0.0f; for (int c = 0; c < C; c++) s += x[r * C + c]; sums[r] = s; }
+}
+__global__ void add_rowsum_kernel(float* out, float* sums, const float* a, const float* b, int N, int C) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= N) return;
+    float s = 0.0f;
+    for (int c = 0; c < C; c++) { out[r * C + c] = a[r * C + c] + b[r * C + c]; s += out[r * C + c]; }
+    sums[r] = s;
+}
+void add_rowsum1(float* out, float* sums, const float* a, const float* b, int N, int C, int block_size) {
+    add_rowsum_kernel<<<ceil_div(N, block_size), block_size>>>(out, sums, a, b, N, C);
+}
+void add_rowsum(int kernel_num, float* out, float* sums, const float* a, const float* b, int N, int C, int block_size) {
+    add_rowsum1(out, sums, a, b, N, C, block_size);
+}
+int main() {
+    int B = 8;
+    int T = 256;
+    int C = 64;
+    float* out = (float*)malloc(B * T * C * sizeof(float));
+    float* sums = (float*)malloc(B * T * sizeof(float));
+    float* a = make_random_float(B * T * C);
+    float* b = make_random_float(B * T * C);
+    add_cpu(out, a, b, B * T * C);
+    rowsum_cpu(sums, out, B, T, C);
+    float *d_out, *d_sums, *d_a, *d_b;
+    add_rowsum(1, d_out, d_sums, d_a, d_b, B * T, C, 128);
+    return 0;
+}
+"""
+
+
+def test_a_fused_launcher_is_checked_against_main_s_consecutive_cpu_calls(tmp_path):
+    """A launcher that does what main() checks with two CPU calls (llm.c's fused residual + layernorm)
+    is bound to both, as one function over main()'s arrays and sizes; the size it takes that no CPU
+    call does (`N`) is what main() passes for it (`B * T`, through the dispatcher)."""
+    root = tmp_path / "steps"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "fused.cu").write_text(STEPS_FILE)
+    rec = _record(root, "fused.cu", "add_rowsum_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    assert ref["cpu"] == "sftbuild_cpu_steps" and ref["call_args"] == ["out", "a", "b", "B", "T", "C", "sums"]
+    assert "    add_cpu(out, a, b, B * T * C);\n    rowsum_cpu(sums, out, B, T, C);\n" in ref["cpu_code"]
+    assert {"expr": "B * T"} in ref["launcher_map"]
+    p = FR.plans(ref)[0]
+    b, t, c = p["args"][3:6]
+    assert FR.launcher_scalars(ref, p) == ([b, t, c, b * t], [])
+    assert FR.roles(ref) == ["output", "input", "input", "output"]
+    slots = rec.binding["harness_args"]["slots"]
+    assert [s["slot"] for s in slots if s["kind"] == "int"] == [3, 2]  # N: after the CPU call's B, T, C; then C
+
+
+@pytest.mark.nvcc
+def test_the_harness_runs_main_s_cpu_steps_as_one_reference(tmp_path):
+    root = tmp_path / "steps"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "fused.cu").write_text(STEPS_FILE)
+    rec = _record(root, "fused.cu", "add_rowsum_kernel")
+    lib = T.load_file_harness(_build_harness(rec, tmp_path)["so"])
+    ref = rec.binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    host, _ = T._file_buffers(ref, p, 0, lib)
+    out, a, b, sums = T.file_reference_outputs(lib, ref, p, host)
+    c = p["args"][5]
+    assert torch.equal(out, a + b) and torch.allclose(sums, out.view(-1, c).sum(1), rtol=1e-4, atol=1e-4)

@@ -98,15 +98,21 @@ def kernel_reads(params: list[str]) -> list[str]:
 
 def slots(ref: dict) -> list[dict]:
     """Where the harness finds each leading launcher argument: {kind: ptr, slot, ltype, ctype, const}
-    (slot: the CPU call's pointers in order, then the scratch buffers), {kind: int|float, slot}."""
+    (slot: the CPU call's pointers in order, then the scratch buffers), {kind: int|float, slot} (the
+    CPU call's scalars of that kind in order, then the sizes main() passes beyond them, `exprs`)."""
     cpu = ref["cpu_params"]
     ptr_slot, int_slot, float_slot = {}, {}, {}
     for i, c in enumerate(cpu):
         table = ptr_slot if c["ptr"] else int_slot if c["kind"] == "int" else float_slot
         table[i] = len(table)
     out, scratch = [], len(ptr_slot)
+    extra = {"int": len(int_slot), "float": len(float_slot)}  # sizes main() passes beyond the CPU call's
     for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))], ref["launcher_params"]):
-        if "scratch" in m:
+        if "expr" in m:
+            kind = "int" if g["kind"] == "int" else "float"
+            out.append({"kind": kind, "slot": extra[kind], "ltype": g["type"]})
+            extra[kind] += 1
+        elif "scratch" in m:
             out.append({"kind": "ptr", "slot": scratch, "ltype": g["type"], "ctype": "float", "const": g["const"]})
             scratch += 1
         elif g["ptr"]:
@@ -287,6 +293,14 @@ def plan(ref: dict, halvings: int, device: dict | None = None, tile: int = 64) -
         if n is None:
             return None
         scratch.append(n)
+    exprs = []  # what main() passes for launcher sizes the CPU call does not take, in launcher order
+    for m, g in zip(ref.get("launcher_map") or [], ref["launcher_params"]):
+        if "expr" in m:
+            try:
+                v = evaluate(m["expr"], env)
+            except ValueError:
+                return None
+            exprs.append(int(v) if g["kind"] == "int" else float(v))
     prepare = None
     if ref.get("prepare"):
         prepare = {"counts": [], "args": []}
@@ -303,7 +317,18 @@ def plan(ref: dict, halvings: int, device: dict | None = None, tile: int = 64) -
                     return None
                 prepare["args"].append(int(v) if q["kind"] == "int" else float(v))
     return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings,
-            "prepare": prepare}
+            "prepare": prepare, "exprs": exprs}
+
+
+def launcher_scalars(ref: dict, p: dict) -> tuple[list, list]:
+    """The harness's ints and floats for plan `p`: the CPU call's scalars of each kind in order,
+    then the sizes main() passes beyond them (`slots`)."""
+    ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
+    floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
+    kinds = [g["kind"] for m, g in zip(ref.get("launcher_map") or [], ref["launcher_params"]) if "expr" in m]
+    for v, k in zip(p.get("exprs") or [], kinds):
+        (ints if k == "int" else floats).append(v)
+    return ints, floats
 
 
 def prepare_arrays(ref: dict) -> list[tuple[str, int]]:
