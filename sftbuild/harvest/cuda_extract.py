@@ -1091,9 +1091,12 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
     """The file's CPU reference for kernel `kname`, called through a host launcher of the same file.
 
     Returns ({cpu, cpu_code, launcher, cpu_params, launcher_params, launcher_map, trailing,
-    call_args, buffers, compare, scalars, block_sizes}, the units the record then needs: kernel,
-    launcher and their closures), or None when no CPU function (`*_cpu`, `*_reference`, `ref_*`)
-    that main() calls fits a launcher of the kernel (see `_map_params`)."""
+    call_args, buffers, compare, scalars, block_sizes, prepare, device_buffers, zeroed}, the units
+    the record then needs: kernel, launcher and their closures), or None when no CPU function
+    (`*_cpu`, `*_reference`, `ref_*`) that main() calls, nor a run of consecutive ones
+    (`_references`), fits a launcher of the kernel (see `_map_params`). `prepare`: main()'s earlier
+    CPU step that fills arrays the reference reads (`prepare_call`); `device_buffers`: file-scope
+    device pointers main() allocates; `zeroed`: per launcher scratch buffer, whether main() clears it."""
     hosts = _host_functions(units, src)
     cpus = [n for n in hosts if CPU_REFERENCE.search(n)]
     main = _main_body(units, src)
