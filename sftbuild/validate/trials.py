@@ -397,7 +397,11 @@ class FileReference(loop.Adapter):
         p, block = t.variant
         if block in self.refused:
             return None, {}
-        ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks, self.references)
+        try:
+            ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks,
+                                           self.references)
+        except RuntimeError as e:  # a sticky CUDA fault ends the record (_guarded_run): say where it struck
+            raise RuntimeError(f"{e} ({_located({}, self.ref, p, block)['why']})") from e
         if stats.get("code") in LAUNCH_CONFIG_ERRORS:  # the launcher said this block size does not fit
             self.refused[block] = stats["why"]
             return None, stats

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -587,3 +588,23 @@ def test_the_harness_runs_main_s_cpu_steps_as_one_reference(tmp_path):
     out, a, b, sums = T.file_reference_outputs(lib, ref, p, host)
     c = p["args"][5]
     assert torch.equal(out, a + b) and torch.allclose(sums, out.view(-1, c).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_cuda_fault_in_a_trial_says_at_which_sizes(repo, monkeypatch):
+    """An illegal address ends the record as a RuntimeError (trials._guarded_run): its message names
+    the trial's sizes and block size, as a wrong result's does."""
+    rec = _record(repo, "scale.cu", "scale_kernel")
+
+    def fault(*a, **k):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(T, "load_file_harness", lambda path: types.SimpleNamespace(
+        sftbuild_file_launch=types.SimpleNamespace(), sftbuild_file_reference=types.SimpleNamespace(),
+        sftbuild_file_elem_bytes=types.SimpleNamespace()))
+    monkeypatch.setattr(T, "_file_trial", fault)
+    adapter = T.FileReference({"binding": rec.binding, "sos": ["x.so"], "shapes": 1, "seeds": 1},
+                              torch.device("cpu"), T.C.selected())
+    p, block = adapter.variants()[0]
+    with pytest.raises(RuntimeError, match=rf"illegal memory access .*\(at N={p['args'][2]}, "
+                                           rf"C={p['args'][3]}, block size {block}\)"):
+        adapter.trial(T.loop.Trial(vi=0, variant=(p, block), dtype=None, layout=None, seed=0))
