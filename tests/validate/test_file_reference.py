@@ -608,3 +608,41 @@ def test_a_cuda_fault_in_a_trial_says_at_which_sizes(repo, monkeypatch):
     with pytest.raises(RuntimeError, match=rf"illegal memory access .*\(at N={p['args'][2]}, "
                                            rf"C={p['args'][3]}, block size {block}\)"):
         adapter.trial(T.loop.Trial(vi=0, variant=(p, block), dtype=None, layout=None, seed=0))
+
+
+def test_a_write_past_a_file_scope_buffer_names_it(tmp_path, monkeypatch):
+    """The buffers main() allocates for the launcher are guarded like the arrays: a write past the
+    end of `partial` is out_of_bounds, named, at the trial's sizes."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "scale.cu").write_text(GLOBAL_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    c = p["args"][3]
+
+    def reference(lib, ref, p, host):
+        return [2 * host[1] + (torch.arange(host[1].numel()) % c).float(), host[1].clone()]
+
+    seen = []
+
+    def launch(lib, ref, p, d, block, past=0):
+        seen.append((len(d), d[2].numel(), float(d[2].sum())))
+        d[0].copy_(2 * d[1] + (torch.arange(d[1].numel()) % c).float())
+        d[2].as_strided((d[2].numel() + past,), (1,), d[2].storage_offset()).fill_(1.0)
+        return 0
+
+    monkeypatch.setattr(T, "file_reference_outputs", reference)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    lib = types.SimpleNamespace(sftbuild_file_elem_bytes=lambda k: 4)
+    cache = T.ReferenceCache(lib, ref)
+    monkeypatch.setattr(T, "_file_call", launch)
+    ok, _, _ = T._file_trial(lib, ref, p, 64, 0, torch.device("cpu"), T.C.selected(), cache)
+    n = p["scratch"][0]
+    # zeros of main()'s size at first; the second run finds it as the first left it (main() does not clear it)
+    assert ok and seen == [(3, n, 0.0), (3, n, float(n))]
+    monkeypatch.setattr(T, "_file_call", lambda *a: launch(*a, past=3))
+    ok, why, _ = T._file_trial(lib, ref, p, 64, 0, torch.device("cpu"), T.C.selected(), cache)
+    assert not ok and why["reason"] == "out_of_bounds"
+    assert why["why"].startswith("write past the end of partial (device-only)") and "block size 64" in why["why"]
