@@ -342,6 +342,7 @@ class GpuWorker:
         self.gpu, self.ro, self.rw = gpu, list(ro), list(rw)
         self.proc = None
         self.fn = None  # the task function it has run
+        self.mark = 0  # where the current item's output starts (Proc.output_mark)
         self.start()
 
     def reaches(self, ro, rw) -> bool:
@@ -365,10 +366,12 @@ class GpuWorker:
         return sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton])
 
     def send(self, fn, item):
+        self.mark = self.proc.output_mark()  # the output this item's work writes starts here
         try:
             self.conn.send((fn, item))
         except (BrokenPipeError, OSError):
             self.restart()
+            self.mark = self.proc.output_mark()
             self.conn.send((fn, item))
 
     def receive(self) -> tuple[Any, bool]:
@@ -384,12 +387,18 @@ class GpuWorker:
                                               f"{str(e)[:200]}); the worker was replaced"), True
             if self.proc.timed_out:
                 return WorkerFailure("crash", "the worker closed its connection and did not exit within 30 s"), True
-            return WorkerFailure("crash", f"worker {sandbox.exit_reason(code)}"), True
+            return WorkerFailure("crash", self.exit_detail(code)), True
         if status == "ok":
             return payload, wants_recycle(payload)
         if status == "deadline":
             return _Step(*payload), False
         return WorkerFailure("error", str(payload)), True
+
+    def exit_detail(self, code: int | None) -> str:
+        """`worker exit code 1: <its last lines of output>`: how the worker ended and what the item's
+        work last printed (a check macro's file:line and CUDA error, a failed assertion)."""
+        said = sandbox.last_lines(self.proc.output_since(self.mark))
+        return f"worker {sandbox.exit_reason(code)}" + (f": {said}" if said else "")
 
     def restart(self):
         self.stop()

@@ -371,11 +371,13 @@ class _Tail(threading.Thread):
     def __init__(self, stream, cap: int):
         super().__init__(daemon=True)
         self.stream, self.cap, self.buf, self.dropped = stream, cap, bytearray(), 0
+        self.total = 0  # bytes read so far, kept or not
         self.start()
 
     def run(self):
         for chunk in iter(lambda: self.stream.read1(65536), b""):
             self.buf += chunk
+            self.total += len(chunk)
             if len(self.buf) > 2 * self.cap:
                 self.dropped += len(self.buf) - self.cap
                 del self.buf[:-self.cap]
@@ -387,6 +389,13 @@ class _Tail(threading.Thread):
             del self.buf[:-self.cap]
         head = f"[{self.dropped} earlier bytes of output dropped]\n" if self.dropped else ""
         return head + self.buf.decode("utf-8", "replace")
+
+    def since(self, mark: int, wait: float = 5.0) -> str:
+        """What was read after `total` was `mark` (as much of it as is still kept), once the stream
+        has ended or `wait` seconds have passed."""
+        self.join(timeout=wait)
+        new = min(self.total - mark, len(self.buf))
+        return bytes(self.buf[-new:]).decode("utf-8", "replace") if new > 0 else ""
 
 
 class Proc:
@@ -450,6 +459,14 @@ class Proc:
 
     def output(self) -> str:
         return self._out.text()
+
+    def output_mark(self) -> int:
+        """A mark for `output_since`: how many bytes of output were read so far."""
+        return self._out.total
+
+    def output_since(self, mark: int) -> str:
+        """The output written after `mark` (`output_mark`), as far as the kept tail reaches."""
+        return self._out.since(mark)
 
     def error(self) -> str:
         return self._err.text() if self._err else ""
@@ -714,6 +731,14 @@ def _scalar(obj):
         if isinstance(obj, t):
             return t(obj)
     return repr(obj)
+
+
+def last_lines(text: str, lines: int = 3, chars: int = 400) -> str:
+    """The last non-blank `lines` of a process's output, joined by ' | ', at most `chars` long: what
+    a crash verdict quotes (a check macro's file:line and error, an assertion, a CUDA error)."""
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    out = " | ".join(kept)
+    return out if len(out) <= chars else "..." + out[-chars:]
 
 
 def exit_reason(code: int) -> str:

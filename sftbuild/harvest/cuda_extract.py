@@ -770,13 +770,171 @@ def _signature(units, src, i, name) -> list[dict] | None:
     return params
 
 
-def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str):
-    """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size expression}) per leading
+def prepare_call(units, src, hosts: dict[str, int], cpus: list[str], main: str, cname: str, args: list[str],
+                 buffers: list[dict]) -> dict | None:
+    """The earlier step of main() that fills arrays the CPU reference reads but main() only allocates:
+    the last call of another CPU function of the file, before the reference's own call, that takes
+    one of them (llm.c's attention_backward main() runs attention_forward_cpu to make the causal
+    `att` the backward reads; layernorm_backward's runs layernorm_forward_cpu for `mean`, `rstd`).
+    Returns {cpu, params, args, extra: [{arg, gen, size, ...}]} (`extra`: its arrays that the
+    reference call does not take, as main() allocates them), or None when there is no such call or
+    one of its arrays is not one main() allocates. The trials run it on the host arrays first, so
+    the kernel reads what main() would have given it (a causal softmax's zeros, not random values)."""
+    empty = {b["arg"] for b in buffers if b.get("gen") == "empty"}
+    at = re.search(r"(?<![\w.])" + re.escape(cname) + r"\s*\(", main)
+    if not empty or not at:
+        return None
+    best = None
+    for name in cpus:
+        if name == cname:
+            continue
+        for m in re.finditer(r"(?<![\w.])" + re.escape(name) + r"\s*\(", main[:at.start()]):
+            call = _split_args(main, m.end(), "([{", ")]}")
+            if call and empty & set(call) and (best is None or m.start() > best[0]):
+                best = (m.start(), name, call)
+    if best is None:
+        return None
+    _, name, call = best
+    sig = _signature(units, src, hosts[name], name)
+    if not sig or len(sig) != len(call) or any(p["template"] for p in sig):
+        return None
+    extra, by_arg = [], dict(zip(args, _signature(units, src, hosts[cname], cname) or []))
+    for p, a in zip(sig, call):
+        if not p["ptr"]:
+            continue
+        if a in args:
+            if by_arg.get(a, {}).get("type") != p["type"]:
+                return None  # one host array, two element types
+            continue
+        alloc = _allocation(main, a) if re.fullmatch(r"\w+", a) else None
+        if alloc is None or not alloc["size"] or alloc["gen"] == "int" or p["type"] not in ("float", "double"):
+            return None
+        extra.append({"arg": a, **alloc})
+    return {"cpu": name, "params": sig, "args": call, "extra": extra}
+
+
+def _caller_types(units, src, hosts: dict[str, int], lname: str) -> dict[int, str]:
+    """The pointer types the file's own call of template launcher `lname` deduces ({argument
+    index: element type}): where an argument is a pointer parameter of the calling function (llm.c's
+    dispatcher passes its `floatX* dinp`), or a pointer the caller declares (`floatX* d_dinp;`).
+    The first host function that calls the launcher decides; {} when none does. A type the caller
+    itself takes as a template parameter says nothing and is left out."""
+    for cname, i in hosts.items():
+        if cname == lname:
+            continue
+        text = _text(src, units[i])
+        head, _, body = text.partition("{")
+        args = _call_args(body, lname)
+        if not args:
+            continue
+        own = set(_type_template(head) or [])
+        params = {p["name"]: p for p in map(param_info, _params(head, cname)) if p}
+        out = {}
+        for j, a in enumerate(args):
+            p = params.get(a)
+            if p and p["ptr"]:
+                typ = p["type"]
+            else:
+                d = re.search(r"(?<![\w.])((?:unsigned\s+)?[A-Za-z_][\w:]*)\s*\*\s*" + re.escape(a) + r"\s*[;=,]",
+                              body) if re.fullmatch(r"\w+", a) else None
+                typ = d.group(1) if d and d.group(1) not in ("return", "const") else None
+            if typ and typ not in own:
+                out[j] = typ
+        return out
+    return {}
+
+
+STEPS_CPU = "sftbuild_cpu_steps"  # the CPU reference made of several of main()'s CPU calls (`_references`)
+
+
+def _references(units, src, hosts: dict[str, int], cpus: list[str], main: str, decls: list):
+    """The CPU references a launcher may fit, as (name, signature, main()'s arguments, steps): each
+    CPU function main() calls (steps None), then each run of two or more consecutive CPU calls of
+    main() (steps [(function, arguments)]), as one function over main()'s arrays and sizes: a fused
+    launcher (llm.c's fused_residual_forward: residual_forward_cpu, then layernorm_forward_cpu on its
+    result) does what main() checks with several calls. Its arrays are main()'s, typed by the steps'
+    parameters (const where every step reads it); its scalars are main()'s sizes the steps' scalar
+    arguments name, in order."""
+    calls = []
+    for name in cpus:
+        sig = _signature(units, src, hosts[name], name)
+        m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", main)
+        args = _split_args(main, m.end(), "([{", ")]}") if m and sig and not any(p["template"] for p in sig) else None
+        yield name, sig, args, None
+        if args and len(args) == len(sig):
+            calls.append((m.start(), name, sig, args))
+    calls.sort()
+    sizes = {d[0]: d[2] for d in decls}
+    for n in range(2, len(calls) + 1):
+        for i in range(len(calls) - n + 1):
+            run = calls[i:i + n]
+            params, names = [], {}
+            for _, _, sig, args in run:
+                for q, a in zip(sig, args):
+                    if q["ptr"]:
+                        if not re.fullmatch(r"\w+", a) or a in ("NULL", "nullptr"):
+                            break
+                        if a in names:
+                            names[a]["const"] = names[a]["const"] and q["const"]
+                            if names[a]["type"] != q["type"]:
+                                break
+                        else:
+                            names[a] = {"type": q["type"], "name": a, "ptr": True, "const": q["const"],
+                                        "kind": "ptr", "template": False}
+                            params.append(names[a])
+                    else:
+                        for w in re.findall(r"[A-Za-z_]\w*", a):
+                            if w in sizes and w not in names:
+                                names[w] = {"type": "float" if sizes[w] == "float" else "int", "name": w,
+                                            "ptr": False, "const": False, "kind": sizes[w], "template": False}
+                                params.append(names[w])
+                else:
+                    continue
+                break
+            else:
+                yield STEPS_CPU, params, [q["name"] for q in params], [(name, args) for _, name, _, args in run]
+
+
+def _steps_code(name: str, params: list[dict], steps: list | None) -> str:
+    """The CPU reference made of main()'s consecutive CPU calls (`_references`), as C: one function
+    taking main()'s arrays and sizes that makes the calls as main() writes them."""
+    if not steps:
+        return ""
+    decl = ", ".join(f"{'const ' if q['const'] else ''}{q['type']}{'*' if q['ptr'] else ''} {q['name']}"
+                     for q in params)
+    body = "".join(f"    {f}({', '.join(args)});\n" for f, args in steps)
+    return f"\nvoid {name}({decl}) {{\n{body}}}\n"
+
+
+def _main_argument(units, src, hosts: dict[str, int], main: str, lname: str, name: str) -> str | None:
+    """What main() passes for launcher `lname`'s parameter `name`: its argument where main() calls
+    the launcher, or a function that hands the parameter on under the same name (llm.c's dispatcher
+    `fused_residual_forward(kernel_num, ..., B*T, C, block_size)` passing `N` to each launcher)."""
+    sig = _signature(units, src, hosts[lname], lname) or []
+    callers = [(lname, [q["name"] for q in sig])]
+    for cname, i in hosts.items():
+        if cname in (lname, "main"):
+            continue
+        head, _, body = _text(src, units[i]).partition("{")
+        args = _call_args(body, lname)
+        if args and name in args:
+            callers.append((cname, [q["name"] for q in (_signature(units, src, i, cname) or [])]))
+    for cname, names in callers:
+        got = _call_args(main, cname)
+        if got and name in names and len(got) == len(names):
+            return got[names.index(name)]
+    return None
+
+
+def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str, argument=None):
+    """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size} | {"expr": size}) per leading
     parameter, and the trailing block-size names; None when the launcher does not fit the CPU call.
 
     The launcher repeats the CPU signature (by position, or by parameter name for a launcher that
     takes a subset), then trailing block-size ints. A pointer the CPU function does not take is
-    device-only scratch, sized by main()'s cudaMalloc of it. Pointers pair with pointers (the
+    device-only scratch, sized by main()'s cudaMalloc of it (an array main() also keeps on the host is
+    not); a size it does not take is what main() passes for it ({"expr": C expression over main()'s
+    sizes}, from `argument(name)`). Pointers pair with pointers (the
     launcher's constness says what is an input), integer buffers with the same type, scalars with
     scalars of their kind."""
     n = len(launcher)
@@ -790,10 +948,16 @@ def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main
     out = []
     for j, g in enumerate(head):
         i = j if positional else by_name.get(g["name"])
-        if i is None:
-            size = _device_size(main, g["name"]) if g["ptr"] else None
-            if size is None:
+        if i is None and not g["ptr"]:  # a size the CPU call does not take: what main() passes for it
+            expr = argument(g["name"]) if argument else None
+            if expr is None:
                 return None
+            out.append({"expr": expr})
+            continue
+        if i is None:
+            size = _device_size(main, g["name"])
+            if size is None or _allocation(main, g["name"]) is not None:
+                return None  # not allocated, or data main() keeps on the host too: not device-only scratch
             out.append({"scratch": size})
             continue
         c = cpu[i]
@@ -807,15 +971,50 @@ def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main
     return out, trailing
 
 
-def _device_size(main: str, name: str) -> str | None:
+def _device_size(main: str, name: str, prefixed: bool = True) -> str | None:
     """The element count of main()'s `cudaMalloc(&d_NAME, count * sizeof(T))` (with or without a
-    check macro around it), or None."""
-    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*(?:d_)?" + re.escape(name) + r"\s*,", main)
+    check macro around it; `prefixed`: `d_NAME` counts too), or None."""
+    prefix = "(?:d_)?" if prefixed else ""
+    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*" + prefix + re.escape(name) + r"\s*,", main)
     args = _split_args(main, m.start() + main[m.start():].index("(") + 1, "([{", ")]}") if m else None
     if not args or len(args) != 2:
         return None
-    size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", args[1]).strip().strip("*").strip()
+    return _elements(args[1])
+
+
+def _elements(size: str) -> str | None:
+    """A byte count `n * sizeof(T)` as the element count `n`: a leading or trailing sizeof goes, one
+    inside the product (`n * sizeof(float) * 32`) counts as 1."""
+    size = re.sub(r"^\s*sizeof\s*\([^)]*\)\s*\*|\*\s*sizeof\s*\([^)]*\)\s*$", " ", size.strip()).strip()
+    size = re.sub(r"\bsizeof\s*\([^)]*\)", "1", size).strip()
     return size or None
+
+
+# a pointer declared at file scope (at the start of a line, outside any function): `float* buf;`
+FILE_SCOPE_POINTER = re.compile(r"(?m)^(?:static\s+)?((?:unsigned\s+)?[A-Za-z_][\w:]*)\s*\*\s*(\w+)\s*"
+                                r"(?:=\s*(?:NULL|nullptr|0)\s*)?;")
+
+
+def device_buffers(code: str, main: str) -> list[dict]:
+    """Device buffers the code keeps in file-scope pointers that main() allocates before calling the
+    launcher (llm.c's `float* dbias_buffer;`, `cudaMalloc(&dbias_buffer, OC * sizeof(float) * 32)`):
+    [{name, type, size (element count, a C expression over main()'s scalars), zeroed (main() memsets
+    it)}]. The harness points them at buffers of that size, as main() would have."""
+    out = []
+    for m in FILE_SCOPE_POINTER.finditer(code):
+        ctype, name = m.group(1), m.group(2)
+        if ctype in ("return", "typedef", "extern", "const") or any(b["name"] == name for b in out):
+            continue
+        size = _device_size(main, name, prefixed=False)
+        if size:
+            out.append({"name": name, "type": ctype, "size": size, "zeroed": _zeroed(main, [name])[0]})
+    return out
+
+
+def _zeroed(main: str, names: list[str]) -> list[bool]:
+    """Per device buffer name: whether main() clears it with cudaMemset (so each launcher call starts
+    from zeros, not from what the previous call left)."""
+    return [bool(re.search(r"cudaMemset\s*\(\s*(?:d_)?" + re.escape(n) + r"\s*,\s*0\s*,", main)) for n in names]
 
 
 def _validated(main: str, args: list[str]) -> list[str]:
@@ -872,11 +1071,19 @@ def _main_values(main: str) -> tuple[list[list[str]], list[int]]:
     for m in re.finditer(r"(?m)^\s*(?:const\s+)?(?:unsigned\s+)?(int|long|size_t|int64_t|float|double)\s+"
                          r"(\w+)\s*=\s*([^;{}]+);", main):
         decls.append([m.group(2), " ".join(m.group(3).split()), "float" if m.group(1) in FLOAT_WORDS else "int"])
-    blocks: list[int] = []
-    m = re.search(r"\bblock_sizes\s*\[\s*\]\s*=\s*\{([^}]*)\}", main)
-    if m:
-        blocks = [int(x) for x in re.findall(r"\d+", m.group(1))]
-    return decls, blocks
+    return decls, block_values(main)
+
+
+def block_values(main: str, trailing: list[str] | tuple = ()) -> list[int]:
+    """The block sizes main() tries, from its array of them: the one named after the launcher's
+    trailing parameter (`sqrt_block_size` -> `sqrt_block_sizes[]`), else `block_sizes[]`, else
+    another `*block_sizes[]`; [] when main() has none."""
+    arrays = {m.group(1): m.group(2) for m in
+              re.finditer(r"\b(\w*block_sizes)\s*\[\s*\w*\s*\]\s*=\s*\{([^}]*)\}", main)}
+    for name in [f"{t}s" for t in trailing] + ["block_sizes", *sorted(arrays)]:
+        if name in arrays:
+            return [int(x) for x in re.findall(r"\d+", arrays[name])]
+    return []
 
 
 def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str, sites: list[dict],
@@ -884,9 +1091,12 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
     """The file's CPU reference for kernel `kname`, called through a host launcher of the same file.
 
     Returns ({cpu, cpu_code, launcher, cpu_params, launcher_params, launcher_map, trailing,
-    call_args, buffers, compare, scalars, block_sizes}, the units the record then needs: kernel,
-    launcher and their closures), or None when no CPU function (`*_cpu`, `*_reference`, `ref_*`)
-    that main() calls fits a launcher of the kernel (see `_map_params`)."""
+    call_args, buffers, compare, scalars, block_sizes, prepare, device_buffers, zeroed}, the units
+    the record then needs: kernel, launcher and their closures), or None when no CPU function
+    (`*_cpu`, `*_reference`, `ref_*`) that main() calls, nor a run of consecutive ones
+    (`_references`), fits a launcher of the kernel (see `_map_params`). `prepare`: main()'s earlier
+    CPU step that fills arrays the reference reads (`prepare_call`); `device_buffers`: file-scope
+    device pointers main() allocates; `zeroed`: per launcher scratch buffer, whether main() clears it."""
     hosts = _host_functions(units, src)
     cpus = [n for n in hosts if CPU_REFERENCE.search(n)]
     main = _main_body(units, src)
@@ -900,12 +1110,11 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
         lsig = _signature(units, src, hosts[lname], lname)
         if lsig is None or LIBRARY_WORK.search(_text(src, units[hosts[lname]])):
             continue  # handing work to cuBLAS/cuDNN/thrust, or exiting, would drop the kernel with it
-        for cname in cpus:
-            csig = _signature(units, src, hosts[cname], cname)
-            args = _call_args(main, cname) if csig and not any(p["template"] for p in csig) else None
+        for cname, csig, args, steps in _references(units, src, hosts, cpus, main, decls):
             if not args or len(args) != len(csig):
                 continue
-            mapped = _map_params(csig, lsig, args, main)
+            mapped = _map_params(csig, lsig, args, main, lambda name: _main_argument(units, src, hosts, main,
+                                                                                       lname, name))
             if mapped is None:
                 continue
             lmap, trailing = mapped
@@ -923,18 +1132,24 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
             if not ok:
                 continue
             lsig = [dict(g) for g in lsig]
-            for m, g in zip(lmap, lsig):  # template types take the CPU side's
+            called = _caller_types(units, src, hosts, lname)
+            for j, (m, g) in enumerate(zip(lmap, lsig)):  # template types: the file's own call's, else the CPU side's
                 if g["template"]:
-                    g["type"] = csig[m["cpu"]]["type"] if "cpu" in m else "float"
+                    g["type"] = called.get(j) or (csig[m["cpu"]]["type"] if "cpu" in m else "float")
             written = sorted(m["cpu"] for m, g in zip(lmap, lsig) if "cpu" in m and g["ptr"] and not g["const"])
             checked = [i for i in written if args[i] in _validated(main, args)]
             need = _closure_of([kernel_index, hosts[lname]], units, by_name, launcher=hosts[lname], src=src)
-            cpu_need = _closure_of([hosts[cname]], units, by_name) - need
+            earlier = None if steps else prepare_call(units, src, hosts, cpus, main, cname, args, buffers)
+            own = [hosts[n] for n, _ in steps] if steps else [hosts[cname]]
+            cpu_need = _closure_of(own + ([hosts[earlier["cpu"]]] if earlier else []), units, by_name) - need
             ref = {"cpu": cname, "launcher": lname, "cpu_params": csig, "launcher_params": lsig,
                    "launcher_map": lmap, "trailing": trailing,
-                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]),
+                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]) + _steps_code(cname, csig, steps),
                    "call_args": args, "buffers": buffers, "compare": checked or written,
-                   "scalars": decls, "block_sizes": blocks}
+                   "scalars": decls, "block_sizes": block_values(main, trailing) if trailing else blocks,
+                   "prepare": earlier,
+                   "device_buffers": device_buffers(_emit(src, [units[j] for j in sorted(need)]), main),
+                   "zeroed": _zeroed(main, [g["name"] for m, g in zip(lmap, lsig) if "scratch" in m])}
             return ref, need
     return None
 

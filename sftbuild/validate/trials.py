@@ -397,7 +397,11 @@ class FileReference(loop.Adapter):
         p, block = t.variant
         if block in self.refused:
             return None, {}
-        ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks, self.references)
+        try:
+            ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks,
+                                           self.references)
+        except RuntimeError as e:  # a sticky CUDA fault ends the record (_guarded_run): say where it struck
+            raise RuntimeError(f"{e} ({_located({}, self.ref, p, block)['why']})") from e
         if stats.get("code") in LAUNCH_CONFIG_ERRORS:  # the launcher said this block size does not fit
             self.refused[block] = stats["why"]
             return None, stats
@@ -430,10 +434,11 @@ def load_file_harness(path: str) -> ctypes.CDLL:
     return ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
 
 
-def _file_buffers(ref, p, seed):
+def _file_buffers(ref, p, seed, lib=None):
     """Host arrays for one trial, one per pointer of the CPU call: (tensors, roles); see
     `file_reference.roles` (null arrays are empty and passed as NULL; an input main() only
-    allocates, filled by an earlier step, gets random values)."""
+    allocates, filled by an earlier step, gets random values, or that step's values where the
+    binding names it (`prepare`) and the harness `lib` is given)."""
     from sftbuild.ops.binders import file_reference as FR
 
     gen = torch.Generator().manual_seed(seed)
@@ -455,7 +460,35 @@ def _file_buffers(ref, p, seed):
         else:
             t = torch.empty(n, dtype=dtype)
         bufs.append(t)
+    if lib is not None and ref.get("prepare") and p.get("prepare") is not None:
+        _prepare(lib, ref, p, bufs, gen)
     return bufs, roles
+
+
+def _prepare(lib, ref, p, bufs, gen) -> None:
+    """Runs the earlier CPU step main() runs before the reference (`ref["prepare"]`) on the host
+    arrays: the arrays it fills get main()'s values; arrays only it takes are made as main() makes them."""
+    from sftbuild.ops.binders import file_reference as FR
+
+    prep, extra = ref["prepare"], []
+    types = [q["type"] for q in prep["params"] if q["ptr"]]
+    for b, n in zip(prep["extra"], p["prepare"]["counts"]):
+        t = torch.zeros(n, dtype=torch.float64)
+        if b["gen"] == "uniform":
+            t = torch.rand(n, generator=gen, dtype=torch.float64) * (b["hi"] - b["lo"]) + b["lo"]
+        elif b["gen"] == "ones":
+            t = torch.ones(n, dtype=torch.float64)
+        extra.append(t)
+    arrays = [bufs[i] if where == "host" else extra[i] for where, i in FR.prepare_arrays(ref)]
+    arrays = [a if a.dtype != torch.float64 or ty == "double" else a.float() for a, ty in zip(arrays, types)]
+    kinds = [q["kind"] for q in prep["params"] if not q["ptr"]]
+    ints = [v for v, k in zip(p["prepare"]["args"], kinds) if k == "int"]
+    floats = [v for v, k in zip(p["prepare"]["args"], kinds) if k != "int"]
+    parr = (ctypes.c_void_p * max(1, len(arrays)))(*_addresses(arrays))
+    iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)
+    farr = (ctypes.c_double * max(1, len(floats)))(*floats)
+    lib.sftbuild_file_prepare.restype = ctypes.c_int
+    lib.sftbuild_file_prepare(parr, iarr, farr)
 
 
 def _addresses(tensors) -> list[int]:
@@ -463,8 +496,9 @@ def _addresses(tensors) -> list[int]:
 
 
 def _file_call(lib, ref, p, dev_bufs, block) -> int:
-    ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
-    floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
+    from sftbuild.ops.binders import file_reference as FR
+
+    ints, floats = FR.launcher_scalars(ref, p)
     parr = (ctypes.c_void_p * max(1, len(dev_bufs)))(*_addresses(dev_bufs))
     carr = (ctypes.c_longlong * max(1, len(dev_bufs)))(*[t.numel() for t in dev_bufs])
     iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)
@@ -503,7 +537,7 @@ class ReferenceCache:
         if key != self._plan:
             self._plan, self._entries = key, {}
         if seed not in self._entries:
-            host, roles = _file_buffers(self.ref, p, seed)
+            host, roles = _file_buffers(self.ref, p, seed, self.lib)
             want, seconds = deadline.timed(lambda: file_reference_outputs(self.lib, self.ref, p, host), False)
             self.calls += 1
             self._entries[seed] = (host, roles, want, seconds)
@@ -516,20 +550,28 @@ def _file_trial(lib, ref, p, block, seed, dev=None, checks=None, references: Ref
     second run is judged as every kind's is (`loop.second_order`: a result cached by pointer is a
     cheat). A trial whose reference did not move is no drop here: the record's must move in some
     trial (`FileReference.verdict`). `references` shares the CPU results between block sizes."""
+    from sftbuild.ops.binders import file_reference as FR
+
     dev = dev or torch.device("cuda")
     checks = C.selected() if checks is None else checks
     references = references or ReferenceCache(lib, ref)
     host, roles, _, _ = references.get(p, seed)
     ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
     compared = [ptr_of[i] for i in ref["compare"]]
-    fence = fences.Fence([t.to(dev, copy=True) for t in host], [f"array {i}" for i in range(len(host))])
-    d = list(fence.views) + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]]
+    fence = fences.Fence([t.to(dev, copy=True) for t in host]
+                         + [torch.zeros(n, dtype=torch.float32, device=dev) for n in p["scratch"]],
+                         file_buffer_names(ref, len(host)))
+    d, scratch = list(fence.views), list(fence.views[len(host):])
+    zeroed = FR.scratch_zeroed(ref)
     moved, worst, first = False, {}, None
     for run in range(2):
         host, _, want, ref_s = references.get(p, seed + 1000 * run)
         if run:  # new values in the same buffers
             for t, h in zip(d, host):
                 t.copy_(h.to(dev))
+            for t, z in zip(scratch, zeroed):  # device-only buffers main() clears before each call
+                if z:
+                    t.zero_()
         for t, r, w in zip(d, roles, want):
             if r == "output":
                 _poison(t)
@@ -544,15 +586,16 @@ def _file_trial(lib, ref, p, block, seed, dev=None, checks=None, references: Ref
                            "why": f"launcher {ref['launcher']} returned {code} (block size {block})"}, moved
         why = fence.tripped() or C.judge(checks, C.Call(d, [], before=before))
         if why:
-            return False, why, moved
+            return False, _located(why, ref, p, block), moved
         # compared on the device: float64 there gives the same verdict, without copying the results back
         outs = [(k, d[k].clone(), want[k].to(dev)) for k in compared]
         got, want = [g for _, g, _ in outs], [w for _, _, w in outs]
         ok, stats = _compare_file(lib, ref, compared, outs)
         if not ok and run:
-            return False, loop.second_order(checks, None, first[0], got, first[1], want, (ok, stats))[1], moved
+            return False, _located(loop.second_order(checks, None, first[0], got, first[1], want, (ok, stats))[1],
+                                   ref, p, block), moved
         if not ok:
-            return False, {**stats, "reason": "incorrect"}, moved
+            return False, _located({**stats, "reason": "incorrect"}, ref, p, block), moved
         fold_worst(worst, stats)
         # the reference says something when it varies within an array or with the inputs
         moved |= any(w.numel() > 1 and bool((w != w.flatten()[0]).any()) for w in want)
@@ -561,6 +604,26 @@ def _file_trial(lib, ref, p, block, seed, dev=None, checks=None, references: Ref
         else:
             moved |= not all(torch.equal(a, w) for a, w in zip(first[1], want))
     return True, worst, moved
+
+
+def _located(verdict: dict, ref: dict, p: dict, block: int) -> dict:
+    """A failed trial's verdict, its `why` saying at which sizes and block size it failed (main()'s
+    names for the CPU call's scalars): a kernel that only fails below its own block size, or past
+    what main() runs, shows it. A cheat's verdict is the same whatever the sizes, and stays as it is."""
+    if verdict.get("reason") == "cheat":
+        return verdict
+    sizes = ", ".join(f"{a}={v}" for a, v, c in zip(ref["call_args"], p["args"], ref["cpu_params"]) if not c["ptr"])
+    where = f"at {sizes}, block size {block}" if sizes else f"at block size {block}"
+    return {**verdict, "why": f"{verdict['why']} ({where})" if verdict.get("why") else where}
+
+
+def file_buffer_names(ref: dict, n_host: int) -> list[str]:
+    """What a guard's verdict calls each buffer: main()'s name for the CPU call's arrays, the
+    launcher's or the file's name for the device-only ones."""
+    from sftbuild.ops.binders import file_reference as FR
+
+    host = [b.get("arg") or f"array {i}" for i, b in enumerate(ref["buffers"][:n_host])]
+    return host + [f"{name} (device-only)" for name in FR.scratch_names(ref)]
 
 
 def _compare_file(lib, ref, compared, outs) -> tuple[bool, dict]:

@@ -3,6 +3,7 @@ import os
 import pytest
 import torch
 
+from sftbuild import sandbox
 from sftbuild.executor import Executor, LocalExecutor, WorkerFailure
 from tests import tasks
 
@@ -67,6 +68,22 @@ def test_interpreter_workers_are_kept_and_replaced_as_gpu_workers_are(monkeypatc
         assert hung.kind == "timeout" and "no result within" in hung.detail
         procs = [w.proc for w in ex._interpreters]
     assert all(p.poll() is not None for p in procs)
+
+
+def test_a_worker_that_exits_says_what_it_printed_last(monkeypatch):
+    """A worker that exits (a repo's check macro calling exit(1)) is a crash whose detail quotes the
+    item's last lines of output: the macro's file:line and CUDA error, not only `exit code 1`."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        out = dict(ex.map_interpreted(tasks.say_and_exit, ["a", "exit", "b"], timeout=30))
+    assert out["a"] == {"x": "a"} and out["b"] == {"x": "b"}
+    assert out["exit"].kind == "crash" and out["exit"].detail.startswith("worker exit code 1: ")
+    assert out["exit"].detail.endswith("exit: about to run | [CUDA ERROR] at file kernel.cuh:12: | invalid argument")
+
+
+def test_last_lines_of_output():
+    assert sandbox.last_lines("\n a \n\nb\nc\nd\n") == "b | c | d"
+    assert sandbox.last_lines("x" * 1000, chars=10) == "..." + "x" * 10 and sandbox.last_lines("") == ""
 
 
 def test_the_base_executor_interprets_each_item_in_a_fresh_process():

@@ -121,3 +121,18 @@ def test_a_launcher_that_calls_cublas_is_not_used():
     k = _kernels("matmul_forward.cu")["add_bias"]
     assert k.file_reference is None and "cublasSgemm" not in k.code
     assert _kernels("attention_forward.cu")["softmax_forward_kernel4"].file_reference is None
+
+
+@needs_llmc
+def test_what_main_sets_up_beyond_the_cpu_call():
+    """A file-scope device buffer main() allocates, main()'s block-size array named after the
+    launcher's trailing parameter, and the element types main()'s own call gives a template launcher
+    (the file's floatX, not the CPU function's float)."""
+    ref = _kernels("matmul_backward_bias.cu")["matmul_backward_bias_kernel8"].file_reference
+    assert ref["device_buffers"] == [{"name": "dbias_buffer", "type": "float", "size": "OC * 1 * 32",
+                                      "zeroed": False}]
+    ref = _kernels("matmul_forward.cu")["matmul_forward_kernel1"].file_reference
+    assert ref["trailing"] == ["sqrt_block_size"] and ref["block_sizes"] == [4, 8, 16, 32]
+    ref = _kernels("layernorm_backward.cu")["layernorm_backward_kernel4"].file_reference
+    assert {g["type"] for g in ref["launcher_params"] if g["ptr"]} == {"floatX"}
+    assert ref["device_buffers"] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_trial_sizes_shrink_and_keep_divisibility(repo):
     for p in plans:
         n, c = p["args"][2], p["args"][3]
         assert sum(p["counts"]) <= FR.MAX_ELEMENTS and p["counts"] == [n * c, n * c]
-        assert n % 64 == 0 and c % 64 == 0 and c <= 768
+        assert n % 128 == 0 and c % 128 == 0 and c <= 768  # main()'s sizes are multiples of 128: so are these
     assert FR.block_sizes(ref) == [64, 128, 256]
     assert FR.evaluate("B * T * (C / 3) + 7 % 4", {"B": 2, "T": 3, "C": 10}) == 2 * 3 * 3 + 3
     with pytest.raises(ValueError):
@@ -355,7 +356,293 @@ def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(re
 def test_a_small_run_gets_a_small_size_and_never_none(repo):
     ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
     big = FR.plans(ref, 1)[0]
-    small = FR.plans(ref, 1, 1 << 16)[0]
-    assert sum(small["counts"]) <= 1 << 16 < sum(big["counts"])
+    small = FR.plans(ref, 1, 1 << 17)[0]
+    assert sum(small["counts"]) <= 1 << 17 < sum(big["counts"])
     tiny = FR.plans(ref, 1, 1)  # below every size the file allows: its smallest
     assert len(tiny) == 1 and sum(tiny[0]["counts"]) <= sum(small["counts"])
+    # a small run keeps the trials' divisibility: a tiled kernel sees no partial tile there either
+    assert all(a % 128 == 0 for a in tiny[0]["args"][2:])
+
+
+def test_sizes_keep_128_wide_tiles_while_they_fit_then_64(repo, monkeypatch):
+    """A tiled matmul writes whole 128-wide tiles: main()'s multiples of 128 stay multiples of 128
+    while some trial size fits, else of 64 (the plans are never empty for want of a tile)."""
+    ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    assert all(a % 128 == 0 for p in FR.plans(ref, 3) for a in p["args"][2:])
+    monkeypatch.setattr(FR, "MAX_ELEMENTS", 50000)  # below every size that keeps 128
+    plans = FR.plans(ref, 3)
+    assert plans and all(sum(p["counts"]) <= 50000 and all(a % 64 == 0 for a in p["args"][2:]) for p in plans)
+    assert any(a % 128 for p in plans for a in p["args"][2:])
+
+
+GLOBAL_FILE = REPO_FILE.replace("""void scale1(float* out, const float* inp, int N, int C, int block_size) {""",
+                                """float* partial;
+void scale1(float* out, const float* inp, int N, int C, int block_size) {
+    cudaMemset(partial, 0, N * sizeof(float));""").replace(
+    "    scale_cpu(out, inp, N, C);", """    cudaMalloc(&partial, N * sizeof(float) * 2);
+    scale_cpu(out, inp, N, C);""")
+
+
+def test_a_file_scope_device_buffer_main_allocates_is_the_harness_s_to_set(tmp_path):
+    """llm.c's matmul_backward_bias keeps `float* dbias_buffer;` at file scope; main() allocates it
+    and the launchers use it: the harness points it at a buffer of main()'s size (zeros, guarded,
+    after the launcher's own scratch) for the call, and back at NULL after it."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "scale.cu").write_text(GLOBAL_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    assert ref["device_buffers"] == [{"name": "partial", "type": "float", "size": "N * 1 * 2", "zeroed": False}]
+    assert rec.binding["harness_args"]["file_buffers"] == [{"name": "partial", "type": "float", "slot": 2}]
+    p = FR.plans(ref)[0]
+    assert p["scratch"] == [2 * p["args"][2]] and FR.scratch_names(ref) == ["partial"]
+    assert FR.scratch_zeroed(ref) == [False]
+    assert T.file_buffer_names(ref, 2) == ["out", "inp", "partial (device-only)"]
+    launch = H.render(rec, H.checks(rec.binding)[0], ["float32"]).split("sftbuild_file_launch", 1)[1]
+    assert "partial = static_cast<float*>(ptrs[2]);" in launch and "partial = nullptr;" in launch
+
+
+STEP_FILE = """#include <stdlib.h>
+#include "common.h"
+void mask_cpu(float* att, const float* inp, int n) {
+    for (int i = 0; i < n; i++) att[i] = (i % 2) ? 0.0f : inp[i];
+}
+void scale_cpu(float* out, const float* att, int N, int C) {
+    for (int i = 0; i < N * C; i++) out[i] = 2.0f * att[i];
+}
+__global__ void scale_kernel(float* out, const float* att, int N, int C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N * C) out[i] = 2.0f * att[i];
+}
+void scale1(float* out, const float* att, int N, int C, int block_size) {
+    scale_kernel<<<ceil_div(N * C, block_size), block_size>>>(out, att, N, C);
+}
+int main() {
+    int N = 4096;
+    int C = 768;
+    float* inp = make_random_float(N * C);
+    float* att = (float*)malloc(N * C * sizeof(float));
+    float* out = (float*)malloc(N * C * sizeof(float));
+    mask_cpu(att, inp, N * C);
+    scale_cpu(out, att, N, C);
+    return 0;
+}
+"""
+
+
+@pytest.fixture
+def step_repo(tmp_path) -> Path:
+    root = tmp_path / "step"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "scale.cu").write_text(STEP_FILE)
+    return root
+
+
+def test_an_array_main_fills_by_an_earlier_cpu_step_gets_that_step(step_repo):
+    """main() fills `att` by mask_cpu before the reference reads it (as llm.c's attention backward
+    gets a causal `att` from attention_forward_cpu): the binding names that step, with the arrays
+    only it takes (`inp`) made as main() makes them."""
+    ref = _record(step_repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    assert ref["prepare"]["cpu"] == "mask_cpu" and "void mask_cpu" in ref["cpu_code"]
+    assert [b["arg"] for b in ref["prepare"]["extra"]] == ["inp"]
+    assert FR.prepare_arrays(ref) == [("host", 1), ("extra", 0)]
+    p = FR.plans(ref)[0]
+    n = p["args"][2] * p["args"][3]
+    assert p["prepare"] == {"counts": [n], "args": [n]}
+
+
+@pytest.mark.nvcc
+def test_the_harness_runs_the_earlier_step_on_the_host_arrays(step_repo, tmp_path):
+    rec = _record(step_repo, "scale.cu", "scale_kernel")
+    lib = T.load_file_harness(_build_harness(rec, tmp_path)["so"])
+    ref = rec.binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    host, roles = T._file_buffers(ref, p, 0, lib)
+    assert roles == ["output", "input"]
+    att = host[1]
+    assert bool((att[1::2] == 0).all()) and bool((att[0::2] != 0).any())  # mask_cpu's zeros, not random values
+    assert torch.equal(T._file_buffers(ref, p, 0, lib)[0][1], att)  # seeded: the same arrays again
+
+
+def test_byte_counts_become_element_counts():
+    from sftbuild.harvest.cuda_extract import _elements, block_values
+
+    assert _elements("OC * sizeof(float)") == "OC" and _elements("sizeof(float) * OC") == "OC"
+    assert _elements("OC * sizeof(float) * 32") == "OC * 1 * 32"
+    main = "int sqrt_block_sizes[] = {4, 8, 16, 32};\nint block_sizes[] = {64, 128};"
+    assert block_values(main, ["sqrt_block_size"]) == [4, 8, 16, 32]
+    assert block_values(main, ["block_size"]) == block_values(main) == [64, 128]
+    assert block_values("int tile_block_sizes[3] = {1, 2, 3};") == [1, 2, 3]
+
+
+def test_a_failed_trial_says_at_which_sizes_and_block_size(repo):
+    ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    n, c = p["args"][2], p["args"][3]
+    got = T._located({"reason": "incorrect", "why": "out: 3 elements off"}, ref, p, 256)
+    assert got == {"reason": "incorrect", "why": f"out: 3 elements off (at N={n}, C={c}, block size 256)"}
+
+
+TEMPLATE_LAUNCHER = """#include <cuda_fp16.h>
+void scale_cpu(float* out, const float* inp, int N) { for (int i = 0; i < N; i++) out[i] = 2 * inp[i]; }
+template <typename T>
+__global__ void scale_kernel(T* out, const T* inp, int N) { int i = threadIdx.x; if (i < N) out[i] = 2 * inp[i]; }
+template <typename T>
+void scale1(T* out, const T* inp, int N, int block_size) { scale_kernel<<<1, block_size>>>(out, inp, N); }
+CALLER
+int main() {
+    int N = 4096;
+    float* out = (float*)malloc(N * sizeof(float));
+    float* inp = make_random_float(N);
+    scale_cpu(out, inp, N);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("caller, types", [
+    # main()'s dispatcher passes its half* arrays: the launcher is instantiated as the file runs it
+    ("void scale(half* out, const half* inp, int N, int bs) { scale1(out, inp, N, bs); }", ["half", "half"]),
+    # a caller that is a template itself says nothing: the CPU function's float
+    ("template <typename T>\\nvoid scale(T* out, const T* inp, int N, int bs) { scale1(out, inp, N, bs); }",
+     ["float", "float"]),
+])
+def test_a_template_launcher_takes_the_types_main_s_call_gives_it(caller, types):
+    src = TEMPLATE_LAUNCHER.replace("CALLER", caller).encode()
+    ref = next(k for k in extract_kernels(src)[0] if k.name == "scale_kernel").file_reference
+    assert [g["type"] for g in ref["launcher_params"] if g["ptr"]] == types
+
+
+STEPS_FILE = """#include <stdlib.h>
+#include "common.h"
+void add_cpu(float* out, const float* a, const float* b, int n) {
+    for (int i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+void rowsum_cpu(float* sums, const float* x, int B, int T, int C) {
+    for (int r = 0; r < B * T; r++) { float s = 0.0f; for (int c = 0; c < C; c++) s += x[r * C + c]; sums[r] = s; }
+}
+__global__ void add_rowsum_kernel(float* out, float* sums, const float* a, const float* b, int N, int C) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= N) return;
+    float s = 0.0f;
+    for (int c = 0; c < C; c++) { out[r * C + c] = a[r * C + c] + b[r * C + c]; s += out[r * C + c]; }
+    sums[r] = s;
+}
+void add_rowsum1(float* out, float* sums, const float* a, const float* b, int N, int C, int block_size) {
+    add_rowsum_kernel<<<ceil_div(N, block_size), block_size>>>(out, sums, a, b, N, C);
+}
+void add_rowsum(int kernel_num, float* out, float* sums, const float* a, const float* b, int N, int C, int block_size) {
+    add_rowsum1(out, sums, a, b, N, C, block_size);
+}
+int main() {
+    int B = 8;
+    int T = 256;
+    int C = 64;
+    float* out = (float*)malloc(B * T * C * sizeof(float));
+    float* sums = (float*)malloc(B * T * sizeof(float));
+    float* a = make_random_float(B * T * C);
+    float* b = make_random_float(B * T * C);
+    add_cpu(out, a, b, B * T * C);
+    rowsum_cpu(sums, out, B, T, C);
+    float *d_out, *d_sums, *d_a, *d_b;
+    add_rowsum(1, d_out, d_sums, d_a, d_b, B * T, C, 128);
+    return 0;
+}
+"""
+
+
+def test_a_fused_launcher_is_checked_against_main_s_consecutive_cpu_calls(tmp_path):
+    """A launcher that does what main() checks with two CPU calls (llm.c's fused residual + layernorm)
+    is bound to both, as one function over main()'s arrays and sizes; the size it takes that no CPU
+    call does (`N`) is what main() passes for it (`B * T`, through the dispatcher)."""
+    root = tmp_path / "steps"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "fused.cu").write_text(STEPS_FILE)
+    rec = _record(root, "fused.cu", "add_rowsum_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    assert ref["cpu"] == "sftbuild_cpu_steps" and ref["call_args"] == ["out", "a", "b", "B", "T", "C", "sums"]
+    assert "    add_cpu(out, a, b, B * T * C);\n    rowsum_cpu(sums, out, B, T, C);\n" in ref["cpu_code"]
+    assert {"expr": "B * T"} in ref["launcher_map"]
+    p = FR.plans(ref)[0]
+    b, t, c = p["args"][3:6]
+    assert FR.launcher_scalars(ref, p) == ([b, t, c, b * t], [])
+    assert FR.roles(ref) == ["output", "input", "input", "output"]
+    slots = rec.binding["harness_args"]["slots"]
+    assert [s["slot"] for s in slots if s["kind"] == "int"] == [3, 2]  # N: after the CPU call's B, T, C; then C
+
+
+@pytest.mark.nvcc
+def test_the_harness_runs_main_s_cpu_steps_as_one_reference(tmp_path):
+    root = tmp_path / "steps"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "fused.cu").write_text(STEPS_FILE)
+    rec = _record(root, "fused.cu", "add_rowsum_kernel")
+    lib = T.load_file_harness(_build_harness(rec, tmp_path)["so"])
+    ref = rec.binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    host, _ = T._file_buffers(ref, p, 0, lib)
+    out, a, b, sums = T.file_reference_outputs(lib, ref, p, host)
+    c = p["args"][5]
+    assert torch.equal(out, a + b) and torch.allclose(sums, out.view(-1, c).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_cuda_fault_in_a_trial_says_at_which_sizes(repo, monkeypatch):
+    """An illegal address ends the record as a RuntimeError (trials._guarded_run): its message names
+    the trial's sizes and block size, as a wrong result's does."""
+    rec = _record(repo, "scale.cu", "scale_kernel")
+
+    def fault(*a, **k):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(T, "load_file_harness", lambda path: types.SimpleNamespace(
+        sftbuild_file_launch=types.SimpleNamespace(), sftbuild_file_reference=types.SimpleNamespace(),
+        sftbuild_file_elem_bytes=types.SimpleNamespace()))
+    monkeypatch.setattr(T, "_file_trial", fault)
+    adapter = T.FileReference({"binding": rec.binding, "sos": ["x.so"], "shapes": 1, "seeds": 1},
+                              torch.device("cpu"), T.C.selected())
+    p, block = adapter.variants()[0]
+    with pytest.raises(RuntimeError, match=rf"illegal memory access .*\(at N={p['args'][2]}, "
+                                           rf"C={p['args'][3]}, block size {block}\)"):
+        adapter.trial(T.loop.Trial(vi=0, variant=(p, block), dtype=None, layout=None, seed=0))
+
+
+def test_a_write_past_a_file_scope_buffer_names_it(tmp_path, monkeypatch):
+    """The buffers main() allocates for the launcher are guarded like the arrays: a write past the
+    end of `partial` is out_of_bounds, named, at the trial's sizes."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "common.h").write_text(REPO_HEADER)
+    (root / "scale.cu").write_text(GLOBAL_FILE)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    p = FR.plans(ref)[0]
+    c = p["args"][3]
+
+    def reference(lib, ref, p, host):
+        return [2 * host[1] + (torch.arange(host[1].numel()) % c).float(), host[1].clone()]
+
+    seen = []
+
+    def launch(lib, ref, p, d, block, past=0):
+        seen.append((len(d), d[2].numel(), float(d[2].sum())))
+        d[0].copy_(2 * d[1] + (torch.arange(d[1].numel()) % c).float())
+        d[2].as_strided((d[2].numel() + past,), (1,), d[2].storage_offset()).fill_(1.0)
+        return 0
+
+    monkeypatch.setattr(T, "file_reference_outputs", reference)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    lib = types.SimpleNamespace(sftbuild_file_elem_bytes=lambda k: 4)
+    cache = T.ReferenceCache(lib, ref)
+    monkeypatch.setattr(T, "_file_call", launch)
+    ok, _, _ = T._file_trial(lib, ref, p, 64, 0, torch.device("cpu"), T.C.selected(), cache)
+    n = p["scratch"][0]
+    # zeros of main()'s size at first; the second run finds it as the first left it (main() does not clear it)
+    assert ok and seen == [(3, n, 0.0), (3, n, float(n))]
+    monkeypatch.setattr(T, "_file_call", lambda *a: launch(*a, past=3))
+    ok, why, _ = T._file_trial(lib, ref, p, 64, 0, torch.device("cpu"), T.C.selected(), cache)
+    assert not ok and why["reason"] == "out_of_bounds"
+    assert why["why"].startswith("write past the end of partial (device-only)") and "block size 64" in why["why"]

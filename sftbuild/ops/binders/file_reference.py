@@ -27,6 +27,7 @@ from sftbuild.parsing import param_info
 MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
 MAX_SCRATCH = 1 << 26  # the launcher's device-only scratch buffers together (zeros, no CPU work)
 SHRINKABLE = 16  # main() literals at least this big are sizes the trials may shrink
+TILES = (128, 64)  # the divisibility shrunk sizes keep: a matmul's 128-wide tile where sizes fit, else 64
 # cudaDeviceProp fields a repo's setup copies into globals (llm.c's common.h: cuda_num_SMs, ...),
 # with the values sizes are planned with where no device is at hand (an H100/H200)
 DEVICE_FIELDS = {"multiProcessorCount": 132, "maxThreadsPerMultiProcessor": 2048, "major": 9, "minor": 0,
@@ -71,7 +72,7 @@ class FileReference(Binder):
         return {"kind": "program", "program": f"{path}:{ref['cpu']}", "how": "file_reference",
                 "harness": "file_reference", "dtypes": ["float32"],
                 "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
-                "harness_args": {"ref": ref, "slots": slots(ref)}}
+                "harness_args": {"ref": ref, "slots": slots(ref), "file_buffers": global_slots(ref)}}
 
 
 def device_globals(texts: list[str]) -> dict[str, str]:
@@ -97,15 +98,21 @@ def kernel_reads(params: list[str]) -> list[str]:
 
 def slots(ref: dict) -> list[dict]:
     """Where the harness finds each leading launcher argument: {kind: ptr, slot, ltype, ctype, const}
-    (slot: the CPU call's pointers in order, then the scratch buffers), {kind: int|float, slot}."""
+    (slot: the CPU call's pointers in order, then the scratch buffers), {kind: int|float, slot} (the
+    CPU call's scalars of that kind in order, then the sizes main() passes beyond them, `exprs`)."""
     cpu = ref["cpu_params"]
     ptr_slot, int_slot, float_slot = {}, {}, {}
     for i, c in enumerate(cpu):
         table = ptr_slot if c["ptr"] else int_slot if c["kind"] == "int" else float_slot
         table[i] = len(table)
     out, scratch = [], len(ptr_slot)
+    extra = {"int": len(int_slot), "float": len(float_slot)}  # sizes main() passes beyond the CPU call's
     for m, g in zip(ref.get("launcher_map") or [{"cpu": i} for i in range(len(cpu))], ref["launcher_params"]):
-        if "scratch" in m:
+        if "expr" in m:
+            kind = "int" if g["kind"] == "int" else "float"
+            out.append({"kind": kind, "slot": extra[kind], "ltype": g["type"]})
+            extra[kind] += 1
+        elif "scratch" in m:
             out.append({"kind": "ptr", "slot": scratch, "ltype": g["type"], "ctype": "float", "const": g["const"]})
             scratch += 1
         elif g["ptr"]:
@@ -115,6 +122,32 @@ def slots(ref: dict) -> list[dict]:
             out.append({"kind": g["kind"], "slot": (int_slot if g["kind"] == "int" else float_slot)[m["cpu"]],
                         "ltype": g["type"]})
     return out
+
+
+def global_slots(ref: dict) -> list[dict]:
+    """Where the harness finds each file-scope device buffer main() allocates (harvest's
+    `device_buffers`): {name, type, slot}, slots after the launcher's scratch buffers. The harness
+    points the global at its buffer before the launcher call and back at NULL after it."""
+    first = sum(1 for c in ref["cpu_params"] if c["ptr"]) + sum(1 for m in ref.get("launcher_map") or []
+                                                                if "scratch" in m)
+    return [{"name": b["name"], "type": b["type"], "slot": first + i}
+            for i, b in enumerate(ref.get("device_buffers") or [])]
+
+
+def scratch_names(ref: dict) -> list[str]:
+    """Names of the device-only buffers in slot order: the launcher's scratch parameters, then the
+    file-scope device buffers."""
+    lp = ref["launcher_params"]
+    own = [g["name"] for m, g in zip(ref.get("launcher_map") or [], lp) if "scratch" in m]
+    return own + [b["name"] for b in ref.get("device_buffers") or []]
+
+
+def scratch_zeroed(ref: dict) -> list[bool]:
+    """Per device-only buffer (`scratch_names`' order): whether main() clears it before the launcher
+    calls, so each call starts from zeros (else only the first does, as from a fresh allocation)."""
+    own = list(ref.get("zeroed") or [])
+    own += [False] * (sum(1 for m in ref.get("launcher_map") or [] if "scratch" in m) - len(own))
+    return own + [bool(b.get("zeroed")) for b in ref.get("device_buffers") or []]
 
 
 def roles(ref: dict) -> list[str]:
@@ -183,9 +216,10 @@ def evaluate(expr: str, env: dict[str, float]) -> float:
     return ev(tree)
 
 
-def scalars(ref: dict, halvings: int = 0, device: dict | None = None) -> dict[str, float]:
+def scalars(ref: dict, halvings: int = 0, device: dict | None = None, tile: int = 64) -> dict[str, float]:
     """main()'s scalars, literal sizes halved `halvings` times (all together) while each stays a
-    multiple of the power of two it already is (up to 64 for sizes from 256, up to 8 below); the
+    multiple of the power of two it already is (up to `tile` for sizes from 4 * `tile`, up to 64
+    for sizes from 256, up to 8 below); the
     device globals (`device_globals`) take `device`'s values ({cudaDeviceProp field: value}), else
     DEVICE_FIELDS'."""
     device = {**DEVICE_FIELDS, **(device or {})}
@@ -199,8 +233,9 @@ def scalars(ref: dict, halvings: int = 0, device: dict | None = None) -> dict[st
             if not isinstance(v, int):
                 continue
             if re.fullmatch(r"[\d\s*+()]+", expr) and v >= SHRINKABLE:
-                # big sizes stay multiples of 64 (warps, vector widths), small ones of 8
-                unit = min(v & -v, 64 if v >= 256 else 8)
+                # big sizes stay multiples of `tile` or 64 (warps, vector widths), small ones of 8:
+                # a kernel may assume the divisibility main()'s sizes have
+                unit = min(v & -v, tile if v >= 4 * tile else 64 if v >= 256 else 8)
                 for _ in range(halvings):
                     nv = v // 2
                     if nv < unit or nv % unit:
@@ -219,9 +254,9 @@ def _count(expr: str, env: dict) -> int | None:
     return n if isinstance(n, int) and n > 0 else None
 
 
-def plan(ref: dict, halvings: int, device: dict | None = None) -> dict | None:
+def plan(ref: dict, halvings: int, device: dict | None = None, tile: int = 64) -> dict | None:
     """One trial's sizes: {env, args (the CPU call's values), counts (elements per buffer)}."""
-    env = scalars(ref, halvings, device)
+    env = scalars(ref, halvings, device, tile)
     args, counts = [], []
     bufs = iter(ref["buffers"])
     for p, a in zip(ref["cpu_params"], ref["call_args"]):
@@ -252,23 +287,84 @@ def plan(ref: dict, halvings: int, device: dict | None = None) -> dict | None:
         else:
             high.append(None)
     scratch = []
-    for m in ref.get("launcher_map") or []:
-        if "scratch" in m:
-            n = _count(m["scratch"], env)
+    sizes = [m["scratch"] for m in ref.get("launcher_map") or [] if "scratch" in m]
+    for size in sizes + [b["size"] for b in ref.get("device_buffers") or []]:
+        n = _count(size, env)
+        if n is None:
+            return None
+        scratch.append(n)
+    exprs = []  # what main() passes for launcher sizes the CPU call does not take, in launcher order
+    for m, g in zip(ref.get("launcher_map") or [], ref["launcher_params"]):
+        if "expr" in m:
+            try:
+                v = evaluate(m["expr"], env)
+            except ValueError:
+                return None
+            exprs.append(int(v) if g["kind"] == "int" else float(v))
+    prepare = None
+    if ref.get("prepare"):
+        prepare = {"counts": [], "args": []}
+        for b in ref["prepare"]["extra"]:
+            n = _count(b["size"], env)
             if n is None:
                 return None
-            scratch.append(n)
-    return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings}
+            prepare["counts"].append(n)
+        for q, a in zip(ref["prepare"]["params"], ref["prepare"]["args"]):
+            if not q["ptr"]:
+                try:
+                    v = evaluate(a, env)
+                except ValueError:
+                    return None
+                prepare["args"].append(int(v) if q["kind"] == "int" else float(v))
+    return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings,
+            "prepare": prepare, "exprs": exprs}
+
+
+def launcher_scalars(ref: dict, p: dict) -> tuple[list, list]:
+    """The harness's ints and floats for plan `p`: the CPU call's scalars of each kind in order,
+    then the sizes main() passes beyond them (`slots`)."""
+    ints = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "int"]
+    floats = [a for a, c in zip(p["args"], ref["cpu_params"]) if c["kind"] == "float"]
+    kinds = [g["kind"] for m, g in zip(ref.get("launcher_map") or [], ref["launcher_params"]) if "expr" in m]
+    for v, k in zip(p.get("exprs") or [], kinds):
+        (ints if k == "int" else floats).append(v)
+    return ints, floats
+
+
+def prepare_arrays(ref: dict) -> list[tuple[str, int]]:
+    """Where the earlier CPU step (harvest's `prepare_call`) finds each of its arrays, in its
+    parameter order: ("host", i) for the reference call's i-th array, ("extra", j) for the j-th array
+    only it takes."""
+    ptr_args = [a for a, c in zip(ref["call_args"], ref["cpu_params"]) if c["ptr"]]
+    prep, out, j = ref["prepare"], [], 0
+    for q, a in zip(prep["params"], prep["args"]):
+        if q["ptr"]:
+            if a in ptr_args:
+                out.append(("host", ptr_args.index(a)))
+            else:
+                out.append(("extra", j))
+                j += 1
+    return out
 
 
 def plans(ref: dict, count: int = 2, limit: int = MAX_ELEMENTS, device: dict | None = None) -> list[dict]:
     """`count` trial sizes: the largest whose buffers hold at most `limit` elements together (and
     scratch at most MAX_SCRATCH), then smaller ones (distinct). A `limit` below every size the file
     allows (a memcheck run's) gives its smallest size under MAX_ELEMENTS instead, so a small run
-    still runs. `device`: see `scalars`."""
+    still runs. Sizes keep the most divisibility that fits (TILES: a tiled matmul writes whole
+    128-wide tiles, so shrinking a multiple of 128 to 192 would cut its last tile); `device`: see
+    `scalars`."""
+    for tile in TILES:
+        out = _plans(ref, count, limit, device, tile)
+        if out:
+            return out
+    return []
+
+
+def _plans(ref: dict, count: int, limit: int, device: dict | None, tile: int) -> list[dict]:
     out, seen, smallest = [], set(), None
     for h in range(0, 24):
-        p = plan(ref, h, device)
+        p = plan(ref, h, device, tile)
         if p is None:
             return []
         total = sum(p["counts"])
