@@ -78,6 +78,7 @@ PARAM_ALIASES = {  # op param -> parameter names that usually carry it
 def probe(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     pyrun.interpreter_scalars()
+    pyrun.bounded_autotune()
     deadline = time.monotonic() + float(task.get("time_limit") or 120)
     workdir = tempfile.mkdtemp(prefix="sftbuild_probe_")
     tried: list[dict] = []

@@ -138,7 +138,6 @@ def interpreter_scalars() -> None:
     interp._implicit_cvt = cvt
     _interpreter_identity()
     _interpreter_libdevice()
-    _interpreter_autotune()
 
 
 def _interpreter_identity() -> None:
@@ -171,21 +170,29 @@ def _interpreter_identity() -> None:
     interp.ASTTransformer.visit_Compare = visit_compare
 
 
-def _interpreter_autotune() -> None:
-    """@triton.autotune benchmarks its configs through the GPU driver, which the interpreter lacks
-    ("0 active drivers"); there it runs the first config that survives the kernel's own pruning
-    (every config computes the same values, and timings mean nothing on a CPU)."""
+AUTOTUNE_KEEP = 2  # configs a GPU run benchmarks per autotune key: the first and the last
+
+
+def bounded_autotune() -> None:
+    """@triton.autotune tries at most AUTOTUNE_KEEP of a kernel's configs per key (those surviving its
+    own pruning: the first and the last, the extremes of its sweep), and in the interpreter only the
+    first: the interpreter has no driver to benchmark with ("0 active drivers"), and on a GPU a sweep
+    of 18 configs, recompiled for every new size of a constexpr key, took a record a minute of its
+    validation while deciding nothing about its values (every config computes the same ones; the
+    trials judge the config the sweep picks)."""
     from triton.runtime.autotuner import Autotuner
 
     if getattr(Autotuner.prune_configs, "_sftbuild", False):
         return
     orig = Autotuner.prune_configs
+    keep = 1 if os.environ.get("TRITON_INTERPRET") == "1" else AUTOTUNE_KEEP
 
-    def first(self, kwargs):
-        return orig(self, kwargs)[:1]
+    def bounded(self, kwargs):
+        configs = orig(self, kwargs)
+        return configs if len(configs) <= keep else [configs[0], configs[-1]][:keep]
 
-    first._sftbuild = True
-    Autotuner.prune_configs = first
+    bounded._sftbuild, bounded.__wrapped__ = True, orig
+    Autotuner.prune_configs = bounded
 
 
 def _interpreter_libdevice() -> None:
@@ -675,6 +682,7 @@ def run_python(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
     interpreter_scalars()
+    bounded_autotune()
     deadline.lift_while_compiling(cuda=dev.type == "cuda")
     pristine.warm(compiler=bool(task.get("compile_baseline")) or _uses_compiler(task["code"]))
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
