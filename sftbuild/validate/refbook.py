@@ -7,7 +7,9 @@ left it: for every (variant, dtype, seed) of the trial plan, the inputs of both 
 (fresh buffers; new values in the same buffers), the reference's outputs on each at the
 trial's dtype and in float64, and, for every layout the plan tries, the specs
 (sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout; outputs the
-problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own.
+problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own,
+and a problem's `expected(specs, dtype)` may put a probed entry's own output contract in place of the
+reference's (pyrun.OpProblem.expected).
 Trials take copies of the inputs and compare with what the book holds; nothing in it is
 recomputed once candidate code has run.
 
@@ -74,6 +76,8 @@ class Book:
         loose = set(getattr(prob, "free_outputs", lambda: ())())
         specs = {lay: [s._replace(free=True) if j in loose and s is not None else s for j, s in enumerate(sp)]
                  for lay, sp in specs.items()}
+        if hasattr(prob, "expected"):  # a probed entry's own output contract (pyrun.OpProblem.expected)
+            specs = {lay: prob.expected(sp, dtype) for lay, sp in specs.items()}
         entry = Entry(inputs, fresh, native, prob.reference(variant, dtype, inputs, double=True),
                       prob.reference(variant, dtype, fresh), prob.reference(variant, dtype, fresh, double=True),
                       specs, seconds)
