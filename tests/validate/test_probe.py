@@ -305,3 +305,31 @@ def test_the_packages_defaults_never_displace_a_mapping_the_file_allows(tmp_path
     rec = record(RMS, "pkg/rms.py", str(tmp_path / "tree"))
     _, res, b = probe(rec)
     assert b is not None and b["call"]["args"][:2] == [["input", 0], ["input", 1]], res.get("unbound")
+
+
+def test_a_width_the_entry_refuses_by_raising_becomes_the_bindings_stated_limit():
+    """liger's one-block rows raise past 2^16 columns: validation's grown flat shape (2^20 + 1) is no size
+    the package serves, so the probe records the widest power of two it takes; a size that comes out
+    wrong instead is left for validation to judge."""
+    import torch
+
+    from sftbuild import ops
+    from sftbuild.validate import probe as P
+
+    op = ops.get("relu_squared")
+    call = {"entry": "f", "kind": "function", "args": [["input", 0]], "outputs": [{"from": "return", "index": None}]}
+    shapes, cpu = [(31,), (1000,), (1023,)], torch.device("cpu")
+
+    def refuses(x):
+        if x.shape[-1] > 4096:
+            raise RuntimeError(f"n = {x.shape[-1]} exceeds the recommended blocksize = 4096")
+        return torch.relu(x.float()).square().to(x.dtype)
+
+    def wrong_when_wide(x):
+        y = torch.relu(x.float()).square().to(x.dtype)
+        return y * 0 if x.shape[-1] > 4096 else y
+
+    assert P.refused_width(refuses, call, op, shapes, "float32", cpu, {}) == {"max_cols": 4096}
+    assert P.refused_width(wrong_when_wide, call, op, shapes, "float32", cpu, {}) is None
+    assert P.refused_width(lambda x: torch.relu(x.float()).square().to(x.dtype), call, op, shapes, "float32", cpu,
+                           {}) is None
