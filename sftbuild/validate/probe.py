@@ -22,8 +22,11 @@ matched on the forward outputs, then every trial also compares the gradients of
 sum(output * cotangent) with respect to the floating inputs with those of the op's reference
 (`call.grad`, `pyrun.with_grads`); the binding's op is the forward op, checked through its backward.
 
-A mapping that matches the reference on a first small trial is confirmed over at least 3 shapes
-and 2 dtypes; a dtype counts when every shape passes at it. Anything less stays unbound.
+A mapping that matches the reference on a first small trial (at the first dtype where one does) is
+confirmed over at least 3 shapes and 2 dtypes; a dtype counts when every shape passes at it. On a GPU,
+bfloat16 is tried too where fewer than 2 of the task's dtypes agree (SPARE_DTYPES: a float32 path run
+in TF32 is no float32 op, its half-precision paths may be right); the binding holds the dtypes that
+agreed. Anything less stays unbound.
 
 Task: {id, code, entry, tree?, path?, shortlist: [op names], dtypes, device?, shapes (>= 3),
 time_limit (s)}. Returns
@@ -53,6 +56,9 @@ from sftbuild.validate.checks import same_strides
 from sftbuild.validate.checks.output_type import dim_order
 
 MIN_SHAPES, MIN_DTYPES = 3, 2
+# tried on a GPU only where fewer than MIN_DTYPES of the task's agree: an entry whose float32 path
+# runs its dots in TF32 (Triton's default) is no float32 op, and may still be right in half precision
+SPARE_DTYPES = ("bfloat16",)
 SIZE_NAME = re.compile(r"^(n_|num_)(cols|rows|channels|elements|features|classes|heads)$|^(n|numel|hidden_size)$")
 MAX_PROBE_NUMEL = 1 << 16  # shape products the interpreter gets through quickly
 MAX_PROBE_NUMEL_GPU = 1 << 24
@@ -181,19 +187,24 @@ def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dic
         list(arg_mappings(with_tree_hints(entry, task.get("hints") or {}), op, params))
     if not mappings:
         return {"why": "no mapping: " + _unmappable(entry, op, params)}
+    spare = [d for d in SPARE_DTYPES if dev.type == "cuda" and d in op.dtypes and d not in dtypes]
     first = None  # the by-name mapping comes first: its failure is the one worth reporting
     for args in mappings[:12]:
         if time.monotonic() > deadline:
             return {"why": "time limit reached"}
         call = {"entry": entry["qualname"], "kind": entry["kind"], "args": args}
-        outputs, why = _find_outputs(fn, call, op, shapes[0], dtypes[0], dev, params)
-        if outputs is None:
+        outputs, why = None, ""
+        for dtype in dtypes + spare:  # the outputs are found at the first dtype where they match
+            outputs, why = _find_outputs(fn, call, op, shapes[0], dtype, dev, params)
+            if outputs is not None:
+                break
             first = first or why
+        if outputs is None:
             continue
         call["outputs"] = outputs
         if grad:  # the record's kernels run in the backward: the gradients are what is checked
             call["grad"] = True
-        return _confirm(fn, call, op, shapes, dtypes, dev, params, task.get("code") or "")
+        return _confirm(fn, call, op, shapes, dtypes, dev, params, task.get("code") or "", spare)
     return {"why": first or "no mapping"}
 
 
@@ -272,10 +283,13 @@ def _err(stats) -> float:
     return max([stats.get(k) or 0.0 for k in ("norm_rel", "max_rel")] + [0.0])
 
 
-def _confirm(fn, call, op, shapes, dtypes, dev, params, code: str = "") -> dict:
-    """Agreement over every shape at >= MIN_DTYPES dtypes, or the reason there is none."""
+def _confirm(fn, call, op, shapes, dtypes, dev, params, code: str = "", spare=()) -> dict:
+    """Agreement over every shape at >= MIN_DTYPES dtypes, or the reason there is none. `spare` dtypes
+    are tried only while fewer than MIN_DTYPES agree (SPARE_DTYPES)."""
     passed, worst, fails, agreed = [], 0.0, [], 0
-    for dtype in dtypes:
+    for dtype in list(dtypes) + [d for d in spare if d not in dtypes]:
+        if dtype in spare and len(passed) >= MIN_DTYPES:
+            break
         ok_all = True
         for si, shape in enumerate(shapes):
             ok, stats, why = _trial(fn, call, op, shape, dtype, dev, params, seed=si + 1)

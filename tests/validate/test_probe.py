@@ -333,3 +333,29 @@ def test_a_width_the_entry_refuses_by_raising_becomes_the_bindings_stated_limit(
     assert P.refused_width(wrong_when_wide, call, op, shapes, "float32", cpu, {}) is None
     assert P.refused_width(lambda x: torch.relu(x.float()).square().to(x.dtype), call, op, shapes, "float32", cpu,
                            {}) is None
+
+
+def test_spare_dtypes_are_tried_only_while_too_few_agree():
+    """An entry whose float32 path runs in TF32 is no float32 op; its half-precision paths may still be
+    right: the spare dtype (bfloat16 on a GPU) is tried then, and only then."""
+    import torch
+
+    from sftbuild import ops
+    from sftbuild.validate import probe as P
+
+    op = ops.get("relu_squared")
+    call = {"entry": "f", "kind": "function", "args": [["input", 0]], "outputs": [{"from": "return", "index": None}]}
+    shapes, cpu = [(31,), (1000,), (1023,)], torch.device("cpu")
+
+    def right(x):
+        return torch.relu(x.float()).square().to(x.dtype)
+
+    def tf32_like(x):  # ~1e-3 relative error: past float32's floors, within half precision's
+        y = torch.relu(x.float()).square()
+        return (y * (1 + 1e-3) if x.dtype == torch.float32 else y).to(x.dtype)
+
+    b = P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {}, spare=["bfloat16"])
+    assert b["binding"]["dtypes"] == ["float16", "bfloat16"] and b["evidence"]["dtypes"] == ["float16", "bfloat16"]
+    b = P._confirm(right, call, op, shapes, ["float32", "float16"], cpu, {}, spare=["bfloat16"])
+    assert b["evidence"]["dtypes"] == ["float32", "float16"]
+    assert "unbound" not in b and P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {})["why"]
