@@ -40,6 +40,10 @@ class Entry:
     double2: list
     specs: dict  # layout -> specs of the reference's outputs on `inputs` in that layout
     seconds: float = 0.0  # the reference's time on `inputs`: bounds each candidate call (deadline.watch)
+    # float64 results on either side of `inputs` / `fresh` (a problem's `sides`): where they part, the
+    # inputs sit on a kink of the function, and either side's value is right there; empty: none
+    sides: list = dataclasses.field(default_factory=list)
+    sides2: list = dataclasses.field(default_factory=list)
 
 
 class Book:
@@ -60,7 +64,9 @@ class Book:
     def get(self, vi: int, dtype: str, seed: int) -> Entry:
         """The entry, on the device (copies of anything kept on the host)."""
         e = self.entries[(vi, dtype, seed)]
-        return dataclasses.replace(e, **{f: [_to(t, self.dev) for t in getattr(e, f)] for f in _TENSORS})
+        return dataclasses.replace(e, **{f: [_to(t, self.dev) for t in getattr(e, f)] for f in _TENSORS},
+                                   **{f: [[_to(t, self.dev) for t in side] for side in getattr(e, f)]
+                                      for f in _SIDES})
 
     def _entry(self, prob, variant, dtype, seed, arrange) -> Entry:
         inputs = prob.inputs(variant, dtype, seed, self.dev)
@@ -78,11 +84,14 @@ class Book:
                  for lay, sp in specs.items()}
         if hasattr(prob, "expected"):  # a probed entry's own output contract (pyrun.OpProblem.expected)
             specs = {lay: prob.expected(sp, dtype) for lay, sp in specs.items()}
+        sides = getattr(prob, "sides", lambda *a: [])
         entry = Entry(inputs, fresh, native, prob.reference(variant, dtype, inputs, double=True),
                       prob.reference(variant, dtype, fresh), prob.reference(variant, dtype, fresh, double=True),
-                      specs, seconds)
+                      specs, seconds, sides(variant, dtype, inputs), sides(variant, dtype, fresh))
         for f in _TENSORS:
             setattr(entry, f, [self._keep(t) for t in getattr(entry, f)])
+        for f in _SIDES:
+            setattr(entry, f, [[self._keep(t) for t in side] for side in getattr(entry, f)])
         return entry
 
     def _keep(self, t):
@@ -96,6 +105,7 @@ class Book:
 
 
 _TENSORS = ("inputs", "fresh", "native", "double", "native2", "double2")
+_SIDES = ("sides", "sides2")
 
 
 def _to(t, dev):

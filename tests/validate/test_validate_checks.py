@@ -384,3 +384,29 @@ def test_a_probed_entrys_recorded_contract_replaces_the_references_and_only_ther
     # and the entry's contract is held too: the reference's dtype or layout is now the wrong one
     assert "float32, the reference's is float16" in typed.after_call(C.Call([x], [ref, rot], expected=held)).why
     assert "wrong memory format" in typed.after_call(C.Call([x], [theirs, x.clone()], expected=held)).why
+
+
+def test_a_gradient_at_a_kink_may_be_either_sides():
+    """fp16 inputs can sit exactly on sparsemax's support edge (x_j = max - 1 with a support of one): the
+    function has a kink there and autograd picks one subgradient; a kernel that picks the other side's is
+    right. Away from kinks, and for a wrong gradient, nothing changes."""
+    from sftbuild.validate import pyrun
+
+    prob = pyrun.OpProblem.__new__(pyrun.OpProblem)
+    prob.op, prob.params, prob.call = ops.get("sparsemax"), {"dim": -1}, {"grad": True}
+    x = torch.tensor([[2.0, 1.0, -0.5, 0.25], [0.5, 0.1, 0.3, -1.0]])  # row 0: 1.0 = 2.0 - 1 sits on the edge
+    ref64 = prob.reference(None, "float32", [x], double=True)
+    native = prob.reference(None, "float32", [x])
+    sides = prob.sides(None, "float32", [x])
+    ok_sides = [pyrun.with_grads(lambda xs: [prob.op.run_reference(xs, prob.params)], [x.double() * (1 + w * 1e-6)])
+                for w in (1.0, -1.0)]
+    other = next(s for s in ok_sides if not torch.allclose(s[1], ref64[1]))  # the side autograd did not pick
+    other = [t.float() for t in other]
+    assert not pyrun._compare(other, ref64, native, "float32", ops.Tolerance())[0]
+    ok, stats = pyrun._compare(other, ref64, native, "float32", ops.Tolerance(), sides)
+    assert ok and stats["at_kink"]
+    wrong = [other[0], other[1] * 1.5]
+    assert not pyrun._compare(wrong, ref64, native, "float32", ops.Tolerance(), sides)[0]
+    # a forward check has no sides
+    prob.call = {}
+    assert prob.sides(None, "float32", [x]) == []
