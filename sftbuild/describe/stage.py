@@ -109,6 +109,7 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         # CUDA harnesses launch on contiguous tensors; Triton wrappers get the op's layouts
         layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
         semantics, outputs = op.semantics, [f"`{s}`" for s in op.io["outputs"]]
+        outputs = _with_contract(outputs, (binding.get("call") or {}).get("contract"))
         if (binding.get("call") or {}).get("grad"):  # a backward kernel, checked through its Function's gradients
             semantics = {"en": "the backward pass (a torch.autograd.Function's forward and backward, returning "
                                "the outputs and the gradient of each floating-point input) of " + op.semantics["en"],
@@ -123,6 +124,24 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
     else:
         facts.update(kind="unbound")
     return facts
+
+
+def _with_contract(outputs: list, contract: list | None) -> list:
+    """The outputs as the op states them, each followed by the probed entry's own dtype or memory
+    layout where its binding records one (sftbuild.validate.probe.output_contract): validation holds a
+    solution to that, so the task says it."""
+    out = list(outputs)
+    for j, rule in enumerate(contract or []):
+        if not rule or j >= len(out):
+            continue
+        said = []
+        if rule.get("dtype"):
+            said.append("in the inputs' dtype" if rule["dtype"] == "input" else f"as {rule['dtype']}")
+        if rule.get("order"):
+            said.append(f"laid out in memory in dimension order {tuple(rule['order'])} (outermost first), "
+                        "a permuted view of a dense buffer")
+        out[j] = f"{out[j]} (returned {', '.join(said)})"
+    return out
 
 
 def _launcher(rec, binding: dict | None = None) -> str:

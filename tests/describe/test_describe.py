@@ -204,3 +204,13 @@ def test_a_probed_binding_is_described_by_the_op_and_entry_the_probe_confirmed()
     assert ops.get("neg").semantics["en"] in text
     assert ops.get("gelu").semantics["en"] not in text
     assert "`flip_sign(A)`" in text and "gelu_helper" not in text
+
+
+def test_a_probed_entrys_output_contract_is_stated_in_its_task():
+    from sftbuild.describe.stage import _with_contract
+
+    said = _with_contract(["`loss: [] float32`", "`q: [B, H, S, D]`", "`k`"],
+                          [{"dtype": "input"}, {"order": [0, 2, 1, 3]}, None])
+    assert said[0] == "`loss: [] float32` (returned in the inputs' dtype)"
+    assert "dimension order (0, 2, 1, 3)" in said[1] and said[2] == "`k`"
+    assert _with_contract(["`y`"], None) == ["`y`"]
