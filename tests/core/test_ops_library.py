@@ -417,6 +417,18 @@ def test_attn_res_mixes_blocks_over_depth():
             _close(h[b, t], sum(e[i] / sum(e) * v[i, b, t] for i in range(3)))
 
 
+def test_loss_and_grad_primitives_give_the_loss_and_its_gradient():
+    (x, y), (loss, dx), _ = _run("jsd_loss_and_grad", (3, 33))
+    p, q = y.exp(), x.exp()
+    log_m = torch.log(0.5 * p + 0.5 * q)
+    _close(loss, (0.5 * p * (y - log_m) + 0.5 * q * (x - log_m)) / 3)
+    _close(dx, 0.5 * q * (x - log_m) / 3)  # liger's closed form of the gradient
+    (x, q), (loss, dx), _ = _run("kl_loss_and_grad", (3, 33))
+    soft = torch.softmax(x / 0.7, -1)
+    _close(loss, 0.5 * (q * (q.log() - torch.log_softmax(x / 0.7, -1))).sum(-1))
+    _close(dx, -0.5 * (q - soft * q.sum(-1, keepdim=True)) / 0.7)
+
+
 def test_moe_swiglu_sums_each_tokens_routed_experts():
     (x, gate_up, down, index, weight), (out,), _ = _run("moe_swiglu", (5, 16, 32, 4, 2))
     assert index.dtype == torch.int32 and all(len(set(row.tolist())) == 2 for row in index)  # distinct experts
