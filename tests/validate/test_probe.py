@@ -359,3 +359,24 @@ def test_spare_dtypes_are_tried_only_while_too_few_agree():
     b = P._confirm(right, call, op, shapes, ["float32", "float16"], cpu, {}, spare=["bfloat16"])
     assert b["evidence"]["dtypes"] == ["float32", "float16"]
     assert "unbound" not in b and P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {})["why"]
+
+
+def test_the_entrys_own_layout_is_recorded_and_held_in_validation(tmp_path):
+    """A package entry that hands back its result in another memory order (as liger's RoPE returns a
+    transposed view of its own buffer): the probe records the order, validation holds the entry to it,
+    and the same binding without the recorded contract rejects it."""
+    code = RMS.replace("    return Y, n_rows\n", "    return Y.t().contiguous().t(), n_rows\n")
+    rec = record(code)
+    _, res, b = probe(rec)
+    assert b is not None, res.get("unbound")
+    assert b["call"]["contract"] == [{"order": [1, 0]}]
+    cfg = dataclasses.replace(ValidateConfig(), shapes=2, seeds=1, timing=False)
+    bare = {**b, "call": {k: v for k, v in b["call"].items() if k != "contract"}}
+    verdicts = []
+    for binding in (b, bare):
+        rec.binding = binding
+        with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+            verdicts += [(o[1], o[2], (o[3] or {}).get("detail", "")) for o in
+                         pipeline.validate([rec], cfg, ex, str(tmp_path / str(len(verdicts))))]
+    assert verdicts[0][:2] == ("ok", None), verdicts[0]
+    assert verdicts[1][:2] == ("dropped", "incorrect") and "wrong memory format" in verdicts[1][2], verdicts[1]
