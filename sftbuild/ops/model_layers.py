@@ -495,8 +495,11 @@ define("attn_res", "attention",
 
 # ---- mixture of experts: routed SwiGLU experts -----------------------------------------------------
 
-MOE_POOL = [(1, 16, 16, 2, 1), (5, 16, 32, 4, 2), (9, 32, 16, 4, 2), (33, 64, 32, 8, 2), (64, 128, 96, 8, 4),
-            (257, 64, 64, 16, 2)]  # (T tokens, H hidden, I intermediate, E experts, K experts per token)
+# (T tokens, H hidden, I intermediate, E experts, K experts per token). The smallest (those a probe uses)
+# share H and I and K: grouped-GEMM kernels take them as constants and autotune on them, so a probe
+# compiles each kernel once per dtype; the others vary them (odd widths leave ragged tiles).
+MOE_POOL = [(1, 32, 32, 2, 2), (7, 32, 32, 4, 2), (33, 32, 32, 8, 2), (64, 128, 96, 8, 4), (257, 64, 64, 16, 2),
+            (65, 48, 80, 4, 1)]
 
 
 def _moe_inputs(shape, dtype, layout, gen, params):
