@@ -112,13 +112,15 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         # CUDA harnesses launch on contiguous tensors; Triton wrappers get the op's layouts
         layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
         semantics, outputs = op.semantics, [f"`{s}`" for s in op.io["outputs"]]
+        contract = (binding.get("call") or {}).get("contract")
+        outputs, outputs_zh = _with_contract(outputs, contract), _with_contract(outputs, contract, "zh")
         if (binding.get("call") or {}).get("grad"):  # a backward kernel, checked through its Function's gradients
             semantics = {"en": "the backward pass (a torch.autograd.Function's forward and backward, returning "
                                "the outputs and the gradient of each floating-point input) of " + op.semantics["en"],
                          "zh": "反向传播（torch.autograd.Function的前向与反向，返回输出及每个浮点输入的梯度）："
                                + op.semantics["zh"]}
         facts.update(kind="op", op=op.name, semantics=semantics, noun={"en": noun[0], "zh": noun[1]},
-                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=outputs,
+                     inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=outputs, outputs_zh=outputs_zh,
                      shapes=_shapes(op.shape_pool, {**_harness_limits(binding.get("harness")),
                                                     **(binding.get("constraints") or {})}),
                      dtypes=dtypes or feats["dtypes"], layouts=layouts, roles=_roles(op, params, binding),
@@ -126,6 +128,27 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
     else:
         facts.update(kind="unbound")
     return facts
+
+
+def _with_contract(outputs: list, contract: list | None, lang: str = "en") -> list:
+    """The outputs as the op states them, each followed by the probed entry's own dtype or memory
+    layout where its binding records one (sftbuild.validate.probe.output_contract): validation holds a
+    solution to that, so the task says it, in `lang` ("en" or "zh")."""
+    out = list(outputs)
+    for j, rule in enumerate(contract or []):
+        if not rule or j >= len(out):
+            continue
+        said = []
+        if rule.get("dtype"):
+            said.append(({"en": "in the inputs' dtype", "zh": "dtype与输入相同"} if rule["dtype"] == "input" else
+                         {"en": f"as {rule['dtype']}", "zh": f"dtype为{rule['dtype']}"})[lang])
+        if rule.get("order"):
+            order = tuple(rule["order"])
+            said.append({"en": f"laid out in memory in dimension order {order} (outermost first), "
+                               "a permuted view of a dense buffer",
+                         "zh": f"内存中按维度顺序{order}排列（最外层在前），即稠密缓冲区的置换视图"}[lang])
+        out[j] = (f"{out[j]} (returned {', '.join(said)})" if lang == "en" else f"{out[j]}（返回时{'，'.join(said)}）")
+    return out
 
 
 def _launcher(rec, binding: dict | None = None) -> str:

@@ -20,7 +20,7 @@ import pkgutil
 from typing import Any, Callable
 
 from sftbuild.ops.launch import CONTRACTS
-from sftbuild.ops.tolerance import Tolerance, compare  # noqa: F401  (re-exported)
+from sftbuild.ops.tolerance import Tolerance, compare, largest  # noqa: F401  (re-exported)
 
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("contiguous", "transposed", "sliced")

@@ -254,6 +254,63 @@ define("jsd", "loss",
        grad_constants=(1,))  # the teacher
 
 
+# ---- per-chunk loss-and-gradient primitives of fused linear distillation losses ---------------------
+# A fused linear loss computes, per chunk of rows, the loss and its gradient with respect to the logits
+# in one pass (the gradient written over the logits): both are outputs here, the gradient being that of
+# the summed loss, as autograd gives it.
+
+def _loss_and_grad(loss_of, x, *rest):
+    acc = _acc(x)
+    with torch.enable_grad():
+        xa = x.detach().to(acc).requires_grad_()
+        loss = loss_of(xa, *[t.to(acc) if isinstance(t, torch.Tensor) else t for t in rest])
+        dx, = torch.autograd.grad(loss.sum(), xa)
+    return loss.detach(), dx.to(x.dtype)
+
+
+def _jsd_terms(x, y, beta, n):
+    p, q = y.exp(), x.exp()
+    log_m = torch.log(beta * p + (1 - beta) * q)
+    return (beta * p * (y - log_m) + (1 - beta) * q * (x - log_m)) / n
+
+
+define("jsd_loss_and_grad", "loss",
+       "the per-element generalised Jensen-Shannon divergence terms of log-space student x = log q and teacher "
+       "y = log p with beta = 0.5, divided by the count of rows the caller kept (n_non_ignore = 3): m = beta * p + "
+       "(1 - beta) * q, loss = (beta * p * (y - log m) + (1 - beta) * q * (x - log m)) / n_non_ignore in float32, "
+       "and dx, the gradient of sum(loss) with respect to x, in x's dtype",
+       "对数空间学生x = log q与教师y = log p的逐元素广义JS散度项（beta = 0.5），除以调用方保留的行数"
+       "（n_non_ignore = 3）：m = beta * p + (1 - beta) * q，loss = (beta * p * (y - log m) + (1 - beta) * q * "
+       "(x - log m)) / n_non_ignore，为float32；以及dx，即sum(loss)对x的梯度，与x同dtype",
+       lambda x, y, beta=0.5, ignore_index=-100, n_non_ignore=3.0:
+           _loss_and_grad(lambda xa, ya: _jsd_terms(xa, ya, beta, n_non_ignore), x, y),
+       lambda s, d, l, g, p: [_logprobs(s, d, l, g), _logprobs(s, d, "contiguous", g)], DIST_POOL,
+       {"inputs": ["x: [rows, classes] log-probabilities", "y: [rows, classes] log-probabilities"],
+        "outputs": ["loss: [rows, classes] float32", "dx: [rows, classes]"]}, "tensors", layouts=ALL_LAYOUTS,
+       tolerance=LOSS_TOL, params={"beta": 0.5, "ignore_index": -100, "n_non_ignore": 3.0}, outputs=2)
+
+
+def _kl_rows(x, q, temperature, eps, scale):
+    return (q * (torch.log(q.clamp_min(eps)) - torch.log_softmax(x / temperature, -1))).sum(-1) * scale
+
+
+define("kl_loss_and_grad", "loss",
+       "the per-row KL divergence KL(q || softmax(x / T)) of target probabilities q from student logits x at "
+       "temperature T = 0.7, times a reduction scale the caller computed (scale = 0.5): loss[r] = scale * sum over "
+       "v of q * (log max(q, eps) - log_softmax(x / T)) with eps = 1e-10, in float32, and dx, the gradient of "
+       "sum(loss) with respect to x, in x's dtype",
+       "目标概率q相对学生logits x（温度T = 0.7）的逐行KL散度KL(q || softmax(x / T))，乘以调用方算好的归约系数"
+       "（scale = 0.5）：loss[r] = scale * 对v求和q * (log max(q, eps) - log_softmax(x / T))，eps = 1e-10，为float32；"
+       "以及dx，即sum(loss)对x的梯度，与x同dtype",
+       lambda x, q, ignore_index=-100, temperature=0.7, eps=1e-10, scale=0.5:
+           _loss_and_grad(lambda xa, qa: _kl_rows(xa, qa, temperature, eps, scale), x, q),
+       lambda s, d, l, g, p: [rand(s, d, l, g, 3.0), _logprobs(s, d, "contiguous", g).exp()], DIST_POOL,
+       {"inputs": ["x: [rows, classes] logits", "q: [rows, classes] probabilities"],
+        "outputs": ["loss: [rows] float32", "dx: [rows, classes]"]}, "tensors", layouts=ALL_LAYOUTS,
+       tolerance=LOSS_TOL, params={"ignore_index": -100, "temperature": 0.7, "eps": 1e-10, "scale": 0.5},
+       outputs=2)
+
+
 # ---- norms with offsets, fused add + norm, 4-D group norm ------------------------------------
 
 def _rows_w(shape, dtype, layout, gen, params, bias=False, residual=False):

@@ -90,3 +90,11 @@ define("where", "binary", "where(mask, a, b): a where the mask is true, else b",
                                                   rand(shape, dtype, layout, gen), rand(shape, dtype, "contiguous", gen)],
        FLAT_POOL, {"inputs": ["mask: [n] bool", "a: [n]", "b: [n]"], "outputs": ["y: [n]"]}, "tensors",
        layouts=("contiguous", "sliced"))
+define("element_mul", "broadcast", "x * g with g a scalar held in a 0-d tensor (a loss gradient scaling the logits' "
+       "gradient in place, as a fused cross-entropy's backward does)",
+       "x * g，g为0维张量中的标量（如融合交叉熵反向中以损失梯度原地缩放logits梯度）",
+       lambda x, g: x * g,
+       lambda shape, dtype, layout, gen, params: [rand(shape, dtype, layout, gen),
+                                                  uniform((1,), dtype, gen, 0.25, 2.0).reshape(())],
+       ROW_POOL, {"inputs": ["x: [rows, cols]", "g: [] (0-d)"], "outputs": ["y: [rows, cols]"]}, "tensors",
+       layouts=ALL_LAYOUTS)

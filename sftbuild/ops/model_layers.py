@@ -1,7 +1,9 @@
 """Layers of recent model architectures that fused-kernel packages ship: dynamic tanh, poly norm,
 modulated (AdaLN) RMS norm, sparsemax, squared ReLU, the total variation distance loss, GRPO's
 selective log-softmax, the Hugging Face, Llama 4 and Qwen2-VL rotary embeddings, multi-token
-attention with its causal zero mask, and attention residuals over depth.
+attention with its causal zero mask, attention residuals over depth, a mixture-of-experts layer
+of SwiGLU experts with precomputed routing, and the stream mixing of manifold-constrained
+hyper-connections (mHC).
 
 Each op states its exact formula, with the packages' own defaults as params (eps, reduction,
 ignore_index, temperature, the M-RoPE sections). References compute in float32 for half inputs
@@ -489,3 +491,94 @@ define("attn_res", "attention",
                               rand(s[-1:], d, "contiguous", g, 0.3, 1.0)],
        ATTN_RES_POOL, {"inputs": ["blocks: [N, B, T, D]", "w_query: [D]", "w_norm: [D]"], "outputs": ["h: [B, T, D]"]},
        "tensors", layouts=ALL_LAYOUTS, params={"eps": 1e-6}, tolerance=NORM_TOL)
+
+
+# ---- mixture of experts: routed SwiGLU experts -----------------------------------------------------
+
+# (T tokens, H hidden, I intermediate, E experts, K experts per token). The smallest (those a probe uses)
+# share H and I and K: grouped-GEMM kernels take them as constants and autotune on them, so a probe
+# compiles each kernel once per dtype; the others vary them (odd widths leave ragged tiles).
+MOE_POOL = [(1, 32, 32, 2, 2), (7, 32, 32, 4, 2), (33, 32, 32, 8, 2), (64, 128, 96, 8, 4), (257, 64, 64, 16, 2),
+            (65, 48, 80, 4, 1)]
+
+
+def _moe_inputs(shape, dtype, layout, gen, params):
+    t, h, i, e, k = shape
+    scores = torch.randn(t, e, generator=gen)
+    top, index = scores.topk(k, -1)  # k distinct experts per token, as a router picks them
+    return [rand((t, h), dtype, layout, gen, 1.0), rand((e, 2 * i, h), dtype, "contiguous", gen, h ** -0.5),
+            rand((e, h, i), dtype, "contiguous", gen, i ** -0.5), index.to(torch.int32),
+            torch.softmax(top, -1).to(TORCH_DTYPES[dtype])]
+
+
+def _moe_swiglu(x, gate_up_proj, down_proj, top_k_index, top_k_weights):
+    acc = _acc(x)
+    t, k = top_k_index.shape
+    inter = gate_up_proj.shape[1] // 2
+    token = torch.arange(t, device=x.device).repeat_interleave(k)
+    expert = top_k_index.reshape(-1).long()
+    weight = top_k_weights.reshape(-1).to(acc)
+    out = torch.zeros(x.shape, dtype=acc, device=x.device)
+    for e in expert.unique().tolist():
+        pick = expert == e
+        h = x.to(acc)[token[pick]] @ gate_up_proj[e].to(acc).T  # [n, 2I]: gate, then up
+        y = (F.silu(h[:, :inter]) * h[:, inter:]) @ down_proj[e].to(acc).T
+        out = out.index_add(0, token[pick], y * weight[pick, None])
+    return out.to(x.dtype)
+
+
+define("moe_swiglu", "mlp",
+       "a mixture-of-experts (MoE) layer of SwiGLU experts with precomputed routing: for token t and each of its K "
+       "experts e = top_k_index[t, k] with weight top_k_weights[t, k], [g, u] = gate_up_proj[e] @ x[t] (g the first "
+       "I rows, u the last I), y = down_proj[e] @ (silu(g) * u), out[t] = sum over k of top_k_weights[t, k] * y",
+       "预先给定路由的SwiGLU专家混合（MoE）层：对token t及其K个专家e = top_k_index[t, k]（权重top_k_weights[t, k]），"
+       "[g, u] = gate_up_proj[e] @ x[t]（g为前I行，u为后I行），y = down_proj[e] @ (silu(g) * u)，"
+       "out[t] = 对k求和top_k_weights[t, k] * y",
+       _moe_swiglu, _moe_inputs, MOE_POOL,
+       {"inputs": ["x: [T, H]", "gate_up_proj: [E, 2 * I, H]", "down_proj: [E, H, I]", "top_k_index: [T, K] int32",
+                   "top_k_weights: [T, K]"], "outputs": ["out: [T, H]"]},
+       "tensors", layouts=("contiguous",), tolerance=MM_TOL)
+
+
+# ---- manifold-constrained hyper-connections (mHC): mixing the residual streams ----------------------
+
+MHC_POOL = [(1, 4, 8), (3, 4, 33), (17, 2, 100), (64, 4, 257), (129, 4, 512), (257, 2, 1000)]  # (N, HC, C)
+
+
+def _mhc_pre(x, h_pre):
+    return (h_pre.double()[..., None] * x.double()).sum(-2).to(_f32(x))
+
+
+def _mhc_post_res(x, f_out, h_post, h_res):
+    acc = torch.float64
+    return (h_post.to(acc)[..., None] * f_out.to(acc)[..., None, :]
+            + h_res.to(acc) @ x.to(acc)).to(_f32(x))
+
+
+def _f32(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+define("mhc_pre", "mlp",
+       "the pre-mixing of manifold-constrained hyper-connections (mHC): HC residual streams x [N, HC, C] are mixed "
+       "into one layer input by per-token weights h_pre [N, HC]: out[n, c] = sum over s of h_pre[n, s] * x[n, s, c], "
+       "in float32",
+       "流形约束超连接（mHC）的前混合：以逐token权重h_pre [N, HC]将HC条残差流x [N, HC, C]混合为一个层输入："
+       "out[n, c] = 对s求和h_pre[n, s] * x[n, s, c]，结果为float32",
+       _mhc_pre,
+       lambda s, d, l, g, p: [rand(s, d, "contiguous", g), uniform(s[:2], d, g, 0.0, 1.0)],
+       MHC_POOL, {"inputs": ["x: [N, HC, C]", "h_pre: [N, HC]"], "outputs": ["out: [N, C] float32"]},
+       "tensors", layouts=("contiguous",), tolerance=NORM_TOL)
+define("mhc_post_res", "mlp",
+       "the post and residual mixing of manifold-constrained hyper-connections (mHC): the layer output f_out [N, C] "
+       "is spread over HC streams by h_post [N, HC] and the streams x [N, HC, C] are mixed by h_res [N, HC, HC]: "
+       "out[n, o, c] = h_post[n, o] * f_out[n, c] + sum over i of h_res[n, o, i] * x[n, i, c], in float32",
+       "流形约束超连接（mHC）的后混合与残差混合：层输出f_out [N, C]经h_post [N, HC]分配到HC条流，"
+       "残差流x [N, HC, C]经h_res [N, HC, HC]混合：out[n, o, c] = h_post[n, o] * f_out[n, c] + "
+       "对i求和h_res[n, o, i] * x[n, i, c]，结果为float32",
+       _mhc_post_res,
+       lambda s, d, l, g, p: [rand(s, d, "contiguous", g), rand((s[0], s[2]), d, "contiguous", g),
+                              uniform(s[:2], d, g, 0.0, 2.0), uniform((s[0], s[1], s[1]), d, g, 0.0, 0.5)],
+       MHC_POOL, {"inputs": ["x: [N, HC, C]", "f_out: [N, C]", "h_post: [N, HC]", "h_res: [N, HC, HC]"],
+                  "outputs": ["out: [N, HC, C] float32"]},
+       "tensors", layouts=("contiguous",), tolerance=NORM_TOL)

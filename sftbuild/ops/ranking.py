@@ -27,6 +27,7 @@ SYNONYMS = {"ce": "cross entropy", "xent": "cross entropy", "ln": "layer norm", 
             "bwd": "backward", "grad": "backward", "kl": "kl", "kld": "kl div", "rmsnorm": "rms norm",
             "lin": "linear", "mul": "mul", "swish": "silu", "embedding": "embedding", "emb": "embedding", "varlen": "varlen", "temp": "temperature", "temperature": "temperature",
             "tvd": "tv distance", "mrope": "mrope rope"}
+ACRONYMS = re.compile(r"MoE")  # camel-case acronyms kept whole: LigerFusedMoEFunction -> moe, not "mo e"
 NOT_TENSORS = re.compile(r"^(eps|epsilon|dim|axis|n|m|k|stride\w*|\w*_stride\w*|\w*stride|block\w*|num_\w+|n_\w+|"
                          r"\w+_size|size|\w+_dim|scale|beta|alpha|temperature|ignore_index|label_smoothing|"
                          r"reduction|causal|offset|seed|[A-Z]+(_\w+)?)$")
@@ -34,7 +35,8 @@ NOT_TENSORS = re.compile(r"^(eps|epsilon|dim|axis|n|m|k|stride\w*|\w*_stride\w*|
 
 def tokens(name: str) -> list[str]:
     """The meaningful lowercase words of a kernel, function or op name."""
-    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name.lstrip("_"))
+    name = ACRONYMS.sub(lambda m: m[0].capitalize(), name.lstrip("_"))
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name))  # MHCPre: mhc pre
     out: list[str] = []
     for word in re.split(r"[^A-Za-z0-9]+", name.lower()):
         if not word or word.isdigit() or word in NOISE:

@@ -22,8 +22,11 @@ matched on the forward outputs, then every trial also compares the gradients of
 sum(output * cotangent) with respect to the floating inputs with those of the op's reference
 (`call.grad`, `pyrun.with_grads`); the binding's op is the forward op, checked through its backward.
 
-A mapping that matches the reference on a first small trial is confirmed over at least 3 shapes
-and 2 dtypes; a dtype counts when every shape passes at it. Anything less stays unbound.
+A mapping that matches the reference on a first small trial (at the first dtype where one does) is
+confirmed over at least 3 shapes and 2 dtypes; a dtype counts when every shape passes at it. On a GPU,
+bfloat16 is tried too where fewer than 2 of the task's dtypes agree (SPARE_DTYPES: a float32 path run
+in TF32 is no float32 op, its half-precision paths may be right); the binding holds the dtypes that
+agreed. Anything less stays unbound.
 
 Task: {id, code, entry, tree?, path?, shortlist: [op names], dtypes, device?, shapes (>= 3),
 time_limit (s)}. Returns
@@ -48,9 +51,14 @@ from sftbuild import ops
 from sftbuild.ops import opdb
 from sftbuild.ops.binders.probed import runs_kernels
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import pyrun
+from sftbuild.validate import pyrun, sizes
+from sftbuild.validate.checks import same_strides
+from sftbuild.validate.checks.output_type import dim_order
 
 MIN_SHAPES, MIN_DTYPES = 3, 2
+# tried on a GPU only where fewer than MIN_DTYPES of the task's agree: an entry whose float32 path
+# runs its dots in TF32 (Triton's default) is no float32 op, and may still be right in half precision
+SPARE_DTYPES = ("bfloat16",)
 SIZE_NAME = re.compile(r"^(n_|num_)(cols|rows|channels|elements|features|classes|heads)$|^(n|numel|hidden_size)$")
 MAX_PROBE_NUMEL = 1 << 16  # shape products the interpreter gets through quickly
 MAX_PROBE_NUMEL_GPU = 1 << 24
@@ -78,6 +86,7 @@ PARAM_ALIASES = {  # op param -> parameter names that usually carry it
 def probe(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     pyrun.interpreter_scalars()
+    pyrun.bounded_autotune()
     deadline = time.monotonic() + float(task.get("time_limit") or 120)
     workdir = tempfile.mkdtemp(prefix="sftbuild_probe_")
     tried: list[dict] = []
@@ -178,19 +187,26 @@ def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dic
         list(arg_mappings(with_tree_hints(entry, task.get("hints") or {}), op, params))
     if not mappings:
         return {"why": "no mapping: " + _unmappable(entry, op, params)}
+    spare = [d for d in SPARE_DTYPES if dev.type == "cuda" and d in op.dtypes and d not in dtypes]
     first = None  # the by-name mapping comes first: its failure is the one worth reporting
     for args in mappings[:12]:
         if time.monotonic() > deadline:
             return {"why": "time limit reached"}
         call = {"entry": entry["qualname"], "kind": entry["kind"], "args": args}
-        outputs, why = _find_outputs(fn, call, op, shapes[0], dtypes[0], dev, params)
-        if outputs is None:
+        outputs, why = None, ""
+        for dtype in dtypes + spare:  # the outputs are found at the first dtype where their values match
+            outputs, why = _find_outputs(fn, call, op, shapes[0], dtype, dev, params)
+            if outputs is not None:
+                break
             first = first or why
+            if not why.startswith("worst error"):
+                break  # an error or a shape that does not fit is no matter of precision
+        if outputs is None:
             continue
         call["outputs"] = outputs
         if grad:  # the record's kernels run in the backward: the gradients are what is checked
             call["grad"] = True
-        return _confirm(fn, call, op, shapes, dtypes, dev, params)
+        return _confirm(fn, call, op, shapes, dtypes, dev, params, task.get("code") or "", spare)
     return {"why": first or "no mapping"}
 
 
@@ -252,9 +268,10 @@ def _find_outputs(fn, call, op, shape, dtype, dev, params):
         hit = None
         for spec, t in found:
             if tuple(t.shape) != tuple(r64.shape):
-                why = f"shape mismatch: {tuple(t.shape)} vs {tuple(r64.shape)}"
+                if not why.startswith("worst error"):  # a tensor of the right shape with wrong values says more
+                    why = f"shape mismatch: {tuple(t.shape)} vs {tuple(r64.shape)}"
                 continue
-            ok, stats = ops.compare(t, r64, dtype, op.tolerance, native=nat)
+            ok, stats = ops.compare(t, r64, dtype, op.tolerance, native=nat, context=ops.largest(refs64))
             if ok:
                 hit = spec
                 break
@@ -269,10 +286,13 @@ def _err(stats) -> float:
     return max([stats.get(k) or 0.0 for k in ("norm_rel", "max_rel")] + [0.0])
 
 
-def _confirm(fn, call, op, shapes, dtypes, dev, params) -> dict:
-    """Agreement over every shape at >= MIN_DTYPES dtypes, or the reason there is none."""
+def _confirm(fn, call, op, shapes, dtypes, dev, params, code: str = "", spare=()) -> dict:
+    """Agreement over every shape at >= MIN_DTYPES dtypes, or the reason there is none. `spare` dtypes
+    are tried only while fewer than MIN_DTYPES agree (SPARE_DTYPES)."""
     passed, worst, fails, agreed = [], 0.0, [], 0
-    for dtype in dtypes:
+    for dtype in list(dtypes) + [d for d in spare if d not in dtypes]:
+        if dtype in spare and len(passed) >= MIN_DTYPES:
+            break
         ok_all = True
         for si, shape in enumerate(shapes):
             ok, stats, why = _trial(fn, call, op, shape, dtype, dev, params, seed=si + 1)
@@ -291,9 +311,83 @@ def _confirm(fn, call, op, shapes, dtypes, dev, params) -> dict:
                 "worst_error": worst}
     layouts = ["contiguous"] + [lay for lay in op.layouts if lay != "contiguous"
                                 and _trial(fn, call, op, shapes[-1], passed[0], dev, params, 7, lay)[0]]
+    # observed where no axis has size 1 if it can be: a size-1 axis hides the order of the others
+    contract = output_contract(fn, call, op, max(shapes, key=lambda s: (min(s), -math.prod(s))), passed, dev,
+                               params)
+    if contract:
+        call = {**call, "contract": contract}
     binding = {"kind": "op", "op": op.name, "params": {}, "dtypes": _dtypes(passed, dev), "layouts": layouts,
                "how": "probed", "call": call}
+    limit = refused_width(fn, call, op, shapes, passed[0], dev, params, code)
+    if limit:
+        binding["constraints"] = limit
+        evidence["refused"] = limit
     return {"binding": binding, "evidence": evidence, "agreed": agreed, "why": "agrees"}
+
+
+def output_contract(fn, call, op, shape, dtypes, dev, params) -> list | None:
+    """What the entry's outputs are besides their values, where that is not what the op's reference
+    returns: per compared output {"dtype": "input" (the trial's dtype) or a dtype's name, "order": the
+    dimension order of a dense layout (outermost first)}, None for an output that is as the reference's.
+    The package's own entry defines its outputs' dtype and layout (a loss kept in the logits' dtype,
+    rotated q returned as a transposed view of its (B, S, H, D) buffer); validation and an exported
+    task hold the entry, and a candidate standing in for it, to this observed contract
+    (pyrun.OpProblem.expected) instead of the reference's. A rule that is not the same at every
+    dtype is not recorded: such outputs keep the reference's contract. None when no output differs."""
+    seen = []  # per dtype: (dtype, outputs, reference outputs)
+    for dtype in dtypes:
+        inputs = _inputs(op, shape, dtype, 0, dev, params)
+        try:
+            natives = ops.as_outputs(op.run_reference(inputs, params))
+            out = _call(fn, call, inputs, params)
+        except Exception:
+            return None
+        seen.append((dtype, [pyrun.pick_output(spec, out, inputs) for spec in call["outputs"]], natives))
+    contract = [_one_contract([(d, outs[j], nats[j]) for d, outs, nats in seen])
+                for j in range(len(call["outputs"]))]
+    return contract if any(contract) else None
+
+
+def _one_contract(trials: list) -> dict | None:
+    if not all(isinstance(o, torch.Tensor) and isinstance(n, torch.Tensor) and o.shape == n.shape
+               for _, o, n in trials):
+        return None
+    rule = {}
+    if any(o.dtype != n.dtype for _, o, n in trials):
+        if all(o.dtype == TORCH_DTYPES[d] for d, o, _ in trials):
+            rule["dtype"] = "input"
+        elif len({o.dtype for _, o, _ in trials}) == 1:
+            rule["dtype"] = str(trials[0][1].dtype).removeprefix("torch.")
+    if any(not same_strides(o.shape, o.stride(), n.stride()) for _, o, n in trials):
+        orders = {dim_order(o.shape, o.stride()) for _, o, _ in trials}
+        if len(orders) == 1 and None not in orders:
+            rule["order"] = list(orders.pop())
+    return rule or None
+
+
+def refused_width(fn, call, op, shapes, dtype, dev, params, code: str = "") -> dict | None:
+    """{"max_cols": n} when the entry refuses, by raising, the last-axis size validation grows a flat
+    shape to (sftbuild.validate.sizes.grow_shape: 2^20 + 1 elements on a GPU) and takes every power of
+    two up to n: a stated limit of the package (liger's one-block rows stop at 2^16 columns), which
+    the binding records so validation and the exported task keep to it. Nothing is recorded when the
+    grown size passes, comes out wrong (validation judges that), or grows another axis than the last
+    (rows and batches are no block's width)."""
+    base = max(shapes, key=math.prod)
+    grown = sizes.grow_shape(base, {}, sizes.limit_for(None, dev.type == "cpu"), sizes.block_sizes(code))
+    if grown is None or [a for a in range(len(base)) if grown[a] != base[a]] != [len(base) - 1]:
+        return None
+    ok, _, why = _trial(fn, call, op, grown, dtype, dev, params, seed=0)
+    if ok or not why.startswith("error:"):
+        return None
+    lo, hi = int(base[-1]).bit_length() - 1, (int(grown[-1]) - 1).bit_length()  # 2^lo is taken, 2^hi refused
+    taken = None
+    while hi - lo > 1:  # bisect the exponent: a few trials, each a new block width to compile
+        mid = (lo + hi) // 2
+        ok, _, why = _trial(fn, call, op, grown[:-1] + (1 << mid,), dtype, dev, params, seed=0)
+        if not ok and not why.startswith("error:"):
+            return None  # a wrong result, not a refusal: validation judges it
+        lo, hi, taken = (mid, hi, 1 << mid) if ok else (lo, mid, taken)
+    return {"max_cols": taken or 1 << lo}
 
 
 def _dtypes(passed: list, dev) -> list:
@@ -336,8 +430,9 @@ def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
     if len(outs) != len(refs64):
         return False, {}, f"{len(outs)} outputs and gradients, the reference has {len(refs64)}"
     worst: dict = {}
+    context = ops.largest(refs64)
     for o, r64, nat in zip(outs, refs64, natives):
-        ok, stats = ops.compare(o, r64, dtype, op.tolerance, native=nat)
+        ok, stats = ops.compare(o, r64, dtype, op.tolerance, native=nat, context=context)
         if not ok:
             return False, stats, f"worst error {_err(stats):.3g}: {stats.get('why', '')}"[:200]
         worst = {k: max(worst.get(k) or 0.0, stats.get(k) or 0.0) for k in ("norm_rel", "max_rel")}

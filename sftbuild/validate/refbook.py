@@ -7,7 +7,9 @@ left it: for every (variant, dtype, seed) of the trial plan, the inputs of both 
 (fresh buffers; new values in the same buffers), the reference's outputs on each at the
 trial's dtype and in float64, and, for every layout the plan tries, the specs
 (sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout; outputs the
-problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own.
+problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own,
+and a problem's `expected(specs, dtype)` may put a probed entry's own output contract in place of the
+reference's (pyrun.OpProblem.expected).
 Trials take copies of the inputs and compare with what the book holds; nothing in it is
 recomputed once candidate code has run.
 
@@ -38,6 +40,10 @@ class Entry:
     double2: list
     specs: dict  # layout -> specs of the reference's outputs on `inputs` in that layout
     seconds: float = 0.0  # the reference's time on `inputs`: bounds each candidate call (deadline.watch)
+    # float64 results on either side of `inputs` / `fresh` (a problem's `sides`): where they part, the
+    # inputs sit on a kink of the function, and either side's value is right there; empty: none
+    sides: list = dataclasses.field(default_factory=list)
+    sides2: list = dataclasses.field(default_factory=list)
 
 
 class Book:
@@ -58,7 +64,9 @@ class Book:
     def get(self, vi: int, dtype: str, seed: int) -> Entry:
         """The entry, on the device (copies of anything kept on the host)."""
         e = self.entries[(vi, dtype, seed)]
-        return dataclasses.replace(e, **{f: [_to(t, self.dev) for t in getattr(e, f)] for f in _TENSORS})
+        return dataclasses.replace(e, **{f: [_to(t, self.dev) for t in getattr(e, f)] for f in _TENSORS},
+                                   **{f: [[_to(t, self.dev) for t in side] for side in getattr(e, f)]
+                                      for f in _SIDES})
 
     def _entry(self, prob, variant, dtype, seed, arrange) -> Entry:
         inputs = prob.inputs(variant, dtype, seed, self.dev)
@@ -74,11 +82,16 @@ class Book:
         loose = set(getattr(prob, "free_outputs", lambda: ())())
         specs = {lay: [s._replace(free=True) if j in loose and s is not None else s for j, s in enumerate(sp)]
                  for lay, sp in specs.items()}
+        if hasattr(prob, "expected"):  # a probed entry's own output contract (pyrun.OpProblem.expected)
+            specs = {lay: prob.expected(sp, dtype) for lay, sp in specs.items()}
+        sides = getattr(prob, "sides", lambda *a: [])
         entry = Entry(inputs, fresh, native, prob.reference(variant, dtype, inputs, double=True),
                       prob.reference(variant, dtype, fresh), prob.reference(variant, dtype, fresh, double=True),
-                      specs, seconds)
+                      specs, seconds, sides(variant, dtype, inputs), sides(variant, dtype, fresh))
         for f in _TENSORS:
             setattr(entry, f, [self._keep(t) for t in getattr(entry, f)])
+        for f in _SIDES:
+            setattr(entry, f, [[self._keep(t) for t in side] for side in getattr(entry, f)])
         return entry
 
     def _keep(self, t):
@@ -92,6 +105,7 @@ class Book:
 
 
 _TENSORS = ("inputs", "fresh", "native", "double", "native2", "double2")
+_SIDES = ("sides", "sides2")
 
 
 def _to(t, dev):

@@ -417,6 +417,46 @@ def test_attn_res_mixes_blocks_over_depth():
             _close(h[b, t], sum(e[i] / sum(e) * v[i, b, t] for i in range(3)))
 
 
+def test_loss_and_grad_primitives_give_the_loss_and_its_gradient():
+    (x, y), (loss, dx), _ = _run("jsd_loss_and_grad", (3, 33))
+    p, q = y.exp(), x.exp()
+    log_m = torch.log(0.5 * p + 0.5 * q)
+    _close(loss, (0.5 * p * (y - log_m) + 0.5 * q * (x - log_m)) / 3)
+    _close(dx, 0.5 * q * (x - log_m) / 3)  # liger's closed form of the gradient
+    (x, q), (loss, dx), _ = _run("kl_loss_and_grad", (3, 33))
+    soft = torch.softmax(x / 0.7, -1)
+    _close(loss, 0.5 * (q * (q.log() - torch.log_softmax(x / 0.7, -1))).sum(-1))
+    _close(dx, -0.5 * (q - soft * q.sum(-1, keepdim=True)) / 0.7)
+
+
+def test_moe_swiglu_sums_each_tokens_routed_experts():
+    (x, gate_up, down, index, weight), (out,), _ = _run("moe_swiglu", (5, 16, 32, 4, 2))
+    assert index.dtype == torch.int32 and all(len(set(row.tolist())) == 2 for row in index)  # distinct experts
+    for t in range(5):
+        want = torch.zeros(16, dtype=torch.float64)
+        for k in range(2):
+            h = gate_up[index[t, k]] @ x[t]
+            want += weight[t, k] * (down[index[t, k]] @ (h[:32] / (1 + torch.exp(-h[:32])) * h[32:]))
+        _close(out[t], want)
+
+
+def test_mhc_mixes_the_residual_streams_in_float32():
+    (x, h_pre), (out,), _ = _run("mhc_pre", (3, 4, 33))
+    _close(out, sum(h_pre[:, s, None] * x[:, s] for s in range(4)))
+    (x, f, h_post, h_res), (out,), _ = _run("mhc_post_res", (3, 4, 33))
+    for o in range(4):
+        _close(out[:, o], h_post[:, o, None] * f + sum(h_res[:, o, i, None] * x[:, i] for i in range(4)))
+    half = ops.get("mhc_pre")
+    ins = half.make_inputs((3, 4, 33), "float16", "contiguous", _gen(0), {})
+    assert half.run_reference(ins, {}).dtype == torch.float32
+
+
+def test_element_mul_scales_by_a_0d_tensor():
+    (x, g), (y,), _ = _run("element_mul", (3, 33))
+    assert g.dim() == 0
+    _close(y, x * float(g))
+
+
 # ---- package references ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -223,3 +223,15 @@ def test_a_cpu_reference_task_names_what_is_compared_and_every_kernel_it_launche
         if key.endswith("brief") or key.endswith("detailed"):
             assert "`rstd_kernel`" in text, key  # the launcher's other kernel is part of the task
             assert "`mean`" in text and "`rstd`" in text, key  # the arrays compared
+
+
+def test_a_probed_entrys_output_contract_is_stated_in_its_task():
+    from sftbuild.describe.stage import _with_contract
+
+    said = _with_contract(["`loss: [] float32`", "`q: [B, H, S, D]`", "`k`"],
+                          [{"dtype": "input"}, {"order": [0, 2, 1, 3]}, None])
+    assert said[0] == "`loss: [] float32` (returned in the inputs' dtype)"
+    assert "dimension order (0, 2, 1, 3)" in said[1] and said[2] == "`k`"
+    assert _with_contract(["`y`"], None) == ["`y`"]
+    zh = _with_contract(["`loss`", "`q`"], [{"dtype": "input"}, {"order": [0, 2, 1, 3]}], "zh")
+    assert zh[0] == "`loss`（返回时dtype与输入相同）" and "(0, 2, 1, 3)" in zh[1] and "returned" not in zh[1]

@@ -305,3 +305,78 @@ def test_the_packages_defaults_never_displace_a_mapping_the_file_allows(tmp_path
     rec = record(RMS, "pkg/rms.py", str(tmp_path / "tree"))
     _, res, b = probe(rec)
     assert b is not None and b["call"]["args"][:2] == [["input", 0], ["input", 1]], res.get("unbound")
+
+
+def test_a_width_the_entry_refuses_by_raising_becomes_the_bindings_stated_limit():
+    """liger's one-block rows raise past 2^16 columns: validation's grown flat shape (2^20 + 1) is no size
+    the package serves, so the probe records the widest power of two it takes; a size that comes out
+    wrong instead is left for validation to judge."""
+    import torch
+
+    from sftbuild import ops
+    from sftbuild.validate import probe as P
+
+    op = ops.get("relu_squared")
+    call = {"entry": "f", "kind": "function", "args": [["input", 0]], "outputs": [{"from": "return", "index": None}]}
+    shapes, cpu = [(31,), (1000,), (1023,)], torch.device("cpu")
+
+    def refuses(x):
+        if x.shape[-1] > 4096:
+            raise RuntimeError(f"n = {x.shape[-1]} exceeds the recommended blocksize = 4096")
+        return torch.relu(x.float()).square().to(x.dtype)
+
+    def wrong_when_wide(x):
+        y = torch.relu(x.float()).square().to(x.dtype)
+        return y * 0 if x.shape[-1] > 4096 else y
+
+    assert P.refused_width(refuses, call, op, shapes, "float32", cpu, {}) == {"max_cols": 4096}
+    assert P.refused_width(wrong_when_wide, call, op, shapes, "float32", cpu, {}) is None
+    assert P.refused_width(lambda x: torch.relu(x.float()).square().to(x.dtype), call, op, shapes, "float32", cpu,
+                           {}) is None
+
+
+def test_spare_dtypes_are_tried_only_while_too_few_agree():
+    """An entry whose float32 path runs in TF32 is no float32 op; its half-precision paths may still be
+    right: the spare dtype (bfloat16 on a GPU) is tried then, and only then."""
+    import torch
+
+    from sftbuild import ops
+    from sftbuild.validate import probe as P
+
+    op = ops.get("relu_squared")
+    call = {"entry": "f", "kind": "function", "args": [["input", 0]], "outputs": [{"from": "return", "index": None}]}
+    shapes, cpu = [(31,), (1000,), (1023,)], torch.device("cpu")
+
+    def right(x):
+        return torch.relu(x.float()).square().to(x.dtype)
+
+    def tf32_like(x):  # ~1e-3 relative error: past float32's floors, within half precision's
+        y = torch.relu(x.float()).square()
+        return (y * (1 + 1e-3) if x.dtype == torch.float32 else y).to(x.dtype)
+
+    b = P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {}, spare=["bfloat16"])
+    assert b["binding"]["dtypes"] == ["float16", "bfloat16"] and b["evidence"]["dtypes"] == ["float16", "bfloat16"]
+    b = P._confirm(right, call, op, shapes, ["float32", "float16"], cpu, {}, spare=["bfloat16"])
+    assert b["evidence"]["dtypes"] == ["float32", "float16"]
+    assert "unbound" not in b and P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {})["why"]
+
+
+def test_the_entrys_own_layout_is_recorded_and_held_in_validation(tmp_path):
+    """A package entry that hands back its result in another memory order (as liger's RoPE returns a
+    transposed view of its own buffer): the probe records the order, validation holds the entry to it,
+    and the same binding without the recorded contract rejects it."""
+    code = RMS.replace("    return Y, n_rows\n", "    return Y.t().contiguous().t(), n_rows\n")
+    rec = record(code)
+    _, res, b = probe(rec)
+    assert b is not None, res.get("unbound")
+    assert b["call"]["contract"] == [{"order": [1, 0]}]
+    cfg = dataclasses.replace(ValidateConfig(), shapes=2, seeds=1, timing=False)
+    bare = {**b, "call": {k: v for k, v in b["call"].items() if k != "contract"}}
+    verdicts = []
+    for binding in (b, bare):
+        rec.binding = binding
+        with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+            verdicts += [(o[1], o[2], (o[3] or {}).get("detail", "")) for o in
+                         pipeline.validate([rec], cfg, ex, str(tmp_path / str(len(verdicts))))]
+    assert verdicts[0][:2] == ("ok", None), verdicts[0]
+    assert verdicts[1][:2] == ("dropped", "incorrect") and "wrong memory format" in verdicts[1][2], verdicts[1]

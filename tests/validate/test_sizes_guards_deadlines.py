@@ -480,3 +480,21 @@ def test_cuda_harness_trials_grow_and_guard(compile_cache):
         rows.append((name, expect, out.get("reason"), str(out.get("detail", ""))[:100], max(map(math.prod, shapes))))
     print("\n" + "\n".join(f"{n:20} expected {e}  got {g}  largest {s}  {d}" for n, e, g, d, s in rows))
     assert [(n, g) for n, _, g, _, _ in rows] == [(n, e) for n, _, e in HARNESS_CASES]
+
+
+def test_autotuning_tries_the_first_and_last_config_on_a_gpu_and_the_first_in_the_interpreter(monkeypatch):
+    from triton.runtime.autotuner import Autotuner
+
+    from sftbuild.validate import pyrun
+
+    tuner = types.SimpleNamespace(configs=list(range(18)), early_config_prune=None, perf_model=None,
+                                  nargs={}, configs_top_k=1.0)
+    orig = Autotuner.prune_configs
+    while getattr(orig, "_sftbuild", False):  # this process may have bounded it already
+        orig = orig.__wrapped__
+    for interpret, kept in (("0", [0, 17]), ("1", [0])):
+        monkeypatch.setattr(Autotuner, "prune_configs", orig)  # restored after the test
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        pyrun.bounded_autotune()
+        pyrun.bounded_autotune()  # once only
+        assert Autotuner.prune_configs(tuner, {}) == kept

@@ -348,3 +348,65 @@ def test_tally_keeps_every_row_and_the_worst_errors_and_the_first_failure_decide
     assert [r["ok"] for r in dropped["trials"]] == [True, True, False]
     assert dropped["errors"] == {"max_abs": 3.0, "norm_rel": 1e-3, "max_rel": 0.2}
     assert t.add({}, False, {"reason": "cheat"})["reason"] == "cheat"
+
+
+def test_a_probed_entrys_recorded_contract_replaces_the_references_and_only_there():
+    """A package's own entry returns what its callers get (a loss in the logits' dtype, a transposed
+    view of its own buffer): the probe records that, validation holds the entry to it; a candidate for
+    the op itself keeps the reference's dtype and memory format."""
+    from sftbuild.validate import probe, pyrun
+
+    typed = _check("output_type")
+    x = torch.randn(2, 3, 4, 5).half()
+    ref = x.float().sum(-1)  # the reference's loss is float32, its output contiguous
+    theirs = x.sum(-1)  # the entry's is in the input's dtype
+    rot = x.transpose(1, 2).contiguous().transpose(1, 2)  # (B, H, S, D) as a view of (B, S, H, D)
+    trials = [("float16", theirs, ref), ("float32", x.float().sum(-1), x.double().sum(-1).float())]
+    assert probe._one_contract(trials) == {"dtype": "input"}
+    assert probe._one_contract([("float16", rot, x.clone())]) == {"order": [0, 2, 1, 3]}
+    assert probe._one_contract([("float16", x.clone(), x.clone())]) is None
+    # an order that is not the same at every dtype is no contract
+    assert probe._one_contract([("float16", rot, x.clone()), ("float32", x.float().permute(0, 1, 3, 2).contiguous()
+                                                              .permute(0, 1, 3, 2), x.float())]) is None
+
+    op_pair = pyrun.OpProblem.__new__(pyrun.OpProblem)
+    op_pair.call = None
+    entry = pyrun.OpProblem.__new__(pyrun.OpProblem)
+    entry.call = {"entry": "f", "outputs": [{"from": "return", "index": 0}, {"from": "return", "index": 1}],
+                  "contract": [{"dtype": "input"}, {"order": [0, 2, 1, 3]}]}
+    want = C.specs([ref, x.clone()])
+    assert op_pair.expected(want, "float16") == want
+    held = entry.expected(want, "float16")
+    assert typed.after_call(C.Call([x], [theirs, rot], expected=held)) is None
+    # the candidate for the op keeps the exact contract
+    assert "float16, the reference's is float32" in typed.after_call(C.Call([x], [theirs, rot], expected=want)).why
+    assert "wrong memory format" in typed.after_call(C.Call([x], [ref, rot], expected=want)).why
+    # and the entry's contract is held too: the reference's dtype or layout is now the wrong one
+    assert "float32, the reference's is float16" in typed.after_call(C.Call([x], [ref, rot], expected=held)).why
+    assert "wrong memory format" in typed.after_call(C.Call([x], [theirs, x.clone()], expected=held)).why
+
+
+def test_a_gradient_at_a_kink_may_be_either_sides():
+    """fp16 inputs can sit exactly on sparsemax's support edge (x_j = max - 1 with a support of one): the
+    function has a kink there and autograd picks one subgradient; a kernel that picks the other side's is
+    right. Away from kinks, and for a wrong gradient, nothing changes."""
+    from sftbuild.validate import pyrun
+
+    prob = pyrun.OpProblem.__new__(pyrun.OpProblem)
+    prob.op, prob.params, prob.call = ops.get("sparsemax"), {"dim": -1}, {"grad": True}
+    x = torch.tensor([[2.0, 1.0, -0.5, 0.25], [0.5, 0.1, 0.3, -1.0]])  # row 0: 1.0 = 2.0 - 1 sits on the edge
+    ref64 = prob.reference(None, "float32", [x], double=True)
+    native = prob.reference(None, "float32", [x])
+    sides = prob.sides(None, "float32", [x])
+    ok_sides = [pyrun.with_grads(lambda xs: [prob.op.run_reference(xs, prob.params)], [x.double() * (1 + w * 1e-6)])
+                for w in (1.0, -1.0)]
+    other = next(s for s in ok_sides if not torch.allclose(s[1], ref64[1]))  # the side autograd did not pick
+    other = [t.float() for t in other]
+    assert not pyrun._compare(other, ref64, native, "float32", ops.Tolerance())[0]
+    ok, stats = pyrun._compare(other, ref64, native, "float32", ops.Tolerance(), sides)
+    assert ok and stats["at_kink"]
+    wrong = [other[0], other[1] * 1.5]
+    assert not pyrun._compare(wrong, ref64, native, "float32", ops.Tolerance(), sides)[0]
+    # a forward check has no sides
+    prob.call = {}
+    assert prob.sides(None, "float32", [x]) == []

@@ -72,14 +72,28 @@ def memory_format_of(shape, stride) -> str:
     shape, stride = tuple(shape), tuple(stride)
     if same_strides(shape, stride, contiguous_strides(shape)):
         return "contiguous"
-    order = sorted(range(len(shape)), key=lambda i: -stride[i])  # outermost first
-    dense = [0] * len(shape)
-    for pos, step in zip(order, contiguous_strides([shape[i] for i in order])):
-        dense[pos] = step
-    if not same_strides(shape, stride, tuple(dense)):
+    order = dim_order(shape, stride)
+    if order is None:
         return "strided"
     named = {(0, 2, 3, 1): "channels_last", (0, 2, 3, 4, 1): "channels_last_3d"}
-    return named.get(tuple(order), f"dense in dimension order {tuple(order)}")
+    return named.get(order, f"dense in dimension order {order}")
+
+
+def dim_order(shape, stride) -> tuple | None:
+    """The dimensions from outermost to innermost where the elements fill their memory densely in that
+    order (a permutation of a contiguous buffer); None for any other layout (gaps, overlap)."""
+    shape, stride = tuple(shape), tuple(stride)
+    order = tuple(sorted(range(len(shape)), key=lambda i: -stride[i]))
+    return order if same_strides(shape, stride, strides_in_order(shape, order)) else None
+
+
+def strides_in_order(shape, order) -> tuple:
+    """The strides of a dense tensor of `shape` whose dimensions lie in memory in `order` (outermost first)."""
+    out, step = [0] * len(shape), 1
+    for i in reversed(tuple(order)):
+        out[i] = step
+        step *= max(shape[i], 1)
+    return tuple(out)
 
 
 def _name(dtype: torch.dtype) -> str:
