@@ -162,7 +162,8 @@ def triton_gate(task: dict) -> dict:
     """Compile every @triton.jit kernel in a module to a cubin for the target, without a GPU.
 
     Argument types are not declared in Python, so the signature is read from the kernel:
-    `tl.constexpr` parameters take the value the module passes at its launch site (else 128),
+    `tl.constexpr` parameters take the value the module passes at its launch site (else 128, or 4
+    for one that bounds a `tl.static_range`, which the compiler unrolls),
     parameters used as load/store addresses are fp32 pointers, the rest i32. A kernel whose
     signature cannot be read this way is left to the GPU worker's JIT ("aot": "skipped").
     Runs in a sandbox process (see sftbuild.validate.pipeline.triton_gate): the module is parsed,
@@ -255,12 +256,17 @@ def _triton_aot(task, f, launch_kw) -> dict:
                 addr |= {x.id for x in ast.walk(n.args[0]) if isinstance(x, ast.Name)}
     # names assigned locally are offsets, not parameters
     local = {t.id for n in ast.walk(f) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    # a constexpr that bounds a `tl.static_range` is a trip count the compiler unrolls: 128 copies of
+    # a tile loop can take minutes to compile, where launches pass a handful (heads, streams)
+    unrolled = {x.id for n in ast.walk(f) if isinstance(n, ast.Call)
+                and ast.unparse(n.func).split(".")[-1] == "static_range"
+                for x in ast.walk(n) if isinstance(x, ast.Name)}
     sig, consts = {}, {}
     for a in f.args.args:
         ann = ast.unparse(a.annotation) if a.annotation else ""
         if "constexpr" in ann:
             sig[a.arg] = "constexpr"
-            consts[a.arg] = launch_kw.get(a.arg, 128)
+            consts[a.arg] = launch_kw.get(a.arg, UNROLLED_DEFAULT if a.arg in unrolled else 128)
         elif a.arg in addr and a.arg not in local or a.arg.endswith("ptr"):
             sig[a.arg] = "*fp32"
         else:
@@ -293,6 +299,8 @@ def _triton_aot(task, f, launch_kw) -> dict:
     res = _cubin_resources(ck.asm.get("cubin"), task)
     return {**res, "smem": max(res.get("smem", 0), getattr(md, "shared", 0) or 0), "num_warps": getattr(md, "num_warps", 0)}
 
+
+UNROLLED_DEFAULT = 4  # the gate's value for a static_range bound no launch site names
 
 RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)")
 

@@ -124,6 +124,31 @@ def test_triton_aot_compiles_and_rejects(tmp_path):
     assert bad["ok"] is False and bad["reason"] == "compile_error"
 
 
+def test_the_gate_unrolls_a_static_range_a_handful_of_times_not_128(tmp_path, monkeypatch):
+    # the launch passes HC=x.shape[1] (a few heads): the gate cannot read it, and 128 unrolled copies
+    # of a tile loop took minutes to compile, dropping an honest kernel as compile_timeout
+    code = ("import triton\nimport triton.language as tl\n\n@triton.jit\n"
+            "def k(x_ptr, y_ptr, HC: tl.constexpr, BLOCK: tl.constexpr):\n"
+            "    o = tl.arange(0, BLOCK)\n"
+            "    for s in tl.static_range(0, HC):\n"
+            "        tl.store(y_ptr + s * BLOCK + o, tl.load(x_ptr + s * BLOCK + o))\n\n"
+            "def run(x, y):\n    k[(1,)](x, y, HC=x.shape[0], BLOCK=64)\n")
+    import triton.compiler
+
+    seen = {}
+
+    orig = triton.compiler.ASTSource
+
+    def spy(fn, signature, constexprs):
+        seen.update({fn.arg_names[k[0]]: v for k, v in constexprs.items()})
+        return orig(fn=fn, signature=signature, constexprs=constexprs)
+
+    monkeypatch.setattr(triton.compiler, "ASTSource", spy)
+    res = C.triton_gate({"code": code, "cache_dir": str(tmp_path), "arch": "sm_90"})
+    assert res["ok"] and res["aot"] == {"k": "ok"}
+    assert seen == {"HC": C.UNROLLED_DEFAULT, "BLOCK": 64}
+
+
 def test_the_gate_process_starts_only_for_top_level_jit_kernels(monkeypatch):
     from sftbuild.validate import pipeline
 
