@@ -360,10 +360,11 @@ class GpuWorker:
         os.makedirs(locks, exist_ok=True)
         # Inductor output code compiles its kernels in this process: a pool of compile processes per worker
         # (one per core, each importing torch) would cost seconds and gigabytes for each worker started
-        triton = sandbox.triton_cache()
+        triton, built = sandbox.triton_cache(), sandbox.inductor_cache()
         env = {"CUDA_VISIBLE_DEVICES": self.gpu, "TORCHINDUCTOR_COMPILE_THREADS": "1", "TRITON_CACHE_DIR": triton,
+               "TORCHINDUCTOR_CACHE_DIR": built,
                "SFTBUILD_TIMING_LOCK": os.path.join(locks, f"timing-gpu{self.gpu.replace(',', '_')}.lock")}
-        return sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton])
+        return sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton, built])
 
     def send(self, fn, item):
         self.mark = self.proc.output_mark()  # the output this item's work writes starts here

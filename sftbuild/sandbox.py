@@ -329,6 +329,16 @@ def triton_cache() -> str:
     return d
 
 
+def inductor_cache() -> str:
+    """Inductor's compiled code (its graph and C++ kernel caches), shared as Triton's kernels are: the
+    harvest's codegen builds a program's kernels, and the processes that run its output code later (GPU
+    workers) find them built rather than compiling each again in a fresh scratch folder. Sandboxes that
+    bind it get it writable (see docs/threat-model.md)."""
+    d = os.path.join(host_cache(), "inductor")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:
     """The allowlisted variables of `base` (default: this process's), HOME and TMPDIR at `scratch`."""
     base = os.environ if base is None else base

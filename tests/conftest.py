@@ -37,6 +37,7 @@ import torch
 from sftbuild.config import Config
 from sftbuild.context import Context, NvccMissing, find_nvcc
 from sftbuild.executor import LocalExecutor
+from sftbuild.sandbox import inductor_cache
 from sftbuild.store import Store
 
 # tests/tasks.py holds task functions that sandboxed workers import by name: the sandbox binds (and
@@ -44,6 +45,11 @@ from sftbuild.store import Store
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+
+
+# Inductor output code that a test runs in this process (as a GPU worker would) finds the kernels the
+# harvest's compile sandboxes built, in the cache they share (sftbuild.sandbox.inductor_cache)
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor_cache())
 
 
 def _has_nvcc() -> bool:

@@ -337,15 +337,16 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
 
     processes = processes or max(1, (os.cpu_count() or 2) // 2)
     batch = max(1, min(batch, -(-len(progs) // processes)))  # every process gets work
-    from sftbuild.sandbox import triton_cache
+    from sftbuild.sandbox import inductor_cache, triton_cache
 
-    triton = triton_cache()  # validation's GPU workers find these kernels compiled
-    env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // processes)), "TRITON_CACHE_DIR": triton}
+    triton, built = triton_cache(), inductor_cache()  # validation's GPU workers find these kernels compiled
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // processes)), "TRITON_CACHE_DIR": triton,
+           "TORCHINDUCTOR_CACHE_DIR": built}
 
     def one(group):
         return group, run_isolated("sftbuild.harvest.inductor:compile_many",
                                    {"programs": [(p.name, p.src) for p in group], "device": device},
-                                   COMPILE_TIMEOUT * len(group), env=env, gpu=device == "cuda", rw=[triton])
+                                   COMPILE_TIMEOUT * len(group), env=env, gpu=device == "cuda", rw=[triton, built])
 
     with cf.ThreadPoolExecutor(processes) as pool:  # threads only wait on their processes
         pending = {pool.submit(one, progs[i:i + batch]) for i in range(0, len(progs), batch)}

@@ -158,6 +158,40 @@ def unsafe_include(code: str, headers: dict, dirs: list[str]) -> str | None:
 
 # ---- Triton: ahead-of-time compile of each @triton.jit kernel -------------------
 
+def cached_gate(task: dict, gate) -> dict:
+    """`gate(task)`'s result for the module in `task`, kept under the compile cache by a hash of what
+    it depends on (the code, the target, Triton's and the toolchain's versions, and this module, which
+    holds the gate): processes that share a cache run the gate once per key, the others wait for it and
+    read the result ("cached": True). Only a result that `gate` marks `keep` (the gate ran to its end)
+    is kept; a timeout is retried."""
+    key = hashlib.sha256(json.dumps(["triton-gate", task["code"], task.get("arch"), _triton_version(),
+                                     nvcc_version(), _GATE_SOURCE]).encode()).hexdigest()[:24]
+    out_dir = Path(task["cache_dir"]) / "triton_gate" / key
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = out_dir / "result.json"
+    with open(out_dir / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return {**json.loads(done.read_text()), "cached": True}
+        res = dict(gate(task))
+        if res.pop("keep", False):
+            done.write_text(json.dumps(res))
+        return res
+
+
+# a change to the gate's own code (how it reads signatures, which errors are genuine) is a new key
+_GATE_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def _triton_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def triton_gate(task: dict) -> dict:
     """Compile every @triton.jit kernel in a module to a cubin for the target, without a GPU.
 

@@ -212,7 +212,13 @@ def _jit_kernels(code: str) -> bool:
 
 
 def triton_gate(task: dict) -> dict:
-    """The Triton compile gate in a sandbox process: compiling a kernel runs its definition."""
+    """The Triton compile gate in a sandbox process: compiling a kernel runs its definition. Its result
+    is cached by content, as nvcc's is (sftbuild.validate.compile.cached_gate): a module that several
+    records or reruns share is compiled once per cache; a gate that timed out or failed is not kept."""
+    return C.cached_gate(task, _triton_gate)
+
+
+def _triton_gate(task: dict) -> dict:
     from sftbuild.sandbox import run_isolated
 
     timeout = max(task["timeout"] * 2, 60)
@@ -224,7 +230,7 @@ def triton_gate(task: dict) -> dict:
     if res.get("status") == "dropped":  # the gate itself raised
         return {"ok": False, "reason": "compile_error", "log": f"Triton compile gate: {res.get('detail', '')}",
                 "seconds": 0.0, "cached": False}
-    return {k: v for k, v in res.items() if k not in ("_exit", "_log")}
+    return {**{k: v for k, v in res.items() if k not in ("_exit", "_log")}, "keep": True}
 
 
 def compile_inline(task: dict) -> dict:

@@ -149,6 +149,24 @@ def test_the_gate_unrolls_a_static_range_a_handful_of_times_not_128(tmp_path, mo
     assert seen == {"HC": C.UNROLLED_DEFAULT, "BLOCK": 64}
 
 
+def test_a_gate_result_is_kept_by_content_and_a_timeout_is_not(tmp_path):
+    runs = []
+
+    def gate(task):  # stands in for the sandboxed gate: a timeout comes back without `keep`
+        runs.append(task["code"])
+        return {"ok": "hang" not in task["code"], "reason": None, "seconds": 1.0, "cached": False,
+                **({} if "hang" in task["code"] else {"keep": True})}
+
+    task = {"code": "@triton.jit\ndef k(x):\n    pass\n", "cache_dir": str(tmp_path), "arch": "sm_90"}
+    first, again = C.cached_gate(task, gate), C.cached_gate(task, gate)
+    assert (first["cached"], again["cached"], again["ok"], again["seconds"], len(runs)) == (False, True, True, 1.0, 1)
+    assert "keep" not in first and "keep" not in again
+    assert C.cached_gate({**task, "arch": "sm_80"}, gate)["cached"] is False  # another target, another key
+    hang = {**task, "code": task["code"] + "# hang\n"}
+    assert [C.cached_gate(hang, gate)["cached"] for _ in range(2)] == [False, False]
+    assert len(runs) == 4
+
+
 def test_the_gate_process_starts_only_for_top_level_jit_kernels(monkeypatch):
     from sftbuild.validate import pipeline
 
