@@ -209,11 +209,7 @@ def triton_gate(task: dict) -> dict:
         tree = ast.parse(task["code"])
     except SyntaxError as e:
         return {"ok": False, "reason": "compile_error", "log": f"syntax error line {e.lineno}: {e.msg}"}
-    launch_kw = {}
-    for n in ast.walk(tree):
-        if isinstance(n, ast.keyword) and n.arg and isinstance(n.value, ast.Constant) and \
-                isinstance(n.value.value, int) and not isinstance(n.value.value, bool):
-            launch_kw.setdefault(n.arg, n.value.value)
+    launch_kw = launch_values(tree)
     kernels, aot = {}, {}
     for f in jit_functions(tree):
         try:
@@ -231,6 +227,39 @@ def triton_gate(task: dict) -> dict:
              for k in ("registers", "smem", "stack", "spill_stores", "spill_loads")}
     return {"ok": True, "reason": None, "resources": {"kernels": kernels, **worst}, "aot": aot,
             "seconds": round(time.monotonic() - start, 3), "cached": False}
+
+
+def launch_values(tree) -> dict:
+    """Integer values the module passes by keyword at its calls, the first in source order for each
+    name: a constant (`BLOCK=1024`), or a parameter of the calling function with a constant default
+    (`BLOCK_N=block_n` in a function taking `block_n=32`)."""
+    import ast
+
+    def const(v):
+        return v.value if isinstance(v, ast.Constant) and type(v.value) is int else None
+
+    scope = {}  # each keyword's innermost enclosing function's int defaults (inner functions walk later)
+    for f in ast.walk(tree):
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defaults = _int_defaults(f, const)
+            scope.update({id(n): defaults for n in ast.walk(f) if isinstance(n, ast.keyword)})
+    found = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.keyword) and n.arg:
+            v = const(n.value)
+            if v is None and isinstance(n.value, ast.Name):
+                v = scope.get(id(n), {}).get(n.value.id)
+            if v is not None:
+                found.setdefault(n.arg, v)
+    return found
+
+
+def _int_defaults(f, const) -> dict:
+    a = f.args
+    pos = a.posonlyargs + a.args
+    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + \
+        [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    return {k.arg: const(d) for k, d in pairs if const(d) is not None}
 
 
 def jit_functions(tree) -> list:

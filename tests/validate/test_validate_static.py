@@ -149,6 +149,15 @@ def test_the_gate_unrolls_a_static_range_a_handful_of_times_not_128(tmp_path, mo
     assert seen == {"HC": C.UNROLLED_DEFAULT, "BLOCK": 64}
 
 
+def test_the_gate_reads_launch_values_from_the_wrappers_defaults():
+    import ast
+
+    code = ("def run(x, block_n=32, *, warps=4):\n    k[(1,)](x, BLOCK_N=block_n, W=warps, HC=x.shape[1])\n"
+            "def other(x):\n    k[(1,)](x, BLOCK_N=block_n, FLAG=True)\n"
+            "k0[(1,)](X=1024)\n")
+    assert C.launch_values(ast.parse(code)) == {"X": 1024, "BLOCK_N": 32, "W": 4}
+
+
 def test_a_gate_result_is_kept_by_content_and_a_timeout_is_not(tmp_path):
     runs = []
 
