@@ -13,6 +13,7 @@ Pairs in a folder: a file holding both `Model` and `ModelNew`; or a reference
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -48,11 +49,19 @@ def backend(code: str) -> str:
     return "unknown"
 
 
-def find_pairs(root: Path, limit: int | None = None) -> list[tuple[Path, Path]]:
-    """(reference, solution) paths under root; a self-contained file is its own reference."""
+RECOGNISE_FILES = 5_000  # a folder of pairs shows one within this many Python files
+
+
+def find_pairs(root: Path, limit: int | None = None, max_files: int | None = None) -> list[tuple[Path, Path]]:
+    """(reference, solution) paths under root, in path order; a self-contained file is its own reference.
+    `limit` stops at that many pairs and `max_files` after that many Python files, so that telling
+    whether a folder holds pairs (`find_pairs(p, limit=1, max_files=RECOGNISE_FILES)`) never walks
+    a whole disk."""
     out: list[tuple[Path, Path]] = []
-    for p in sorted(root.rglob("*.py")):
-        if p.is_symlink() or not p.is_file() or p.stat().st_size > 2_000_000:
+    for n, p in enumerate(python_files(root)):
+        if max_files is not None and n >= max_files:
+            break
+        if p.stat().st_size > 2_000_000:
             continue
         text = p.read_text(encoding="utf-8", errors="replace")
         if not is_solution(text):
@@ -66,6 +75,17 @@ def find_pairs(root: Path, limit: int | None = None) -> list[tuple[Path, Path]]:
         if limit and len(out) >= limit:
             break
     return out
+
+
+def python_files(root: Path) -> Iterator[Path]:
+    """The regular `.py` files under root, lazily, in sorted order, folders after the files beside
+    them; symlinks neither followed nor listed, unreadable folders passed over."""
+    for top, dirs, files in os.walk(root, onerror=lambda e: None):
+        dirs.sort()
+        for f in sorted(files):
+            p = Path(top) / f
+            if f.endswith(".py") and not p.is_symlink() and p.is_file():
+                yield p
 
 
 def _reference_for(sol: Path) -> Path | None:

@@ -218,3 +218,21 @@ def test_template_split_by_a_conditional_attribute(tmp_path):
                                    "(const float*, float*, int);\n")
     ok, err = _nvcc(tmp_path / "k.cu")
     assert ok, err
+
+
+def test_telling_a_folder_of_pairs_reads_a_bounded_number_of_files(tmp_path, monkeypatch):
+    from sftbuild.harvest import kernelbench as KB
+
+    for i in range(30):  # plain Python files, none a pair: recognising must stop, not read them all
+        (tmp_path / f"m{i:02d}.py").write_text("x = 1\n")
+    pair = tmp_path / "zz" / "solution.py"
+    pair.parent.mkdir()
+    pair.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n"
+                    "class ModelNew(torch.nn.Module):\n    pass\n"
+                    "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
+    read = []
+    real = KB.Path.read_text
+    monkeypatch.setattr(KB.Path, "read_text", lambda self, *a, **k: read.append(self) or real(self, *a, **k))
+    assert KB.find_pairs(tmp_path, limit=1, max_files=10) == []
+    assert len(read) == 10
+    assert KB.find_pairs(tmp_path, limit=1) == [(pair, pair)]  # unbounded, it is found after the files beside it

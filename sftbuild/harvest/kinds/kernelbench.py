@@ -16,7 +16,7 @@ class KernelBench(SourceKind):
     order = 80
 
     def recognise(self, spec: str, path: Path) -> Source | None:
-        if path.is_dir() and KB.find_pairs(path, limit=1):
+        if path.is_dir() and KB.find_pairs(path, limit=1, max_files=KB.RECOGNISE_FILES):
             return Source(name=spec, kind=self.name, location=str(path.resolve()))
         return None
 
