@@ -25,7 +25,9 @@ import re
 
 import tree_sitter as ts
 
-from sftbuild.parsing import FLOAT_WORDS, cuda_language, cuda_parser, param_info
+from sftbuild.harvest.main_reader import (allocation, block_values, call_args, device_buffers, main_values,
+                                          map_params, split_args, steps_code, validated, zeroed)
+from sftbuild.parsing import cuda_language, cuda_parser, param_info
 
 WORD = re.compile(r"[A-Za-z_]\w*")
 UNIT_TYPES = {
@@ -484,26 +486,7 @@ def _launch_bounds(head: str) -> str | None:
 
 def _params(head: str, name: str) -> list[str]:
     m = re.search(r"\b" + re.escape(name) + r"\s*\(", head)
-    return (_split_args(head, m.end(), "(<[", ")>]") or []) if m else []
-
-
-def _split_args(text: str, start: int, opens: str, closes: str) -> list[str] | None:
-    """The comma-separated arguments from `start` (just past an opening parenthesis) to its match,
-    each with its whitespace collapsed; None when the text ends first."""
-    depth, i, parts = 1, start, []
-    while i < len(text) and depth:
-        ch = text[i]
-        if ch in opens:
-            depth += 1
-        elif ch in closes:
-            depth -= 1
-        if (ch == "," and depth == 1) or depth == 0:
-            part = " ".join(text[start:i].split())
-            if part:
-                parts.append(part)
-            start = i + 1
-        i += 1
-    return parts if depth == 0 else None
+    return (split_args(head, m.end(), "(<[", ")>]") or []) if m else []
 
 
 def _launch_pattern(kname: str) -> re.Pattern:
@@ -726,10 +709,6 @@ def _inside_real(root, path) -> bool:
 LIBRARY_WORK = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(|"
                           r"(?<![\w.:])(?:std::)?(?:exit|_exit|abort|quick_exit|system)\s*\(")
 CPU_REFERENCE = re.compile(r"(?:_cpu|_reference|_ref|_host)$|^(?:ref_|reference_|cpu_|naive_cpu_)")
-GENERATORS = {  # host generators whose value ranges the trials reproduce
-    "make_random_float": ("uniform", -1.0, 1.0), "make_random_float_01": ("uniform", 0.0, 1.0),
-    "make_zeros_float": ("zeros",), "make_ones_float": ("ones",), "make_random_int": ("int",),
-}
 
 
 def _host_functions(units: list[Unit], src: bytes) -> dict[str, int]:
@@ -789,7 +768,7 @@ def prepare_call(units, src, hosts: dict[str, int], cpus: list[str], main: str, 
         if name == cname:
             continue
         for m in re.finditer(r"(?<![\w.])" + re.escape(name) + r"\s*\(", main[:at.start()]):
-            call = _split_args(main, m.end(), "([{", ")]}")
+            call = split_args(main, m.end(), "([{", ")]}")
             if call and empty & set(call) and (best is None or m.start() > best[0]):
                 best = (m.start(), name, call)
     if best is None:
@@ -806,7 +785,7 @@ def prepare_call(units, src, hosts: dict[str, int], cpus: list[str], main: str, 
             if by_arg.get(a, {}).get("type") != p["type"]:
                 return None  # one host array, two element types
             continue
-        alloc = _allocation(main, a) if re.fullmatch(r"\w+", a) else None
+        alloc = allocation(main, a) if re.fullmatch(r"\w+", a) else None
         if alloc is None or not alloc["size"] or alloc["gen"] == "int" or p["type"] not in ("float", "double"):
             return None
         extra.append({"arg": a, **alloc})
@@ -824,7 +803,7 @@ def _caller_types(units, src, hosts: dict[str, int], lname: str) -> dict[int, st
             continue
         text = _text(src, units[i])
         head, _, body = text.partition("{")
-        args = _call_args(body, lname)
+        args = call_args(body, lname)
         if not args:
             continue
         own = set(_type_template(head) or [])
@@ -859,7 +838,7 @@ def _references(units, src, hosts: dict[str, int], cpus: list[str], main: str, d
     for name in cpus:
         sig = _signature(units, src, hosts[name], name)
         m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", main)
-        args = _split_args(main, m.end(), "([{", ")]}") if m and sig and not any(p["template"] for p in sig) else None
+        args = split_args(main, m.end(), "([{", ")]}") if m and sig and not any(p["template"] for p in sig) else None
         yield name, sig, args, None
         if args and len(args) == len(sig):
             calls.append((m.start(), name, sig, args))
@@ -895,17 +874,6 @@ def _references(units, src, hosts: dict[str, int], cpus: list[str], main: str, d
                 yield STEPS_CPU, params, [q["name"] for q in params], [(name, args) for _, name, _, args in run]
 
 
-def _steps_code(name: str, params: list[dict], steps: list | None) -> str:
-    """The CPU reference made of main()'s consecutive CPU calls (`_references`), as C: one function
-    taking main()'s arrays and sizes that makes the calls as main() writes them."""
-    if not steps:
-        return ""
-    decl = ", ".join(f"{'const ' if q['const'] else ''}{q['type']}{'*' if q['ptr'] else ''} {q['name']}"
-                     for q in params)
-    body = "".join(f"    {f}({', '.join(args)});\n" for f, args in steps)
-    return f"\nvoid {name}({decl}) {{\n{body}}}\n"
-
-
 def _main_argument(units, src, hosts: dict[str, int], main: str, lname: str, name: str) -> str | None:
     """What main() passes for launcher `lname`'s parameter `name`: its argument where main() calls
     the launcher, or a function that hands the parameter on under the same name (llm.c's dispatcher
@@ -916,114 +884,14 @@ def _main_argument(units, src, hosts: dict[str, int], main: str, lname: str, nam
         if cname in (lname, "main"):
             continue
         head, _, body = _text(src, units[i]).partition("{")
-        args = _call_args(body, lname)
+        args = call_args(body, lname)
         if args and name in args:
             callers.append((cname, [q["name"] for q in (_signature(units, src, i, cname) or [])]))
     for cname, names in callers:
-        got = _call_args(main, cname)
+        got = call_args(main, cname)
         if got and name in names and len(got) == len(names):
             return got[names.index(name)]
     return None
-
-
-def _map_params(cpu: list[dict], launcher: list[dict], cpu_args: list[str], main: str, argument=None):
-    """How each launcher parameter is fed: ({"cpu": i} | {"scratch": size} | {"expr": size}) per leading
-    parameter, and the trailing block-size names; None when the launcher does not fit the CPU call.
-
-    The launcher repeats the CPU signature (by position, or by parameter name for a launcher that
-    takes a subset), then trailing block-size ints. A pointer the CPU function does not take is
-    device-only scratch, sized by main()'s cudaMalloc of it (an array main() also keeps on the host is
-    not); a size it does not take is what main() passes for it ({"expr": C expression over main()'s
-    sizes}, from `argument(name)`). Pointers pair with pointers (the
-    launcher's constness says what is an input), integer buffers with the same type, scalars with
-    scalars of their kind."""
-    n = len(launcher)
-    while n and launcher[n - 1]["kind"] == "int" and "block" in launcher[n - 1]["name"].lower():
-        n -= 1
-    head, trailing = launcher[:n], [p["name"] for p in launcher[n:]]
-    if len(trailing) > 1:
-        return None
-    by_name = {c["name"]: i for i, c in enumerate(cpu)}
-    positional = len(head) == len(cpu) and all(c["kind"] == g["kind"] for c, g in zip(cpu, head))
-    out = []
-    for j, g in enumerate(head):
-        i = j if positional else by_name.get(g["name"])
-        if i is None and not g["ptr"]:  # a size the CPU call does not take: what main() passes for it
-            expr = argument(g["name"]) if argument else None
-            if expr is None:
-                return None
-            out.append({"expr": expr})
-            continue
-        if i is None:
-            size = _device_size(main, g["name"])
-            if size is None or _allocation(main, g["name"]) is not None:
-                return None  # not allocated, or data main() keeps on the host too: not device-only scratch
-            out.append({"scratch": size})
-            continue
-        c = cpu[i]
-        if c["kind"] != g["kind"] or cpu_args[i] in ("NULL", "nullptr", "0"):
-            return None
-        if c["ptr"] and c["type"] not in ("float", "double") and c["type"] != g["type"] and not g.get("template"):
-            return None  # integer buffers pass through unconverted: same type only
-        out.append({"cpu": i})
-    if not any("cpu" in m and g["ptr"] and not g["const"] for m, g in zip(out, head)):
-        return None  # nothing the launcher writes can be compared
-    return out, trailing
-
-
-def _device_size(main: str, name: str, prefixed: bool = True) -> str | None:
-    """The element count of main()'s `cudaMalloc(&d_NAME, count * sizeof(T))` (with or without a
-    check macro around it; `prefixed`: `d_NAME` counts too), or None."""
-    prefix = "(?:d_)?" if prefixed else ""
-    m = re.search(r"cudaMalloc\s*\(\s*(?:\(void\s*\*\*\)\s*)?&\s*" + prefix + re.escape(name) + r"\s*,", main)
-    args = _split_args(main, m.start() + main[m.start():].index("(") + 1, "([{", ")]}") if m else None
-    if not args or len(args) != 2:
-        return None
-    return _elements(args[1])
-
-
-def _elements(size: str) -> str | None:
-    """A byte count `n * sizeof(T)` as the element count `n`: a leading or trailing sizeof goes, one
-    inside the product (`n * sizeof(float) * 32`) counts as 1."""
-    size = re.sub(r"^\s*sizeof\s*\([^)]*\)\s*\*|\*\s*sizeof\s*\([^)]*\)\s*$", " ", size.strip()).strip()
-    size = re.sub(r"\bsizeof\s*\([^)]*\)", "1", size).strip()
-    return size or None
-
-
-# a pointer declared at file scope (at the start of a line, outside any function): `float* buf;`
-FILE_SCOPE_POINTER = re.compile(r"(?m)^(?:static\s+)?((?:unsigned\s+)?[A-Za-z_][\w:]*)\s*\*\s*(\w+)\s*"
-                                r"(?:=\s*(?:NULL|nullptr|0)\s*)?;")
-
-
-def device_buffers(code: str, main: str) -> list[dict]:
-    """Device buffers the code keeps in file-scope pointers that main() allocates before calling the
-    launcher (llm.c's `float* dbias_buffer;`, `cudaMalloc(&dbias_buffer, OC * sizeof(float) * 32)`):
-    [{name, type, size (element count, a C expression over main()'s scalars), zeroed (main() memsets
-    it)}]. The harness points them at buffers of that size, as main() would have."""
-    out = []
-    for m in FILE_SCOPE_POINTER.finditer(code):
-        ctype, name = m.group(1), m.group(2)
-        if ctype in ("return", "typedef", "extern", "const") or any(b["name"] == name for b in out):
-            continue
-        size = _device_size(main, name, prefixed=False)
-        if size:
-            out.append({"name": name, "type": ctype, "size": size, "zeroed": _zeroed(main, [name])[0]})
-    return out
-
-
-def _zeroed(main: str, names: list[str]) -> list[bool]:
-    """Per device buffer name: whether main() clears it with cudaMemset (so each launcher call starts
-    from zeros, not from what the previous call left)."""
-    return [bool(re.search(r"cudaMemset\s*\(\s*(?:d_)?" + re.escape(n) + r"\s*,\s*0\s*,", main)) for n in names]
-
-
-def _validated(main: str, args: list[str]) -> list[str]:
-    """The host arrays main() checks the GPU result against (llm.c's `validate_result(d_x, x, ...)`)."""
-    names = []
-    for m in re.finditer(r"\bvalidate_\w*\s*\(\s*\w+\s*,\s*(\w+)\s*,", main):
-        if m.group(1) in args and m.group(1) not in names:
-            names.append(m.group(1))
-    return names
 
 
 def _main_body(units, src) -> str:
@@ -1031,59 +899,6 @@ def _main_body(units, src) -> str:
         if "main" in u.defines and not u.kernels and (not u.origin or u.origin is src):
             return _text(src, u)
     return ""
-
-
-def _call_args(text: str, name: str) -> list[str] | None:
-    m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*\(", text)
-    return _split_args(text, m.end(), "([{", ")]}") if m else None
-
-
-def _allocation(main: str, var: str) -> dict | None:
-    """How main() fills the host array `var`: {gen, size (C expression), lo/hi/high}, or None."""
-    m = re.search(r"\b" + re.escape(var) + r"\s*=\s*([^;]+);", main)
-    if not m:
-        return None
-    rhs = m.group(1).strip()
-    call = re.match(r"(\w+)\s*\((.*)\)\s*$", rhs, re.S)
-    if call and call.group(1) in GENERATORS:
-        args = _call_args(rhs, call.group(1)) or []
-        g = GENERATORS[call.group(1)]
-        out = {"gen": g[0], "size": args[0] if args else ""}
-        if g[0] == "uniform":
-            out.update(lo=g[1], hi=g[2])
-        if g[0] == "int":
-            if len(args) < 2:
-                return None
-            out["high"] = args[1]
-        return out
-    m = re.match(r"(?:\([^()]*\*\s*\))?\s*(malloc|calloc)\s*\((.*)\)\s*$", rhs, re.S)
-    if m:
-        args = _call_args(rhs, m.group(1)) or []
-        size = " * ".join(args) if m.group(1) == "calloc" else (args[0] if args else "")
-        size = re.sub(r"\*?\s*sizeof\s*\([^)]*\)\s*\*?", " ", size).strip().strip("*").strip()
-        return {"gen": "zeros" if m.group(1) == "calloc" else "empty", "size": size}
-    return None
-
-
-def _main_values(main: str) -> tuple[list[list[str]], list[int]]:
-    """main()'s scalar definitions [(name, C expression)] in order, and its block sizes."""
-    decls = []
-    for m in re.finditer(r"(?m)^\s*(?:const\s+)?(?:unsigned\s+)?(int|long|size_t|int64_t|float|double)\s+"
-                         r"(\w+)\s*=\s*([^;{}]+);", main):
-        decls.append([m.group(2), " ".join(m.group(3).split()), "float" if m.group(1) in FLOAT_WORDS else "int"])
-    return decls, block_values(main)
-
-
-def block_values(main: str, trailing: list[str] | tuple = ()) -> list[int]:
-    """The block sizes main() tries, from its array of them: the one named after the launcher's
-    trailing parameter (`sqrt_block_size` -> `sqrt_block_sizes[]`), else `block_sizes[]`, else
-    another `*block_sizes[]`; [] when main() has none."""
-    arrays = {m.group(1): m.group(2) for m in
-              re.finditer(r"\b(\w*block_sizes)\s*\[\s*\w*\s*\]\s*=\s*\{([^}]*)\}", main)}
-    for name in [f"{t}s" for t in trailing] + ["block_sizes", *sorted(arrays)]:
-        if name in arrays:
-            return [int(x) for x in re.findall(r"\d+", arrays[name])]
-    return []
 
 
 def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str, sites: list[dict],
@@ -1094,7 +909,7 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
     call_args, buffers, compare, scalars, block_sizes, prepare, device_buffers, zeroed}, the units
     the record then needs: kernel, launcher and their closures), or None when no CPU function
     (`*_cpu`, `*_reference`, `ref_*`) that main() calls, nor a run of consecutive ones
-    (`_references`), fits a launcher of the kernel (see `_map_params`). `prepare`: main()'s earlier
+    (`_references`), fits a launcher of the kernel (see `map_params`). `prepare`: main()'s earlier
     CPU step that fills arrays the reference reads (`prepare_call`); `device_buffers`: file-scope
     device pointers main() allocates; `zeroed`: per launcher scratch buffer, whether main() clears it."""
     hosts = _host_functions(units, src)
@@ -1102,7 +917,7 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
     main = _main_body(units, src)
     if not cpus or not main:
         return None
-    decls, blocks = _main_values(main)
+    decls, blocks = main_values(main)
     for site in sites:
         lname = site.get("function")
         if lname not in hosts or lname == "main" or site.get("macro"):
@@ -1113,7 +928,7 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
         for cname, csig, args, steps in _references(units, src, hosts, cpus, main, decls):
             if not args or len(args) != len(csig):
                 continue
-            mapped = _map_params(csig, lsig, args, main, lambda name: _main_argument(units, src, hosts, main,
+            mapped = map_params(csig, lsig, args, main, lambda name: _main_argument(units, src, hosts, main,
                                                                                        lname, name))
             if mapped is None:
                 continue
@@ -1124,7 +939,7 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
                     if a in ("NULL", "nullptr", "0"):
                         buffers.append({"arg": a, "gen": "null", "size": "0"})
                         continue
-                    alloc = _allocation(main, a) if re.fullmatch(r"\w+", a) else None
+                    alloc = allocation(main, a) if re.fullmatch(r"\w+", a) else None
                     if alloc is None or not alloc["size"]:
                         ok = False
                         break
@@ -1137,19 +952,19 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
                 if g["template"]:
                     g["type"] = called.get(j) or (csig[m["cpu"]]["type"] if "cpu" in m else "float")
             written = sorted(m["cpu"] for m, g in zip(lmap, lsig) if "cpu" in m and g["ptr"] and not g["const"])
-            checked = [i for i in written if args[i] in _validated(main, args)]
+            checked = [i for i in written if args[i] in validated(main, args)]
             need = _closure_of([kernel_index, hosts[lname]], units, by_name, launcher=hosts[lname], src=src)
             earlier = None if steps else prepare_call(units, src, hosts, cpus, main, cname, args, buffers)
             own = [hosts[n] for n, _ in steps] if steps else [hosts[cname]]
             cpu_need = _closure_of(own + ([hosts[earlier["cpu"]]] if earlier else []), units, by_name) - need
             ref = {"cpu": cname, "launcher": lname, "cpu_params": csig, "launcher_params": lsig,
                    "launcher_map": lmap, "trailing": trailing,
-                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]) + _steps_code(cname, csig, steps),
+                   "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]) + steps_code(cname, csig, steps),
                    "call_args": args, "buffers": buffers, "compare": checked or written,
                    "scalars": decls, "block_sizes": block_values(main, trailing) if trailing else blocks,
                    "prepare": earlier,
                    "device_buffers": device_buffers(_emit(src, [units[j] for j in sorted(need)]), main),
-                   "zeroed": _zeroed(main, [g["name"] for m, g in zip(lmap, lsig) if "scratch" in m])}
+                   "zeroed": zeroed(main, [g["name"] for m, g in zip(lmap, lsig) if "scratch" in m])}
             return ref, need
     return None
 

@@ -467,10 +467,10 @@ def test_the_harness_runs_the_earlier_step_on_the_host_arrays(step_repo, tmp_pat
 
 
 def test_byte_counts_become_element_counts():
-    from sftbuild.harvest.cuda_extract import _elements, block_values
+    from sftbuild.harvest.main_reader import block_values, elements
 
-    assert _elements("OC * sizeof(float)") == "OC" and _elements("sizeof(float) * OC") == "OC"
-    assert _elements("OC * sizeof(float) * 32") == "OC * 1 * 32"
+    assert elements("OC * sizeof(float)") == "OC" and elements("sizeof(float) * OC") == "OC"
+    assert elements("OC * sizeof(float) * 32") == "OC * 1 * 32"
     main = "int sqrt_block_sizes[] = {4, 8, 16, 32};\nint block_sizes[] = {64, 128};"
     assert block_values(main, ["sqrt_block_size"]) == [4, 8, 16, 32]
     assert block_values(main, ["block_size"]) == block_values(main) == [64, 128]
