@@ -68,13 +68,17 @@ def _record(root: Path, rel: str, kernel: str, bind: bool = True) -> Record:
     return rec
 
 
+def _repo(root: Path, file_text: str, name: str = "scale.cu", header: str = REPO_HEADER) -> Path:
+    """A repo of one `common.h` and one CUDA file."""
+    root.mkdir()
+    (root / "common.h").write_text(header)
+    (root / name).write_text(file_text)
+    return root
+
+
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "common.h").write_text(REPO_HEADER)
-    (root / "scale.cu").write_text(REPO_FILE)
-    return root
+    return _repo(tmp_path / "repo", REPO_FILE)
 
 
 def test_binder_binds_through_launcher_and_cpu_function(repo):
@@ -120,10 +124,7 @@ def test_globals_the_repos_setup_fills_from_the_device(tmp_path):
     """llm.c's launchers size grids and scratch by `cuda_num_SMs`, which setup_main() fills from the
     device: the binding names such globals, sizes are planned with the device's values, and the
     harness fills them before calling the launcher."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "common.h").write_text(SM_HEADER)
-    (root / "scale.cu").write_text(SM_FILE)
+    root = _repo(tmp_path / "repo", SM_FILE, "scale.cu", SM_HEADER)
     rec = _record(root, "scale.cu", "scale_kernel")
     ref = rec.binding["harness_args"]["ref"]
     assert ref["device_globals"] == {"num_sms": "multiProcessorCount"}
@@ -147,10 +148,7 @@ def _build_harness(rec, tmp_path) -> dict:
 
 @pytest.mark.nvcc
 def test_the_harness_that_fills_device_globals_builds(tmp_path):
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "common.h").write_text(SM_HEADER)
-    (root / "scale.cu").write_text(SM_FILE)
+    root = _repo(tmp_path / "repo", SM_FILE, "scale.cu", SM_HEADER)
     _build_harness(_record(root, "scale.cu", "scale_kernel"), tmp_path)
 
 
@@ -387,10 +385,7 @@ def test_a_file_scope_device_buffer_main_allocates_is_the_harness_s_to_set(tmp_p
     """llm.c's matmul_backward_bias keeps `float* dbias_buffer;` at file scope; main() allocates it
     and the launchers use it: the harness points it at a buffer of main()'s size (zeros, guarded,
     after the launcher's own scratch) for the call, and back at NULL after it."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "common.h").write_text(REPO_HEADER)
-    (root / "scale.cu").write_text(GLOBAL_FILE)
+    root = _repo(tmp_path / "repo", GLOBAL_FILE)
     rec = _record(root, "scale.cu", "scale_kernel")
     ref = rec.binding["harness_args"]["ref"]
     assert ref["device_buffers"] == [{"name": "partial", "type": "float", "size": "N * 1 * 2", "zeroed": False}]
@@ -433,11 +428,7 @@ int main() {
 
 @pytest.fixture
 def step_repo(tmp_path) -> Path:
-    root = tmp_path / "step"
-    root.mkdir()
-    (root / "common.h").write_text(REPO_HEADER)
-    (root / "scale.cu").write_text(STEP_FILE)
-    return root
+    return _repo(tmp_path / "step", STEP_FILE)
 
 
 def test_an_array_main_fills_by_an_earlier_cpu_step_gets_that_step(step_repo):
@@ -557,10 +548,7 @@ def test_a_fused_launcher_is_checked_against_main_s_consecutive_cpu_calls(tmp_pa
     """A launcher that does what main() checks with two CPU calls (llm.c's fused residual + layernorm)
     is bound to both, as one function over main()'s arrays and sizes; the size it takes that no CPU
     call does (`N`) is what main() passes for it (`B * T`, through the dispatcher)."""
-    root = tmp_path / "steps"
-    root.mkdir()
-    (root / "common.h").write_text(REPO_HEADER)
-    (root / "fused.cu").write_text(STEPS_FILE)
+    root = _repo(tmp_path / "steps", STEPS_FILE, "fused.cu")
     rec = _record(root, "fused.cu", "add_rowsum_kernel")
     ref = rec.binding["harness_args"]["ref"]
     assert ref["cpu"] == "sftbuild_cpu_steps" and ref["call_args"] == ["out", "a", "b", "B", "T", "C", "sums"]
@@ -576,10 +564,7 @@ def test_a_fused_launcher_is_checked_against_main_s_consecutive_cpu_calls(tmp_pa
 
 @pytest.mark.nvcc
 def test_the_harness_runs_main_s_cpu_steps_as_one_reference(tmp_path):
-    root = tmp_path / "steps"
-    root.mkdir()
-    (root / "common.h").write_text(REPO_HEADER)
-    (root / "fused.cu").write_text(STEPS_FILE)
+    root = _repo(tmp_path / "steps", STEPS_FILE, "fused.cu")
     rec = _record(root, "fused.cu", "add_rowsum_kernel")
     lib = T.load_file_harness(_build_harness(rec, tmp_path)["so"])
     ref = rec.binding["harness_args"]["ref"]
@@ -613,10 +598,7 @@ def test_a_cuda_fault_in_a_trial_says_at_which_sizes(repo, monkeypatch):
 def test_a_write_past_a_file_scope_buffer_names_it(tmp_path, monkeypatch):
     """The buffers main() allocates for the launcher are guarded like the arrays: a write past the
     end of `partial` is out_of_bounds, named, at the trial's sizes."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "common.h").write_text(REPO_HEADER)
-    (root / "scale.cu").write_text(GLOBAL_FILE)
+    root = _repo(tmp_path / "repo", GLOBAL_FILE)
     rec = _record(root, "scale.cu", "scale_kernel")
     ref = rec.binding["harness_args"]["ref"]
     p = FR.plans(ref)[0]
