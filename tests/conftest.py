@@ -84,12 +84,6 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject) is one worker more than the cores: many tests wait on a sandbox, a
-    compiler or a deadline rather than compute, and a third worker on 2 cores fills those waits."""
-    return (os.cpu_count() or 1) + 1
-
-
 def pytest_collection_modifyitems(config, items):
     missing = {"gpu": None if HAS_GPU else "needs a CUDA GPU", "nvcc": None if HAS_NVCC else "needs nvcc"}
     for item in items:
