@@ -76,18 +76,29 @@ def compile_task(task: dict) -> dict:
     key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version(), headers]
                                     + ([host] if host else [])).encode()).hexdigest()[:24]
     out_dir = Path(task["cache_dir"]) / key
+    return once(out_dir, lambda: _compile(task, out_dir, nvcc, flags, link, key),
+                valid=lambda res: not res.get("so") or Path(res["so"]).exists())
+
+
+def once(out_dir: Path, build, valid=lambda res: True) -> dict:
+    """The result kept in `out_dir` for its key, or `build()`'s: processes sharing a cache build a key
+    once, and the others wait for it and read it ("cached": True). `build` returns (result, keep): a
+    result not kept (a timeout) is built again next time; `valid(result)` says a kept one still holds."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # processes sharing a cache build a key once; the others wait for it
-        return _compile(task, out_dir, nvcc, flags, link, key)
-
-
-def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key: str) -> dict:
     done = out_dir / "result.json"
-    if done.exists():
-        res = json.loads(done.read_text())
-        if not res.get("so") or Path(res["so"]).exists():
-            return {**res, "cached": True}
+    with open(out_dir / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            res = json.loads(done.read_text())
+            if valid(res):
+                return {**res, "cached": True}
+        res, keep = build()
+        if keep:
+            done.write_text(json.dumps(res))
+        return {**res, "cached": False}
+
+
+def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key: str) -> tuple[dict, bool]:
     headers = task.get("headers") or {}
     if headers:  # the record's tree, with the kernel in its own folder (the first include folder)
         for rel, text in headers.items():
@@ -114,14 +125,13 @@ def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key:
     code, log = nvcc_parallel.run(cmd, out_dir, task["timeout"], memory_gb=8, scratch=str(out_dir))
     if code == -9:
         return {"ok": False, "reason": "compile_timeout", "log": f"nvcc exceeded {task['timeout']} s",
-                "seconds": time.monotonic() - start, "cached": False}
+                "seconds": time.monotonic() - start}, False
     log = logs.scrub(log, [str(out_dir)], cap=20000)
     res = {"ok": code == 0, "reason": None if code == 0 else "compile_error",
            "log": log if code else "", "resources": parse_ptxas(log),
            "so": str(out_dir / "harness.so") if task.get("harness") and link and code == 0 else None,
            "seconds": round(time.monotonic() - start, 3), "key": key}
-    done.write_text(json.dumps(res))
-    return {**res, "cached": False}
+    return res, True
 
 
 TREE = "tree"  # the build folder's copy of a record's own headers
@@ -166,17 +176,11 @@ def cached_gate(task: dict, gate) -> dict:
     is kept; a timeout is retried."""
     key = hashlib.sha256(json.dumps(["triton-gate", task["code"], task.get("arch"), _triton_version(),
                                      nvcc_version(), _GATE_SOURCE]).encode()).hexdigest()[:24]
-    out_dir = Path(task["cache_dir"]) / "triton_gate" / key
-    out_dir.mkdir(parents=True, exist_ok=True)
-    done = out_dir / "result.json"
-    with open(out_dir / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return {**json.loads(done.read_text()), "cached": True}
+    def build():
         res = dict(gate(task))
-        if res.pop("keep", False):
-            done.write_text(json.dumps(res))
-        return res
+        return res, res.pop("keep", False)
+
+    return once(Path(task["cache_dir"]) / "triton_gate" / key, build)
 
 
 # a change to the gate's own code (how it reads signatures, which errors are genuine) is a new key
