@@ -254,6 +254,15 @@ def _count(expr: str, env: dict) -> int | None:
     return n if isinstance(n, int) and n > 0 else None
 
 
+def _scalar(expr: str, env: dict, kind: str) -> int | float | None:
+    """A scalar argument's value as its C kind ("int" or "float"), else None (it cannot be evaluated)."""
+    try:
+        v = evaluate(expr, env)
+    except ValueError:
+        return None
+    return int(v) if kind == "int" else float(v)
+
+
 def plan(ref: dict, halvings: int, device: dict | None = None, tile: int = 64) -> dict | None:
     """One trial's sizes: {env, args (the CPU call's values), counts (elements per buffer)}."""
     env = scalars(ref, halvings, device, tile)
@@ -272,11 +281,10 @@ def plan(ref: dict, halvings: int, device: dict | None = None, tile: int = 64) -
             counts.append(n)
             args.append(None)
         else:
-            try:
-                v = evaluate(a, env)
-            except ValueError:
+            v = _scalar(a, env, p["kind"])
+            if v is None:
                 return None
-            args.append(int(v) if p["kind"] == "int" else float(v))
+            args.append(v)
     high = []
     for b in ref["buffers"]:
         if b["gen"] == "int":
@@ -296,11 +304,10 @@ def plan(ref: dict, halvings: int, device: dict | None = None, tile: int = 64) -
     exprs = []  # what main() passes for launcher sizes the CPU call does not take, in launcher order
     for m, g in zip(ref.get("launcher_map") or [], ref["launcher_params"]):
         if "expr" in m:
-            try:
-                v = evaluate(m["expr"], env)
-            except ValueError:
+            v = _scalar(m["expr"], env, g["kind"])
+            if v is None:
                 return None
-            exprs.append(int(v) if g["kind"] == "int" else float(v))
+            exprs.append(v)
     prepare = None
     if ref.get("prepare"):
         prepare = {"counts": [], "args": []}
@@ -311,11 +318,10 @@ def plan(ref: dict, halvings: int, device: dict | None = None, tile: int = 64) -
             prepare["counts"].append(n)
         for q, a in zip(ref["prepare"]["params"], ref["prepare"]["args"]):
             if not q["ptr"]:
-                try:
-                    v = evaluate(a, env)
-                except ValueError:
+                v = _scalar(a, env, q["kind"])
+                if v is None:
                     return None
-                prepare["args"].append(int(v) if q["kind"] == "int" else float(v))
+                prepare["args"].append(v)
     return {"env": env, "args": args, "counts": counts, "scratch": scratch, "high": high, "halvings": halvings,
             "prepare": prepare, "exprs": exprs}
 
