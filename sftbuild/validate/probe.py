@@ -91,7 +91,7 @@ def probe(task: dict) -> dict:
     workdir = tempfile.mkdtemp(prefix="sftbuild_probe_")
     tried: list[dict] = []
     try:
-        with pyrun.package_tree(task.get("tree"), task.get("path")) as package:
+        with pyrun.package_tree(task.get("tree"), task.get("path"), keep=True) as package:
             try:
                 mod, _ = pyrun.load_module(task["code"], "cand", workdir, package)
             except Exception as e:

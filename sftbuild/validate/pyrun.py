@@ -74,11 +74,24 @@ def load_module(code: str, name: str, workdir: str, package: str = ""):
     return mod, str(path)
 
 
+_KEPT: dict = {"tree": None, "paths": []}  # the package tree a probe worker keeps imported (package_tree keep=)
+
+
 @contextlib.contextmanager
-def package_tree(tree: str | None, rel: str | None):
+def package_tree(tree: str | None, rel: str | None, keep: bool = False):
     """The record's package tree (a harvested copy, see sftbuild.harvest.kinds._tree) on sys.path for
     the block; yields the dotted package of the record's file ("" when it belongs to none).
-    Modules imported from the tree are forgotten afterwards, so a long-lived worker starts clean."""
+
+    Modules imported from the tree are forgotten afterwards, so a long-lived worker starts clean.
+    With `keep` (the bind stage's probes) they stay imported for the next block over the same tree
+    and are forgotten when a block over another tree, or one without `keep`, begins: a package such
+    as FlagGems spends about 3 s importing itself (700 Triton functions, its tuning tables, a
+    vendor query), against about 0.5 s for a probe's own work. Only the record's own module is
+    loaded afresh each time. A probe's guess is never a verdict (validation checks every binding
+    with the package imported afresh), so what one probe leaves in the package cannot reach one."""
+    if _KEPT["tree"] is not None and (not keep or _KEPT["tree"] != tree):
+        _forget(_KEPT["tree"], _KEPT["paths"], set())
+        _KEPT.update(tree=None, paths=[])
     if not tree or not rel or not os.path.isdir(tree):
         yield ""
         return
@@ -90,7 +103,7 @@ def package_tree(tree: str | None, rel: str | None):
         root = root.parent
     # only the folder above the record's package (or, for a loose script, its own folder): a package's
     # own folder on the path would let its modules (copy.py, random.py) shadow others
-    added = [str(root)]
+    added = [] if str(root) in sys.path else [str(root)]
     before = set(sys.modules)
     sys.path[:0] = added
     if str(tree) not in sys.path:  # the tree's top packages, last: nothing installed is shadowed by them
@@ -105,13 +118,25 @@ def package_tree(tree: str | None, rel: str | None):
                 package = ""
         yield package
     finally:
-        for p in added:
-            if p in sys.path:
-                sys.path.remove(p)
-        for name in set(sys.modules) - before:
-            f = getattr(sys.modules[name], "__file__", None) or ""
-            if f.startswith(str(tree)) or name.startswith("sftbuild_cand_") or ".sftbuild_cand_" in name:
-                del sys.modules[name]
+        if keep:
+            for name in set(sys.modules) - before:  # the record's own module goes; its package stays
+                if name.startswith("sftbuild_cand_") or ".sftbuild_cand_" in name:
+                    del sys.modules[name]
+            _KEPT.update(tree=tree, paths=sorted(set(_KEPT["paths"]) | set(added)))
+        else:
+            _forget(tree, added, before)
+
+
+def _forget(tree: str, paths: list[str], before: set) -> None:
+    """Take `paths` off sys.path and forget the modules imported since `before` from `tree` (or
+    loaded as a record's module)."""
+    for p in paths:
+        while p in sys.path:
+            sys.path.remove(p)
+    for name in set(sys.modules) - before:
+        f = getattr(sys.modules[name], "__file__", None) or ""
+        if f.startswith(str(tree)) or name.startswith("sftbuild_cand_") or ".sftbuild_cand_" in name:
+            del sys.modules[name]
 
 
 def interpreter_scalars() -> None:

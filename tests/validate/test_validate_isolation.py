@@ -183,3 +183,30 @@ def test_a_tamperer_between_honest_samples_on_the_gpu(tmp_path):
     alone = {n: _validate([(n, rec)], "0", str(tmp_path / n), cfg)[n][:2] for n, rec in named}
     got = _validate(list(reversed(named)), "0", str(tmp_path / "reversed"), cfg)
     assert {n: v[:2] for n, v in got.items()} == alone  # the order of samples decides nothing
+
+
+def _pkg(root, name, body="STATE = []\n"):
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text(body)
+    (root / name / "ops.py").write_text("from . import STATE\n")
+    return str(root)
+
+
+def test_a_kept_package_tree_is_imported_once_and_forgotten_by_the_next_tree_or_a_verdict(tmp_path):
+    import sys
+
+    from sftbuild.validate import pyrun
+
+    a, b = _pkg(tmp_path / "a", "pkg_kept_a"), _pkg(tmp_path / "b", "pkg_kept_b")
+    with pyrun.package_tree(a, "pkg_kept_a/ops.py", keep=True) as package:
+        first = sys.modules[package]
+        pyrun.load_module("x = 1\n", "probe", str(tmp_path), package)
+        first.STATE.append("left by the first probe")
+    assert "pkg_kept_a" in sys.modules and not any("sftbuild_cand_" in m for m in sys.modules)
+    with pyrun.package_tree(a, "pkg_kept_a/ops.py", keep=True) as package:  # the next probe of the package
+        assert sys.modules[package] is first
+    with pyrun.package_tree(b, "pkg_kept_b/ops.py", keep=True):  # another package: the first is forgotten
+        assert "pkg_kept_a" not in sys.modules and a not in sys.path
+    with pyrun.package_tree(a, "pkg_kept_a/ops.py") as package:  # validation imports afresh, keeps nothing
+        assert "pkg_kept_b" not in sys.modules and sys.modules[package].STATE == []
+    assert "pkg_kept_a" not in sys.modules and a not in sys.path and b not in sys.path
