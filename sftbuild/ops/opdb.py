@@ -19,6 +19,7 @@ Hand-written ops win: an entry whose last name component is a hand-written op is
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -93,6 +94,22 @@ def op_db() -> list:
         from torch.testing._internal.common_methods_invocations import op_db as db
     _no_test_lookup()
     return db
+
+
+@functools.lru_cache(maxsize=1)
+def aliases() -> dict[str, str]:
+    """torch's other names for its ops, as op_db lists them: {"arctanh": "atanh", "absolute": "abs",
+    "greater": "gt", "clip": "clamp", ...} (the op_db name, without prefix or variant); empty where
+    op_db cannot be imported."""
+    try:
+        infos = op_db()
+    except Exception:
+        return {}
+    out: dict[str, str] = {}
+    for info in infos:
+        for alias in getattr(info, "aliases", ()) or ():
+            out.setdefault(alias.name, info.name)
+    return out
 
 
 def _no_test():

@@ -9,7 +9,8 @@ A table counts when it holds at least `MIN_PAIRS` such pairs, so a stray `("x", 
 `candidates(aten_name, known)` turns an ATen op name into the registry's op names that compute it: the
 hand-written op of that name, torch's op_db entries of that name (`opdb.<name>`, its variants,
 `opdb.nn.functional.<name>`, `opdb.special.<name>`, `opdb.linalg.<name>`), leading underscores
-and a `native_` prefix dropped (`_softmax` -> softmax, `native_layer_norm` -> layer_norm).
+and a `native_` prefix dropped (`_softmax` -> softmax, `native_layer_norm` -> layer_norm), and torch's
+own aliases followed (`arctanh` -> atanh).
 In-place (`add_`) and `out=` overloads get none: their result is an input the call overwrites,
 which validation's inputs-unchanged check rejects. The probe still decides: a registration names
 the op to try first, it does not make a binding.
@@ -93,8 +94,9 @@ def _func(node) -> str | None:
     return None
 
 
-def candidates(aten: str, known) -> list[str]:
-    """The op names in `known` (a container of registry op names) that compute ATen op `aten`."""
+def candidates(aten: str, known, aliases: dict | None = None) -> list[str]:
+    """The op names in `known` (a container of registry op names) that compute ATen op `aten`;
+    `aliases` maps torch's other names for an op to op_db's (`arctanh` -> `atanh`, opdb.aliases)."""
     m = ATEN.match(aten)
     if not m:
         return []
@@ -102,7 +104,9 @@ def candidates(aten: str, known) -> list[str]:
     if (base.endswith("_") and not base.endswith("__")) or overload == "out" or overload.endswith("_out"):
         return []
     out: list[str] = []
-    for name in dict.fromkeys([base, base.lstrip("_"), base.lstrip("_").removeprefix("native_")]):
+    names = [base, base.lstrip("_"), base.lstrip("_").removeprefix("native_")]
+    names += [(aliases or {})[n] for n in names if n in (aliases or {})]
+    for name in dict.fromkeys(names):
         wanted = [name] + [f"opdb.{ns}{name}" for ns in NAMESPACES] + \
             [f"opdb.torch.ops.aten.{base}.{overload or 'default'}"]
         for w in wanted:

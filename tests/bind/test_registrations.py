@@ -80,6 +80,11 @@ def test_aten_names_map_to_the_ops_that_compute_them():
     assert R.candidates("add_.Tensor", known) == []  # in place: the result is an overwritten input
     assert R.candidates("cumsum.out", known) == []
     assert R.candidates("no_such_op_anywhere", known) == []
+    from sftbuild.ops import opdb
+
+    aliases = opdb.aliases()  # torch's other names, as op_db lists them
+    assert R.candidates("arctanh", known) == [] and R.candidates("arctanh", known, aliases)[0] == "opdb.atanh"
+    assert "opdb.gt" in R.candidates("greater.Tensor", known, aliases)
 
 
 def test_the_registered_op_comes_first_where_the_name_says_nothing(tmp_path):

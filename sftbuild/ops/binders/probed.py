@@ -24,7 +24,7 @@ import re
 from collections import Counter
 
 from sftbuild import ops
-from sftbuild.ops import registrations
+from sftbuild.ops import opdb, registrations
 from sftbuild.ops.binders import BINDERS, Binder
 
 SHORTLIST = 8
@@ -137,10 +137,11 @@ def registered(record) -> list[str]:
     if not table:
         return []
     known = ops.all_ops(opdb=True)
+    aliases = opdb.aliases()
     out: list[str] = []
     for e in entries:
         for aten in table.get(e["qualname"].split(".")[0], ()):
-            out += [n for n in registrations.candidates(aten, known) if n not in out]
+            out += [n for n in registrations.candidates(aten, known, aliases) if n not in out]
     return out
 
 
