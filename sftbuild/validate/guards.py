@@ -70,7 +70,11 @@ def strict_precision(report: list):
 class LaunchCounter:
     """Counts Triton kernel launches whose Python source lives in `filename` (the candidate's file),
     and launches through Inductor's launcher (`CachingAutotuner.run`, which never calls
-    `JITFunction.run`) of the kernels the candidate's output code defines by name (`inductor`)."""
+    `JITFunction.run`) of the kernels the candidate's output code defines by name (`inductor`).
+
+    A launch counts however it is made: through `JITFunction.run` (`kernel[grid](...)`), or
+    straight on the compiled kernel (`compiled[grid](...)`), as a library that keeps the compiled
+    kernels of its first calls does (FlagGems' `libentry`: every call after the first)."""
 
     def __init__(self, filename: str, inductor=()):
         self.filename = filename
@@ -85,15 +89,27 @@ class LaunchCounter:
             counter = self
 
             def run(self_, *args, __orig=orig, **kwargs):
-                fn = getattr(self_, "fn", None)
-                code = getattr(fn, "__code__", None)
-                if code is not None and (code.co_filename == counter.filename or counter.calls_own(fn)):
-                    counter.count += 1
-                    counter.names.add(fn.__name__)
+                counter.launched(getattr(self_, "fn", None))
                 return __orig(self_, *args, **kwargs)
 
-            self._saved.append((cls, orig))
+            self._saved.append((cls, "run", orig))
             cls.run = run
+        compiled = _compiled_kernel_class()
+        if compiled is not None:
+            orig_item = compiled.__getitem__
+            counter = self
+
+            def getitem(self_, grid, __orig=orig_item):
+                runner = __orig(self_, grid)
+                fn = getattr(getattr(getattr(self_, "src", None), "fn", None), "fn", None)  # ASTSource -> JITFunction
+
+                def launch(*args, **kwargs):
+                    counter.launched(fn)
+                    return runner(*args, **kwargs)
+                return launch
+
+            self._saved.append((compiled, "__getitem__", orig_item))
+            compiled.__getitem__ = getitem
         if self.inductor:
             for cls in _inductor_classes():
                 orig = cls.run
@@ -107,9 +123,16 @@ class LaunchCounter:
                         counter.names.add(name)
                     return __orig(self_, *args, **kwargs)
 
-                self._saved.append((cls, orig))
+                self._saved.append((cls, "run", orig))
                 cls.run = run
         return self
+
+    def launched(self, fn) -> None:
+        """Count a launch of the kernel whose Python function is `fn` when it is the candidate's."""
+        code = getattr(fn, "__code__", None)
+        if code is not None and (code.co_filename == self.filename or self.calls_own(fn)):
+            self.count += 1
+            self.names.add(fn.__name__)
 
     def calls_own(self, fn) -> bool:
         """A kernel generated elsewhere (flag_gems' pointwise_dynamic) that calls a jit function of the
@@ -122,8 +145,8 @@ class LaunchCounter:
         return False
 
     def __exit__(self, *exc):
-        for cls, orig in reversed(self._saved):
-            cls.run = orig
+        for cls, attr, orig in reversed(self._saved):
+            setattr(cls, attr, orig)
         self._saved = []
 
 
@@ -140,6 +163,16 @@ def _inductor_classes():
             out.append(c)
         todo += c.__subclasses__()
     return out
+
+
+def _compiled_kernel_class():
+    """triton's CompiledKernel, whose `kernel[grid](...)` launches without `JITFunction.run`; None
+    where Triton has none (the interpreter runs every launch through InterpretedFunction)."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+    except Exception:
+        return None
+    return CompiledKernel if hasattr(CompiledKernel, "__getitem__") else None
 
 
 def _triton_classes():

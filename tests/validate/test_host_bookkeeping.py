@@ -118,3 +118,77 @@ def test_a_launcher_of_kernels_imported_from_a_sibling_module_is_lenient_too():
     # an imported name that is only called, never launched, earns no leniency
     called = imported.replace("_dw_partial_kernel[(programs,)](", "_dw_partial_kernel(")
     assert any(f.startswith("torch_does_the_work") for f in findings(called))
+
+
+def test_a_launch_straight_on_a_compiled_kernel_counts_as_the_candidates(tmp_path):
+    """A library that keeps the compiled kernel of its first call launches it with `compiled[grid](...)`
+    (no JITFunction.run); that launch runs the candidate's kernel all the same."""
+    import types
+
+    from triton.compiler.compiler import CompiledKernel
+
+    from sftbuild.validate.guards import LaunchCounter
+
+    ns: dict = {}
+    exec(compile("def relu_kernel(x):\n    return x\n", str(tmp_path / "cand.py"), "exec"), ns)
+    other: dict = {}
+    exec(compile("def other_kernel(x):\n    return x\n", str(tmp_path / "lib.py"), "exec"), other)
+    ran = []
+
+    class Compiled(CompiledKernel):  # what a first call returns, with its launcher stubbed
+        def __init__(self, fn):
+            self.src = types.SimpleNamespace(fn=types.SimpleNamespace(fn=fn))
+            self.function = self.packed_metadata = None
+
+        def _init_handles(self):
+            pass
+
+        def launch_metadata(self, *args):
+            return None
+
+        @property
+        def run(self):
+            return lambda *a: ran.append(a[-1])
+
+        def __del__(self):
+            pass
+
+    compiled = Compiled
+    with LaunchCounter(str(tmp_path / "cand.py")) as counter:
+        compiled(ns["relu_kernel"])[(1, 1, 1)]("x", stream=0)
+        compiled(other["other_kernel"])[(1, 1, 1)]("y", stream=0)
+    assert ran == ["x", "y"] and counter.count == 1 and counter.names == {"relu_kernel"}
+    assert "launch" not in CompiledKernel.__getitem__.__name__  # restored on exit
+
+
+FALLBACK = TRITON_RELU.replace('''def relu(x):
+    xc = x.contiguous()''', '''def _launch(xc, y, n):
+    relu_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)
+
+
+def relu(x):
+    if not x.is_cuda:  # another device: torch's own
+        return torch.relu(x)
+    xc = x.contiguous()''').replace("    relu_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)\n    return y",
+                                    "    _launch(xc, y, n)\n    return y")
+
+
+def test_an_early_return_to_torch_that_launches_nothing_is_left_to_the_run_time_checks():
+    assert "_launch(xc, y, n)" in FALLBACK and "return torch.relu(x)" in FALLBACK
+    assert findings(FALLBACK) == []  # a device fallback; on the GPU every call must launch the kernel
+    always = FALLBACK.replace("    if not x.is_cuda:  # another device: torch's own\n        return torch.relu(x)\n", "")
+    assert findings(always.replace("    return y", "    return torch.relu(x)")), "torch's result, on every path"
+    both = FALLBACK.replace("        return torch.relu(x)", "        _launch(x, x, 1)\n        return torch.relu(x)")
+    assert findings(both), "a branch that launches a decoy and returns torch's result"
+
+
+def test_getattr_in_plain_sight_is_no_disguise_but_a_looked_up_torch_function_is():
+    head = TRITON_RELU + "\n\ndef props(x, name, dtype):\n"
+    plain = ['    return getattr(x, "multi_processor_count", 1)', '    dtype = getattr(torch, dtype)\n    return dtype',
+             '    return dtype == getattr(torch, "complex32")']
+    for body in plain:
+        assert findings(head + body + "\n") == [], body
+    hidden = ['    return getattr(torch, "softmax")(x)', '    f = getattr(torch, name)\n    return f(x)',
+              '    return getattr(x, "softmax")']
+    for body in hidden:
+        assert any(f.startswith("disguise") for f in findings(head + body + "\n")), body
