@@ -1,5 +1,9 @@
 """torch_does_the_work: ModelNew.forward or a Triton wrapper computing with torch instead of its kernel.
 
+A wrapper's early-return branch that launches none of its kernels is a fallback (`if not x.is_cuda:
+return torch.nn.functional.one_hot(x)`): the run-time checks judge whether a call took it, since
+every call must launch one of the candidate's own kernels there (triton_decoy).
+
 Host-side bookkeeping in a Triton wrapper is not the work: reductions (`.sum()` of a buffer of
 partial results the kernel wrote, a handful of elements), scans and sorts of indices, in a
 record whose functions launch its kernels. Those calls are left to the run-time checks, which
@@ -21,7 +25,7 @@ TORCH_COMPUTE = re.compile(
     r"log_softmax|relu|sigmoid|tanh|gelu|sum|mean|amax|amin|max|min|argmax|argmin|norm|layer_norm|group_norm|"
     r"batch_norm|instance_norm|cumsum|cumprod|prod|var|std|exp|log|sqrt|rsqrt|pow|matrix_power|cdist|"
     r"inner|outer|dot|mv|chain_matmul|addmv|addbmm|sort|topk|logsumexp|softmax|clamp|where|erf|abs|"
-    r"ops\.aten\.\w+|_C\.\w+|special\.\w+|linalg\.\w+|fft\.\w+)$")
+    r"ops\.aten\.(?!is_)\w+|_C\.\w+|special\.\w+|linalg\.\w+|fft\.\w+)$")  # aten's is_* are predicates
 TENSOR_COMPUTE = {"matmul", "mm", "bmm", "addmm", "softmax", "log_softmax", "relu", "sigmoid", "tanh", "sum", "mean",
                   "amax", "norm", "cumsum", "logsumexp", "conv2d", "einsum", "exp", "var", "std", "prod"}
 # host-side bookkeeping a Triton wrapper may do around its launches (the run-time checks judge it)
@@ -44,11 +48,15 @@ class TorchDoesTheWork(StaticCheck):
         layers = _layers(src)
         launching = _launching(src) if src.language == "triton" else set()
         called = _called_names(src) if src.language == "triton" else set()
+        reaching = _reaching(src, launching) if launching else set()
         for fn in src.forward:
             if src.language == "triton" and REFERENCE_NAME.search(fn.name) and fn.name not in called:
                 continue  # the package's own reference, kept beside the wrapper: never called here
             lenient = bool(launching)
+            deferred = _fallbacks(fn, _jit_names(src) | reaching) if fn.name in reaching else set()
             for n in ast.walk(fn):
+                if id(n) in deferred:
+                    continue
                 if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
                     yield self.found("cheat", f"`@` matmul in {fn.name} (line {n.lineno}): torch does the work")
                     return
@@ -69,6 +77,41 @@ class TorchDoesTheWork(StaticCheck):
                     yield self.found("cheat", f"{name} is a torch layer ({layers[name.split('.')[1]]}) called in "
                                      f"{fn.name}: torch does the work")
                     return
+
+
+def _reaching(src, launching: set[str]) -> set[str]:
+    """The module's functions from which a launch is reached through calls: the launching ones and
+    their callers (a public entry that checks its inputs, then calls a `_launch_*` helper)."""
+    funcs = {f.name: f for f in src.tree.body if isinstance(f, ast.FunctionDef)}
+    calls = {name: {n.func.id for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+             for name, f in funcs.items()}
+    out, grew = set(launching), True
+    while grew:
+        more = {name for name, callees in calls.items() if name not in out and callees & out}
+        out |= more
+        grew = bool(more)
+    return out
+
+
+def _fallbacks(fn, launchers: set[str]) -> set[int]:
+    """ids of the nodes in `fn`'s early-return branches that launch none of `launchers`: a fallback to
+    torch where the kernels do not apply (another device, a dtype they lack). Whether a call took one
+    is for the run-time checks, which run every trial size: a call that launches none of the
+    candidate's own kernels is a cheat there (triton_decoy)."""
+    def launches(node) -> bool:
+        target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) else \
+            node.func if isinstance(node, ast.Call) else None
+        return isinstance(target, ast.Name) and target.id in launchers
+
+    out: set[int] = set()
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.If):
+            continue
+        for block in (n.body, n.orelse):
+            inside = [x for stmt in block for x in ast.walk(stmt)]
+            if block and isinstance(block[-1], (ast.Return, ast.Raise)) and not any(map(launches, inside)):
+                out |= {id(x) for x in inside}
+    return out
 
 
 def _layers(src) -> dict[str, str]:
