@@ -7,7 +7,12 @@ are float64 (float32 when the op has no float64 kernel); its input generator re-
 `SampleInput`s on the CPU from the trial's seed and returns the one whose first tensor has the
 pool shape, so it serves any device; the sample's non-tensor arguments travel in the params
 (`call`), which the reference reads back. An elementwise op of one tensor (a unary ufunc) is also
-offered at `ELEMENTWISE_SHAPES`, its inputs drawn from a sample's values (so they stay in its domain). Tolerance comes from the dtype, widened for long
+offered at `ELEMENTWISE_SHAPES`, its inputs drawn from a sample's values (so they stay in its domain).
+An op whose samples show fewer than three shapes is also offered at its sample shapes scaled, every
+size above 1 doubled and tripled (`scaled_shapes`), so a probe can confirm it over three shapes; its
+inputs are the sample's, grown the same way with values drawn from its own, and its call (dims,
+indices, sizes) is kept, so a scaled sample whose call no longer fits makes the reference raise and
+the shape is not used. Tolerance comes from the dtype, widened for long
 accumulations (reductions, scans, losses x2; matmul, conv, attention x4) as the hand-written
 families are; samples on which torch's own float32 result misses the float32 policy are dropped.
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import sys
@@ -42,6 +48,9 @@ MAX_NUMEL = 1 << 22
 # shapes an elementwise op (op_db's unary ufuncs, whose samples are mostly one small shape) is also
 # checked at: odd sizes and sizes past a block, with values drawn from its own samples
 ELEMENTWISE_SHAPES = [(7, 33), (64, 129), (3, 17, 65), (1000,), (257, 515)]
+# an op whose samples have fewer than MIN_POOL distinct shapes (mm's one, (S, M) x (M, S)) is also
+# offered at them scaled: every size above 1 times each of SCALES, sizes that must agree still agree
+MIN_POOL, SCALES, MAX_SCALED = 3, (2, 3), 1 << 22
 
 OPS: dict[str, Op] = {}
 SKIPPED: dict[str, str] = {}  # op_db entry name -> why it has no op
@@ -429,13 +438,37 @@ def _tiled(x: torch.Tensor, shape: tuple, gen) -> torch.Tensor:
     return flat[idx].reshape(shape).clone()
 
 
+def scaled_shapes(pool: list[tuple]) -> dict[tuple, tuple]:
+    """Shapes for an op whose samples offer fewer than MIN_POOL distinct ones: each sample shape with
+    every dimension above 1 multiplied by a factor in SCALES -> (the sample shape, the factor)."""
+    if len(set(pool)) >= MIN_POOL:
+        return {}
+    out: dict[tuple, tuple] = {}
+    for shape in dict.fromkeys(pool):
+        for k in SCALES:
+            grown = tuple(d * k if d > 1 else d for d in shape)
+            if grown != shape and grown not in pool and math.prod(grown) <= MAX_SCALED:
+                out.setdefault(grown, (shape, k))
+    return out
+
+
+def _scaled(x: torch.Tensor, k: int, gen) -> torch.Tensor:
+    """Sample tensor `x` with every dimension above 1 multiplied by k, its values drawn from x's own
+    (indices stay in range, values in the op's domain)."""
+    return _tiled(x, tuple(d * k if d > 1 else d for d in x.shape), gen) if x.numel() else x.clone()
+
+
 def _inputs(info, entry):
     by_shape = {tuple(s["shape"]): s["index"] for s in entry["samples"]}
     tile = elementwise(info, entry)
+    scaled = {} if tile else scaled_shapes([tuple(s["shape"]) for s in entry["samples"]])
 
     def make_inputs(shape, dtype, layout, gen, params):
         from sftbuild.ops.pools import TORCH_DTYPES
 
+        if tuple(shape) in scaled:  # the sample at its own shape, every size above 1 times k, its call kept
+            base, k = scaled[tuple(shape)]
+            return [_scaled(x, k, gen) for x in make_inputs(base, dtype, layout, gen, params)]
         if tile and tuple(shape) not in by_shape and entry["samples"]:
             # an elementwise op at a shape its samples lack: a sample's values, drawn into that shape
             (x,) = make_inputs(entry["samples"][0]["shape"], dtype, layout, gen, params)
@@ -546,6 +579,8 @@ def _op(info, entry) -> Op:
     pool = [tuple(s["shape"]) for s in entry["samples"]]
     if elementwise(info, entry):
         pool += [s for s in ELEMENTWISE_SHAPES if s not in pool]
+    else:
+        pool += list(scaled_shapes(pool))
     return Op(name=entry["name"], family=entry["family"], semantics=_semantics(info), reference=_reference(info),
               make_inputs=_inputs(info, entry), shape_pool=pool,
               io={"inputs": entry["inputs"], "outputs": entry["outs"]}, dtypes=tuple(entry["dtypes"]),

@@ -632,3 +632,20 @@ def test_opdb_rebuild_gives_the_torch_call(opdb_ops):
     args, kwargs = opdb.rebuild(inputs, params["call"])
     assert args[0] is inputs[0]
     _close(torch.addcdiv(*args, **kwargs), op.run_reference(inputs, params))
+
+
+def test_an_opdb_op_with_few_sample_shapes_is_offered_them_scaled_with_its_call_kept():
+    """mm's samples have one shape, (5, 10) x (10, 5): a probe needs three, so the pool adds the sample
+    with every size above 1 doubled and tripled; sizes that must agree still agree."""
+    import torch
+
+    from sftbuild.ops import opdb
+
+    mm = ops.get("opdb.mm")
+    assert mm.shape_pool[:1] == [(5, 10)] and {(10, 20), (15, 30)} <= set(mm.shape_pool)
+    params = dict(mm.params)
+    a, b = mm.make_inputs((15, 30), "float32", "contiguous", torch.Generator().manual_seed(0), params)
+    assert a.shape == (15, 30) and b.shape == (30, 15)
+    torch.testing.assert_close(mm.run_reference([a, b], params), a @ b)
+    assert opdb.scaled_shapes([(2, 1, 3)]) == {(4, 1, 6): ((2, 1, 3), 2), (6, 1, 9): ((2, 1, 3), 3)}
+    assert opdb.scaled_shapes([(5,), (7,), (9,)]) == {}  # three shapes of its own are enough
