@@ -146,8 +146,11 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
     """(index into `queued`, result or WorkerFailure) for each task, in the order they finish: GPU
     workers, else the Triton interpreter, else none."""
     device = "cuda" if probe == "gpu" else "cpu"  # where the task runs, for a task that allocates inputs
-    items = [{"task_fn": b.task_fn, "task": {"device": device, **task} if isinstance(task, dict) else task,
-              "language": rec.language, "n": n} for n, (rec, b, task) in enumerate(queued)]
+    # a task ends itself, unbound, before the worker's timeout would kill it (and the package it imported)
+    limit = {"time_limit": round(timeout * 0.8, 1)}
+    items = [{"task_fn": b.task_fn, "language": rec.language, "n": n,
+              "task": {"device": device, **task, **({} if task.get("time_limit", 0) <= limit["time_limit"] else limit)}
+              if isinstance(task, dict) else task} for n, (rec, b, task) in enumerate(queued)]
     if not items:
         return
     if probe == "gpu":

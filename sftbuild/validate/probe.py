@@ -87,7 +87,8 @@ def probe(task: dict) -> dict:
     dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     pyrun.interpreter_scalars()
     pyrun.bounded_autotune()
-    deadline = time.monotonic() + float(task.get("time_limit") or 120)
+    started = time.monotonic()
+    deadline = started + float(task.get("time_limit") or 120)
     workdir = tempfile.mkdtemp(prefix="sftbuild_probe_")
     tried: list[dict] = []
     try:
@@ -102,6 +103,7 @@ def probe(task: dict) -> dict:
         out = {"unbound": f"probe error: {type(e).__name__}: {str(e)[:300]}", "evidence": {"candidates_tried": tried}}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    out.setdefault("evidence", {})["seconds"] = round(time.monotonic() - started, 1)
     said = " ".join(str(t.get("why", "")) for t in tried) + str(out.get("unbound", ""))
     if dev.type == "cuda" and any(w in said for w in ("CUDA", "illegal memory")):
         out["recycle"] = True  # CUDA errors are sticky: the GPU worker is replaced before the next task

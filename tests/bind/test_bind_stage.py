@@ -296,3 +296,25 @@ def test_with_a_gpu_running_binders_go_to_the_gpu_workers(make_ctx, fake_probe):
     assert [i["task"]["device"] for i in ex.seen] == ["cuda"]  # fake_probe binds Triton only
     assert out["relu_kerneltriton"][0].how == "probed" and out["relu_kerneltriton"][0].target == "relu"
     assert out["relu_kernelcuda"] == (None, "no binder handles cuda kernels")
+
+
+def test_a_probe_ends_itself_before_its_workers_timeout():
+    """A probe that runs out of time answers `unbound` itself: the executor's timeout would kill the
+    worker, and with it the package the worker keeps imported for the next probe."""
+    import types
+
+    from sftbuild.bind import stage
+
+    seen = []
+
+    def map_gpu(fn, items, **kw):
+        seen.extend(items)
+        return [(item, {"unbound": "x"}) for item in items]
+
+    ctx = types.SimpleNamespace(executor=types.SimpleNamespace(map_gpu=map_gpu),
+                                config=types.SimpleNamespace(bind=types.SimpleNamespace(probe_workers_per_gpu=2)))
+    rec = types.SimpleNamespace(language="triton")
+    queued = [(rec, None, {"time_limit": 120}), (rec, None, {"time_limit": 5})]
+    queued = [(r, types.SimpleNamespace(task_fn="m:f"), t) for r, _, t in queued]
+    assert [n for n, _ in stage._run_tasks(queued, ctx, "gpu", 50)] == [0, 1]
+    assert [i["task"]["time_limit"] for i in seen] == [40.0, 5]

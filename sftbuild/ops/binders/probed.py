@@ -75,7 +75,7 @@ class Probed(Binder):
         ev = result.get("evidence") or {}
         b["how"] = self.name
         b["evidence"] = {"shapes": ev.get("shapes"), "dtypes": ev.get("dtypes"), "worst_error": ev.get("worst_error"),
-                         "candidates_tried": len(ev.get("candidates_tried") or [])}
+                         "candidates_tried": len(ev.get("candidates_tried") or []), "seconds": ev.get("seconds")}
         return b
 
 
