@@ -101,6 +101,18 @@ def is_jit(fn) -> bool:
         n.split(".")[-1] == "jit" for n in decorator_names(fn))
 
 
+def aliases(tree: ast.Module, names: set[str]) -> dict[str, str]:
+    """Module-level names bound to one of `names` (`exp__kernel = exp_`, kept before a wrapper of the
+    same name replaces the kernel's): {alias: name}, chains followed."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+            target = out.get(node.value.id, node.value.id if node.value.id in names else None)
+            if target:
+                out.update({t.id: target for t in node.targets if isinstance(t, ast.Name) and t.id != target})
+    return out
+
+
 def default_hints(tree: ast.AST) -> dict:
     """Literal defaults the whole file declares, by parameter name (`casting_mode="llama"` on an
     autograd Function): the values a wrapper without defaults is usually called with."""

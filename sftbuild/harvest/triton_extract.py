@@ -37,7 +37,7 @@ import dataclasses
 import re
 
 from sftbuild.parsing import decorator_names as _decorator_names
-from sftbuild.parsing import default_hints, is_jit, literal
+from sftbuild.parsing import aliases, default_hints, is_jit, literal
 from sftbuild.parsing import params as _params
 
 
@@ -263,7 +263,10 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
     # a jit function only called from other jit functions is a device helper: it is part of
     # every kernel that calls it, not a kernel of its own
     called = {n for s in stmts if is_jit(s.node) for n in _called(s.node) if n != s.node.name} & jit_names
-    launched = {n for s in stmts if not is_jit(s.node) for n in jit_names if _launches(s.node, n)}
+    alias = aliases(tree, jit_names)  # `exp__kernel = exp_`: a launch of the alias launches the kernel
+    names_of = {k: {k} | {a for a, t in alias.items() if t == k} for k in jit_names}
+    launched = {n for s in stmts if not is_jit(s.node) for n in jit_names
+                if any(_launches(s.node, a) for a in names_of[n])}
     kernels, others = [], []
     for i, s in enumerate(stmts):
         if not is_jit(s.node):
@@ -273,7 +276,8 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
         if kname in called and kname not in launched:
             others.append({"line": s.start, "reason": "device_helper", "detail": kname})
             continue
-        wrappers = [j for j, w in enumerate(stmts) if j != i and not is_jit(w.node) and _launches(w.node, kname)]
+        wrappers = [j for j, w in enumerate(stmts) if j != i and not is_jit(w.node)
+                    and any(_launches(w.node, a) for a in names_of[kname])]
         functions = backward_functions(stmts, kname, is_jit) + callers(stmts, wrappers, is_jit)
         need = _closure([i, *wrappers, *functions], stmts, by_name)
         chosen = [stmts[j] for j in sorted(need)]
@@ -288,7 +292,7 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
             imports=imports, needs=needs,
             launch_sites=[{"function": stmts[j].node.name if hasattr(stmts[j].node, "name") else "",
                            "lines": [stmts[j].start, stmts[j].end], "line": ln}
-                          for j in wrappers for ln in _launches(stmts[j].node, kname)],
+                          for j in wrappers for a in sorted(names_of[kname]) for ln in _launches(stmts[j].node, a)],
             autotune=any(d.split(".")[-1] == "autotune" for d in decos),
             heuristics=any(d.split(".")[-1] == "heuristics" for d in decos),
             helpers=sorted(stmts[j].node.name for j in need if j != i and is_jit(stmts[j].node)),
@@ -439,9 +443,11 @@ def entry_points(code: str, hints: dict | None = None) -> list[dict]:
     jits = {n.name for n in tree.body if is_jit(n)}
     funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(n)}
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    alias = aliases(tree, jits)
 
     def direct(node) -> set[str]:
-        return {k for k in jits if _launches(node, k)}
+        return {k for k in jits if _launches(node, k) and k not in funcs} | \
+            {alias[a] for a in alias if _launches(node, a)}
 
     reach = {name: direct(f) for name, f in funcs.items()}
     calls = {name: _called(f) for name, f in funcs.items()}

@@ -520,9 +520,10 @@ def arg_mappings(entry: dict, op, params: dict):
 
 
 def _takes_sample(entry: dict) -> bool:
-    """An entry whose first positional parameter takes a tensor (the op's input comes first)."""
-    pos = [p for p in entry["params"] if p["kind"] == "pos"]
-    return bool(pos) and _takes_tensor(pos[0])
+    """An entry whose first positional parameter takes a tensor (the op's input comes first), or that
+    takes `*args` first (an ATen-style `def exp_(*args, **kwargs)`, which reads torch's own call)."""
+    pos = [p for p in entry["params"] if p["kind"] in ("pos", "var")]
+    return bool(pos) and (pos[0]["kind"] == "var" or _takes_tensor(pos[0]))
 
 
 def _size_variants(args, sized: list[int]) -> list:

@@ -8,6 +8,7 @@ interpreter on CPU); `accept(record, result)` turns its answer into the binding 
 
 Shortlist: first the ops a package's own registration table names for an entry point
 (`sftbuild.ops.registrations`: FlagGems' `("add.Tensor", add)` pairs, `lib.impl(...)` calls), then
+the ops named exactly like an entry point or kernel (`named`: torch's aliases followed), then
 `sftbuild.ops.shortlist(name, params, k)` over the hand-written and op_db ops, else a ranking here by
 shared name words (kernel and entry-point names against op names).
 
@@ -150,6 +151,7 @@ def shortlist(record, k: int = SHORTLIST) -> list[str]:
     run by an autograd Function the forward ops its Function's name suggests (it is checked through
     the gradients of a forward op), then the ranked ones."""
     exact = registered(record)
+    exact += [n for n in named(record) if n not in exact]
     entries = (record.entry or {}).get("entry_points") or []
     kernels = (record.entry or {}).get("kernels")
     grad = [e for e in entries if runs_kernels(e, kernels) == "backward"]
@@ -159,6 +161,21 @@ def shortlist(record, k: int = SHORTLIST) -> list[str]:
         forward = [n for n in ops.shortlist(names, params, k, opdb=True) if "backward" not in n]
         exact += [n for n in forward if n not in exact]
     return exact + [n for n in ranked(record, k) if n not in exact]
+
+
+def named(record) -> list[str]:
+    """Ops whose torch name, or one of torch's aliases for it, is an entry point's or kernel's own name
+    (an in-place `exp_` and a `_kernel` or `_func` suffix dropped): `arccosh` -> opdb.acosh."""
+    entries = (record.entry or {}).get("entry_points") or []
+    names = [e["qualname"].split(".")[0] for e in entries] + list((record.entry or {}).get("kernels") or [])
+    bases = [re.sub(r"_(kernel|func)$", "", n.strip("_")).rstrip("_") for n in names]
+    if not any(bases):
+        return []
+    known, aliases = ops.all_ops(opdb=True), opdb.aliases()
+    out: list[str] = []
+    for base in dict.fromkeys(b for b in bases if b):
+        out += [n for n in registrations.candidates(base, known, aliases) if n not in out]
+    return out
 
 
 def ranked(record, k: int = SHORTLIST) -> list[str]:

@@ -17,6 +17,7 @@ import ast
 import re
 
 from sftbuild.validate.static import PYTHON, STATIC_CHECKS, StaticCheck
+from sftbuild.parsing import aliases
 from sftbuild.validate.static._read import dotted, full_name, is_jit
 
 # torch calls that compute (the op itself); allocation, shape and dtype calls are allowed
@@ -141,7 +142,8 @@ def _jit_names(src) -> set[str]:
     imported = {a.asname or a.name for n in ast.walk(src.tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     launched = {n.func.value.id for n in ast.walk(src.tree) if isinstance(n, ast.Call)
                 and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)}
-    return own | (imported & launched)
+    kernels = own | (imported & launched)
+    return kernels | set(aliases(src.tree, kernels))  # `exp__kernel = exp_`, before a wrapper named exp_
 
 
 def _called_names(src) -> set[str]:
@@ -151,7 +153,7 @@ def _called_names(src) -> set[str]:
 def _launching(src) -> set[str]:
     """Functions that launch one of the module's jit kernels, and the helpers those call."""
     jits = _jit_names(src)
-    funcs = {f.name: f for f in src.tree.body if isinstance(f, ast.FunctionDef) and f.name not in jits}
+    funcs = {f.name: f for f in src.tree.body if isinstance(f, ast.FunctionDef) and not is_jit(f)}
     out = set()
     for name, f in funcs.items():
         for n in ast.walk(f):
