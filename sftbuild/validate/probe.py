@@ -22,11 +22,15 @@ matched on the forward outputs, then every trial also compares the gradients of
 sum(output * cotangent) with respect to the floating inputs with those of the op's reference
 (`call.grad`, `pyrun.with_grads`); the binding's op is the forward op, checked through its backward.
 
+Every trial must launch one of the record's own kernels (guards.LaunchCounter over its file): an
+entry that hands a real input back from `conj_physical` computes nothing of its own there.
 A mapping that matches the reference on a first small trial (at the first dtype where one does) is
 confirmed over at least 3 shapes and 2 dtypes; a dtype counts when every shape passes at it. On a GPU,
 bfloat16 is tried too where fewer than 2 of the task's dtypes agree (SPARE_DTYPES: a float32 path run
 in TF32 is no float32 op, its half-precision paths may be right); the binding holds the dtypes that
-agreed. Anything less stays unbound.
+agreed. A binding that agrees at only some of the task's dtypes is kept while the rest of the shortlist
+is tried: a candidate that agrees at all of them wins (tanh-approximated GELU passes for erf GELU in
+half precision only). Anything less stays unbound.
 
 Task: {id, code, entry, tree?, path?, shortlist: [op names], dtypes, device?, shapes (>= 3),
 time_limit (s)}. Returns
@@ -51,7 +55,7 @@ from sftbuild import ops
 from sftbuild.ops import opdb
 from sftbuild.ops.binders.probed import runs_kernels
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import pyrun, sizes
+from sftbuild.validate import guards, pyrun, sizes
 from sftbuild.validate.checks import same_strides
 from sftbuild.validate.checks.output_type import dim_order
 
@@ -94,11 +98,16 @@ def probe(task: dict) -> dict:
     try:
         with pyrun.package_tree(task.get("tree"), task.get("path"), keep=True) as package:
             try:
-                mod, _ = pyrun.load_module(task["code"], "cand", workdir, package)
+                mod, path = pyrun.load_module(task["code"], "cand", workdir, package)
             except Exception as e:
                 return {"unbound": f"import failed: {type(e).__name__}: {str(e)[:300]}",
                         "evidence": {"candidates_tried": tried}}
-            out = _search(task, mod, dev, deadline, tried)
+            with guards.LaunchCounter(path) as counter:
+                _LAUNCHES[:] = [counter]
+                try:
+                    out = _search(task, mod, dev, deadline, tried)
+                finally:
+                    _LAUNCHES[:] = []
     except Exception as e:  # anything the record's code does to us is an unbound verdict, not a crash
         out = {"unbound": f"probe error: {type(e).__name__}: {str(e)[:300]}", "evidence": {"candidates_tried": tried}}
     finally:
@@ -119,6 +128,7 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     names = task.get("shortlist") or []
     known: dict[str, bool] = {}  # asked as the search reaches each name: an op_db name loads op_db (seconds)
     dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
+    best = None  # a binding that agreed at only some of the dtypes tried: a later candidate may agree at all
     for entry in entries:
         for name in names:
             if name not in known:
@@ -126,7 +136,7 @@ def _search(task, mod, dev, deadline, tried) -> dict:
             if not known[name]:
                 continue
             if time.monotonic() > deadline:
-                return _unbound("time limit reached", tried)
+                return best or _unbound("time limit reached", tried)
             grad = runs_kernels(entry, kernels) == "backward"
             if grad and "backward" in name:  # a Function's forward is checked against a forward op
                 continue
@@ -135,11 +145,22 @@ def _search(task, mod, dev, deadline, tried) -> dict:
             tried.append({"entry": entry["qualname"], "op": name, **{k: v for k, v in result.items()
                                                                     if k != "binding"}})
             if result.get("binding"):
-                b = result["binding"]
-                return {"binding": b, "evidence": {**result["evidence"], "candidates_tried": tried}}
+                found = {"binding": result["binding"], "evidence": {**result["evidence"], "candidates_tried": tried}}
+                agreed = set(result["evidence"]["dtypes"])
+                if agreed >= {d for d in dtypes if d in op.dtypes}:
+                    return found
+                if best is None or _rank(agreed) > _rank(set(best["evidence"]["dtypes"])):
+                    best = found  # tanh GELU agrees with erf GELU in half precision only
+    if best:
+        return best
     if not any(known.values()):  # every name was asked about: the registry has none of them
         return {"unbound": "no candidate reference", "evidence": {"candidates_tried": tried}}
     return _unbound(None, tried)
+
+
+def _rank(agreed: set) -> tuple:
+    """A partial agreement is better with float32 in it, then with more dtypes."""
+    return ("float32" in agreed, len(agreed))
 
 
 def with_tree_hints(entry: dict, hints: dict) -> dict:
@@ -414,6 +435,14 @@ def _references(op, inputs, params, grad: bool) -> tuple[list, list]:
     return refs64, natives
 
 
+_LAUNCHES: list = []  # the running probe's guards.LaunchCounter over the record's own file
+
+
+def _launched() -> int | None:
+    """Launches of the record's own kernels so far in this probe (None outside one)."""
+    return _LAUNCHES[0].count if _LAUNCHES else None
+
+
 def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
     # the layouts validation uses (pyrun.layout_of on every input), so a probed layout holds there
     inputs = [pyrun.layout_of(t, layout) for t in _inputs(op, shape, dtype, seed, dev, params)]
@@ -425,10 +454,13 @@ def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
     def run(xs):
         out = _call(fn, call, xs, params)
         return [pyrun.pick_output(spec, out, xs) for spec in call["outputs"]]
+    before = _launched()
     try:
         outs = pyrun.with_grads(run, inputs, op.grad_constants) if call.get("grad") else run(inputs)
     except Exception as e:
         return False, {}, f"error: {type(e).__name__}: {str(e)[:160]}"
+    if before is not None and _launched() == before:  # right values from torch, or an input handed back
+        return False, {}, "the entry launched none of the record's kernels here"
     if len(outs) != len(refs64):
         return False, {}, f"{len(outs)} outputs and gradients, the reference has {len(refs64)}"
     worst: dict = {}
