@@ -9,7 +9,9 @@ byte; True for bool), so:
     zero (NaN * 0 = NaN): `blame_reads` then reruns the candidate with finite guards to
     name the tensor it read outside of;
   * a write past an edge changes a guard: `tripped()` (compared bit for bit) names the
-    tensor and the side.
+    tensor and the side. Allocations may lie next to each other, so a long write past the end
+    of one reaches the guard before the start of the next (and may pass over it whole): the
+    verdict names the guard the write started from (`source`), and the others it reached.
 
 Both give the verdict {"reason": "out_of_bounds", "why": ...}. What is covered is what the
 loop hands the candidate: its inputs (reads and writes past their edges), and outputs the
@@ -22,6 +24,7 @@ there the guards would hide the fault inside a valid allocation). Runs on any de
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -34,6 +37,35 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 GUARDED = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
            torch.int64, torch.uint8, torch.bool}  # dtypes every device fills and compares
 _SENTINEL = {1: 0x5A, 2: 0x5A5A, 4: 0x5A5A5A5A, 8: 0x5A5A5A5A5A5A5A5A}
+BEFORE, PAST, BETWEEN = "before the start of", "past the end of", "between the elements of"
+
+
+class Trip(NamedTuple):
+    """One changed guard region: its side of the tensor `name`, its first byte's address, and whether
+    it changed in its half next to the tensor (`near`; a write that ran off the tensor's own edge
+    does, one that came from another allocation reaches the far half first)."""
+
+    side: str
+    name: str
+    address: int
+    near: bool
+
+
+def source(trips: list[Trip]) -> Trip:
+    """The changed guard a write started from. A write runs off an edge into the guard next to it
+    (`near`), and may run on through the allocations beyond: up past the end of the lowest guard it
+    changed, or down before the start of the highest. So among the near guards: the lowest `past the
+    end`, else the highest `before the start`, else the first. (A write far below a tensor that also
+    fills the guard past the end of the tensor under it reads as that one's overrun: writes run up far
+    more often than down.)"""
+    near = [t for t in trips if t.near] or trips
+    past = [t for t in near if t.side == PAST]
+    if past:
+        return min(past, key=lambda t: t.address)
+    before = [t for t in near if t.side == BEFORE]
+    if before:
+        return max(before, key=lambda t: t.address)
+    return near[0]
 
 
 def guard_value(dtype: torch.dtype):
@@ -83,9 +115,9 @@ class Guarded:
 
     def _regions(self) -> list[tuple[str, torch.Tensor, torch.Tensor | None]]:
         inner = self.base[self.pad:self.pad + self.span]
-        return [("before the start of", self.base[:self.pad], None),
-                ("past the end of", self.base[self.pad + self.span:], None),
-                *([("between the elements of", inner, self.gaps)] if self.gaps is not None else [])]
+        return [(BEFORE, self.base[:self.pad], None),
+                (PAST, self.base[self.pad + self.span:], None),
+                *([(BETWEEN, inner, self.gaps)] if self.gaps is not None else [])]
 
     def fill(self, value) -> None:
         """Set every guard element to `value` (the view's elements keep theirs)."""
@@ -99,13 +131,25 @@ class Guarded:
     def restore(self) -> None:
         self.fill(guard_value(self.base.dtype))
 
-    def tripped(self) -> str | None:
-        """Where a guard changed: 'before the start of', 'past the end of' or 'between the elements of'."""
+    def trips(self) -> list[Trip]:
+        """Every guard region of this tensor that changed."""
+        out = []
         for side, region, mask in self._regions():
             changed = _bits(region) != self.sentinel
-            if bool((changed & mask if mask is not None else changed).any()):
-                return f"{side} {self.name}"
-        return None
+            if mask is not None:
+                changed = changed & mask
+            if not bool(changed.any()):
+                continue
+            half = max(1, changed.numel() // 2)
+            near = bool(changed[-half:].any()) if side == BEFORE else bool(changed[:half].any()) \
+                if side == PAST else True
+            out.append(Trip(side, self.name, region.data_ptr(), near))
+        return out
+
+    def tripped(self) -> str | None:
+        """Where a guard changed: 'before the start of', 'past the end of' or 'between the elements of'."""
+        trips = self.trips()
+        return f"{trips[0].side} {self.name}" if trips else None
 
 
 class Fence:
@@ -129,12 +173,19 @@ class Fence:
         return self
 
     def tripped(self) -> dict | None:
-        """The verdict for a write past a guarded tensor's edge, else None."""
-        for g in self.guarded:
-            where = g.tripped()
-            if where:
-                return {"reason": REASON, "why": f"write {where} (its guard region changed)"}
-        return None
+        """The verdict for a write past a guarded tensor's edge, else None: the guard the write started
+        from (`source`), and the others it reached."""
+        trips = [t for g in self.guarded for t in g.trips()]
+        if not trips:
+            return None
+        first = source(trips)
+        why = f"write {first.side} {first.name} (its guard region changed"
+        if not first.near:
+            why += " in its far half only: the write came from another allocation"
+        others = [f"{t.side} {t.name}" for t in trips if t is not first]
+        if others:
+            why += f"; it also reached the guards {', '.join(others[:4])}"
+        return {"reason": REASON, "why": why + ")"}
 
     def restore(self) -> None:
         for g in self.guarded:

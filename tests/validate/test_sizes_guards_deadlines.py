@@ -185,6 +185,40 @@ def test_a_write_past_any_edge_trips_and_names_the_tensor_and_side():
         assert fence.tripped() is None
 
 
+def test_a_long_write_is_named_where_it_started_not_at_the_next_guard_it_reached():
+    """Allocations may lie next to each other: a write far past the end of one tensor (llm.c's
+    matmul_backward_bias_kernel9 past its device-only buffer) runs through the guard before the start
+    of the tensor above it, and over it whole. The verdict names the guard it ran off, whatever the
+    order the fence lists the tensors in; a guard changed only in its half away from its tensor was
+    reached from another allocation, and says so."""
+    x, y = torch.randn(10), torch.randn(10)
+    for order in ([x, y], [y, x]):
+        fence = fences.Fence(order, ["first", "second"])
+        low, high = sorted(fence.guarded, key=lambda g: g.base.data_ptr())
+        low.base[low.pad + 10:] = 0.0  # ran off the end of the lower tensor ...
+        high.base[:] = 0.0  # ... and on over the whole allocation above it
+        assert fence.tripped() == {"reason": "out_of_bounds", "why": (
+            f"write past the end of {low.name} (its guard region changed; it also reached the guards "
+            f"before the start of {high.name}, past the end of {high.name})")}
+        fence.restore()
+        low.base[low.pad + 10:] = 0.0
+        high.base[:high.pad // 4] = 0.0  # stopped in the far half of the next guard
+        assert fence.tripped()["why"] == (f"write past the end of {low.name} (its guard region changed; "
+                                          f"it also reached the guards before the start of {high.name})")
+        fence.restore()
+        high.base[:high.pad // 4] = 0.0  # from an allocation the fence does not hold
+        assert fence.tripped()["why"] == (f"write before the start of {high.name} (its guard region changed "
+                                          "in its far half only: the write came from another allocation)")
+        fence.restore()
+        high.base[high.pad - 3] = 0.0  # its own edge, each side
+        assert fence.tripped()["why"] == f"write before the start of {high.name} (its guard region changed)"
+        fence.restore()
+        low.base[low.pad + 10 + 5] = 0.0
+        assert fence.tripped()["why"] == f"write past the end of {low.name} (its guard region changed)"
+        fence.restore()
+        assert fence.tripped() is None
+
+
 def test_memory_nothing_writes_reads_nan_while_reads_are_blamed_on_the_cpu():
     """A rerun that blames reads must not find an unwritten element holding a right value an earlier
     run left in freed memory (on a GPU, scrub leaves NaN in the allocator's free blocks)."""
