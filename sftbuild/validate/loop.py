@@ -17,6 +17,11 @@ A candidate kind supplies an `Adapter`; the loop owns the plan and the verdict:
     adapter's timed call is timed against its reference (sftbuild.validate.timing) when the
     task asks for timing.
 
+An exception a trial raises (a sticky CUDA fault ends the record) leaves the loop with the trial's
+place on it (`fault_detail`): the verdict built from it starts with the sizes, block size, dtype and
+seed of the trial in progress, which is the one that launched the fault (every trial synchronizes
+after its launches), however long the error's own text is.
+
 `second_order` is the shared end of a trial: the candidate ran again on new values in the same
 buffers, and the run-time checks (sftbuild.validate.checks) judge the outcome, so a result cached
 by pointer or one that does not depend on the input gets the same reason in every kind.
@@ -68,6 +73,10 @@ class Adapter:
         """(ok, stats); ok None: skipped, not a trial."""
         raise NotImplementedError
 
+    def where(self, t: Trial) -> str:
+        """Where trial `t` ran, in words, for an exception it raised: its row's fields."""
+        return "at " + ", ".join(f"{k} {v}" for k, v in row(self, t).items())
+
     def summary(self) -> dict:
         """What it adds to a passed payload, read before timing."""
         return {}
@@ -98,6 +107,37 @@ def plan(adapter, seeds: int) -> list[Trial]:
     return out
 
 
+def row(adapter: Adapter, t: Trial) -> dict:
+    """The tally row's fields that say which trial `t` is."""
+    axes = {k: v for k, v in (("dtype", t.dtype), ("layout", t.layout)) if v is not None}
+    return {**adapter.describe(t.variant), **axes, "seed": t.seed}
+
+
+FAULT_ATTR = "sftbuild_trial"  # set on an exception a trial raised: {"where": str, "row": dict}
+
+
+def fault_detail(e: BaseException, limit: int = 500, msg: str | None = None) -> dict:
+    """A dropped verdict's `detail` for exception `e`, at most `limit` characters: the place of the
+    trial that raised it first (`where`), then its message (`msg`, else str(e)); and that trial's row
+    (`trial`) when known."""
+    at = getattr(e, FAULT_ATTR, None) or {}
+    msg = str(e) if msg is None else msg
+    out = {"detail": (f"{at['where']}: {msg}" if at.get("where") else msg)[:limit]}
+    if at.get("row"):
+        out["trial"] = at["row"]
+    return out
+
+
+def _mark(e: BaseException, adapter: Adapter, t: Trial) -> None:
+    """Put trial `t`'s place on `e` (see `fault_detail`), unless an inner trial already did."""
+    if getattr(e, FAULT_ATTR, None):
+        return
+    try:
+        setattr(e, FAULT_ATTR, {"where": adapter.where(t), "row": row(adapter, t)})
+    except Exception:  # an exception that takes no attributes, or a variant that cannot be described
+        pass
+
+
 def run(adapters: Iterable, task: dict) -> dict:
     """Every adapter's trials, then its timing; returns the verdict payload. `adapters` may be a
     generator: each is made when the one before it has passed its trials."""
@@ -109,11 +149,14 @@ def run(adapters: Iterable, task: dict) -> dict:
             return {"status": "dropped", "reason": "unbound", "trials": tally.tried,
                     "detail": adapter.unbound or f"no shape or dtype of {adapter.name} fits the binding"}
         for t in trials:
-            ok, stats = adapter.trial(t)
+            try:
+                ok, stats = adapter.trial(t)
+            except Exception as e:  # ends the record (the caller's verdict): with this trial's place on it
+                _mark(e, adapter, t)
+                raise
             if ok is None:
                 continue
-            axes = {k: v for k, v in (("dtype", t.dtype), ("layout", t.layout)) if v is not None}
-            dropped = tally.add({**adapter.describe(t.variant), **axes, "seed": t.seed}, ok, stats)
+            dropped = tally.add(row(adapter, t), ok, stats)
             if dropped:
                 return dropped
         drop = adapter.verdict()

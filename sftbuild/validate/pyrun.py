@@ -756,14 +756,15 @@ def run_python(task: dict) -> dict:
     except Reject as r:
         verdict = {"status": "dropped", "reason": r.reason, "detail": r.why}
     except torch.cuda.OutOfMemoryError as e:
-        verdict = {"status": "dropped", "reason": "oom", "detail": str(e)[:500], "recycle": True}
+        verdict = {"status": "dropped", "reason": "oom", **loop.fault_detail(e), "recycle": True}
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
         if type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
             verdict = {"status": "dropped", "reason": "compile_error", "detail": msg[:2000]}
         elif dev.type == "cuda" and ("CUDA" in msg or "cuda" in msg or "illegal" in msg):
             reason = "illegal_address" if "illegal" in msg else "cuda_error"
-            verdict = {"status": "dropped", "reason": reason, "detail": msg[:800], "recycle": True}
+            # the detail starts with the shape, dtype and seed of the trial that raised it
+            verdict = {"status": "dropped", "reason": reason, **loop.fault_detail(e, 800, msg), "recycle": True}
         else:
             verdict = {"status": "dropped", "reason": "incorrect", "detail": ("candidate raised " + msg)[:800],
                        "recycle": True}

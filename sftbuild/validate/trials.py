@@ -59,16 +59,16 @@ def _guarded_run(task: dict) -> dict:
     try:
         return _run(task)
     except torch.cuda.OutOfMemoryError as e:
-        return {"status": "dropped", "reason": "oom", "detail": str(e)[:500], "recycle": True}
+        return {"status": "dropped", "reason": "oom", **loop.fault_detail(e), "recycle": True}
     except RuntimeError as e:  # CUDA errors are sticky: this worker must be replaced
-        msg = str(e)
-        reason = "illegal_address" if "illegal" in msg else "cuda_error"
-        return {"status": "dropped", "reason": reason, "detail": msg[:500], "recycle": True}
-    except Exception:  # a binding whose harness contract does not fit the op: one verdict, not the run
+        reason = "illegal_address" if "illegal" in str(e) else "cuda_error"
+        # the detail starts with the sizes and block size of the trial that raised it (loop.fault_detail)
+        return {"status": "dropped", "reason": reason, **loop.fault_detail(e), "recycle": True}
+    except Exception as e:  # a binding whose harness contract does not fit the op: one verdict, not the run
         import traceback
 
-        return {"status": "dropped", "reason": "harness_error", "detail": traceback.format_exc()[-2000:],
-                "recycle": True}
+        return {"status": "dropped", "reason": "harness_error",
+                **loop.fault_detail(e, 2000, traceback.format_exc()[-1800:]), "recycle": True}
 
 
 def _untouched(verdict: dict, world) -> dict:
@@ -397,17 +397,18 @@ class FileReference(loop.Adapter):
         p, block = t.variant
         if block in self.refused:
             return None, {}
-        try:
-            ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks,
-                                           self.references)
-        except RuntimeError as e:  # a sticky CUDA fault ends the record (_guarded_run): say where it struck
-            raise RuntimeError(f"{e} ({_located({}, self.ref, p, block)['why']})") from e
+        ok, stats, moved = _file_trial(self.lib, self.ref, p, block, t.seed, self.dev, self.checks, self.references)
         if stats.get("code") in LAUNCH_CONFIG_ERRORS:  # the launcher said this block size does not fit
             self.refused[block] = stats["why"]
             return None, stats
         self.tried += 1
         self.informative |= moved
         return ok, stats
+
+    def where(self, t: loop.Trial) -> str:
+        """main()'s names for the trial's sizes, its block size and seed (a CUDA fault's place)."""
+        p, block = t.variant
+        return f"{_located({}, self.ref, p, block)['why']}, seed {t.seed}"
 
     def summary(self) -> dict:
         return {"timing": {}, "reference_calls": self.references.calls,

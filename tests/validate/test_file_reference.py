@@ -576,23 +576,64 @@ def test_the_harness_runs_main_s_cpu_steps_as_one_reference(tmp_path):
 
 
 def test_a_cuda_fault_in_a_trial_says_at_which_sizes(repo, monkeypatch):
-    """An illegal address ends the record as a RuntimeError (trials._guarded_run): its message names
-    the trial's sizes and block size, as a wrong result's does."""
+    """An illegal address ends the record as a RuntimeError (trials._guarded_run): the verdict's detail
+    starts with the sizes, block size and seed of the trial that raised it, so torch's long message
+    (help text, C++ frames) cut at 500 characters cannot cut them off, and the verdict names that
+    trial's row."""
     rec = _record(repo, "scale.cu", "scale_kernel")
+    ref = rec.binding["harness_args"]["ref"]
+    plans = FR.plans(ref, 2)
+    p, block = FR.pairs(ref, plans)[1]  # the second trial: the first passed
+    message = "CUDA error: an illegal memory access was encountered\n" + "frame #0: c10::Error\n" * 80
+    seen = []
 
-    def fault(*a, **k):
-        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    def trial(lib, ref_, p_, block_, seed, *a, **k):
+        seen.append((p_["counts"], block_))
+        if len(seen) > 1:
+            raise RuntimeError(message)
+        return True, {}, True
 
     monkeypatch.setattr(T, "load_file_harness", lambda path: types.SimpleNamespace(
         sftbuild_file_launch=types.SimpleNamespace(), sftbuild_file_reference=types.SimpleNamespace(),
         sftbuild_file_elem_bytes=types.SimpleNamespace()))
-    monkeypatch.setattr(T, "_file_trial", fault)
-    adapter = T.FileReference({"binding": rec.binding, "sos": ["x.so"], "shapes": 1, "seeds": 1},
-                              torch.device("cpu"), T.C.selected())
-    p, block = adapter.variants()[0]
-    with pytest.raises(RuntimeError, match=rf"illegal memory access .*\(at N={p['args'][2]}, "
-                                           rf"C={p['args'][3]}, block size {block}\)"):
-        adapter.trial(T.loop.Trial(vi=0, variant=(p, block), dtype=None, layout=None, seed=0))
+    monkeypatch.setattr(FR, "device_fields", lambda dev: {})
+    monkeypatch.setattr(T, "ReferenceCache", lambda lib, ref_: types.SimpleNamespace(
+        calls=0, get=lambda p_, seed: ([], [], [], 0.0)))
+    monkeypatch.setattr(T, "_file_trial", trial)
+    out = T._guarded_run({"binding": rec.binding, "sos": ["x.so"], "shapes": 2, "seeds": 1})
+    n, c = p["args"][2], p["args"][3]
+    assert out["reason"] == "illegal_address" and out["recycle"] and len(out["detail"]) == 500
+    assert out["detail"].startswith(f"at N={n}, C={c}, block size {block}, seed 0: CUDA error: an illegal memory")
+    assert out["trial"] == {"sizes": p["counts"], "block_size": block, "seed": 0}
+    assert seen[-1] == (p["counts"], block)
+
+
+def test_an_exception_a_trial_raises_carries_that_trial_s_place():
+    """Every kind's adapter: the loop puts the trial's row on what it raised (loop.fault_detail); an
+    exception raised outside any trial keeps its message alone."""
+    from sftbuild.validate import loop
+
+    class Faulty(loop.Adapter):
+        dtypes, notes = ["float32"], {}
+
+        def variants(self):
+            return [(4, 4), (64, 64)]
+
+        def describe(self, variant):
+            return {"shape": list(variant)}
+
+        def trial(self, t):
+            if t.vi == 1:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return True, {}
+
+    with pytest.raises(RuntimeError) as info:
+        loop.run([Faulty()], {"seeds": 1})
+    got = loop.fault_detail(info.value)
+    assert got == {"detail": "at shape [64, 64], dtype float32, layout contiguous, seed 0: CUDA error: an illegal "
+                             "memory access was encountered",
+                   "trial": {"shape": [64, 64], "dtype": "float32", "layout": "contiguous", "seed": 0}}
+    assert loop.fault_detail(RuntimeError("x" * 600)) == {"detail": "x" * 500}
 
 
 def test_a_write_past_a_file_scope_buffer_names_it(tmp_path, monkeypatch):
