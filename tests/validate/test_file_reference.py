@@ -583,7 +583,7 @@ def test_a_cuda_fault_in_a_trial_says_at_which_sizes(repo, monkeypatch):
     rec = _record(repo, "scale.cu", "scale_kernel")
     ref = rec.binding["harness_args"]["ref"]
     plans = FR.plans(ref, 2)
-    p, block = FR.pairs(ref, plans)[1]  # the second trial: the first passed
+    p, block = [(p, b) for p in plans for b in FR.block_sizes(ref)][1]  # the second trial: the first passed
     message = "CUDA error: an illegal memory access was encountered\n" + "frame #0: c10::Error\n" * 80
     seen = []
 
