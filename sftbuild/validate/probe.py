@@ -28,7 +28,9 @@ A mapping that matches the reference on a first small trial (at the first dtype 
 confirmed over at least 3 shapes and 2 dtypes; a dtype counts when every shape passes at it. On a GPU,
 bfloat16 is tried too where fewer than 2 of the task's dtypes agree (SPARE_DTYPES: a float32 path run
 in TF32 is no float32 op, its half-precision paths may be right); the binding holds the dtypes that
-agreed. A binding that agrees at only some of the task's dtypes is kept while the rest of the shortlist
+agreed, but float32 values disagreeing where the record has no dot (no TF32) reject the op outright (a
+kernel that refuses float32 may still agree in half precision). A
+binding that agrees at only some of the task's dtypes is kept while the rest of the shortlist
 is tried: a candidate that agrees at all of them wins (tanh-approximated GELU passes for erf GELU in
 half precision only). Anything less stays unbound.
 
@@ -63,6 +65,7 @@ MIN_SHAPES, MIN_DTYPES = 3, 2
 # tried on a GPU only where fewer than MIN_DTYPES of the task's agree: an entry whose float32 path
 # runs its dots in TF32 (Triton's default) is no float32 op, and may still be right in half precision
 SPARE_DTYPES = ("bfloat16",)
+TF32 = re.compile(r"\btl\.dot\b|\.dot\(|dot_scaled")  # where Triton may compute float32 in TF32
 SIZE_NAME = re.compile(r"^(n_|num_)(cols|rows|channels|elements|features|classes|heads)$|^(n|numel|hidden_size)$")
 MAX_PROBE_NUMEL = 1 << 16  # shape products the interpreter gets through quickly
 MAX_PROBE_NUMEL_GPU = 1 << 24
@@ -329,6 +332,12 @@ def _confirm(fn, call, op, shapes, dtypes, dev, params, code: str = "", spare=()
         if ok_all:
             passed.append(dtype)
     evidence = {"shapes": [list(s) for s in shapes], "dtypes": passed, "worst_error": worst}
+    f32 = next((f for f in fails if f.startswith("float32 ")), "")
+    if "worst error" in f32 and not TF32.search(code):
+        # only a dot may run float32 in TF32: without one, float32 disagreeing is the op disagreeing
+        # (erf GELU against a tanh-approximated one agrees in half precision only)
+        return {"why": "; ".join(fails)[:260] + "; float32 disagrees and no tl.dot could run it in TF32",
+                "agreed": agreed, "evidence": evidence, "worst_error": worst}
     if len(passed) < MIN_DTYPES:
         return {"why": "; ".join(fails)[:300] or "too few dtypes agree", "agreed": agreed, "evidence": evidence,
                 "worst_error": worst}

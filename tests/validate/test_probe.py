@@ -354,11 +354,13 @@ def test_spare_dtypes_are_tried_only_while_too_few_agree():
         y = torch.relu(x.float()).square()
         return (y * (1 + 1e-3) if x.dtype == torch.float32 else y).to(x.dtype)
 
-    b = P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {}, spare=["bfloat16"])
+    dot = "acc = tl.dot(a, b, acc)"  # a record whose float32 may run in TF32
+    b = P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {}, code=dot, spare=["bfloat16"])
     assert b["binding"]["dtypes"] == ["float16", "bfloat16"] and b["evidence"]["dtypes"] == ["float16", "bfloat16"]
     b = P._confirm(right, call, op, shapes, ["float32", "float16"], cpu, {}, spare=["bfloat16"])
     assert b["evidence"]["dtypes"] == ["float32", "float16"]
-    assert "unbound" not in b and P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {})["why"]
+    assert "unbound" not in b and P._confirm(tf32_like, call, op, shapes, ["float32", "float16"], cpu, {},
+                                            code=dot)["why"]
 
 
 def test_the_entrys_own_layout_is_recorded_and_held_in_validation(tmp_path):
@@ -428,3 +430,20 @@ def test_a_binding_agreeing_at_some_dtypes_only_gives_way_to_one_agreeing_at_all
     assert out["binding"]["op"] == "geglu_tanh"
     task["shortlist"] = ["geglu"]  # nothing better: the partial agreement stands, with its dtypes
     assert P._search(task, None, "cpu", float("inf"), [])["evidence"]["dtypes"] == ["float16", "bfloat16"]
+
+
+def test_float32_disagreeing_without_a_dot_rejects_the_op(monkeypatch):
+    """Only tl.dot may run float32 in TF32: an elementwise kernel whose float32 values disagree computes
+    another op, however well its half-precision values agree (erf GELU against a tanh-approximated one)."""
+    import torch
+
+    from sftbuild.validate import probe as P
+
+    def trial(fn, call, op_, shape, dtype, dev, params, seed, layout="contiguous"):
+        return (False, {"max_rel": 1e-3}, "worst error 0.001: 1 element") if dtype == "float32" else (True, {}, "")
+
+    monkeypatch.setattr(P, "_trial", trial)
+    op = __import__("sftbuild.ops", fromlist=["get"]).get("relu")
+    out = P._confirm(None, {}, op, [(8,), (16,), (32,)], ["float32", "float16"], torch.device("cpu"), {},
+                     code="y = tl.where(x > 0, x, 0)", spare=("bfloat16",))
+    assert "binding" not in out and "no tl.dot" in out["why"]
