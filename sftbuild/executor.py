@@ -257,6 +257,8 @@ class LocalExecutor(Executor):
             if w.fn not in (None, fn) or not w.reaches(ro, rw):  # no state carried from one kind of work
                 w.ro, w.rw = sorted(set(w.ro) | set(ro)), sorted(set(w.rw) | set(rw))
                 w.restart()
+            elif w.retired:
+                w.start()
             w.fn = fn
         bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
         queue = list(reversed(items))
@@ -286,14 +288,16 @@ class LocalExecutor(Executor):
                     else:
                         continue
                     del busy[w]
-                    if recycle:
+                    if recycle and queue:
                         w.restart()
+                    elif recycle:  # no item waits for a fresh process: the next call starts one
+                        w.retire()
                     bar.update()
                     yield item, result
         finally:
             bar.close()
             for w in busy:  # left mid-item (the caller stopped early): its result would arrive late
-                w.restart()
+                w.retire()
 
     def close(self):
         for w in self._workers + self._interpreters:
@@ -353,6 +357,14 @@ class GpuWorker:
 
     def start(self):
         self.conn, self.proc = self.launch()
+        self.retired = False
+
+    def retire(self):
+        """Stop the process; the next map call that takes this worker starts a fresh one. (A worker
+        replaced when no item waits for it would cost seconds of imports, torch's and Triton's, for
+        nothing where the executor is closed next.)"""
+        self.stop()
+        self.retired = True
 
     def launch(self):
         # workers sharing a GPU take turns at timing through a lock file all of their sandboxes bind

@@ -19,7 +19,8 @@ from tests.redteam.cases import cases
 def _run(selected, cfg, gpus, cache):
     recs = {Record(source="redteam", **c.record).id: c for c in selected}
     got = {}
-    with LocalExecutor(cpu_workers=1, gpus=gpus, progress=False) as ex:
+    # compile gates on every core, as the validate stage runs them (a sandbox each; half the wall time)
+    with LocalExecutor(cpu_workers=0, gpus=gpus, progress=False) as ex:
         for rec, status, reason, payload in pipeline.validate(
                 [Record(source="redteam", **c.record) for c in selected], cfg, ex, cache):
             got[recs[rec.id].name] = (status, reason, str(payload.get("detail") or payload.get("why") or "")[:120])
