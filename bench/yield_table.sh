@@ -13,7 +13,8 @@ out=${1:?out dir}; repo=${2:?cuda repo}; liger=${3:?liger wheel}; second=${4:-}
 mkdir -p "$out"
 S="python3 -m sftbuild.cli"
 cfg=$(mktemp --suffix .yaml)
-printf "bind:\n  probe_workers_per_gpu: 8\n  probe_timeout: 120\n" > "$cfg"
+# probe workers per GPU and seconds per probe (FlagGems' row: PROBE_WORKERS=12 PROBE_TIMEOUT=60)
+printf "bind:\n  probe_workers_per_gpu: %s\n  probe_timeout: %s\n" "${PROBE_WORKERS:-8}" "${PROBE_TIMEOUT:-120}" > "$cfg"
 one() {  # name source bind_limit validate_limit
   local name=$1 src=$2 w=/tmp/yield-$1
   rm -rf "$w"
