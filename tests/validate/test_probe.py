@@ -14,6 +14,7 @@ from sftbuild.executor import LocalExecutor
 from sftbuild.harvest.stage import _entry
 from sftbuild.harvest.triton_extract import extract_kernels
 from sftbuild.ops.binders.probed import Probed, shortlist, words
+from tests.redteam.cases import TRITON_RELU
 from sftbuild.record import Record
 from sftbuild.validate import pipeline
 from sftbuild.sandbox import run_isolated
@@ -386,35 +387,17 @@ def test_the_entrys_own_layout_is_recorded_and_held_in_validation(tmp_path):
     assert verdicts[1][:2] == ("dropped", "incorrect") and "wrong memory format" in verdicts[1][2], verdicts[1]
 
 
-HANDS_BACK = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)
-
-
-def relu(x):
-    if x.dim() > 0:  # every input here: torch's answer, the kernel never runs
-        return x.clamp_min(0)
-    y = torch.empty_like(x)
-    _relu_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
-    return y
-'''
+HANDS_BACK = TRITON_RELU.replace("def relu(x):\n", "def relu(x):\n    if x.dim() > 0:  # every input here: torch's "
+                                  "answer, the kernel never runs\n        return x.clamp_min(0)\n")
 
 
 def test_a_trial_that_launches_none_of_the_records_kernels_does_not_count():
     """Right values without the record's kernel (torch's, or an input handed back as it is) say nothing
     about the kernel: this entry gives relu's answer and never launches its kernel."""
+    assert "return x.clamp_min(0)" in HANDS_BACK
     _, res, b = probe(record(HANDS_BACK, "pkg/relu.py"))
     assert b is None and "launched none of the record's kernels" in res["unbound"], res.get("unbound")
-    _, res, b = probe(record(HANDS_BACK.replace("x.dim() > 0", "x.dim() < 0"), "pkg/relu.py"))
+    _, res, b = probe(record(TRITON_RELU, "pkg/relu.py"))
     assert b is not None and b["op"] == "relu", res.get("unbound")
 
 def test_a_binding_agreeing_at_some_dtypes_only_gives_way_to_one_agreeing_at_all(monkeypatch):
