@@ -194,7 +194,6 @@ def test_gpu_probe_and_validate_two_liger_kernels(liger_tree, tmp_path):
 
 def test_compile_gate_skips_names_the_module_defines(tmp_path):
     from sftbuild.validate import compile as C
-    from tests.redteam.cases import TRITON_RELU
 
     scaled = TRITON_RELU.replace("import triton.language as tl\n", "import triton.language as tl\n\nSCALE = 2.0\n")
     code = scaled.replace("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x * SCALE, 0.0)")
