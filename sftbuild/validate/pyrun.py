@@ -47,7 +47,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.harvest import inductor_code
-from sftbuild.ops import opdb
+from sftbuild.ops import opdb, special
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, deadline, fences, guards, loop, pristine, refbook, sizes
 from sftbuild.validate import harness as H
@@ -460,8 +460,8 @@ class OpProblem(Problem):
         return self.shapes
 
     def inputs(self, shape, dtype, seed, dev):
-        gen = torch.Generator().manual_seed(seed)
-        return [t.to(dev) for t in self.op.make_inputs(shape, dtype, "contiguous", gen, self.params)]
+        """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special)."""
+        return [t.to(dev) for t in special.trial_inputs(self.op, shape, dtype, seed, self.params)]
 
     def candidate(self, shape, dtype, inputs):
         self.handed = []

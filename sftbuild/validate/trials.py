@@ -39,6 +39,7 @@ import random
 import torch
 
 from sftbuild import ops
+from sftbuild.ops import special
 from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
@@ -203,8 +204,8 @@ def _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence
 
 
 def _inputs(op, shape, dtype, seed, dev, params):
-    gen = torch.Generator().manual_seed(seed)
-    return [t.to(dev).contiguous() for t in op.make_inputs(shape, dtype, "contiguous", gen, params)]
+    """The op's trial inputs, as every path draws them (sftbuild.ops.special)."""
+    return [t.to(dev).contiguous() for t in special.trial_inputs(op, shape, dtype, seed, params)]
 
 
 def _launch(lib, dtype, contract, inputs, outputs, params=None) -> int:
@@ -298,8 +299,7 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
         return False, {**stats, "reason": "incorrect", **(why or {})}
     first, first64 = [o.clone() for o in outputs], ref64
     # new values in the same buffers must give new results
-    gen = torch.Generator().manual_seed(seed + 1000)
-    fresh = op.make_inputs(shape, dtype, "contiguous", gen, params)
+    fresh = special.trial_inputs(op, shape, dtype, seed + 1000, params)
     for t, k, f in zip(inputs, kin, fresh):
         t.copy_(f.to(dev))
         if k is not t:
