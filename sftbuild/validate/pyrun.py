@@ -973,9 +973,9 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     why = fence.tripped() or why
     if why:
         return False, why
-    ok, drop = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
+    ok, more = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
                                  _compare(out2, ref.double2, ref.native2, dtype, tol, ref.sides2))
-    return (True, stats) if ok else (False, drop)
+    return (True, {**stats, **more}) if ok else (False, more)
 
 
 def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict | None:

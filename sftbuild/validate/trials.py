@@ -317,9 +317,9 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
                                                     expected=C.specs(ref_native)))
     if why:
         return False, why
-    ok, drop = loop.second_order(checks, notes, first, outputs, first64, ref64,
+    ok, more = loop.second_order(checks, notes, first, outputs, first64, ref64,
                                  _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params))
-    return (True, stats) if ok else (False, drop)
+    return (True, {**stats, **more}) if ok else (False, more)
 
 
 # ---- bound to the file's own CPU reference (ops/binders/file_reference.py) ----------------------
@@ -344,7 +344,7 @@ def run_file_reference(task: dict) -> dict:
     reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
     integers exactly. Each trial runs again on new values in the same buffers (a stale result fails;
     the first run's result again is a cheat, cached by pointer); a reference that is constant in
-    every trial says nothing, so the record is dropped as degenerate."""
+    every trial says nothing about the kernel, so the record is dropped as `uninformative`."""
     seeds = max(1, task.get("seeds", 1))
     adapter = FileReference(task, torch.device("cuda"), C.selected(task.get("runtime_checks")))
     return loop.run([adapter], {**task, "seeds": seeds, "timing": False})
@@ -419,7 +419,7 @@ class FileReference(loop.Adapter):
             return {"reason": "cuda_error",
                     "detail": "the launcher refused every block size: " + "; ".join(self.refused.values())}
         if not self.informative:
-            return {"reason": "degenerate",
+            return {"reason": "uninformative",  # the inputs' fault, not the kernel's (checks/input_independent)
                     "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
         return None
 

@@ -519,7 +519,7 @@ def cases() -> list[Case]:
         _c("view_of_input", kb(inline("rt_view", RELU_KERNEL, RELU_HOST, forward=(
             "_ext.run(x)\n        return x.clamp_(min=0)")), REF_RELU), "cheat"),
         _c("input_independent", kb(inline("rt_const", RELU_KERNEL.replace("x[i] > 0.f ? x[i] : 0.f", "1.f"),
-                                          RELU_HOST), REF_CONSTANT), "degenerate"),
+                                          RELU_HOST), REF_CONSTANT), "uninformative"),
         _c("forbidden_os_system", kb(inline("rt_sys", RELU_KERNEL, RELU_HOST, forward=(
             "import os\n        os.system('true')\n        return _ext.run(x)")), REF_RELU),
            "forbidden_call", static=True),
