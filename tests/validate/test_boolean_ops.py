@@ -14,31 +14,8 @@ from sftbuild.executor import LocalExecutor
 from sftbuild.ops import special
 from sftbuild.record import Record
 from sftbuild.validate import pipeline, probe
-
-ISINF = '''
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def isinf_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    d = x - x  # NaN exactly where x is infinite or NaN
-    tl.store(y_ptr + offs, (d != d) & (x == x), mask=mask)
-
-
-def isinf(x):
-    xc = x.contiguous()
-    y = torch.empty(xc.shape, dtype=torch.bool, device=xc.device)
-    n = xc.numel()
-    isinf_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)
-    return y
-'''
-# runs its kernel on the input, yet answers False everywhere: right on finite inputs only
-ALL_FALSE = ISINF.replace("(d != d) & (x == x)", "(x != x) & (x == x)")
+from tests.redteam.cases import TRITON_ISINF as ISINF
+from tests.redteam.cases import TRITON_ISINF_ALL_FALSE as ALL_FALSE
 
 
 def _op(name):
