@@ -81,3 +81,14 @@ def test_an_honest_triton_isinf_validates_and_an_all_false_one_is_rejected(tmp_p
     assert (status, reason) == ("ok", None), payload
     status, reason, payload = _validate(ALL_FALSE, "opdb.isinf", tmp_path)
     assert (status, reason) == ("dropped", "incorrect"), payload
+
+
+def test_the_probe_binds_an_honest_isinf_and_not_an_all_false_one():
+    pytest.importorskip("triton")
+    _op("opdb.isinf")
+    from tests.validate.test_probe import probe, record
+
+    _, res, b = probe(record(ISINF, path="pkg/isinf.py"))
+    assert b is not None and b["op"] == "opdb.isinf", res.get("unbound")
+    _, res, b = probe(record(ALL_FALSE, path="pkg/isinf.py"))  # all False agrees with isinf on finite inputs only
+    assert b is None and "opdb.isinf" in res["unbound"]
