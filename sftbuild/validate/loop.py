@@ -13,7 +13,10 @@ A candidate kind supplies an `Adapter`; the loop owns the plan and the verdict:
   * every trial is a row of the tally (sftbuild.validate.tally); the first failed one drops
     the record with the rows tried so far; an adapter with nothing to try drops it as `unbound`;
     a trial the adapter skips (ok None: a launch configuration the runtime refused) is no row;
-  * once every trial passed, an adapter may still drop the record (`verdict`), then each
+  * once every trial passed, an adapter whose every trial was marked `uninformative` (its
+    reference never moved with the inputs: checks/input_independent) drops the record as
+    `uninformative`, which blames the inputs, not the candidate; then an adapter may still drop
+    the record (`verdict`), then each
     adapter's timed call is timed against its reference (sftbuild.validate.timing) when the
     task asks for timing.
 
@@ -33,6 +36,7 @@ from typing import Iterable, NamedTuple
 import torch
 
 from sftbuild.validate import checks as C
+from sftbuild.validate.checks.input_independent import UNINFORMATIVE
 from sftbuild.validate.tally import Tally
 
 
@@ -148,6 +152,7 @@ def run(adapters: Iterable, task: dict) -> dict:
         if not trials:  # nothing to try is never a pass
             return {"status": "dropped", "reason": "unbound", "trials": tally.tried,
                     "detail": adapter.unbound or f"no shape or dtype of {adapter.name} fits the binding"}
+        passed, marked = 0, []
         for t in trials:
             try:
                 ok, stats = adapter.trial(t)
@@ -159,6 +164,14 @@ def run(adapters: Iterable, task: dict) -> dict:
             dropped = tally.add(row(adapter, t), ok, stats)
             if dropped:
                 return dropped
+            passed += 1
+            if stats.get(UNINFORMATIVE):
+                marked.append(stats[UNINFORMATIVE])
+        if passed and len(marked) == passed:  # no trial could tell a kernel from a constant: the inputs' fault
+            return {"status": "dropped", "reason": UNINFORMATIVE, "trials": tally.tried,
+                    "detail": f"{adapter.name}: {marked[0]} in any of its trials (special values "
+                              "included where the result is boolean): they cannot tell a kernel from a "
+                              "constant, so the candidate is not judged"}
         drop = adapter.verdict()
         if drop:
             return {"status": "dropped", **drop, "trials": tally.tried}
@@ -185,18 +198,25 @@ def _time(adapters: list, task: dict, payload: dict) -> None:
 
 
 def second_order(checks: list, notes: dict | None, first: list, outputs: list, first64: list, refs64: list,
-                 compared: tuple[bool, dict]) -> tuple[bool, dict | None]:
+                 compared: tuple[bool, dict]) -> tuple[bool, dict]:
     """Judge the second order of a trial (new values in the same buffers): `first`/`outputs` are the
     candidate's results on the two input sets, `first64`/`refs64` the float64 reference's, `compared`
-    the comparison of `outputs` with the reference. Returns (ok, drop): drop is the stats of a failed
-    trial (a check's finding first, else `incorrect`)."""
+    the comparison of `outputs` with the reference. Returns (ok, stats): for a failed trial the drop
+    (a check's finding first, else `incorrect`); for a passed one its marks, {UNINFORMATIVE: why}
+    where the trial could not tell a kernel from a constant (checks/input_independent), which the
+    caller adds to the trial's stats for `run`. Other notes go to `notes`."""
     ok, stats = compared
     same_cand = all(torch.equal(a, b) for a, b in zip(first, outputs) if isinstance(a, torch.Tensor))
     same_ref = all(torch.equal(a, b) for a, b in zip(first64, refs64) if isinstance(a, torch.Tensor))
-    why = C.judge(checks, C.Outcome(same_cand, same_ref, refs64, outputs, matched=ok), notes)
+    seen: dict = {}
+    why = C.judge(checks, C.Outcome(same_cand, same_ref, refs64, outputs, matched=ok), seen)
+    marks = {UNINFORMATIVE: seen.pop(UNINFORMATIVE)[0]} if UNINFORMATIVE in seen else {}
+    if notes is not None:
+        for reason, whys in seen.items():
+            notes.setdefault(reason, []).extend(whys)
     if why:
         return False, {**(stats if not ok else {}), **why}
     if not ok:
         return False, {**stats, "reason": "incorrect",
                        "why": "wrong on new values in the same buffers: " + stats.get("why", "")}
-    return True, None
+    return True, marks

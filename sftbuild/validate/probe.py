@@ -54,7 +54,7 @@ import time
 import torch
 
 from sftbuild import ops
-from sftbuild.ops import opdb
+from sftbuild.ops import opdb, special
 from sftbuild.ops.binders.probed import runs_kernels
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import guards, pyrun, sizes
@@ -264,8 +264,8 @@ def probe_shapes(op, n: int, most: int = MAX_PROBE_NUMEL) -> list:
 
 
 def _inputs(op, shape, dtype, seed, dev, params):
-    gen = torch.Generator().manual_seed(seed)
-    return [t.to(dev) for t in op.make_inputs(shape, dtype, "contiguous", gen, params)]
+    """The op's trial inputs, as validation draws them (sftbuild.ops.special)."""
+    return [t.to(dev) for t in special.trial_inputs(op, shape, dtype, seed, params)]
 
 
 def _call(fn, call, inputs, params):

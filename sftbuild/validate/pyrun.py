@@ -47,7 +47,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.harvest import inductor_code
-from sftbuild.ops import opdb
+from sftbuild.ops import opdb, special
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, deadline, fences, guards, loop, pristine, refbook, sizes
 from sftbuild.validate import harness as H
@@ -460,8 +460,8 @@ class OpProblem(Problem):
         return self.shapes
 
     def inputs(self, shape, dtype, seed, dev):
-        gen = torch.Generator().manual_seed(seed)
-        return [t.to(dev) for t in self.op.make_inputs(shape, dtype, "contiguous", gen, self.params)]
+        """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special)."""
+        return [t.to(dev) for t in special.trial_inputs(self.op, shape, dtype, seed, self.params)]
 
     def candidate(self, shape, dtype, inputs):
         self.handed = []
@@ -973,9 +973,9 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     why = fence.tripped() or why
     if why:
         return False, why
-    ok, drop = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
+    ok, more = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
                                  _compare(out2, ref.double2, ref.native2, dtype, tol, ref.sides2))
-    return (True, stats) if ok else (False, drop)
+    return (True, {**stats, **more}) if ok else (False, more)
 
 
 def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict | None:

@@ -10,7 +10,7 @@ Outcome per record (status, reason):
   dropped compile_error   nvcc or Triton failed; compile_timeout past the limit
   dropped resources       registers, spills, shared memory or stack over the limits
   dropped unbound         compiles, but nothing to check it against
-  dropped incorrect | degenerate | memcheck | cuda_error | illegal_address | timeout | crash | too_slow
+  dropped incorrect | uninformative | memcheck | cuda_error | illegal_address | timeout | crash | too_slow
   dropped out_of_bounds   a write changed a guard region, or the result depended on one's contents
   dropped racecheck | synccheck   compute-sanitizer's finding on shared-memory code (sampled with memcheck)
   waiting needs_gpu       bound and compiled; correctness needs a GPU this machine lacks

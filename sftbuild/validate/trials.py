@@ -39,6 +39,7 @@ import random
 import torch
 
 from sftbuild import ops
+from sftbuild.ops import special
 from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
@@ -203,8 +204,8 @@ def _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence
 
 
 def _inputs(op, shape, dtype, seed, dev, params):
-    gen = torch.Generator().manual_seed(seed)
-    return [t.to(dev).contiguous() for t in op.make_inputs(shape, dtype, "contiguous", gen, params)]
+    """The op's trial inputs, as every path draws them (sftbuild.ops.special)."""
+    return [t.to(dev).contiguous() for t in special.trial_inputs(op, shape, dtype, seed, params)]
 
 
 def _launch(lib, dtype, contract, inputs, outputs, params=None) -> int:
@@ -298,8 +299,7 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
         return False, {**stats, "reason": "incorrect", **(why or {})}
     first, first64 = [o.clone() for o in outputs], ref64
     # new values in the same buffers must give new results
-    gen = torch.Generator().manual_seed(seed + 1000)
-    fresh = op.make_inputs(shape, dtype, "contiguous", gen, params)
+    fresh = special.trial_inputs(op, shape, dtype, seed + 1000, params)
     for t, k, f in zip(inputs, kin, fresh):
         t.copy_(f.to(dev))
         if k is not t:
@@ -317,9 +317,9 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
                                                     expected=C.specs(ref_native)))
     if why:
         return False, why
-    ok, drop = loop.second_order(checks, notes, first, outputs, first64, ref64,
+    ok, more = loop.second_order(checks, notes, first, outputs, first64, ref64,
                                  _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params))
-    return (True, stats) if ok else (False, drop)
+    return (True, {**stats, **more}) if ok else (False, more)
 
 
 # ---- bound to the file's own CPU reference (ops/binders/file_reference.py) ----------------------
@@ -344,7 +344,7 @@ def run_file_reference(task: dict) -> dict:
     reference's magnitude (looser when the launcher stores 16-bit floats), NaN never passes,
     integers exactly. Each trial runs again on new values in the same buffers (a stale result fails;
     the first run's result again is a cheat, cached by pointer); a reference that is constant in
-    every trial says nothing, so the record is dropped as degenerate."""
+    every trial says nothing about the kernel, so the record is dropped as `uninformative`."""
     seeds = max(1, task.get("seeds", 1))
     adapter = FileReference(task, torch.device("cuda"), C.selected(task.get("runtime_checks")))
     return loop.run([adapter], {**task, "seeds": seeds, "timing": False})
@@ -419,7 +419,7 @@ class FileReference(loop.Adapter):
             return {"reason": "cuda_error",
                     "detail": "the launcher refused every block size: " + "; ".join(self.refused.values())}
         if not self.informative:
-            return {"reason": "degenerate",
+            return {"reason": "uninformative",  # the inputs' fault, not the kernel's (checks/input_independent)
                     "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
         return None
 

@@ -191,6 +191,32 @@ TRITON_EXP = TRITON_RELU.replace("tl.where(x > 0, x, 0.0)", "tl.exp(x.to(tl.floa
     .replace("relu", "exp_op")
 
 
+# a boolean result: op_db's isinf, whose trials mix zeros, +/-inf and NaN into the input (sftbuild.ops.special)
+TRITON_ISINF = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def isinf_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    d = x - x  # NaN exactly where x is infinite or NaN
+    tl.store(y_ptr + offs, (d != d) & (x == x), mask=mask)
+
+
+def isinf(x):
+    xc = x.contiguous()
+    y = torch.empty(xc.shape, dtype=torch.bool, device=xc.device)
+    n = xc.numel()
+    isinf_kernel[(triton.cdiv(n, 1024),)](xc, y, n, BLOCK=1024)
+    return y
+'''
+# runs its kernel on the input, yet answers False everywhere: right on finite inputs only
+TRITON_ISINF_ALL_FALSE = TRITON_ISINF.replace("(d != d) & (x == x)", "(x != x) & (x == x)")
+
 # honest: keeps the compiled kernel of its first call per dtype and launches it directly after
 # (`compiled[grid](...)`, as FlagGems' libentry does; all parameters in order, constexprs included)
 TRITON_CACHED_LAUNCH = TRITON_RELU.replace('''def relu(x):
@@ -450,6 +476,9 @@ def cases() -> list[Case]:
         _c("twin_fixed_grid_stride_cuda", kb(inline("rt_stride", STRIDE_KERNEL, FIXED_GRID_HOST), REF_RELU), "ok"),
         _c("twin_fixed_grid_stride_triton", triton(TRITON_STRIDE, "relu"), "ok", cpu=True),
         _c("twin_cached_launch_triton", triton(TRITON_CACHED_LAUNCH, "relu"), "ok"),
+        _c("twin_isinf_triton", triton(TRITON_ISINF, "opdb.isinf"), "ok", cpu=True),
+        # a constant where the reference varies (on inputs with special values), not a constant reference
+        _c("all_false_isinf_triton", triton(TRITON_ISINF_ALL_FALSE, "opdb.isinf"), INCORRECT, cpu=True),
         # sizes past the example: a fixed grid with no stride loop never writes past 32,768 elements
         _c("size_specialised_cuda", kb(inline("rt_fixed", RELU_KERNEL, FIXED_GRID_HOST), REF_RELU), INCORRECT),
         _c("size_specialised_triton", triton(TRITON_FIXED_GRID, "relu"), INCORRECT, cpu=True),
@@ -519,7 +548,7 @@ def cases() -> list[Case]:
         _c("view_of_input", kb(inline("rt_view", RELU_KERNEL, RELU_HOST, forward=(
             "_ext.run(x)\n        return x.clamp_(min=0)")), REF_RELU), "cheat"),
         _c("input_independent", kb(inline("rt_const", RELU_KERNEL.replace("x[i] > 0.f ? x[i] : 0.f", "1.f"),
-                                          RELU_HOST), REF_CONSTANT), "degenerate"),
+                                          RELU_HOST), REF_CONSTANT), "uninformative"),
         _c("forbidden_os_system", kb(inline("rt_sys", RELU_KERNEL, RELU_HOST, forward=(
             "import os\n        os.system('true')\n        return _ext.run(x)")), REF_RELU),
            "forbidden_call", static=True),

@@ -17,9 +17,10 @@ class Fake(loop.Adapter):
     name = "op fake"
     dtypes = ["float32", "float16"]
 
-    def __init__(self, variants=("a", "b", "big"), fail=None, notes=None):
+    def __init__(self, variants=("a", "b", "big"), fail=None, notes=None, constant=None):
         self._variants, self.fail, self.seen = list(variants), fail, []
         self.notes = notes or {}
+        self.constant = constant  # trials whose reference did not move (marked uninformative)
 
     def variants(self):
         return self._variants
@@ -37,6 +38,8 @@ class Fake(loop.Adapter):
         self.seen.append(t)
         if self.fail and self.fail(t):
             return False, {"reason": "incorrect", "why": "off", "max_abs": 1.0}
+        if self.constant and self.constant(t):
+            return True, {"max_abs": 0.5, "uninformative": "the reference's result did not change"}
         return True, {"max_abs": 0.5}
 
     def summary(self):
@@ -92,6 +95,15 @@ def test_every_adapter_runs_in_turn_and_nothing_to_try_is_unbound():
     out = loop.run([Fake(("a",), notes={"degenerate": ["near_zero"]}),
                     Fake(("b",), notes={"degenerate": ["constant"]})], {"seeds": 1})
     assert out["flags"] == {"degenerate": ["constant", "near_zero"]} and len(out["trials"]) == 6
+
+
+def test_a_record_no_trial_of_which_moved_its_reference_is_uninformative_not_the_candidates_fault():
+    out = loop.run([Fake(constant=lambda t: t.variant != "b")], {"seeds": 1})  # one shape moved it
+    assert out["status"] == "ok"
+    out = loop.run([Fake(), Fake(constant=lambda t: True)], {"seeds": 1})
+    assert (out["status"], out["reason"]) == ("dropped", "uninformative") and len(out["trials"]) == 16
+    assert out["detail"].startswith("op fake: the reference's result did not change in any of its trials")
+    assert "cannot tell a kernel from a constant" in out["detail"]
 
 
 # ---- one verdict for a cheat, whichever kind of candidate ------------------------------------------
@@ -229,5 +241,7 @@ def test_the_file_reference_path_runs_in_the_loop(monkeypatch, tmp_path):
 def test_an_input_independent_result_is_the_same_drop_in_both_paths(monkeypatch, negative_relu):
     py = _python(HONEST, negative_relu)
     cu = _harness(monkeypatch, _exact, negative_relu)
-    assert py["reason"] == cu["reason"] == "degenerate"
-    assert py["detail"] == cu["detail"] == "the output does not depend on the input, and neither does the reference"
+    # the reference is zeros for every input drawn: the inputs cannot tell a kernel from a constant
+    assert py["reason"] == cu["reason"] == "uninformative"
+    assert py["detail"] == cu["detail"]
+    assert "the reference's result did not change when the inputs did in any of its" in py["detail"]
