@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 import re
 
-from sftbuild.validate.static import PYTHON, STATIC_CHECKS, StaticCheck
 from sftbuild.parsing import aliases
+from sftbuild.validate.static import PYTHON, STATIC_CHECKS, StaticCheck
 from sftbuild.validate.static._read import dotted, full_name, is_jit
 
 # torch calls that compute (the op itself); allocation, shape and dtype calls are allowed
