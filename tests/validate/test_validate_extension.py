@@ -31,7 +31,6 @@ def test_lean_source_rewrites_the_copy_only():
     assert extension.lean_source("__global__ void k() {}\n") is None
 
 
-@pytest.mark.slow  # a real extension build (host and device) against the lean torch header
 @pytest.mark.nvcc
 def test_twin_compiles_lean_and_rerun_is_cached(cache):
     f = _sources("twin_matmul_cuda")
