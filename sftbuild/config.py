@@ -114,8 +114,9 @@ class BindConfig:
                                   "exact binding; NAME: false turns one off", plugins="binder")
     probe_timeout: float = opt(300.0, "seconds per record for binders that run the kernel (probing)",
                                lo=0, lo_open=True)
-    probe_workers_per_gpu: int = opt(4, "probe worker processes sharing each GPU (probes time nothing; "
-                                     "Triton's JIT on the CPU is their bottleneck)", lo=1, hi=64)
+    probe_workers_per_gpu: int = opt(0, "probe worker processes sharing each GPU (probes time nothing; "
+                                     "Triton's JIT and package imports on the CPU are their bottleneck); "
+                                     "0: three quarters of the cores per GPU, at most 12", lo=0, hi=64)
 
 
 @dataclasses.dataclass

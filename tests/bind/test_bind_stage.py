@@ -311,10 +311,22 @@ def test_a_probe_ends_itself_before_its_workers_timeout():
         seen.extend(items)
         return [(item, {"unbound": "x"}) for item in items]
 
-    ctx = types.SimpleNamespace(executor=types.SimpleNamespace(map_gpu=map_gpu),
+    ctx = types.SimpleNamespace(executor=types.SimpleNamespace(map_gpu=map_gpu, gpu_count=1),
                                 config=types.SimpleNamespace(bind=types.SimpleNamespace(probe_workers_per_gpu=2)))
     rec = types.SimpleNamespace(language="triton")
     queued = [(rec, None, {"time_limit": 120}), (rec, None, {"time_limit": 5})]
     queued = [(r, types.SimpleNamespace(task_fn="m:f"), t) for r, _, t in queued]
     assert [n for n, _ in stage._run_tasks(queued, ctx, "gpu", 50)] == [0, 1]
     assert [i["task"]["time_limit"] for i in seen] == [40.0, 5]
+
+
+def test_probe_workers_default_to_three_quarters_of_the_cores_per_gpu(monkeypatch):
+    import os
+    import types
+
+    from sftbuild.bind.stage import probe_workers
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert probe_workers(types.SimpleNamespace(probe_workers_per_gpu=0), 1) == 12
+    assert probe_workers(types.SimpleNamespace(probe_workers_per_gpu=0), 8) == 1
+    assert probe_workers(types.SimpleNamespace(probe_workers_per_gpu=5), 1) == 5  # set: kept

@@ -64,7 +64,7 @@ CONFIG_CASES = [
     ("confidence_one", "review: {confidence: 1}", ["review.confidence", "< 1"]),
     ("defect_rate_negative", "review: {defect_rate: -0.1}", ["review.defect_rate", "> 0"]),
     ("probe_timeout_nan", "bind: {probe_timeout: .nan}", ["bind.probe_timeout", "finite"]),
-    ("probe_workers_zero", "bind: {probe_workers_per_gpu: 0}", ["bind.probe_workers_per_gpu", ">= 1"]),
+    ("probe_workers_negative", "bind: {probe_workers_per_gpu: -1}", ["bind.probe_workers_per_gpu", ">= 0"]),
     ("min_kernel_lines_negative", "harvest: {min_kernel_lines: -1}", ["harvest.min_kernel_lines", ">= 0"]),
     ("interpreter_only_unknown", "export: {interpreter_only: maybe}", ["export.interpreter_only", "maybe"]),
     ("export_format_unknown", "export: {formats: [nope]}", ["export.formats", "nope", "sft_messages"]),
