@@ -44,6 +44,7 @@ from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate import loop, timing
+from sftbuild.validate.checks.input_independent import UNINFORMATIVE
 from sftbuild.validate.tally import fold_worst
 
 
@@ -382,7 +383,7 @@ class FileReference(loop.Adapter):
         while len(plans) > 1 and self.references.get(plans[0], 0)[3] > REFERENCE_BUDGET_S:
             plans = plans[1:]
         self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
-        self.refused, self.tried, self.informative = {}, 0, False
+        self.refused, self.tried = {}, 0
 
     def variants(self) -> list:
         return self.pairs
@@ -402,8 +403,9 @@ class FileReference(loop.Adapter):
             self.refused[block] = stats["why"]
             return None, stats
         self.tried += 1
-        self.informative |= moved
-        return ok, stats
+        # a reference that did not move: the loop drops the record as uninformative when none did
+        return ok, (stats if moved or not ok else {**stats, UNINFORMATIVE: "the CPU reference's result did not "
+                                                   "change when the inputs did"})
 
     def where(self, t: loop.Trial) -> str:
         """main()'s names for the trial's sizes, its block size and seed (a CUDA fault's place)."""
@@ -418,9 +420,6 @@ class FileReference(loop.Adapter):
         if not self.tried:
             return {"reason": "cuda_error",
                     "detail": "the launcher refused every block size: " + "; ".join(self.refused.values())}
-        if not self.informative:
-            return {"reason": "uninformative",  # the inputs' fault, not the kernel's (checks/input_independent)
-                    "detail": "the CPU reference is constant in every trial: the comparison says nothing"}
         return None
 
 
@@ -550,7 +549,7 @@ def _file_trial(lib, ref, p, block, seed, dev=None, checks=None, references: Ref
     After each call the run-time checks judge the arrays it was given (inputs unchanged); a failed
     second run is judged as every kind's is (`loop.second_order`: a result cached by pointer is a
     cheat). A trial whose reference did not move is no drop here: the record's must move in some
-    trial (`FileReference.verdict`). `references` shares the CPU results between block sizes."""
+    trial (`loop.run`, as every kind's). `references` shares the CPU results between block sizes."""
     from sftbuild.ops.binders import file_reference as FR
 
     dev = dev or torch.device("cuda")

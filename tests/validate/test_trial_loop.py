@@ -171,9 +171,9 @@ def _cached_kernel():
     return kernel
 
 
-def _file_reference(monkeypatch, tmp_path, kernel):
+def _file_reference(monkeypatch, tmp_path, kernel, constant=False):
     """The file-reference adapter on llm.c-like `scale1` (test_file_reference's repo), its launcher and
-    CPU function stood in by Python."""
+    CPU function stood in by Python (`constant`: a CPU function whose result is zeros for any input)."""
     from sftbuild.validate import checks as C
     from sftbuild.validate import trials
     from tests.validate.test_file_reference import REPO_FILE, REPO_HEADER, _record
@@ -184,7 +184,8 @@ def _file_reference(monkeypatch, tmp_path, kernel):
 
     def cpu(lib, ref, p, host):  # scale_cpu: out = 2 * inp + i % C
         out = [t.clone() for t in host]
-        out[0] = 2 * out[1] + (torch.arange(out[1].numel()) % p["env"]["C"]).float()
+        out[0] = torch.zeros_like(out[1]) if constant else \
+            2 * out[1] + (torch.arange(out[1].numel()) % p["env"]["C"]).float()
         return out
 
     def launcher(*args):
@@ -228,6 +229,14 @@ def test_the_file_reference_path_runs_in_the_loop(monkeypatch, tmp_path):
         d[1].add_(1)
     out = _file_reference(monkeypatch, tmp_path, writes_its_input)
     assert (out["reason"], out["detail"]) == ("cheat", "the candidate modified input 1")
+
+
+def test_a_file_reference_constant_in_every_trial_is_uninformative(monkeypatch, tmp_path):
+    def zeros(p, d, block):
+        d[0].zero_()
+    out = _file_reference(monkeypatch, tmp_path, zeros, constant=True)
+    assert (out["status"], out["reason"]) == ("dropped", "uninformative") and len(out["trials"]) == 6
+    assert out["detail"].startswith("launcher scale1: the CPU reference's result did not change")
 
     def refuses_64(p, d, block):  # cudaErrorInvalidConfiguration: that block size's trials are skipped
         return 9 if block == 64 else _scale(p, d)
