@@ -44,6 +44,19 @@ def aliases(tree: ast.AST) -> dict[str, str]:
     return names
 
 
+def called_names(node: ast.AST) -> set[str]:
+    """The plain names called anywhere under `node` (`f(...)`, not `obj.f(...)`)."""
+    return {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+
+def launched_name(node: ast.AST) -> str | None:
+    """The name a call launches or calls: `k` for `k[grid](...)` and for `k(...)`; None otherwise."""
+    if not isinstance(node, ast.Call):
+        return None
+    target = node.func.value if isinstance(node.func, ast.Subscript) else node.func
+    return target.id if isinstance(target, ast.Name) else None
+
+
 def full_name(node: ast.AST, aliases: dict[str, str]) -> str:
     name = dotted(node)
     head, _, rest = name.partition(".")

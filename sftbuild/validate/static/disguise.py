@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from sftbuild.validate.static import PYTHON, STATIC_CHECKS, StaticCheck
-from sftbuild.validate.static._read import full_name
+from sftbuild.validate.static._read import called_names, full_name
 
 DISGUISE = {"getattr": "looks a function up by name", "eval": "evaluates code", "exec": "executes code",
             "__import__": "imports by name", "importlib.import_module": "imports by name",
@@ -30,7 +30,7 @@ class Disguise(StaticCheck):
 
     def check(self, src):
         parents = {id(c): p for p in ast.walk(src.tree) for c in ast.iter_child_nodes(p)}
-        called = {n.func.id for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        called = called_names(src.tree)
         for name, n in src.calls():
             if name == "getattr" and (_plain(n, src.aliases) or _value(parents.get(id(n)), called)):
                 continue

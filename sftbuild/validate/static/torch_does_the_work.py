@@ -18,7 +18,7 @@ import re
 
 from sftbuild.parsing import aliases
 from sftbuild.validate.static import PYTHON, STATIC_CHECKS, StaticCheck
-from sftbuild.validate.static._read import dotted, full_name, is_jit
+from sftbuild.validate.static._read import called_names, dotted, full_name, is_jit, launched_name
 
 # torch calls that compute (the op itself); allocation, shape and dtype calls are allowed
 TORCH_COMPUTE = re.compile(
@@ -47,14 +47,15 @@ class TorchDoesTheWork(StaticCheck):
 
     def check(self, src):
         layers = _layers(src)
-        launching = _launching(src) if src.language == "triton" else set()
-        called = _called_names(src) if src.language == "triton" else set()
+        jits = _jit_names(src) if src.language == "triton" else set()
+        launching = _launching(src, jits) if jits else set()
+        called = called_names(src.tree) if src.language == "triton" else set()
         reaching = _reaching(src, launching) if launching else set()
         for fn in src.forward:
             if src.language == "triton" and REFERENCE_NAME.search(fn.name) and fn.name not in called:
                 continue  # the package's own reference, kept beside the wrapper: never called here
             lenient = bool(launching)
-            deferred = _fallbacks(fn, _jit_names(src) | reaching) if fn.name in reaching else set()
+            deferred = _fallbacks(fn, jits | reaching) if fn.name in reaching else set()
             for n in ast.walk(fn):
                 if id(n) in deferred:
                     continue
@@ -83,9 +84,7 @@ class TorchDoesTheWork(StaticCheck):
 def _reaching(src, launching: set[str]) -> set[str]:
     """The module's functions from which a launch is reached through calls: the launching ones and
     their callers (a public entry that checks its inputs, then calls a `_launch_*` helper)."""
-    funcs = {f.name: f for f in src.tree.body if isinstance(f, ast.FunctionDef)}
-    calls = {name: {n.func.id for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-             for name, f in funcs.items()}
+    calls = {f.name: called_names(f) for f in src.tree.body if isinstance(f, ast.FunctionDef)}
     out, grew = set(launching), True
     while grew:
         more = {name for name, callees in calls.items() if name not in out and callees & out}
@@ -100,9 +99,7 @@ def _fallbacks(fn, launchers: set[str]) -> set[int]:
     is for the run-time checks, which run every trial size: a call that launches none of the
     candidate's own kernels is a cheat there (triton_decoy)."""
     def launches(node) -> bool:
-        target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) else \
-            node.func if isinstance(node, ast.Call) else None
-        return isinstance(target, ast.Name) and target.id in launchers
+        return launched_name(node) in launchers
 
     out: set[int] = set()
     for n in ast.walk(fn):
@@ -146,28 +143,13 @@ def _jit_names(src) -> set[str]:
     return kernels | set(aliases(src.tree, kernels))  # `exp__kernel = exp_`, before a wrapper named exp_
 
 
-def _called_names(src) -> set[str]:
-    return {n.func.id for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-
-
-def _launching(src) -> set[str]:
-    """Functions that launch one of the module's jit kernels, and the helpers those call."""
-    jits = _jit_names(src)
+def _launching(src, jits: set[str]) -> set[str]:
+    """Functions that launch one of the module's jit kernels (`jits`), and the helpers those call."""
     funcs = {f.name: f for f in src.tree.body if isinstance(f, ast.FunctionDef) and not is_jit(f)}
-    out = set()
-    for name, f in funcs.items():
-        for n in ast.walk(f):
-            target = n.func.value if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) else \
-                n.func if isinstance(n, ast.Call) else None
-            if isinstance(target, ast.Name) and target.id in jits:
-                out.add(name)
-                break
+    out = {name for name, f in funcs.items() if any(launched_name(n) in jits for n in ast.walk(f))}
     todo = list(out)
     while todo:  # helpers a launching function calls share its leniency
-        f = funcs[todo.pop()]
-        for n in ast.walk(f):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in funcs \
-                    and n.func.id not in out:
-                out.add(n.func.id)
-                todo.append(n.func.id)
+        more = (called_names(funcs[todo.pop()]) & funcs.keys()) - out
+        out |= more
+        todo += more
     return out
