@@ -472,14 +472,10 @@ def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):
         return False, {}, "the entry launched none of the record's kernels here"
     if len(outs) != len(refs64):
         return False, {}, f"{len(outs)} outputs and gradients, the reference has {len(refs64)}"
-    worst: dict = {}
-    context = ops.largest(refs64)
-    for o, r64, nat in zip(outs, refs64, natives):
-        ok, stats = ops.compare(o, r64, dtype, op.tolerance, native=nat, context=context)
-        if not ok:
-            return False, stats, f"worst error {_err(stats):.3g}: {stats.get('why', '')}"[:200]
-        worst = {k: max(worst.get(k) or 0.0, stats.get(k) or 0.0) for k in ("norm_rel", "max_rel")}
-    return True, worst, ""
+    ok, stats = pyrun.compare_outputs(outs, refs64, natives, dtype, op.tolerance)
+    if not ok:
+        return False, stats, f"worst error {_err(stats):.3g}: {stats.get('why', '')}"[:200]
+    return True, {k: stats.get(k) or 0.0 for k in ("norm_rel", "max_rel")}, ""
 
 
 # ---- argument mappings -----------------------------------------------------------------

@@ -488,7 +488,7 @@ class OpProblem(Problem):
         `inputs`, each floating input moved by KINK_STEP of itself in one fixed random direction and in
         its opposite. Autograd picks one subgradient where the inputs sit on a kink of the function (an
         element exactly on sparsemax's support edge, a tie in a max); a kernel may pick the other side's,
-        and where the sides part, either is right (`_compare`). Elsewhere they agree to ~KINK_STEP."""
+        and where the sides part, either is right (`compare_outputs`). Elsewhere they agree to ~KINK_STEP."""
         if not (self.call and self.call.get("grad")):
             return []
         gen = torch.Generator().manual_seed(COTANGENT_SEED)
@@ -957,7 +957,7 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
                                                           run.counter.count, times))
             if why:
                 return False, why
-    ok, stats = _compare(out, ref.double, ref.native, dtype, tol, ref.sides)
+    ok, stats = compare_outputs(out, ref.double, ref.native, dtype, tol, ref.sides)
     if not ok:
         why = _reads_outside(run, variant, dtype, inputs, fence, sizes, ref)
         if why:
@@ -974,7 +974,7 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     if why:
         return False, why
     ok, more = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
-                                 _compare(out2, ref.double2, ref.native2, dtype, tol, ref.sides2))
+                                 compare_outputs(out2, ref.double2, ref.native2, dtype, tol, ref.sides2))
     return (True, {**stats, **more}) if ok else (False, more)
 
 
@@ -992,7 +992,7 @@ def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict
                     torch.cuda.synchronize()
         except Exception:
             return False
-        return _compare(out, ref.double, ref.native, dtype, prob.tolerance(), ref.sides)[0]
+        return compare_outputs(out, ref.double, ref.native, dtype, prob.tolerance(), ref.sides)[0]
 
     return fences.blame_reads(fence, rerun)
 
@@ -1076,9 +1076,11 @@ def _expects_triton(prob) -> bool:
     return "triton.jit" in full or "@jit" in full
 
 
-def _compare(outs, refs64, natives, dtype, tol, sides=()):
-    """Each output against its float64 reference; with `sides` (OpProblem.sides), an element may match
-    either side's value instead where the sides part (a kink: either one-sided result is right)."""
+def compare_outputs(outs, refs64, natives, dtype, tol, sides=()):
+    """Each output against its float64 reference (the probe's trials compare so too); with `sides`
+    (OpProblem.sides), an element may match either side's value instead where the sides part (a kink:
+    either one-sided result is right). (ok, stats): the worst of each statistic over the outputs
+    compared, and on a failure the failing output's `why`."""
     if len(outs) != len(refs64):
         return False, {"why": f"{len(outs)} outputs, the reference has {len(refs64)}"}
     stats = {}

@@ -403,11 +403,11 @@ def test_a_gradient_at_a_kink_may_be_either_sides():
                 for w in (1.0, -1.0)]
     other = next(s for s in ok_sides if not torch.allclose(s[1], ref64[1]))  # the side autograd did not pick
     other = [t.float() for t in other]
-    assert not pyrun._compare(other, ref64, native, "float32", ops.Tolerance())[0]
-    ok, stats = pyrun._compare(other, ref64, native, "float32", ops.Tolerance(), sides)
+    assert not pyrun.compare_outputs(other, ref64, native, "float32", ops.Tolerance())[0]
+    ok, stats = pyrun.compare_outputs(other, ref64, native, "float32", ops.Tolerance(), sides)
     assert ok and stats["at_kink"]
     wrong = [other[0], other[1] * 1.5]
-    assert not pyrun._compare(wrong, ref64, native, "float32", ops.Tolerance(), sides)[0]
+    assert not pyrun.compare_outputs(wrong, ref64, native, "float32", ops.Tolerance(), sides)[0]
     # a forward check has no sides
     prob.call = {}
     assert prob.sides(None, "float32", [x]) == []
