@@ -146,11 +146,8 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
     """(index into `queued`, result or WorkerFailure) for each task, in the order they finish: GPU
     workers, else the Triton interpreter, else none."""
     device = "cuda" if probe == "gpu" else "cpu"  # where the task runs, for a task that allocates inputs
-    # a task ends itself, unbound, before the worker's timeout would kill it (and the package it imported)
-    limit = {"time_limit": round(timeout * 0.8, 1)}
-    items = [{"task_fn": b.task_fn, "language": rec.language, "n": n,
-              "task": {"device": device, **task, **({} if task.get("time_limit", 0) <= limit["time_limit"] else limit)}
-              if isinstance(task, dict) else task} for n, (rec, b, task) in enumerate(queued)]
+    items = [{"task_fn": b.task_fn, "task": _within(task, device, timeout), "language": rec.language, "n": n}
+             for n, (rec, b, task) in enumerate(queued)]
     if not items:
         return
     if probe == "gpu":
@@ -170,6 +167,15 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
         futures = [pool.submit(one, item) for item in items]
         for fut in as_completed(futures):
             yield fut.result()
+
+
+def _within(task, device: str, timeout: float):
+    """A dict task with the device it runs on, its own time limit cut to 80% of the worker's timeout:
+    it ends itself, unbound, before that timeout would kill the worker (and the package it imported)."""
+    if not isinstance(task, dict):
+        return task
+    cap = round(timeout * 0.8, 1)
+    return {"device": device, **task, **({"time_limit": cap} if task.get("time_limit", 0) > cap else {})}
 
 
 def probe_workers(cfg, n_gpus: int) -> int:

@@ -105,7 +105,7 @@ def candidates(aten: str, known, aliases: dict | None = None) -> list[str]:
         return []
     out: list[str] = []
     names = [base, base.lstrip("_"), base.lstrip("_").removeprefix("native_")]
-    names += [(aliases or {})[n] for n in names if n in (aliases or {})]
+    names += [aliases[n] for n in names if n in (aliases or ())]
     for name in dict.fromkeys(names):
         wanted = [name] + [f"opdb.{ns}{name}" for ns in NAMESPACES] + \
             [f"opdb.torch.ops.aten.{base}.{overload or 'default'}"]
