@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from sftbuild import sandbox
+from sftbuild.parsing import params
 from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
 from sftbuild.validate import logs
 from sftbuild.validate.include_sets import nvcc_args
@@ -245,7 +246,7 @@ def launch_values(tree) -> dict:
     scope = {}  # each keyword's innermost enclosing function's int defaults (inner functions walk later)
     for f in ast.walk(tree):
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defaults = _int_defaults(f, const)
+            defaults = {p["name"]: p["default"] for p in params(f) if type(p["default"]) is int}
             scope.update({id(n): defaults for n in ast.walk(f) if isinstance(n, ast.keyword)})
     found = {}
     for n in ast.walk(tree):
@@ -256,14 +257,6 @@ def launch_values(tree) -> dict:
             if v is not None:
                 found.setdefault(n.arg, v)
     return found
-
-
-def _int_defaults(f, const) -> dict:
-    a = f.args
-    pos = a.posonlyargs + a.args
-    pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + \
-        [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
-    return {k.arg: const(d) for k, d in pairs if const(d) is not None}
 
 
 def jit_functions(tree) -> list:
