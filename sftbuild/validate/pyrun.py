@@ -419,6 +419,7 @@ class OpProblem(Problem):
         b = task["binding"]
         self.op = ops.get(b["op"])
         self.params = {**self.op.params, **(b.get("params") or {})}
+        self._made: dict = {}  # (shape, dtype) -> the params its input generator left (`params_for`)
         self.mod, self.call, self.entry = None, b.get("call"), task.get("entry") or {}
         allowed = b.get("dtypes") or list(self.op.dtypes)
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
@@ -435,7 +436,7 @@ class OpProblem(Problem):
         makes inputs of it and its reference runs on them."""
         def works(shape):
             dtype = self.dtypes[0] if self.dtypes else "float32"
-            self.op.run_reference(self.inputs(shape, dtype, 0, dev), self.params)
+            self.op.run_reference(self.inputs(shape, dtype, 0, dev), self.params_for(shape, dtype))
             return True
 
         limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
@@ -454,31 +455,44 @@ class OpProblem(Problem):
             self.fn = pick_wrapper(mod, self.entry)
             sig = inspect.signature(self.fn)
             takes_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-            self.call_params = {k: v for k, v in self.params.items() if takes_kw or k in sig.parameters}
+            self.takes = lambda k: takes_kw or k in sig.parameters
 
     def variants(self):
         return self.shapes
 
     def inputs(self, shape, dtype, seed, dev):
-        """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special)."""
-        return [t.to(dev) for t in special.trial_inputs(self.op, shape, dtype, seed, self.params)]
+        """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special).
+        What the op's input generator sets in its params for these inputs is kept for their variant."""
+        params = dict(self.params)
+        xs = special.trial_inputs(self.op, shape, dtype, seed, params)
+        self._made[(tuple(shape), dtype)] = params
+        return [t.to(dev) for t in xs]
+
+    def params_for(self, shape, dtype) -> dict:
+        """The params of one variant: the binding's and op's, with what the input generator set for the
+        variant's inputs (a head size's sections, an op_db sample's call, an image's height). The book
+        makes every variant's inputs before any trial runs, so params shared by all variants would hold
+        the last variant's values at every trial."""
+        return self._made.get((tuple(shape), dtype), self.params)
 
     def candidate(self, shape, dtype, inputs):
         self.handed = []
+        params = self.params_for(shape, dtype)
         if self.call and self.call.get("grad"):  # a backward kernel: its Function's forward and backward
-            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params, self.handed), inputs,
+            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, params, self.handed), inputs,
                               self.op.grad_constants)
         if self.call:
-            return call_entry(self.mod, self.call, inputs, self.params, self.handed)
-        return to_list(self.fn(*inputs, **self.call_params))
+            return call_entry(self.mod, self.call, inputs, params, self.handed)
+        return to_list(self.fn(*inputs, **{k: v for k, v in params.items() if self.takes(k)}))
 
     def reference(self, shape, dtype, inputs, double=False):
+        params = self.params_for(shape, dtype)
         if double:
             inputs = [t.double() if t.is_floating_point() else t for t in inputs]
         if self.call and self.call.get("grad"):
-            return with_grads(lambda xs: to_list(self.op.run_reference(xs, self.params)), inputs,
+            return with_grads(lambda xs: to_list(self.op.run_reference(xs, params)), inputs,
                               self.op.grad_constants)
-        return to_list(self.op.run_reference(inputs, self.params))
+        return to_list(self.op.run_reference(inputs, params))
 
     def tolerance(self):
         return self.op.tolerance
@@ -926,7 +940,7 @@ def _compiled_reference(prob, variant, dtype, task):
         if isinstance(prob, ModuleProblem):
             f = torch.compile(prob.reference_models(variant, dtype)[0])
         else:
-            f = torch.compile(lambda *xs: prob.op.run_reference(list(xs), prob.params))
+            f = torch.compile(lambda *xs: prob.op.run_reference(list(xs), prob.params_for(variant, dtype)))
         return f
     except Exception:
         return None
