@@ -465,7 +465,7 @@ class OpProblem(Problem):
         What the op's input generator sets in its params for these inputs is kept for their variant."""
         params = dict(self.params)
         xs = special.trial_inputs(self.op, shape, dtype, seed, params)
-        self._made[(tuple(shape), dtype)] = params
+        self._made = {**getattr(self, "_made", {}), (tuple(shape), dtype): params}
         return [t.to(dev) for t in xs]
 
     def params_for(self, shape, dtype) -> dict:
@@ -473,7 +473,8 @@ class OpProblem(Problem):
         variant's inputs (a head size's sections, an op_db sample's call, an image's height). The book
         makes every variant's inputs before any trial runs, so params shared by all variants would hold
         the last variant's values at every trial."""
-        return self._made.get((tuple(shape), dtype), self.params)
+        key = (tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
+        return getattr(self, "_made", {}).get(key, self.params)
 
     def candidate(self, shape, dtype, inputs):
         self.handed = []
@@ -971,7 +972,7 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
                                                           run.counter.count, times))
             if why:
                 return False, why
-    ok, stats = compare_outputs(out, ref.double, ref.native, dtype, tol, ref.sides)
+    ok, stats = compare_outputs(out, ref.double, ref.native, dtype, tol, ref.sides, ref.spread)
     if not ok:
         why = _reads_outside(run, variant, dtype, inputs, fence, sizes, ref)
         if why:
@@ -988,7 +989,8 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     if why:
         return False, why
     ok, more = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
-                                 compare_outputs(out2, ref.double2, ref.native2, dtype, tol, ref.sides2))
+                                 compare_outputs(out2, ref.double2, ref.native2, dtype, tol, ref.sides2,
+                                                 ref.spread2))
     return (True, {**stats, **more}) if ok else (False, more)
 
 
@@ -1006,7 +1008,7 @@ def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict
                     torch.cuda.synchronize()
         except Exception:
             return False
-        return compare_outputs(out, ref.double, ref.native, dtype, prob.tolerance(), ref.sides)[0]
+        return compare_outputs(out, ref.double, ref.native, dtype, prob.tolerance(), ref.sides, ref.spread)[0]
 
     return fences.blame_reads(fence, rerun)
 
@@ -1090,25 +1092,28 @@ def _expects_triton(prob) -> bool:
     return "triton.jit" in full or "@jit" in full
 
 
-def compare_outputs(outs, refs64, natives, dtype, tol, sides=()):
+def compare_outputs(outs, refs64, natives, dtype, tol, sides=(), spreads=()):
     """Each output against its float64 reference (the probe's trials compare so too); with `sides`
     (OpProblem.sides), an element may match either side's value instead where the sides part (a kink:
-    either one-sided result is right). (ok, stats): the worst of each statistic over the outputs
-    compared, and on a failure the failing output's `why`."""
+    either one-sided result is right); with `spreads` (the book's, sftbuild.ops.rounding.spread), an
+    output where the reference cancels gets the reference's own spread under rounding.
+    (ok, stats): the worst of each statistic over the outputs compared, and on a failure the failing
+    output's `why`."""
     if len(outs) != len(refs64):
         return False, {"why": f"{len(outs)} outputs, the reference has {len(refs64)}"}
     stats = {}
     context = ops.largest(refs64)
     for j, (o, r, n) in enumerate(zip(outs, refs64, natives)):
-        ok, s = ops.compare(o, r, dtype, tol, native=n, context=context)
+        w = spreads[j] if len(spreads) == len(refs64) and isinstance(spreads[j], torch.Tensor) else None
+        ok, s = ops.compare(o, r, dtype, tol, native=n, context=context, spread=w)
         if not ok and sides and isinstance(o, torch.Tensor) and all(len(side) > j for side in sides):
             kinked = at_kink(o, r, [side[j] for side in sides])
             if kinked is not None:
-                again, s2 = ops.compare(o, kinked, dtype, tol, native=n, context=context)
+                again, s2 = ops.compare(o, kinked, dtype, tol, native=n, context=context, spread=w)
                 if again:
                     ok, s = True, s2
                     stats["at_kink"] = True
-        for k in ("max_abs", "max_rel", "norm_rel"):
+        for k in ("max_abs", "max_rel", "norm_rel", "rounding_sensitive"):
             if s.get(k) is not None:
                 stats[k] = max(stats.get(k, 0.0), s[k])
         if not ok:
