@@ -516,6 +516,11 @@ class OpProblem(Problem):
             out.append(self.reference(shape, dtype, moved, double=True))
         return out
 
+    def gradients(self) -> bool:
+        """Whether the outputs checked are gradients: a backward op, or a backward kernel checked
+        through its entry's autograd (the reference book measures their spread under rounding)."""
+        return bool(self.call and self.call.get("grad")) or self.op.name.endswith("_backward")
+
     def free_outputs(self) -> tuple[int, ...]:
         """Outputs whose strides are no part of the contract: the input gradients of a backward check,
         laid out as autograd's reference happened to make them (a contiguous result is right too)."""

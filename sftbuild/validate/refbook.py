@@ -5,7 +5,7 @@ or register its own kernels for torch's operators; a reference computed after th
 the candidate's answer. So pyrun fills a `Book` first, while the process is as the worker
 left it: for every (variant, dtype, seed) of the trial plan, the inputs of both orders
 (fresh buffers; new values in the same buffers), the reference's outputs on each at the
-trial's dtype and in float64 (and in float64 with its intermediates rounded at the dtype:
+trial's dtype and in float64 (and, where the outputs are gradients, in float64 with its intermediates rounded at the dtype:
 sftbuild.ops.rounding), and, for every layout the plan tries, the specs
 (sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout; outputs the
 problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own,
@@ -115,9 +115,12 @@ _TENSORS = ("inputs", "fresh", "native", "double", "native2", "double2", "spread
 
 
 def _spread(prob, variant, dtype, inputs, double) -> list:
-    """[] for a variant grown past the caps: its float64 reference is the slowest run of the book
-    (float64 convolutions on a GPU), and cancelling outputs show at the drawn sizes already."""
-    if getattr(prob, "grown", lambda v: False)(variant):
+    """The reference's spread for a problem whose outputs are gradients (`gradients()`: a backward
+    op, or a backward kernel checked through its entry's autograd), where terms cancel to ~0 by
+    construction (x - mean over one value); [] elsewhere, where the floors and torch's own error
+    cover rounding, and for a variant grown past the caps: its float64 reference is the slowest run
+    of the book, and cancelling outputs show at the drawn sizes already."""
+    if not getattr(prob, "gradients", lambda: False)() or getattr(prob, "grown", lambda v: False)(variant):
         return []
     return rounding.spread(lambda: prob.reference(variant, dtype, inputs, double=True), list(double), dtype)
 _SIDES = ("sides", "sides2")

@@ -65,3 +65,25 @@ def test_views_and_in_place_updates_are_not_jittered():
     out = rounding.jittered(fn, "float32")
     assert torch.equal(out[0], x.view(2, 3)) and torch.equal(out[1], x.view(2, 3))
     assert not torch.equal(rounding.jittered(lambda: [x * 1.0], "float32")[0], x)
+
+
+def test_the_book_measures_the_spread_for_gradients_only():
+    # four extra float64 runs per book entry are paid where outputs are gradients (terms cancel by
+    # construction there); elsewhere the floors and torch's own error cover rounding
+    from sftbuild.validate import refbook
+
+    class Problem:
+        def __init__(self, gradients):
+            self.gradients = lambda: gradients
+
+        def grown(self, variant):
+            return False
+
+        def reference(self, variant, dtype, xs, double=False):
+            x = xs[0].double()
+            return [x * 3 - (x * 3).mean()]
+    xs = [torch.randn(8, generator=torch.Generator().manual_seed(0))]
+    plain = Problem(True).reference(None, "float32", xs, double=True)
+    assert refbook._spread(Problem(False), None, "float32", xs, plain) == []
+    spread = refbook._spread(Problem(True), None, "float32", xs, plain)
+    assert len(spread) == 1 and float(spread[0].max()) > 0
