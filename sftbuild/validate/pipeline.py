@@ -91,6 +91,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     # a program's own kernels after every program pair: workers running side by side would otherwise
     # compile the same kernels at once, where later ones find them in the shared Triton cache
     items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
+    _prepare_ops(items)
     if gpus:
         results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
                                    per_gpu=workers_per_gpu(cfg, gpus))
@@ -108,6 +109,22 @@ def workers_per_gpu(cfg, n_gpus: int) -> int:
     """`validate.workers_per_gpu`, or when 0 half the cores per GPU, at most 8: each worker keeps about
     one core busy (Python, Triton's JIT) while its GPU work is small."""
     return cfg.workers_per_gpu or max(1, min(8, (os.cpu_count() or 2) // max(1, n_gpus) // 2))
+
+
+def _prepare_ops(items) -> None:
+    """torch's op catalogue (sftbuild.ops.opdb), scanned here and cached before the workers start
+    when a record is bound to one of its ops: where no catalogue was shipped or cached for this torch,
+    every worker would scan op_db on its own (a minute each), inside its first sample's time limit."""
+    names = {(t["binding"] or {}).get("op") for t in items}
+    name = next((n for n in names if isinstance(n, str) and n.startswith("opdb.")), None)
+    if name is None:
+        return
+    from sftbuild import ops
+
+    try:
+        ops.get(name)
+    except KeyError:  # not in this torch's op_db: the sample's own verdict says so
+        pass
 
 
 def _prepare_extensions(cache_dir: str) -> None:

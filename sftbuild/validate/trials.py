@@ -53,6 +53,10 @@ def run_record(task: dict) -> dict:
     from sftbuild.validate import guards
 
     guards.set_strict()  # the reference runs in full fp32
+    # torch's first-use patches (Dynamo's, which the profiler or a trial may import) are made before
+    # the snapshot, as for Python candidates: a worker whose first sample is a harness would otherwise
+    # see Dynamo's import as the harness's change to the process
+    pristine.warm()
     world = pristine.Pristine()
     return _untouched(_guarded_run(task), world)
 
