@@ -419,6 +419,7 @@ class OpProblem(Problem):
         b = task["binding"]
         self.op = ops.get(b["op"])
         self.params = {**self.op.params, **(b.get("params") or {})}
+        self._made: dict = {}  # (shape, dtype) -> the params its input generator left (`params_for`)
         self.mod, self.call, self.entry = None, b.get("call"), task.get("entry") or {}
         allowed = b.get("dtypes") or list(self.op.dtypes)
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
@@ -435,7 +436,7 @@ class OpProblem(Problem):
         makes inputs of it and its reference runs on them."""
         def works(shape):
             dtype = self.dtypes[0] if self.dtypes else "float32"
-            self.op.run_reference(self.inputs(shape, dtype, 0, dev), self.params)
+            self.op.run_reference(self.inputs(shape, dtype, 0, dev), self.params_for(shape, dtype))
             return True
 
         limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
@@ -454,31 +455,45 @@ class OpProblem(Problem):
             self.fn = pick_wrapper(mod, self.entry)
             sig = inspect.signature(self.fn)
             takes_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-            self.call_params = {k: v for k, v in self.params.items() if takes_kw or k in sig.parameters}
+            self.takes = lambda k: takes_kw or k in sig.parameters
 
     def variants(self):
         return self.shapes
 
     def inputs(self, shape, dtype, seed, dev):
-        """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special)."""
-        return [t.to(dev) for t in special.trial_inputs(self.op, shape, dtype, seed, self.params)]
+        """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special).
+        What the op's input generator sets in its params for these inputs is kept for their variant."""
+        params = dict(self.params)
+        xs = special.trial_inputs(self.op, shape, dtype, seed, params)
+        self._made = {**getattr(self, "_made", {}), (tuple(shape), dtype): params}
+        return [t.to(dev) for t in xs]
+
+    def params_for(self, shape, dtype) -> dict:
+        """The params of one variant: the binding's and op's, with what the input generator set for the
+        variant's inputs (a head size's sections, an op_db sample's call, an image's height). The book
+        makes every variant's inputs before any trial runs, so params shared by all variants would hold
+        the last variant's values at every trial."""
+        key = (tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
+        return getattr(self, "_made", {}).get(key, self.params)
 
     def candidate(self, shape, dtype, inputs):
         self.handed = []
+        params = self.params_for(shape, dtype)
         if self.call and self.call.get("grad"):  # a backward kernel: its Function's forward and backward
-            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, self.params, self.handed), inputs,
+            return with_grads(lambda xs: call_entry(self.mod, self.call, xs, params, self.handed), inputs,
                               self.op.grad_constants)
         if self.call:
-            return call_entry(self.mod, self.call, inputs, self.params, self.handed)
-        return to_list(self.fn(*inputs, **self.call_params))
+            return call_entry(self.mod, self.call, inputs, params, self.handed)
+        return to_list(self.fn(*inputs, **{k: v for k, v in params.items() if self.takes(k)}))
 
     def reference(self, shape, dtype, inputs, double=False):
+        params = self.params_for(shape, dtype)
         if double:
             inputs = [t.double() if t.is_floating_point() else t for t in inputs]
         if self.call and self.call.get("grad"):
-            return with_grads(lambda xs: to_list(self.op.run_reference(xs, self.params)), inputs,
+            return with_grads(lambda xs: to_list(self.op.run_reference(xs, params)), inputs,
                               self.op.grad_constants)
-        return to_list(self.op.run_reference(inputs, self.params))
+        return to_list(self.op.run_reference(inputs, params))
 
     def tolerance(self):
         return self.op.tolerance
@@ -500,6 +515,11 @@ class OpProblem(Problem):
                      for t, s in zip(inputs, signs)]
             out.append(self.reference(shape, dtype, moved, double=True))
         return out
+
+    def gradients(self) -> bool:
+        """Whether the outputs checked are gradients: a backward op, or a backward kernel checked
+        through its entry's autograd (the reference book measures their spread under rounding)."""
+        return bool(self.call and self.call.get("grad")) or self.op.name.endswith("_backward")
 
     def free_outputs(self) -> tuple[int, ...]:
         """Outputs whose strides are no part of the contract: the input gradients of a backward check,
@@ -926,7 +946,7 @@ def _compiled_reference(prob, variant, dtype, task):
         if isinstance(prob, ModuleProblem):
             f = torch.compile(prob.reference_models(variant, dtype)[0])
         else:
-            f = torch.compile(lambda *xs: prob.op.run_reference(list(xs), prob.params))
+            f = torch.compile(lambda *xs: prob.op.run_reference(list(xs), prob.params_for(variant, dtype)))
         return f
     except Exception:
         return None
@@ -957,7 +977,7 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
                                                           run.counter.count, times))
             if why:
                 return False, why
-    ok, stats = compare_outputs(out, ref.double, ref.native, dtype, tol, ref.sides)
+    ok, stats = compare_outputs(out, ref.double, ref.native, dtype, tol, ref.sides, ref.spread)
     if not ok:
         why = _reads_outside(run, variant, dtype, inputs, fence, sizes, ref)
         if why:
@@ -974,7 +994,8 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     if why:
         return False, why
     ok, more = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
-                                 compare_outputs(out2, ref.double2, ref.native2, dtype, tol, ref.sides2))
+                                 compare_outputs(out2, ref.double2, ref.native2, dtype, tol, ref.sides2,
+                                                 ref.spread2))
     return (True, {**stats, **more}) if ok else (False, more)
 
 
@@ -992,7 +1013,7 @@ def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict
                     torch.cuda.synchronize()
         except Exception:
             return False
-        return compare_outputs(out, ref.double, ref.native, dtype, prob.tolerance(), ref.sides)[0]
+        return compare_outputs(out, ref.double, ref.native, dtype, prob.tolerance(), ref.sides, ref.spread)[0]
 
     return fences.blame_reads(fence, rerun)
 
@@ -1076,25 +1097,28 @@ def _expects_triton(prob) -> bool:
     return "triton.jit" in full or "@jit" in full
 
 
-def compare_outputs(outs, refs64, natives, dtype, tol, sides=()):
+def compare_outputs(outs, refs64, natives, dtype, tol, sides=(), spreads=()):
     """Each output against its float64 reference (the probe's trials compare so too); with `sides`
     (OpProblem.sides), an element may match either side's value instead where the sides part (a kink:
-    either one-sided result is right). (ok, stats): the worst of each statistic over the outputs
-    compared, and on a failure the failing output's `why`."""
+    either one-sided result is right); with `spreads` (the book's, sftbuild.ops.rounding.spread), an
+    output where the reference cancels gets the reference's own spread under rounding.
+    (ok, stats): the worst of each statistic over the outputs compared, and on a failure the failing
+    output's `why`."""
     if len(outs) != len(refs64):
         return False, {"why": f"{len(outs)} outputs, the reference has {len(refs64)}"}
     stats = {}
     context = ops.largest(refs64)
     for j, (o, r, n) in enumerate(zip(outs, refs64, natives)):
-        ok, s = ops.compare(o, r, dtype, tol, native=n, context=context)
+        w = spreads[j] if len(spreads) == len(refs64) and isinstance(spreads[j], torch.Tensor) else None
+        ok, s = ops.compare(o, r, dtype, tol, native=n, context=context, spread=w)
         if not ok and sides and isinstance(o, torch.Tensor) and all(len(side) > j for side in sides):
             kinked = at_kink(o, r, [side[j] for side in sides])
             if kinked is not None:
-                again, s2 = ops.compare(o, kinked, dtype, tol, native=n, context=context)
+                again, s2 = ops.compare(o, kinked, dtype, tol, native=n, context=context, spread=w)
                 if again:
                     ok, s = True, s2
                     stats["at_kink"] = True
-        for k in ("max_abs", "max_rel", "norm_rel"):
+        for k in ("max_abs", "max_rel", "norm_rel", "rounding_sensitive"):
             if s.get(k) is not None:
                 stats[k] = max(stats.get(k, 0.0), s[k])
         if not ok:

@@ -5,7 +5,8 @@ or register its own kernels for torch's operators; a reference computed after th
 the candidate's answer. So pyrun fills a `Book` first, while the process is as the worker
 left it: for every (variant, dtype, seed) of the trial plan, the inputs of both orders
 (fresh buffers; new values in the same buffers), the reference's outputs on each at the
-trial's dtype and in float64, and, for every layout the plan tries, the specs
+trial's dtype and in float64 (and, where the outputs are gradients, in float64 with its intermediates rounded at the dtype:
+sftbuild.ops.rounding), and, for every layout the plan tries, the specs
 (sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout; outputs the
 problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own,
 and a problem's `expected(specs, dtype)` may put a probed entry's own output contract in place of the
@@ -23,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from sftbuild.ops import rounding
 from sftbuild.validate import checks, deadline
 
 MAX_ON_DEVICE = 8 << 30
@@ -44,6 +46,10 @@ class Entry:
     # inputs sit on a kink of the function, and either side's value is right there; empty: none
     sides: list = dataclasses.field(default_factory=list)
     sides2: list = dataclasses.field(default_factory=list)
+    # per output, how far the float64 results move with every intermediate rounded once at the trial's
+    # dtype (sftbuild.ops.rounding.spread): the reference's own spread where its terms cancel; empty: none
+    spread: list = dataclasses.field(default_factory=list)
+    spread2: list = dataclasses.field(default_factory=list)
 
 
 class Book:
@@ -85,9 +91,10 @@ class Book:
         if hasattr(prob, "expected"):  # a probed entry's own output contract (pyrun.OpProblem.expected)
             specs = {lay: prob.expected(sp, dtype) for lay, sp in specs.items()}
         sides = getattr(prob, "sides", lambda *a: [])
-        entry = Entry(inputs, fresh, native, prob.reference(variant, dtype, inputs, double=True),
-                      prob.reference(variant, dtype, fresh), prob.reference(variant, dtype, fresh, double=True),
-                      specs, seconds, sides(variant, dtype, inputs), sides(variant, dtype, fresh))
+        double, double2 = (prob.reference(variant, dtype, xs, double=True) for xs in (inputs, fresh))
+        entry = Entry(inputs, fresh, native, double, prob.reference(variant, dtype, fresh), double2,
+                      specs, seconds, sides(variant, dtype, inputs), sides(variant, dtype, fresh),
+                      _spread(prob, variant, dtype, inputs, double), _spread(prob, variant, dtype, fresh, double2))
         for f in _TENSORS:
             setattr(entry, f, [self._keep(t) for t in getattr(entry, f)])
         for f in _SIDES:
@@ -104,7 +111,18 @@ class Book:
         return t.cpu()
 
 
-_TENSORS = ("inputs", "fresh", "native", "double", "native2", "double2")
+_TENSORS = ("inputs", "fresh", "native", "double", "native2", "double2", "spread", "spread2")
+
+
+def _spread(prob, variant, dtype, inputs, double) -> list:
+    """The reference's spread for a problem whose outputs are gradients (`gradients()`: a backward
+    op, or a backward kernel checked through its entry's autograd), where terms cancel to ~0 by
+    construction (x - mean over one value); [] elsewhere, where the floors and torch's own error
+    cover rounding, and for a variant grown past the caps: its float64 reference is the slowest run
+    of the book, and cancelling outputs show at the drawn sizes already."""
+    if not getattr(prob, "gradients", lambda: False)() or getattr(prob, "grown", lambda v: False)(variant):
+        return []
+    return rounding.spread(lambda: prob.reference(variant, dtype, inputs, double=True), list(double), dtype)
 _SIDES = ("sides", "sides2")
 
 

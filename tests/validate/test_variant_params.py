@@ -1,0 +1,41 @@
+"""Params an op's input generator sets per variant (M-RoPE's sections per head size) reach every
+trial of that variant: the book makes all variants' inputs before the first trial, so params shared
+by the variants held the last one's values and a correct kernel was compared at the wrong sections."""
+import types
+
+import torch
+
+from sftbuild.ops import model_layers as ML
+
+
+def _run(shapes):
+    from sftbuild.validate import guards, pristine, pyrun, refbook
+    from sftbuild.validate import checks as C
+
+    counter = types.SimpleNamespace(count=0, names=set())
+
+    def wrapper(q, k, cos, sin, mrope_section=(16, 24, 24)):
+        counter.count += 1  # stands in for the candidate's own Triton launch
+        return list(ML._mrope(q, k, cos, sin, mrope_section))
+    task = {"id": "t", "binding": {"op": "qwen2vl_mrope"}, "entry": {"wrapper": "wrapper"},
+            "dtypes": ["float32"], "shapes": 1}
+    guards.set_strict()
+    dev = torch.device("cpu")
+    prob = pyrun.OpProblem(task, dev)
+    prob.shapes = shapes
+    book = refbook.Book(prob, 1, dev, pyrun.layout_of)
+    prob.bind(types.SimpleNamespace(wrapper=wrapper))
+    return pyrun.Run(prob, dev, counter, set(), C.selected(), book, pristine.Pristine()), prob
+
+
+def test_each_variant_keeps_the_params_its_inputs_were_made_with():
+    from sftbuild.validate import pyrun
+
+    small, large = (1, 2, 1, 4, 8), (2, 4, 2, 17, 64)
+    run, prob = _run([small, large])
+    assert prob.params_for(small, "float32")["mrope_section"] == ML.mrope_sections(8) == [2, 1, 1]
+    assert prob.params_for(large, "float32")["mrope_section"] == ML.mrope_sections(64)
+    assert prob.params["mrope_section"] == [16, 24, 24]  # the op's own params are left as they were
+    for vi, v in enumerate(prob.variants()):
+        ok, stats = pyrun.trial(run, v, "float32", "contiguous", 0, vi=vi)
+        assert ok, (v, stats)
