@@ -382,7 +382,7 @@ class FileReference(loop.Adapter):
         # the largest size goes while one CPU run of it exceeds the budget (its result is kept for the trials)
         while len(plans) > 1 and self.references.get(plans[0], 0)[3] > REFERENCE_BUDGET_S:
             plans = plans[1:]
-        self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
+        self.pairs = FR.pairs(self.ref, plans)  # each size with the block sizes main() would pair it with
         self.refused, self.tried = {}, 0
 
     def variants(self) -> list:

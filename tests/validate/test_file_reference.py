@@ -336,10 +336,11 @@ def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(re
     adapter = T.FileReference(task, torch.device("cpu"), T.C.selected())
     out = loop.run([adapter], {**task, "timing": False})
 
-    sizes, blocks = len(FR.plans(ref, 3)), len(FR.block_sizes(ref))
+    plans = FR.plans(ref, 3)
+    sizes, pairs = len(plans), len(FR.pairs(ref, plans))
     assert out["status"] == "ok", out
-    assert sizes == 3 and blocks == 3
-    assert len(out["trials"]) == sizes * blocks * 2  # every (size, block size, seed) is still a trial
+    assert sizes == 3 and pairs > sizes
+    assert len(out["trials"]) == pairs * 2  # every (size, block size, seed) is still a trial
     assert len(calls) == sizes * 2 * 2 == out["reference_calls"]  # (size, seed, run), not per block size
     assert len(set(calls)) == len(calls)
 
@@ -347,8 +348,8 @@ def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(re
     calls.clear()
     monkeypatch.setattr(T, "REFERENCE_BUDGET_S", -1.0)
     out = loop.run([T.FileReference(task, torch.device("cpu"), T.C.selected())], {**task, "timing": False})
-    assert out["status"] == "ok" and len(out["trials"]) == blocks * 2
-    assert {r["sizes"][0] for r in out["trials"]} == {FR.plans(ref, 3)[-1]["counts"][0]}
+    assert out["status"] == "ok" and len(out["trials"]) == len(FR.block_sizes(ref, p=plans[-1])) * 2
+    assert {r["sizes"][0] for r in out["trials"]} == {plans[-1]["counts"][0]}
 
 
 def test_a_small_run_gets_a_small_size_and_never_none(repo):
@@ -669,3 +670,65 @@ def test_a_write_past_a_file_scope_buffer_names_it(tmp_path, monkeypatch):
     ok, why, _ = T._file_trial(lib, ref, p, 64, 0, torch.device("cpu"), T.C.selected(), cache)
     assert not ok and why["reason"] == "out_of_bounds"
     assert why["why"].startswith("write past the end of partial (device-only)") and "block size 64" in why["why"]
+
+
+ROWS_FILE = """#include <stdlib.h>
+#include "common.h"
+void rows_cpu(float* out, const float* inp, int B, int T, int C) {
+    for (int i = 0; i < B * T * C; i++) out[i] = 2.0f * inp[i];
+}
+__global__ void rows_kernel(float* out, const float* inp, int B, int T, int C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = 2.0f * inp[i];  // no bounds check: main() runs T only at multiples of the block size
+}
+void rows1(float* out, const float* inp, int B, int T, int C, int block_size) {
+    rows_kernel<<<B * T * C / block_size, block_size>>>(out, inp, B, T, C);
+}
+int main() {
+    int B = 8;
+    int T = 1024;
+    int C = 768;
+    float* out = (float*)malloc(B * T * C * sizeof(float));
+    float* inp = make_random_float(B * T * C);
+    rows_cpu(out, inp, B, T, C);
+    int block_sizes[] = {32, 64, 128, 256, 512, 1024};
+    return 0;
+}
+"""
+
+
+def test_a_size_main_runs_at_multiples_of_every_block_size_stays_one_of_its_block_size(tmp_path):
+    """main() runs T=1024 with every block size from 32 to 1024, so a kernel may assume T is a
+    multiple of its block size (llm.c's softmax_autoregressive_backward_kernel6 writes up to the next
+    multiple). Trial sizes shrink T below 1024: each is paired only with the block sizes it is a
+    multiple of, the usual picks first, then the largest others. C=768 is no multiple of 512, and B=8
+    of none, so neither constrains the pairs."""
+    root = _repo(tmp_path / "repo", ROWS_FILE, "rows.cu")
+    ref = _record(root, "rows.cu", "rows_kernel").binding["harness_args"]["ref"]
+    t_at = ref["call_args"].index("T")
+    assert FR.block_bound(ref) == [t_at]
+    plans = FR.plans(ref, 3)
+    assert [p["args"][t_at] for p in plans] == [512, 256, 128]  # shrunk as before: the pairs change, not the sizes
+    pairs = FR.pairs(ref, plans)
+    assert pairs and all(p["args"][t_at] % block == 0 for p, block in pairs)
+    by_t = {}
+    for p, block in pairs:
+        by_t.setdefault(p["args"][t_at], []).append(block)
+    assert by_t == {512: [32, 256, 512], 256: [32, 128, 256], 128: [32, 64, 128]}
+    assert FR.block_sizes(ref) == [32, 256, 1024]  # without a plan: the file's picks, as before
+
+    # main() also runs T at a size that is no multiple of its largest block size: nothing is bound
+    loose = _record(_repo(tmp_path / "loose", ROWS_FILE.replace("int T = 1024;", "int T = 1000;"), "rows.cu"),
+                    "rows.cu", "rows_kernel").binding["harness_args"]["ref"]
+    assert FR.block_bound(loose) == []
+    assert all(FR.block_sizes(loose, p=p) == [32, 256, 1024] for p in FR.plans(loose, 3))
+
+
+@needs_llmc
+def test_llmc_attention_backward_pairs_t_only_with_block_sizes_it_is_a_multiple_of():
+    ref = _record(LLMC, "attention_backward.cu", "softmax_autoregressive_backward_kernel6").binding[
+        "harness_args"]["ref"]
+    t_at = ref["call_args"].index("T")
+    pairs = FR.pairs(ref, FR.plans(ref, 3))
+    assert pairs and all(p["args"][t_at] % block == 0 for p, block in pairs)
+    assert len({block for _, block in pairs}) == 3
