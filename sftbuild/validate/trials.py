@@ -333,7 +333,8 @@ def run_file_reference(task: dict) -> dict:
     function on host copies of the same inputs.
 
     For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
-    file and seed (the one trial loop, sftbuild.validate.loop, with `FileReference` its adapter):
+    file that main() would pair with that size (`file_reference.pairs`) and seed (the one trial loop,
+    sftbuild.validate.loop, with `FileReference` its adapter):
     arrays the launcher takes const are inputs (random in the range of the file's own generator) and
     must come back unchanged; arrays main() fills (zeros, ones, random) that the launcher writes are
     in/out, both sides start from the same values; arrays main() only allocates are outputs,
