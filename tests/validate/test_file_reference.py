@@ -469,6 +469,16 @@ def test_byte_counts_become_element_counts():
     assert block_values("int tile_block_sizes[3] = {1, 2, 3};") == [1, 2, 3]
 
 
+def test_block_sizes_main_comments_out_are_not_tried():
+    """llm.c's layernorm_backward: `int block_sizes[] = {32, ..., 512, /*768,*/ 1024};`."""
+    from sftbuild.harvest.main_reader import blank_comments, block_values
+
+    main = 'int block_sizes[] = {32, /*768,*/ 1024}; // {64}\nprintf("/*%d*/ // no", 1);'
+    blank = blank_comments(main)
+    assert block_values(blank) == [32, 1024] and len(blank) == len(main)
+    assert blank.endswith('printf("/*%d*/ // no", 1);')  # comment marks inside a string are text
+
+
 def test_a_failed_trial_says_at_which_sizes_and_block_size(repo):
     ref = _record(repo, "scale.cu", "scale_kernel").binding["harness_args"]["ref"]
     p = FR.plans(ref)[0]
