@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers
+from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers, macros_tested
 from sftbuild.harvest.stage import _entry
 from sftbuild.ops.binders import infer
 from sftbuild.ops.binders import file_reference as FR
@@ -58,10 +58,13 @@ int main() {
 
 def _record(root: Path, rel: str, kernel: str, bind: bool = True) -> Record:
     src = (root / rel).read_bytes()
-    k = next(k for k in extract_kernels(src)[0] if k.name == kernel)
-    entry = _entry("cuda", dataclasses.asdict(k), False)
     dirs = include_dirs(root, rel)
-    entry.update(include_dirs=dirs, headers=local_headers(root, rel, dirs, src))
+    headers = local_headers(root, rel, dirs, src)
+    # as harvest extracts it: the defines that configure the file's own headers stay (macros_tested)
+    k = next(k for k in extract_kernels(src, tested=frozenset(macros_tested(headers.values())))[0]
+             if k.name == kernel)
+    entry = _entry("cuda", dataclasses.asdict(k), False)
+    entry.update(include_dirs=dirs, headers=headers)
     rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=None, provenance={})
     if bind:
         rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=infer(rec), provenance={})
@@ -469,6 +472,7 @@ def test_byte_counts_become_element_counts():
     assert block_values("int tile_block_sizes[3] = {1, 2, 3};") == [1, 2, 3]
 
 
+
 def test_block_sizes_main_comments_out_are_not_tried():
     """llm.c's layernorm_backward: `int block_sizes[] = {32, ..., 512, /*768,*/ 1024};`."""
     from sftbuild.harvest.main_reader import blank_comments, block_values
@@ -477,6 +481,33 @@ def test_block_sizes_main_comments_out_are_not_tried():
     blank = blank_comments(main)
     assert block_values(blank) == [32, 1024] and len(blank) == len(main)
     assert blank.endswith('printf("/*%d*/ // no", 1);')  # comment marks inside a string are text
+
+
+BF16_HEADER = REPO_HEADER + """#include <cuda_bf16.h>
+#ifdef ENABLE_BF16
+typedef __nv_bfloat16 floatX;
+#else
+typedef float floatX;
+#endif
+"""
+
+
+@pytest.mark.nvcc
+def test_the_harness_builds_the_launcher_with_the_types_main_s_defines_select(tmp_path):
+    """The file defines ENABLE_BF16 before including its header, so main()'s floatX is bf16: the
+    harness stages the launcher's floatX buffers as 2-byte elements (judged at bf16 tolerance)."""
+    text = REPO_FILE.replace('#include "common.h"', '#define ENABLE_BF16\n#include "common.h"')
+    text = text.replace("__global__ void scale_kernel(float* out, const float* inp",
+                        "__global__ void scale_kernel(floatX* out, const floatX* inp")
+    text = text.replace("if (i < N * C) out[i] = 2.0f * inp[i] + (float)(i % C)",
+                        "if (i < N * C) out[i] = (floatX)(2.0f * (float)inp[i] + (float)(i % C))")
+    text = text.replace("void scale1(float* out, const float* inp", "void scale1(floatX* out, const floatX* inp")
+    root = _repo(tmp_path / "repo", text, header=BF16_HEADER)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    assert rec.code.index("#define ENABLE_BF16") < rec.code.index('#include "common.h"')
+    lib = T.load_file_harness(_build_harness(rec, tmp_path)["so"])
+    lib.sftbuild_file_elem_bytes.restype = ctypes.c_int
+    assert lib.sftbuild_file_elem_bytes(0) == lib.sftbuild_file_elem_bytes(1) == 2
 
 
 def test_a_failed_trial_says_at_which_sizes_and_block_size(repo):
