@@ -3,8 +3,11 @@
 For each kernel we keep the closure of what it needs from its own file: the
 file's includes, then every top-level unit (function, template, struct, alias,
 constant, macro) that the kernel reaches by name, emitted in file order inside
-the namespaces and preprocessor conditions it was declared in. Text is copied
-byte for byte; nothing is reformatted.
+the namespaces and preprocessor conditions it was declared in. A `#define` written
+before an #include stays among the includes where the file has it, and is kept
+whenever the file's own headers test it (a configuration macro such as llm.c's
+`ENABLE_BF16`, which selects common.h's `floatX`). Text is copied byte for byte;
+nothing is reformatted.
 
 Two things confuse the grammar and are handled before parsing:
   * attribute macros written before a declaration (`C10_LAUNCH_BOUNDS_1(n)`,
