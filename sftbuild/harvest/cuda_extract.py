@@ -3,8 +3,11 @@
 For each kernel we keep the closure of what it needs from its own file: the
 file's includes, then every top-level unit (function, template, struct, alias,
 constant, macro) that the kernel reaches by name, emitted in file order inside
-the namespaces and preprocessor conditions it was declared in. Text is copied
-byte for byte; nothing is reformatted.
+the namespaces and preprocessor conditions it was declared in. A `#define` written
+before an #include stays among the includes where the file has it, and is kept
+whenever the file's own headers test it (a configuration macro such as llm.c's
+`ENABLE_BF16`, which selects common.h's `floatX`). Text is copied byte for byte;
+nothing is reformatted.
 
 Two things confuse the grammar and are handled before parsing:
   * attribute macros written before a declaration (`C10_LAUNCH_BOUNDS_1(n)`,
@@ -25,8 +28,8 @@ import re
 
 import tree_sitter as ts
 
-from sftbuild.harvest.main_reader import (allocation, block_values, call_args, device_buffers, main_values,
-                                          map_params, split_args, steps_code, validated, zeroed)
+from sftbuild.harvest.main_reader import (allocation, blank_comments, block_values, call_args, device_buffers,
+                                          main_values, map_params, split_args, steps_code, validated, zeroed)
 from sftbuild.parsing import cuda_language, cuda_parser, param_info
 
 WORD = re.compile(r"[A-Za-z_]\w*")
@@ -97,11 +100,17 @@ class Kernel:
     file_reference: dict | None = None
 
 
-def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], list[dict]]:
+def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = frozenset()
+                    ) -> tuple[list[Kernel], list[dict]]:
     """Return the kernels in `src`, and every other `__global__` token with a reason.
 
     `prelude` is the text of the file that includes `src` up to its #include line,
     for headers that are not self-contained (they use what the includer set up).
+    `tested`: macro names the file's own headers test (`macros_tested`); a file-scope `#define`
+    of one, written before an #include, configures what that include declares (llm.c's
+    `#define ENABLE_BF16` before `#include "common.h"` makes `floatX` bf16), so every closure
+    keeps it. Defines written before an #include are emitted among the includes, in file order
+    (`_head`), so the includes see them as the file's own build does.
     """
     units: list[Unit] = []
     dead: list[tuple[int, int, str]] = []
@@ -121,6 +130,8 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
             by_name.setdefault(name, []).append(i)
     include_units = [u for u in units if u.include]
     includes = list(dict.fromkeys(_text(src, u).strip() for u in include_units))
+    early = _early_defines(units, src)
+    config = set().union(*(_closure(j, units, by_name) for j in early if units[j].defines & tested))
 
     kernels = []
     for i, u in enumerate(units):
@@ -128,7 +139,7 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
             sites = _launch_sites(tree.root_node, units, src, kname, exclude=i)
             found = file_reference(units, src, i, kname, sites, by_name)
             ref, need = found if found else (None, _closure(i, units, by_name))
-            code = _emit(src, include_units + [units[j] for j in sorted(need)])
+            code = _emit(src, _head(units, need | config, early))
             text = _text(src, u)
             head = text.split("{", 1)[0]
             defined = set().union(*(units[j].defines for j in need))
@@ -143,6 +154,33 @@ def extract_kernels(src: bytes, prelude: bytes = b"") -> tuple[list[Kernel], lis
                 file_reference=ref,
             ))
     return kernels, _unaccounted(tree.root_node, src, kernels, dead)
+
+
+CONDITION_LINE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b([^\n]*)", re.M)
+DEFINE_LINE = re.compile(r"\s*#\s*define\b")
+
+
+def macros_tested(texts) -> set[str]:
+    """Names the preprocessor conditions of `texts` test (`#if`, `#ifdef`, `#elif`, `defined(X)`)."""
+    out: set[str] = set()
+    for text in texts:
+        for m in CONDITION_LINE.finditer(text):
+            out |= set(WORD.findall(m.group(1).split("//", 1)[0]))
+    return out - {"defined"}
+
+
+def _early_defines(units: list[Unit], src: bytes) -> set[int]:
+    """The file's own `#define`s written before its last #include (indices into `units`)."""
+    last = max((u.start for u in units if u.include and u.origin is src), default=-1)
+    return {j for j, u in enumerate(units) if u.origin is src and not u.include and u.start < last
+            and u.defines and DEFINE_LINE.match(_text(src, u))}
+
+
+def _head(units: list[Unit], need: set[int], early: set[int]) -> list[Unit]:
+    """The units a closure emits: the includes with the needed defines written before an #include,
+    in file order, then the rest of `need` in file order."""
+    head = sorted({j for j, u in enumerate(units) if u.include} | (need & early))
+    return [units[j] for j in head] + [units[j] for j in sorted(need - early)]
 
 
 def mask_attributes(src: bytes) -> bytes:
@@ -895,9 +933,11 @@ def _main_argument(units, src, hosts: dict[str, int], main: str, lname: str, nam
 
 
 def _main_body(units, src) -> str:
+    """main()'s text with its comments blanked (`main_reader.blank_comments`): what it leaves
+    commented out, it never runs."""
     for u in units:
         if "main" in u.defines and not u.kernels and (not u.origin or u.origin is src):
-            return _text(src, u)
+            return blank_comments(_text(src, u))
     return ""
 
 

@@ -32,6 +32,17 @@ def split_args(text: str, start: int, opens: str, closes: str) -> list[str] | No
     return parts if depth == 0 else None
 
 
+COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def blank_comments(text: str) -> str:
+    """`text` with its comments blanked (spaces, newlines kept, so offsets and lines still match):
+    what main() leaves commented out (`int block_sizes[] = {32, /*768,*/ 1024};`) it never runs.
+    String and character literals are kept whole, `//` inside them included."""
+    return COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
+                                 re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
 GENERATORS = {  # host generators whose value ranges the trials reproduce
     "make_random_float": ("uniform", -1.0, 1.0), "make_random_float_01": ("uniform", 0.0, 1.0),
     "make_zeros_float": ("zeros",), "make_ones_float": ("ones",), "make_random_int": ("int",),

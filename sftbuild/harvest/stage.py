@@ -22,7 +22,7 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest import specs
-from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers
+from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers, macros_tested
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.triton_extract import module_of
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, parse_files
@@ -107,6 +107,7 @@ class Harvest:
         self.outside: list[str] = []  # symlinks that point outside the source's root, never followed
         self._skips: list[tuple] = []
         self.skipped: Counter = Counter()  # skips by reason
+        self._local: dict[tuple[str, str], dict] = {}  # (tree root, file) -> `_headers`, read by `_tested`
 
     def run(self) -> None:
         try:
@@ -171,10 +172,12 @@ class Harvest:
                 continue
             todo.append((rel, path))
         preludes = self._preludes(todo)
+        tested = self._tested(tree, todo)
         licenses = L.Resolver(tree.root, tree.license, self.src.license)
         batches = _batches([(rel, str(p), preludes.get(rel, b"")) for rel, p in todo],
                            getattr(self.ctx.executor, "cpu_workers", 1))
-        tasks = [ParseTask(batch, self.data_filters) for batch in batches]
+        tasks = [ParseTask(batch, self.data_filters, {rel: tested[rel] for rel, _, _ in batch if rel in tested})
+                 for batch in batches]
         held: list[tuple[Record, tuple]] = []  # Triton records no function of their file launches
         foreign: dict[tuple[str, str], list[str]] = {}  # (module, kernel) -> launchers in other modules
         for task, results in self.ctx.executor.map_cpu(parse_files, tasks, desc=f"harvest {self.src.name}"):
@@ -227,11 +230,41 @@ class Harvest:
                     continue
         return late_includes(files)
 
+    def _tested(self, tree: S.Tree, todo) -> dict[str, list[str]]:
+        """Per CUDA file with kernels and file-scope `#define`s, the macro names its own headers test
+        (`cuda_extract.macros_tested`): such a define configures those headers (llm.c's
+        `#define ENABLE_BF16` before `#include "common.h"` makes `floatX` bf16), so the file's
+        closures keep it where main() has it."""
+        out: dict[str, list[str]] = {}
+        if tree.torch_headers:
+            return out
+        for rel, p in todo:
+            if not rel.endswith(CUDA_EXT):
+                continue
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue
+            if b"__global__" not in data or b"define" not in data:
+                continue
+            key = (str(tree.root), rel)
+            if key not in self._local:
+                self._local[key] = self._read_headers(tree, rel)
+            names = macros_tested((self._local[key].get("headers") or {}).values())
+            if names:
+                out[rel] = sorted(names)
+        return out
+
     def _headers(self, tree: S.Tree, rel: str) -> dict:
         """The file's include folders and the tree's own headers it reaches, stored with each record
-        so the compile gate finds them after the source tree is gone (see cuda_extract.local_headers)."""
+        so the compile gate finds them after the source tree is gone (see cuda_extract.local_headers).
+        Those `_tested` read already are taken from it (once)."""
         if tree.torch_headers:  # torch's own tree: its headers come from the torch include set
             return {}
+        kept = self._local.pop((str(tree.root), rel), None)
+        return kept if kept is not None else self._read_headers(tree, rel)
+
+    def _read_headers(self, tree: S.Tree, rel: str) -> dict:
         dirs = include_dirs(tree.root, rel, self.cfg.include_dirs)
         try:
             src = (tree.root / rel).read_bytes()

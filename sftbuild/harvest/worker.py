@@ -17,14 +17,18 @@ CODE_EXT = CUDA_EXT + PY_EXT
 
 @dataclasses.dataclass
 class ParseTask:
-    """One batch of files for a CPU worker: (rel, absolute path, prelude) each, and the data filters."""
+    """One batch of files for a CPU worker: (rel, absolute path, prelude) each, the data filters, and
+    per file the macro names its own headers test (`cuda_extract.macros_tested`; a file-scope
+    `#define` of one of them configures those headers and stays in the file's closures)."""
     files: list[tuple[str, str, bytes]]
     filters: list[F.FileFilter]
+    tested: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def parse_files(task: ParseTask) -> list[dict]:
     """One result dict per file of the task."""
-    return [parse_file(rel, path, prelude, task.filters) for rel, path, prelude in task.files]
+    return [parse_file(rel, path, prelude, task.filters, task.tested.get(rel, ()))
+            for rel, path, prelude in task.files]
 
 
 def attach_launchers(items: list[tuple[str, list[str]]]) -> list[tuple[str, list[dict]]]:
@@ -34,7 +38,7 @@ def attach_launchers(items: list[tuple[str, list[str]]]) -> list[tuple[str, list
     return [attach(code, launchers) for code, launchers in items]
 
 
-def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter]) -> dict:
+def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter], tested=()) -> dict:
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -62,7 +66,7 @@ def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter])
             return out
         from sftbuild.harvest.cuda_extract import extract_kernels
 
-        kernels, others = extract_kernels(data, prelude)
+        kernels, others = extract_kernels(data, prelude, frozenset(tested))
         out["language"] = "cuda"
     out["kernels"] = [dataclasses.asdict(k) for k in kernels]
     out["others"] = others

@@ -337,7 +337,8 @@ def run_file_reference(task: dict) -> dict:
     function on host copies of the same inputs.
 
     For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
-    file and seed (the one trial loop, sftbuild.validate.loop, with `FileReference` its adapter):
+    file that main() would pair with that size (`file_reference.pairs`) and seed (the one trial loop,
+    sftbuild.validate.loop, with `FileReference` its adapter):
     arrays the launcher takes const are inputs (random in the range of the file's own generator) and
     must come back unchanged; arrays main() fills (zeros, ones, random) that the launcher writes are
     in/out, both sides start from the same values; arrays main() only allocates are outputs,
@@ -386,7 +387,7 @@ class FileReference(loop.Adapter):
         # the largest size goes while one CPU run of it exceeds the budget (its result is kept for the trials)
         while len(plans) > 1 and self.references.get(plans[0], 0)[3] > REFERENCE_BUDGET_S:
             plans = plans[1:]
-        self.pairs = [(p, block) for p in plans for block in FR.block_sizes(self.ref)]
+        self.pairs = FR.pairs(self.ref, plans)  # each size with the block sizes main() would pair it with
         self.refused, self.tried = {}, 0
 
     def variants(self) -> list:

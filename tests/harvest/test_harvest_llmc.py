@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sftbuild.harvest import stage as harvest
-from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers, safe_rel
+from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers, macros_tested, safe_rel
 
 LLMC = Path("/work/shared/corpora/llmc-dev-cuda")
 needs_llmc = pytest.mark.skipif(not LLMC.is_dir(), reason="llm.c dev/cuda corpus not on this machine")
@@ -63,6 +63,55 @@ def test_launcher_of_several_kernels_makes_one_closure():
     ks = _kernels("layernorm_forward.cu")
     assert ks["mean_kernel"].code == ks["rstd_kernel"].code == ks["normalization_kernel"].code
     assert "layernorm_forward2(" in ks["mean_kernel"].code
+
+
+CONFIGURED = b"""#include <stdio.h>
+#define ENABLE_BF16
+#define UNUSED_FLAG 1
+#define ROWS 4
+#include "common.h"
+#define LATE_FLAG
+__global__ void k(floatX* y, int n) { int i = threadIdx.x; if (i < n) y[i] = (floatX)(float)ROWS; }
+"""
+CONFIG_HEADER = """#pragma once
+#if defined(ENABLE_BF16)
+typedef __nv_bfloat16 floatX;
+#elif defined(ENABLE_FP16) // half
+typedef half floatX;
+#else
+typedef float floatX;
+#endif
+#ifdef LATE_FLAG
+#endif
+"""
+
+
+def test_a_define_that_configures_the_files_own_header_stays_before_its_include():
+    """`#define ENABLE_BF16` before `#include "common.h"` picks common.h's floatX: the closure keeps it
+    there (the kernel never names it). A define the headers do not test is left out; one the code
+    uses (ROWS) is emitted where it was, before the include; one after the last include (LATE_FLAG)
+    configures nothing the include declared, and stays out."""
+    tested = frozenset(macros_tested([CONFIG_HEADER]))
+    assert {"ENABLE_BF16", "ENABLE_FP16", "LATE_FLAG"} <= tested and "defined" not in tested and "half" not in tested
+    code = extract_kernels(CONFIGURED, tested=tested)[0][0].code
+    assert code.index("#define ENABLE_BF16") < code.index("#define ROWS") < code.index('#include "common.h"')
+    assert "UNUSED_FLAG" not in code and "LATE_FLAG" not in code
+    plain = extract_kernels(CONFIGURED)[0][0].code  # headers unknown: only what the code names
+    assert "ENABLE_BF16" not in plain and plain.index("#define ROWS") < plain.index('#include "common.h"')
+
+
+@needs_llmc
+def test_harvest_keeps_the_defines_llmc_files_configure_common_h_with(ctx, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for f in ("layernorm_backward.cu", "common.h", "LICENSE"):
+        shutil.copy(LLMC / f, repo / f)
+    harvest.run(ctx, [str(repo)])
+    recs = {r.name: r for r in ctx.store.records()}
+    code = recs["layernorm_backward_kernel4"].code
+    assert code.index("#define ENABLE_BF16") < code.index('#include "common.h"')
+    ref = recs["layernorm_backward_kernel10"].entry["file_reference"]
+    assert ref["block_sizes"] == [32, 64, 128, 256, 512, 1024]  # main()'s `/*768,*/` is commented out
 
 
 @needs_llmc

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers
+from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers, macros_tested
 from sftbuild.harvest.stage import _entry
 from sftbuild.ops.binders import infer
 from sftbuild.ops.binders import file_reference as FR
@@ -58,10 +58,13 @@ int main() {
 
 def _record(root: Path, rel: str, kernel: str, bind: bool = True) -> Record:
     src = (root / rel).read_bytes()
-    k = next(k for k in extract_kernels(src)[0] if k.name == kernel)
-    entry = _entry("cuda", dataclasses.asdict(k), False)
     dirs = include_dirs(root, rel)
-    entry.update(include_dirs=dirs, headers=local_headers(root, rel, dirs, src))
+    headers = local_headers(root, rel, dirs, src)
+    # as harvest extracts it: the defines that configure the file's own headers stay (macros_tested)
+    k = next(k for k in extract_kernels(src, tested=frozenset(macros_tested(headers.values())))[0]
+             if k.name == kernel)
+    entry = _entry("cuda", dataclasses.asdict(k), False)
+    entry.update(include_dirs=dirs, headers=headers)
     rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=None, provenance={})
     if bind:
         rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=infer(rec), provenance={})
@@ -336,10 +339,11 @@ def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(re
     adapter = T.FileReference(task, torch.device("cpu"), T.C.selected())
     out = loop.run([adapter], {**task, "timing": False})
 
-    sizes, blocks = len(FR.plans(ref, 3)), len(FR.block_sizes(ref))
+    plans = FR.plans(ref, 3)
+    sizes, pairs = len(plans), len(FR.pairs(ref, plans))
     assert out["status"] == "ok", out
-    assert sizes == 3 and blocks == 3
-    assert len(out["trials"]) == sizes * blocks * 2  # every (size, block size, seed) is still a trial
+    assert sizes == 3 and pairs > sizes
+    assert len(out["trials"]) == pairs * 2  # every (size, block size, seed) is still a trial
     assert len(calls) == sizes * 2 * 2 == out["reference_calls"]  # (size, seed, run), not per block size
     assert len(set(calls)) == len(calls)
 
@@ -347,8 +351,8 @@ def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(re
     calls.clear()
     monkeypatch.setattr(T, "REFERENCE_BUDGET_S", -1.0)
     out = loop.run([T.FileReference(task, torch.device("cpu"), T.C.selected())], {**task, "timing": False})
-    assert out["status"] == "ok" and len(out["trials"]) == blocks * 2
-    assert {r["sizes"][0] for r in out["trials"]} == {FR.plans(ref, 3)[-1]["counts"][0]}
+    assert out["status"] == "ok" and len(out["trials"]) == len(FR.block_sizes(ref, p=plans[-1])) * 2
+    assert {r["sizes"][0] for r in out["trials"]} == {plans[-1]["counts"][0]}
 
 
 def test_a_small_run_gets_a_small_size_and_never_none(repo):
@@ -466,6 +470,44 @@ def test_byte_counts_become_element_counts():
     assert block_values(main, ["sqrt_block_size"]) == [4, 8, 16, 32]
     assert block_values(main, ["block_size"]) == block_values(main) == [64, 128]
     assert block_values("int tile_block_sizes[3] = {1, 2, 3};") == [1, 2, 3]
+
+
+
+def test_block_sizes_main_comments_out_are_not_tried():
+    """llm.c's layernorm_backward: `int block_sizes[] = {32, ..., 512, /*768,*/ 1024};`."""
+    from sftbuild.harvest.main_reader import blank_comments, block_values
+
+    main = 'int block_sizes[] = {32, /*768,*/ 1024}; // {64}\nprintf("/*%d*/ // no", 1);'
+    blank = blank_comments(main)
+    assert block_values(blank) == [32, 1024] and len(blank) == len(main)
+    assert blank.endswith('printf("/*%d*/ // no", 1);')  # comment marks inside a string are text
+
+
+BF16_HEADER = REPO_HEADER + """#include <cuda_bf16.h>
+#ifdef ENABLE_BF16
+typedef __nv_bfloat16 floatX;
+#else
+typedef float floatX;
+#endif
+"""
+
+
+@pytest.mark.nvcc
+def test_the_harness_builds_the_launcher_with_the_types_main_s_defines_select(tmp_path):
+    """The file defines ENABLE_BF16 before including its header, so main()'s floatX is bf16: the
+    harness stages the launcher's floatX buffers as 2-byte elements (judged at bf16 tolerance)."""
+    text = REPO_FILE.replace('#include "common.h"', '#define ENABLE_BF16\n#include "common.h"')
+    text = text.replace("__global__ void scale_kernel(float* out, const float* inp",
+                        "__global__ void scale_kernel(floatX* out, const floatX* inp")
+    text = text.replace("if (i < N * C) out[i] = 2.0f * inp[i] + (float)(i % C)",
+                        "if (i < N * C) out[i] = (floatX)(2.0f * (float)inp[i] + (float)(i % C))")
+    text = text.replace("void scale1(float* out, const float* inp", "void scale1(floatX* out, const floatX* inp")
+    root = _repo(tmp_path / "repo", text, header=BF16_HEADER)
+    rec = _record(root, "scale.cu", "scale_kernel")
+    assert rec.code.index("#define ENABLE_BF16") < rec.code.index('#include "common.h"')
+    lib = T.load_file_harness(_build_harness(rec, tmp_path)["so"])
+    lib.sftbuild_file_elem_bytes.restype = ctypes.c_int
+    assert lib.sftbuild_file_elem_bytes(0) == lib.sftbuild_file_elem_bytes(1) == 2
 
 
 def test_a_failed_trial_says_at_which_sizes_and_block_size(repo):
@@ -669,3 +711,65 @@ def test_a_write_past_a_file_scope_buffer_names_it(tmp_path, monkeypatch):
     ok, why, _ = T._file_trial(lib, ref, p, 64, 0, torch.device("cpu"), T.C.selected(), cache)
     assert not ok and why["reason"] == "out_of_bounds"
     assert why["why"].startswith("write past the end of partial (device-only)") and "block size 64" in why["why"]
+
+
+ROWS_FILE = """#include <stdlib.h>
+#include "common.h"
+void rows_cpu(float* out, const float* inp, int B, int T, int C) {
+    for (int i = 0; i < B * T * C; i++) out[i] = 2.0f * inp[i];
+}
+__global__ void rows_kernel(float* out, const float* inp, int B, int T, int C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = 2.0f * inp[i];  // no bounds check: main() runs T only at multiples of the block size
+}
+void rows1(float* out, const float* inp, int B, int T, int C, int block_size) {
+    rows_kernel<<<B * T * C / block_size, block_size>>>(out, inp, B, T, C);
+}
+int main() {
+    int B = 8;
+    int T = 1024;
+    int C = 768;
+    float* out = (float*)malloc(B * T * C * sizeof(float));
+    float* inp = make_random_float(B * T * C);
+    rows_cpu(out, inp, B, T, C);
+    int block_sizes[] = {32, 64, 128, 256, 512, 1024};
+    return 0;
+}
+"""
+
+
+def test_a_size_main_runs_at_multiples_of_every_block_size_stays_one_of_its_block_size(tmp_path):
+    """main() runs T=1024 with every block size from 32 to 1024, so a kernel may assume T is a
+    multiple of its block size (llm.c's softmax_autoregressive_backward_kernel6 writes up to the next
+    multiple). Trial sizes shrink T below 1024: each is paired only with the block sizes it is a
+    multiple of, the usual picks first, then the largest others. C=768 is no multiple of 512, and B=8
+    of none, so neither constrains the pairs."""
+    root = _repo(tmp_path / "repo", ROWS_FILE, "rows.cu")
+    ref = _record(root, "rows.cu", "rows_kernel").binding["harness_args"]["ref"]
+    t_at = ref["call_args"].index("T")
+    assert FR.block_bound(ref) == [t_at]
+    plans = FR.plans(ref, 3)
+    assert [p["args"][t_at] for p in plans] == [512, 256, 128]  # shrunk as before: the pairs change, not the sizes
+    pairs = FR.pairs(ref, plans)
+    assert pairs and all(p["args"][t_at] % block == 0 for p, block in pairs)
+    by_t = {}
+    for p, block in pairs:
+        by_t.setdefault(p["args"][t_at], []).append(block)
+    assert by_t == {512: [32, 256, 512], 256: [32, 128, 256], 128: [32, 64, 128]}
+    assert FR.block_sizes(ref) == [32, 256, 1024]  # without a plan: the file's picks, as before
+
+    # main() also runs T at a size that is no multiple of its largest block size: nothing is bound
+    loose = _record(_repo(tmp_path / "loose", ROWS_FILE.replace("int T = 1024;", "int T = 1000;"), "rows.cu"),
+                    "rows.cu", "rows_kernel").binding["harness_args"]["ref"]
+    assert FR.block_bound(loose) == []
+    assert all(FR.block_sizes(loose, p=p) == [32, 256, 1024] for p in FR.plans(loose, 3))
+
+
+@needs_llmc
+def test_llmc_attention_backward_pairs_t_only_with_block_sizes_it_is_a_multiple_of():
+    ref = _record(LLMC, "attention_backward.cu", "softmax_autoregressive_backward_kernel6").binding[
+        "harness_args"]["ref"]
+    t_at = ref["call_args"].index("T")
+    pairs = FR.pairs(ref, FR.plans(ref, 3))
+    assert pairs and all(p["args"][t_at] % block == 0 for p, block in pairs)
+    assert len({block for _, block in pairs}) == 3

@@ -65,7 +65,7 @@ class FileReference(Binder):
         ref = {**ref, "device_props": props, "device_globals": device_globals(texts),
                "kernel_reads": kernel_reads(record.entry.get("params") or [])}
         try:
-            if not plans(ref):
+            if not pairs(ref, plans(ref)):
                 return None
         except ValueError:
             return None
@@ -359,7 +359,10 @@ def plans(ref: dict, count: int = 2, limit: int = MAX_ELEMENTS, device: dict | N
     allows (a memcheck run's) gives its smallest size under MAX_ELEMENTS instead, so a small run
     still runs. Sizes keep the most divisibility that fits (TILES: a tiled matmul writes whole
     128-wide tiles, so shrinking a multiple of 128 to 192 would cut its last tile); `device`: see
-    `scalars`."""
+    `scalars`. A size main() only runs at multiples of every block size it tries (`block_bound`)
+    shrinks as the others do; `pairs` then gives each plan only the block sizes it is a multiple of
+    (keeping it a multiple of main()'s largest block size instead would rarely fit: llm.c's
+    attention_backward at T=1024 needs 150M elements)."""
     for tile in TILES:
         out = _plans(ref, count, limit, device, tile)
         if out:
@@ -390,9 +393,51 @@ def _plans(ref: dict, count: int, limit: int, device: dict | None, tile: int) ->
     return out or ([smallest[1]] if smallest else [])
 
 
-def block_sizes(ref: dict, count: int = 3) -> list[int]:
-    """Block sizes to try: the file's own `block_sizes[]` (smallest, middle, largest), else 128 and 256."""
+def block_sizes(ref: dict, count: int = 3, p: dict | None = None) -> list[int]:
+    """Block sizes to try: the file's own `block_sizes[]` (smallest, middle, largest), else 128 and 256.
+    With plan `p`, only those its block-bound sizes (`block_bound`) are multiples of, as main() pairs
+    them: the usual picks that fit, then the largest others that fit, up to `count`; [] when none fits."""
     blocks = sorted(set(ref.get("block_sizes") or [])) or [128, 256]
-    if len(blocks) <= count:
-        return blocks
-    return sorted({blocks[0], blocks[len(blocks) // 2], blocks[-1]})
+    picks = blocks if len(blocks) <= count else sorted({blocks[0], blocks[len(blocks) // 2], blocks[-1]})
+    if p is None:
+        return picks
+    sizes = _int_sizes(ref, p)
+    bound = [sizes[i] for i in block_bound(ref) if i < len(sizes) and isinstance(sizes[i], int)]
+    fits = [b for b in blocks if all(v % b == 0 for v in bound)]
+    chosen = [b for b in picks if b in fits]
+    for b in reversed(fits):
+        if len(chosen) < count and b not in chosen:
+            chosen.append(b)
+    return sorted(chosen)
+
+
+def pairs(ref: dict, plans_: list[dict], count: int = 3) -> list[tuple[dict, int]]:
+    """The (plan, block size) pairs the trials run: each plan with the block sizes it fits
+    (`block_sizes`)."""
+    return [(p, block) for p in plans_ for block in block_sizes(ref, count, p)]
+
+
+def _int_sizes(ref: dict, p: dict) -> list:
+    """The integer sizes a launcher call gets in plan `p`, in one order: the CPU call's int scalars
+    (None for its other arguments, so positions match `ref["call_args"]`), then the sizes main()
+    passes beyond them."""
+    out = [a if c["kind"] == "int" and not c["ptr"] else None for a, c in zip(p["args"], ref["cpu_params"])]
+    kinds = [g["kind"] for m, g in zip(ref.get("launcher_map") or [], ref["launcher_params"]) if "expr" in m]
+    return out + [v if k == "int" else None for v, k in zip(p.get("exprs") or [], kinds)]
+
+
+def block_bound(ref: dict, device: dict | None = None) -> list[int]:
+    """Positions (in `_int_sizes` order, Nones counted) of the integer sizes main() only ever runs at a
+    multiple of every block size it tries with the launcher (its `block_sizes[]`): llm.c's
+    attention_backward runs T=1024 with blocks 32 to 1024. A kernel may assume that divisibility (it
+    writes whole blocks up to the next multiple), so a trial pairs such a size only with the block
+    sizes it is a multiple of. [] when the launcher takes no block size or main() names none."""
+    blocks = sorted(set(ref.get("block_sizes") or []))
+    if not ref.get("trailing") or not blocks:
+        return []
+    unit = math.lcm(*blocks)
+    p = plan(ref, 0, device)
+    if p is None:
+        return []
+    return [i for i, v in enumerate(_int_sizes(ref, p)) if isinstance(v, int) and v > 0 and v % unit == 0]
+
