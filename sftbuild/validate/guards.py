@@ -81,6 +81,7 @@ class LaunchCounter:
         self.inductor = set(inductor)
         self.count = 0
         self.names: set[str] = set()
+        self.by_name: dict[str, int] = {}  # launches per kernel of the file (a generated kernel: the file's it calls)
         self._saved = []
 
     def __enter__(self):
@@ -130,19 +131,26 @@ class LaunchCounter:
     def launched(self, fn) -> None:
         """Count a launch of the kernel whose Python function is `fn` when it is the candidate's."""
         code = getattr(fn, "__code__", None)
-        if code is not None and (code.co_filename == self.filename or self.calls_own(fn)):
+        if code is None:
+            return
+        own = [fn.__name__] if code.co_filename == self.filename else self.calls_own(fn)
+        if own:
             self.count += 1
             self.names.add(fn.__name__)
+            for name in own:
+                self.by_name[name] = self.by_name.get(name, 0) + 1
 
-    def calls_own(self, fn) -> bool:
-        """A kernel generated elsewhere (flag_gems' pointwise_dynamic) that calls a jit function of the
-        candidate's file runs the candidate's device code, so its launches count."""
+    def calls_own(self, fn) -> list[str]:
+        """The jit functions of the candidate's file that a kernel generated elsewhere (flag_gems'
+        pointwise_dynamic) calls: it runs the candidate's device code, so its launches count, as
+        launches of those functions."""
         g = getattr(fn, "__globals__", None) or {}
+        out = []
         for name in getattr(getattr(fn, "__code__", None), "co_names", ()):
             inner = getattr(g.get(name), "fn", None)
             if getattr(getattr(inner, "__code__", None), "co_filename", None) == self.filename:
-                return True
-        return False
+                out.append(inner.__name__)
+        return out
 
     def __exit__(self, *exc):
         for cls, attr, orig in reversed(self._saved):

@@ -22,7 +22,8 @@ matched on the forward outputs, then every trial also compares the gradients of
 sum(output * cotangent) with respect to the floating inputs with those of the op's reference
 (`call.grad`, `pyrun.with_grads`); the binding's op is the forward op, checked through its backward.
 
-Every trial must launch one of the record's own kernels (guards.LaunchCounter over its file): an
+Every trial must launch one of the record's own kernels (guards.LaunchCounter over its file, counted by
+the record's kernel names: a sibling kernel of the same file says nothing of this record's): an
 entry that hands a real input back from `conj_physical` computes nothing of its own there.
 A mapping that matches the reference on a first small trial (at the first dtype where one does) is
 confirmed over at least 3 shapes and 2 dtypes; a dtype counts when every shape passes at it. On a GPU,
@@ -106,7 +107,7 @@ def probe(task: dict) -> dict:
                 return {"unbound": f"import failed: {type(e).__name__}: {str(e)[:300]}",
                         "evidence": {"candidates_tried": tried}}
             with guards.LaunchCounter(path) as counter:
-                _LAUNCHES[:] = [counter]
+                _LAUNCHES[:] = [counter, set((task.get("entry") or {}).get("kernels") or ())]
                 try:
                     out = _search(task, mod, dev, deadline, tried)
                 finally:
@@ -444,12 +445,20 @@ def _references(op, inputs, params, grad: bool) -> tuple[list, list]:
     return refs64, natives
 
 
-_LAUNCHES: list = []  # the running probe's guards.LaunchCounter over the record's own file
+_LAUNCHES: list = []  # the running probe's guards.LaunchCounter over the record's file, and the record's kernels
 
 
 def _launched() -> int | None:
-    """Launches of the record's own kernels so far in this probe (None outside one)."""
-    return _LAUNCHES[0].count if _LAUNCHES else None
+    """Launches of the record's own kernels so far in this probe (None outside one). A file holds
+    other records' kernels too: an entry that dispatches (FlagGems' `div_mode` runs its true-division
+    kernel unless asked for a rounding mode) agrees with `div` through a sibling's kernel, and that
+    says nothing of this record's trunc- and floor-division kernels."""
+    if not _LAUNCHES:
+        return None
+    counter, own = _LAUNCHES
+    if not own:
+        return counter.count
+    return sum(counter.by_name.get(k, 0) for k in own)
 
 
 def _trial(fn, call, op, shape, dtype, dev, params, seed, layout="contiguous"):

@@ -390,6 +390,37 @@ HANDS_BACK = TRITON_RELU.replace("def relu(x):\n", "def relu(x):\n    if x.dim()
                                   "answer, the kernel never runs\n        return x.clamp_min(0)\n")
 
 
+SIBLINGS = TRITON_RELU.replace("def relu(x):\n", """@triton.jit
+def leaky_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.where(x > 0, x, x * 0.01), mask=mask)
+
+
+def relu(x, leaky=False):
+    if leaky:
+        xc = x.contiguous()
+        y = torch.empty_like(xc)
+        leaky_kernel[(triton.cdiv(xc.numel(), 1024),)](xc, y, xc.numel(), BLOCK=1024)
+        return y
+""")
+
+
+def test_a_sibling_kernel_of_the_same_file_does_not_count_for_a_record():
+    """A file's entry that dispatches (FlagGems' `div_mode` runs its true-division kernel unless asked
+    for a rounding mode) agrees with one op through a sibling's kernel: that says nothing of the record
+    whose kernel it never launched, here the leaky one, which must not be bound as relu."""
+    kernels = {k.name: k for k in extract_kernels(SIBLINGS)[0]}
+    assert set(kernels) == {"relu_kernel", "leaky_kernel"}
+    leaky = record(SIBLINGS, "pkg/relu.py")
+    leaky.code, leaky.entry = kernels["leaky_kernel"].code, _entry("triton", dataclasses.asdict(kernels["leaky_kernel"]), False)
+    _, res, b = probe(leaky)
+    assert b is None or b["op"] != "relu", b
+    _, res, b = probe(record(SIBLINGS, "pkg/relu.py"))  # the relu kernel's own record binds
+    assert b is not None and b["op"] == "relu", res.get("unbound")
+
+
 def test_a_trial_that_launches_none_of_the_records_kernels_does_not_count():
     """Right values without the record's kernel (torch's, or an input handed back as it is) say nothing
     about the kernel: this entry gives relu's answer and never launches its kernel."""
