@@ -47,6 +47,14 @@ class Op:
     # inputs a backward treats as constants (a loss's target, a distillation teacher): gradient checks
     # (sftbuild.validate.pyrun.with_grads) take no gradient for them
     grad_constants: tuple[int, ...] = ()
+    # shape constraints every check of the op gets under its harness's and binding's (sftbuild.ops.pools.fits),
+    # for sizes where the op's trial is ill-posed: {"max_dims": {axis: size}} (the axis neither drawn past
+    # that size nor grown, sftbuild.validate.sizes)
+    constraints: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def constraints_with(self, cons: dict | None) -> dict:
+        """A check's constraints (a harness's limits, a binding's own) on top of the op's."""
+        return {**self.constraints, **(cons or {})}
 
     def __post_init__(self):
         if self.launch not in CONTRACTS:

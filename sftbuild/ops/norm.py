@@ -167,9 +167,23 @@ define("batch_norm_stats", "norm",
        layouts=ALL_LAYOUTS, params=dict(EPS), outputs=2, tolerance=NORM_TOL)
 
 
+# counts come in the kernel's element dtype (ATen's accessor is scalar_t) and ATen's kernel adds them up in it
+# (`n + count` with an integer n and a c10::BFloat16 count is a BFloat16 sum): past the dtype's last exact
+# integer (bf16 256, fp16 2048) the running count rounds, and the mean and invstd drift from any exact
+# combination by percents. So the counts of a trial add up to at most that integer, and no trial has more
+# groups than it.
+GATHER_MAX_GROUPS = 256  # bf16's last exact integer: one count of 1 per group still adds up exactly
+
+
+def exact_integers(dtype: str) -> int:
+    """The largest n such that every integer up to n is exact in the floating dtype (2^(mantissa + 1))."""
+    return round(2 / torch.finfo(TORCH_DTYPES[dtype]).eps)  # eps = 2^-mantissa
+
+
 def _gather_inputs(shape, dtype, layout, gen, params):
     groups, c = shape
-    counts = torch.randint(1, 50, (groups,), generator=gen).to(TORCH_DTYPES[dtype])
+    most = max(1, min(49, exact_integers(dtype) // max(1, groups)))  # the total stays exact in the dtype
+    counts = torch.randint(1, most + 1, (groups,), generator=gen).to(TORCH_DTYPES[dtype])
     return [torch.randn(groups, c, generator=gen), torch.rand(groups, c, generator=gen) + 0.5, counts]
 
 
@@ -189,7 +203,7 @@ define("batch_norm_gather_stats", "norm",
        _gather_stats, _gather_inputs, [(1, 1), (2, 3), (4, 64), (8, 1000), (3, 4099)],
        {"inputs": ["mean: [G, C] float32", "invstd: [G, C] float32", "counts: [G]"],
         "outputs": ["mean: [C] float32", "invstd: [C] float32"]}, "tensors",
-       params=dict(EPS), outputs=2, tolerance=NORM_TOL)
+       params=dict(EPS), outputs=2, tolerance=NORM_TOL, constraints={"max_dims": {0: GATHER_MAX_GROUPS}})
 
 
 def _bn_bwd_inputs(shape, dtype, layout, gen, params):

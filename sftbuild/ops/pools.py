@@ -32,6 +32,9 @@ def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
         return False
     if "max_cols" in cons and shape[-1] > cons["max_cols"]:
         return False
+    # {axis: size}: the most an axis may hold (the op's inputs are ill-posed past it)
+    if any(int(a) < len(shape) and shape[int(a)] > n for a, n in (cons.get("max_dims") or {}).items()):
+        return False
     # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
     return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 

@@ -18,6 +18,9 @@ what the launcher needs besides its text:
     limits: {max_cols: 1024} # shapes its launch logic cannot serve (see `fits`)
     -#}
 
+Besides its header's values a template gets: `kernel` (the entry's first kernel), `tparams` (its
+template parameters by name), `torch_types`, `params`, `dtypes` and `mentions(name)` (whether the
+record's code names `name`: torch releases differ in the helpers their kernels call).
 Templates whose names start with `_` are partials included by the others.
 """
 from __future__ import annotations
@@ -62,7 +65,14 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     kernel = record.entry["kernels"][0]
     return env().get_template(f"{harness}.cu.j2").render(
         kernel=kernel, tparams=template_params(record.code, kernel), torch_types=torch_types, params=params,
-        dtypes=[(d, ctypes[d]) for d in dtypes], **args)
+        dtypes=[(d, ctypes[d]) for d in dtypes], mentions=functools.partial(mentions, record.code), **args)
+
+
+def mentions(code: str, name: str) -> bool:
+    """Whether the record's code names `name` (a helper its kernel calls, defined there or in a header
+    it includes), so a template can launch the kernel with the sizes that helper gives, as the
+    torch release the record came from does."""
+    return re.search(r"(?<![\w.])" + re.escape(name) + r"\b", code) is not None
 
 
 def template_params(code: str, kernel: str) -> list[str]:

@@ -20,8 +20,9 @@ from sftbuild.executor import WorkerFailure
 from sftbuild.sandbox import run_isolated
 
 ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
-FINDING = re.compile(r"^=+\s*(.*(?:Invalid|Error|error|Race|race|Barrier|barrier|hazard|Hazard|Program hit|"
-                     r"Misaligned|Out-of-range|out of bounds).*)$", re.M)
+# whole words: a backtrace line ("Saved host backtrace ...") is no race finding
+FINDING = re.compile(r"^=+\s*(.*\b(?:Invalid|Error|error|Race|race|Barrier|barrier|hazard|Hazard|Program hit|"
+                     r"Misaligned|Out-of-range|out of bounds|Illegal|illegal)\b.*)$", re.M)
 SUMMARY = re.compile(r"SUMMARY|COMPUTE-SANITIZER", re.I)
 # the tool itself failing to start: no finding about the record, which keeps its verdict
 TOOL_FAILED = re.compile(r"Failed to access the temporary directory|(?:Could not|Unable to) find injection library|"

@@ -424,7 +424,7 @@ class OpProblem(Problem):
         allowed = b.get("dtypes") or list(self.op.dtypes)
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
         self.layouts = [lay for lay in self.op.layouts if lay in (b.get("layouts") or self.op.layouts)]
-        cons = b.get("constraints") or {}
+        cons = self.op.constraints_with(b.get("constraints"))
         pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
         self.shapes = rng.sample(pool, min(task["shapes"], len(pool)))

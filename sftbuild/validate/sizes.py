@@ -83,13 +83,14 @@ def prime_below(v: int) -> int:
 
 def grow_shape(shape, cons: dict | None = None, limit: int = ELEMENT_BUDGET, blocks=()) -> tuple | None:
     """`shape` with one free axis grown so the element count passes `past_caps(limit)` and stays
-    within `limit`: the outermost axis a binding does not fix (`dims`), and not the last axis when the
-    binding caps its size (`max_cols`). None when no axis may grow or the result would not fit."""
+    within `limit`: the outermost axis a binding does not fix (`dims`) nor bound (`max_dims`), and not
+    the last axis when the binding caps its size (`max_cols`). None when no axis may grow or the result
+    would not fit."""
     from sftbuild.ops.pools import fits
 
     cons = cons or {}
     shape = tuple(shape)
-    fixed = {int(a) for a in (cons.get("dims") or {})}
+    fixed = {int(a) for a in (cons.get("dims") or {})} | {int(a) for a in (cons.get("max_dims") or {})}
     if "max_cols" in cons and len(shape) > 1:
         fixed.add(len(shape) - 1)
     free = [a for a in range(len(shape)) if a not in fixed]

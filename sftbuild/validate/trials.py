@@ -112,7 +112,7 @@ class HarnessOp(loop.Adapter):
         self.name = f"op {op.name}"
         self.contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
         self.lib = load_harness(task["sos"][i])
-        cons = check.get("constraints") or {}
+        cons = op.constraints_with(check.get("constraints"))
         self.pool = [s for s in op.shape_pool if H.fits(s, cons)]
         rng = random.Random(f"{task['id']}:{check['op']}")
         self.shapes = rng.sample(self.pool, min(task["shapes"], len(self.pool)))
