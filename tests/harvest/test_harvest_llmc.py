@@ -112,6 +112,9 @@ def test_harvest_keeps_the_defines_llmc_files_configure_common_h_with(ctx, tmp_p
     assert code.index("#define ENABLE_BF16") < code.index('#include "common.h"')
     ref = recs["layernorm_backward_kernel10"].entry["file_reference"]
     assert ref["block_sizes"] == [32, 64, 128, 256, 512, 1024]  # main()'s `/*768,*/` is commented out
+    # the binding names the dtypes the file builds its launcher's arrays in: floatX is bf16 here
+    from sftbuild.ops.binders.file_reference import FileReference
+    assert FileReference().bind(recs["layernorm_backward_kernel4"])["dtypes"][0] == "bfloat16"
 
 
 @needs_llmc

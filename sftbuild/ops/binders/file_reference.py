@@ -22,6 +22,7 @@ import math
 import re
 
 from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.ops.binders.element_types import dtype_of
 from sftbuild.parsing import param_info
 
 MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
@@ -70,9 +71,21 @@ class FileReference(Binder):
         except ValueError:
             return None
         return {"kind": "program", "program": f"{path}:{ref['cpu']}", "how": "file_reference",
-                "harness": "file_reference", "dtypes": ["float32"],
+                "harness": "file_reference", "dtypes": element_dtypes(ref, texts),
                 "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
                 "harness_args": {"ref": ref, "slots": slots(ref), "file_buffers": global_slots(ref)}}
+
+
+def element_dtypes(ref: dict, texts: list[str]) -> list[str]:
+    """The dtypes of the launcher's array arguments as the file builds them (a `floatX*` is bf16 where
+    the file defines ENABLE_BF16 for its header), in argument order; float32 where none resolves."""
+    out = []
+    for s in slots(ref):
+        if s.get("kind") == "ptr":
+            dtype = dtype_of(s.get("ltype") or "", texts)
+            if dtype and dtype not in out:
+                out.append(dtype)
+    return out or ["float32"]
 
 
 def device_globals(texts: list[str]) -> dict[str, str]:
