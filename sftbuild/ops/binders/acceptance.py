@@ -106,6 +106,7 @@ def function_rule(name: str, texts: list[str], defined: set[str]) -> dict | None
 
 
 def _read_test(params: list[str], body: str) -> dict | None:
+    """`function_rule`'s reading of one definition (its parameter declarations and body)."""
     names, defaults = [], []
     for p in params:
         decl, _, default = p.partition("=")
@@ -172,12 +173,13 @@ def _local(name: str, body: str) -> str | None:
 
 
 def _constant(name: str, body: str) -> float | None:
+    """A non-negative number: a literal, FLT_EPSILON/DBL_EPSILON, or a local set once to one."""
     if name in EPSILONS:
         return EPSILONS[name]
     value = name if re.fullmatch(NUMBER, name) else _local(name, body)
     if value in EPSILONS:
         return EPSILONS[value]
-    if value is None or not re.fullmatch(NUMBER, value):
+    if value is None or not re.fullmatch(NUMBER, value) or float(value.rstrip("fFlL")) < 0:
         return None
     return float(value.rstrip("fFlL"))
 
