@@ -346,10 +346,10 @@ def run_file_reference(task: dict) -> dict:
     start at zero. Every array sits inside guard regions (sftbuild.validate.fences): a write past an
     edge is `out_of_bounds`, a read past one reads NaN; each launcher call is bounded by the CPU
     reference's time (sftbuild.validate.deadline). The arrays main() validates (else every array the
-    launcher writes) are compared with the CPU result: by main()'s own acceptance test for the
-    array where the binding read one (`atol + |ref| * rtol`, sftbuild.ops.binders.acceptance),
-    else within a tolerance relative to the reference's magnitude (looser when the launcher
-    stores 16-bit floats); the verdict names the rule. NaN never passes,
+    launcher writes) are compared with the CPU result: within a tolerance relative to the
+    reference's magnitude (looser when the launcher stores 16-bit floats) or, where the binding read
+    main()'s own acceptance test for the array (`atol + |ref| * rtol`, sftbuild.ops.binders.acceptance),
+    within whichever of the two is wider; the verdict names the rule. NaN never passes,
     integers exactly. Each trial runs again on new values in the same buffers (a stale result fails;
     the first run's result again is a cheat, cached by pointer); a reference that is constant in
     every trial says nothing about the kernel, so the record is dropped as `uninformative`."""
@@ -665,9 +665,9 @@ def file_rules(ref: dict, lib) -> dict[str, str]:
 def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int,
                         rule: dict | None = None) -> tuple[bool, dict]:
     """Kernel output vs CPU reference: NaN never passes; infinities must be the reference's own;
-    floats within the file's own allowance `atol + |ref| * rtol` where `rule` gives it
-    (sftbuild.ops.binders.acceptance, `atol` read at `elem_bytes`), else within FILE_TOLERANCE
-    relative to the reference's magnitude; integers exactly. Stats name the rule used."""
+    floats within FILE_TOLERANCE relative to the reference's magnitude or, where `rule` gives the
+    file's own allowance `atol + |ref| * rtol` (sftbuild.ops.binders.acceptance, `atol` read at
+    `elem_bytes`), within whichever of the two is wider; integers exactly. Stats name the rule used."""
     if got.shape != want.shape:
         return False, {"why": f"{got.numel()} elements, the reference has {want.numel()}"}
     if not want.is_floating_point():
@@ -692,13 +692,13 @@ def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int,
     scale = max(float(want64.abs().max()) if want64.numel() else 0.0, 1e-6)
     err = (got64 - want64).abs()
     atol = acceptance.atol_value(rule, elem_bytes) if rule else None
-    if atol is not None:  # the file's own test, as main() calls it for this array
-        tol, bound = rule["rtol"], atol + rule["rtol"] * want64.abs()
-        named = f"the file's {acceptance.describe(rule, elem_bytes)}"
-    else:
-        tol = FILE_TOLERANCE.get(elem_bytes, 3e-2)
-        bound = tol * scale + tol * want64.abs()
-        named = f"default: {tol:g} x (max|ref| + |ref|)"
+    tol = FILE_TOLERANCE.get(elem_bytes, 3e-2)
+    bound = tol * scale + tol * want64.abs()
+    named = f"default: {tol:g} x (max|ref| + |ref|)"
+    if atol is not None:  # the file's own test, as main() calls it for this array: what either accepts passes
+        # (its maintainers' standard, or ours where the trial's inputs are not main()'s and its own is tighter)
+        bound = torch.maximum(bound, atol + rule["rtol"] * want64.abs())
+        named = f"the wider of the file's {acceptance.describe(rule, elem_bytes)} and the {named}"
     bad = int((err > bound).sum())
     stats = {"max_abs": float(err.max()) if err.numel() else 0.0, "scale": scale, "tolerance": tol, "rule": named}
     if bad:
