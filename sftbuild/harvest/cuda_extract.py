@@ -28,8 +28,9 @@ import re
 
 import tree_sitter as ts
 
-from sftbuild.harvest.main_reader import (allocation, blank_comments, block_values, call_args, device_buffers,
-                                          main_values, map_params, split_args, steps_code, validated, zeroed)
+from sftbuild.harvest.main_reader import (acceptance_text, allocation, blank_comments, block_values, call_args,
+                                          device_buffers, main_values, map_params, split_args, steps_code, validated,
+                                          zeroed)
 from sftbuild.parsing import cuda_language, cuda_parser, param_info
 
 WORD = re.compile(r"[A-Za-z_]\w*")
@@ -946,12 +947,13 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
     """The file's CPU reference for kernel `kname`, called through a host launcher of the same file.
 
     Returns ({cpu, cpu_code, launcher, cpu_params, launcher_params, launcher_map, trailing,
-    call_args, buffers, compare, scalars, block_sizes, prepare, device_buffers, zeroed}, the units
-    the record then needs: kernel, launcher and their closures), or None when no CPU function
+    call_args, buffers, compare, acceptance_text, scalars, block_sizes, prepare, device_buffers,
+    zeroed}, the units the record then needs: kernel, launcher and their closures), or None when no CPU function
     (`*_cpu`, `*_reference`, `ref_*`) that main() calls, nor a run of consecutive ones
     (`_references`), fits a launcher of the kernel (see `map_params`). `prepare`: main()'s earlier
     CPU step that fills arrays the reference reads (`prepare_call`); `device_buffers`: file-scope
-    device pointers main() allocates; `zeroed`: per launcher scratch buffer, whether main() clears it."""
+    device pointers main() allocates; `zeroed`: per launcher scratch buffer, whether main() clears it;
+    `acceptance_text`: how main() accepts the arrays it validates (`main_reader.acceptance_text`)."""
     hosts = _host_functions(units, src)
     cpus = [n for n in hosts if CPU_REFERENCE.search(n)]
     main = _main_body(units, src)
@@ -1001,6 +1003,7 @@ def file_reference(units: list[Unit], src: bytes, kernel_index: int, kname: str,
                    "launcher_map": lmap, "trailing": trailing,
                    "cpu_code": _emit(src, [units[j] for j in sorted(cpu_need)]) + steps_code(cname, csig, steps),
                    "call_args": args, "buffers": buffers, "compare": checked or written,
+                   "acceptance_text": acceptance_text(main, [args[i] for i in checked]),
                    "scalars": decls, "block_sizes": block_values(main, trailing) if trailing else blocks,
                    "prepare": earlier,
                    "device_buffers": device_buffers(_emit(src, [units[j] for j in sorted(need)]), main),

@@ -211,3 +211,31 @@ def block_values(main: str, trailing: list[str] | tuple = ()) -> list[int]:
         if name in arrays:
             return [int(x) for x in re.findall(r"\d+", arrays[name])]
     return []
+
+
+VALIDATE_CALL = re.compile(r"\b(validate_\w*)\s*\(")
+ASSIGN = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"  # after a name: it is assigned (`=`, `*=`, ...), not compared
+
+
+def acceptance_text(main: str, arrays: list[str]) -> str:
+    """The part of main() that states how it accepts the host arrays `arrays` (llm.c's
+    `validate_result(d_x, x, "x", n, tol)`): its calls of a `validate_*` function on them, the
+    lines that set a name such a call passes (`float tol = sizeof(floatX) == 4 ? 1e-3f : 1e-1f;`),
+    and main()'s preprocessor directives, so the branches the file's own defines select can be
+    resolved where the headers are known (sftbuild.ops.binders.acceptance). "" when main()
+    validates none of them."""
+    calls = []
+    for m in VALIDATE_CALL.finditer(main):
+        args = split_args(main, m.end(), "([{", ")]}")
+        if args and len(args) >= 2 and args[1] in arrays:
+            calls.append(args)
+    if not calls:
+        return ""
+    names = {a for args in calls for a in args[2:] if re.fullmatch(r"[A-Za-z_]\w*", a)}
+    keep = []
+    for line in main.splitlines():
+        s = line.strip()
+        if s.startswith("#") or VALIDATE_CALL.search(s) or any(
+                re.search(rf"\b{re.escape(n)}\s*{ASSIGN}", s) for n in names):
+            keep.append(s)
+    return "\n".join(keep)

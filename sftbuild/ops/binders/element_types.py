@@ -19,7 +19,7 @@ _DIRECTIVE = re.compile(r"\s*#\s*(ifdef|ifndef|if|elif|else|endif)\b(.*)")
 
 def dtype_of(name: str, texts: list[str]) -> str | None:
     """The torch dtype name `name` resolves to in `texts` (code, then its headers); None if unknown."""
-    defined = {d for t in texts for d in re.findall(r"(?m)^\s*#\s*define\s+(\w+)", t)}
+    defined = defines(texts)
     seen: set[str] = set()
     while name not in FLOATS:
         if name in seen:
@@ -29,6 +29,11 @@ def dtype_of(name: str, texts: list[str]) -> str | None:
         if name is None:
             return None
     return FLOATS[name]
+
+
+def defines(texts: list[str]) -> set[str]:
+    """The names the texts `#define` anywhere (what their conditions test)."""
+    return {d for t in texts for d in re.findall(r"(?m)^\s*#\s*define\s+(\w+)", t)}
 
 
 def _alias(name: str, texts: list[str], defined: set[str]) -> str | None:

@@ -9,7 +9,9 @@ the launcher's signature is the CPU one's plus trailing block-size ints) and sto
 size expression) and its `block_sizes[]`. This binder turns that into a binding with
 `how: file_reference`, validated by the `file_reference` harness and the file-reference
 trials (`validate/trials.py`): call the launcher, and compare what it wrote with the CPU
-function run on host copies of the same inputs.
+function run on host copies of the same inputs, by main()'s own acceptance test for that array
+where it can be read (`ref["acceptance"]`, sftbuild.ops.binders.acceptance), else by the trials'
+default tolerance.
 
 The helpers below are pure (no torch) so sizes can be planned and tested anywhere:
 `evaluate` reads a C integer expression over main()'s scalars, `plans` shrinks main()'s
@@ -56,6 +58,8 @@ class FileReference(Binder):
     order = 30
 
     def bind(self, record) -> dict | None:
+        from sftbuild.ops.binders import acceptance  # it reads sizes with this module's evaluate
+
         ref = record.entry.get("file_reference")
         if not ref or not ref.get("launcher") or not ref.get("cpu"):
             return None
@@ -65,6 +69,7 @@ class FileReference(Binder):
         path = (record.provenance or {}).get("path", "")
         ref = {**ref, "device_props": props, "device_globals": device_globals(texts),
                "kernel_reads": kernel_reads(record.entry.get("params") or [])}
+        ref["acceptance"] = acceptance.rules(ref, texts)  # main()'s own test per validated array, where read
         try:
             if not pairs(ref, plans(ref)):
                 return None
