@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
 
 import tree_sitter as ts
@@ -151,3 +152,83 @@ def param_of(arg: ast.arg, default, kind: str) -> dict:
             value = {"source": ast.unparse(default)}  # not a literal: the callee's own default applies
     return {"name": arg.arg, "default": value, "has_default": default is not None,
             "annotation": ast.unparse(arg.annotation) if arg.annotation is not None else None, "kind": kind}
+
+
+# ---- C text: main() and its checks, read without compiling ----
+
+COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+VALIDATE_CALL = re.compile(r"\b(validate_\w*)\s*\(")
+ASSIGN = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"  # after a name: it is assigned (`=`, `*=`, ...), not compared
+
+
+def split_args(text: str, start: int, opens: str, closes: str) -> list[str] | None:
+    """The comma-separated arguments from `start` (just past an opening parenthesis) to its match,
+    each with its whitespace collapsed; None when the text ends first."""
+    depth, i, parts = 1, start, []
+    while i < len(text) and depth:
+        ch = text[i]
+        if ch in opens:
+            depth += 1
+        elif ch in closes:
+            depth -= 1
+        if (ch == "," and depth == 1) or depth == 0:
+            part = " ".join(text[start:i].split())
+            if part:
+                parts.append(part)
+            start = i + 1
+        i += 1
+    return parts if depth == 0 else None
+
+
+def blank_comments(text: str) -> str:
+    """`text` with its comments blanked (spaces, newlines kept, so offsets and lines still match):
+    what main() leaves commented out (`int block_sizes[] = {32, /*768,*/ 1024};`) it never runs.
+    String and character literals are kept whole, `//` inside them included."""
+    return COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
+                                 re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def evaluate(expr: str, env: dict[str, float]) -> float:
+    """A C arithmetic expression over known names; integer division between ints. ValueError otherwise."""
+    e = re.sub(r"\(\s*(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|int64_t|float|double)\s*\)", " ", expr)
+    e = re.sub(r"(\d+\.?\d*(?:[eE][-+]?\d+)?)[fFuUlL]+\b", r"\1", e).strip()
+    try:
+        tree = ast.parse(e, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"cannot read {expr!r}") from None
+
+    def ev(n):
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+            return n.value
+        if isinstance(n, ast.Name):
+            if n.id not in env:
+                raise ValueError(f"unknown name {n.id}")
+            return env[n.id]
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            v = ev(n.operand)
+            return -v if isinstance(n.op, ast.USub) else v
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Add):
+                return a + b
+            if isinstance(n.op, ast.Sub):
+                return a - b
+            if isinstance(n.op, ast.Mult):
+                return a * b
+            if isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mod)):
+                if b == 0:
+                    raise ValueError("division by zero")
+                if isinstance(n.op, ast.Mod):
+                    return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else int(math.fmod(a, b))
+                if isinstance(a, int) and isinstance(b, int):
+                    return int(a / b)  # C truncation
+                return a / b
+            if isinstance(n.op, ast.LShift) and isinstance(a, int) and isinstance(b, int) and 0 <= b < 63:
+                return a << b
+            if isinstance(n.op, ast.RShift) and isinstance(a, int) and isinstance(b, int) and 0 <= b < 63:
+                return a >> b
+        raise ValueError(f"cannot evaluate {expr!r}")
+
+    return ev(tree)

@@ -10,37 +10,9 @@ from __future__ import annotations
 
 import re
 
-from sftbuild.parsing import FLOAT_WORDS
+from sftbuild.parsing import ASSIGN, FLOAT_WORDS, VALIDATE_CALL, blank_comments, split_args  # noqa: F401 (read here)
 
 
-def split_args(text: str, start: int, opens: str, closes: str) -> list[str] | None:
-    """The comma-separated arguments from `start` (just past an opening parenthesis) to its match,
-    each with its whitespace collapsed; None when the text ends first."""
-    depth, i, parts = 1, start, []
-    while i < len(text) and depth:
-        ch = text[i]
-        if ch in opens:
-            depth += 1
-        elif ch in closes:
-            depth -= 1
-        if (ch == "," and depth == 1) or depth == 0:
-            part = " ".join(text[start:i].split())
-            if part:
-                parts.append(part)
-            start = i + 1
-        i += 1
-    return parts if depth == 0 else None
-
-
-COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
-
-
-def blank_comments(text: str) -> str:
-    """`text` with its comments blanked (spaces, newlines kept, so offsets and lines still match):
-    what main() leaves commented out (`int block_sizes[] = {32, /*768,*/ 1024};`) it never runs.
-    String and character literals are kept whole, `//` inside them included."""
-    return COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
-                                 re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
 GENERATORS = {  # host generators whose value ranges the trials reproduce
@@ -213,8 +185,6 @@ def block_values(main: str, trailing: list[str] | tuple = ()) -> list[int]:
     return []
 
 
-VALIDATE_CALL = re.compile(r"\b(validate_\w*)\s*\(")
-ASSIGN = r"(?:[-+*/%&|^]|<<|>>)?=(?!=)"  # after a name: it is assigned (`=`, `*=`, ...), not compared
 
 
 def acceptance_text(main: str, arrays: list[str]) -> str:

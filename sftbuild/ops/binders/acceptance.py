@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import re
 
-from sftbuild.harvest.main_reader import ASSIGN, VALIDATE_CALL, blank_comments, split_args
 from sftbuild.ops.binders.element_types import active_lines, defines, dtype_of
-from sftbuild.ops.binders.file_reference import evaluate, slots
+from sftbuild.parsing import ASSIGN, VALIDATE_CALL, blank_comments, evaluate, split_args
 
 SIZES = {"float": 4, "double": 8, "half": 2, "__half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2, "int": 4}
 EPSILONS = {"FLT_EPSILON": 1.1920928955078125e-07, "DBL_EPSILON": 2.220446049250313e-16}
@@ -31,7 +30,7 @@ ABS = r"(?:std::)?(?:fabsf?|abs)"
 UNKNOWN = "@"  # stands for a size or type test that cannot be read
 
 
-def rules(ref: dict, texts: list[str]) -> dict[str, dict]:
+def rules(ref: dict, texts: list[str], slots: list[dict]) -> dict[str, dict]:
     """{CPU argument name: rule} for the arrays main() validates in a way read here."""
     text = ref.get("acceptance_text") or ""
     if not text:
@@ -62,7 +61,7 @@ def rules(ref: dict, texts: list[str]) -> dict[str, dict]:
             continue  # validated twice in different ways: no one rule
         tol = atols.pop()
         given = _resolved(tol, lines)
-        expr = given and _sizes(given, _element_type(ref, i), texts)
+        expr = given and _sizes(given, _element_type(ref, slots, i), texts)
         if expr is None or any(atol_value({"atol": expr}, e) is None for e in (2, 4, 8)):
             continue
         out[arr] = {"function": name, "atol": expr, "rtol": test["rtol"],
@@ -191,10 +190,10 @@ def _resolved(tol: str, lines: list[str]) -> str | None:
     return _local(tol, "\n".join(lines))
 
 
-def _element_type(ref: dict, i: int) -> str:
+def _element_type(ref: dict, slots: list[dict], i: int) -> str:
     """The launcher's element type for the CPU call's i-th argument (a pointer)."""
     k = sum(1 for c in ref["cpu_params"][:i] if c["ptr"])
-    for s in slots(ref):
+    for s in slots:
         if s["kind"] == "ptr" and s["slot"] == k:
             return re.sub(r"\bconst\b|\*|&", " ", s.get("ltype") or "").strip()
     return ""
@@ -220,7 +219,7 @@ def _sizes(expr: str, elem: str, texts: list[str]) -> str | None:
 
 
 def c_value(expr: str, env: dict) -> float:
-    """A C expression with `?:` and comparisons over `env` (`file_reference.evaluate` otherwise)."""
+    """A C expression with `?:` and comparisons over `env` (`parsing.evaluate` otherwise)."""
     e = _unwrap(expr.strip())
     q = _top_index(e, "?")
     if q is not None:

@@ -19,13 +19,12 @@ large literal sizes so trials run fast, keeping the divisibility the file implie
 """
 from __future__ import annotations
 
-import ast
 import math
 import re
 
-from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.ops.binders import BINDERS, Binder, acceptance
 from sftbuild.ops.binders.element_types import dtype_of
-from sftbuild.parsing import param_info
+from sftbuild.parsing import evaluate, param_info  # noqa: F401 (evaluate: read by the binder's callers too)
 
 MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
 MAX_SCRATCH = 1 << 26  # the launcher's device-only scratch buffers together (zeros, no CPU work)
@@ -58,7 +57,6 @@ class FileReference(Binder):
     order = 30
 
     def bind(self, record) -> dict | None:
-        from sftbuild.ops.binders import acceptance  # it reads sizes with this module's evaluate
 
         ref = record.entry.get("file_reference")
         if not ref or not ref.get("launcher") or not ref.get("cpu"):
@@ -69,7 +67,7 @@ class FileReference(Binder):
         path = (record.provenance or {}).get("path", "")
         ref = {**ref, "device_props": props, "device_globals": device_globals(texts),
                "kernel_reads": kernel_reads(record.entry.get("params") or [])}
-        ref["acceptance"] = acceptance.rules(ref, texts)  # main()'s own test per validated array, where read
+        ref["acceptance"] = acceptance.rules(ref, texts, slots(ref))  # main()'s own test per validated array, where read
         try:
             if not pairs(ref, plans(ref)):
                 return None
@@ -186,52 +184,6 @@ def roles(ref: dict) -> list[str]:
                    else ("input" if cpu[i]["const"] else "staged") if reads
                    else "output" if b["gen"] == "empty" else "inout")
     return out
-
-
-def evaluate(expr: str, env: dict[str, float]) -> float:
-    """A C arithmetic expression over known names; integer division between ints. ValueError otherwise."""
-    e = re.sub(r"\(\s*(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|int64_t|float|double)\s*\)", " ", expr)
-    e = re.sub(r"(\d+\.?\d*(?:[eE][-+]?\d+)?)[fFuUlL]+\b", r"\1", e).strip()
-    try:
-        tree = ast.parse(e, mode="eval")
-    except SyntaxError:
-        raise ValueError(f"cannot read {expr!r}") from None
-
-    def ev(n):
-        if isinstance(n, ast.Expression):
-            return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
-            return n.value
-        if isinstance(n, ast.Name):
-            if n.id not in env:
-                raise ValueError(f"unknown name {n.id}")
-            return env[n.id]
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
-            v = ev(n.operand)
-            return -v if isinstance(n.op, ast.USub) else v
-        if isinstance(n, ast.BinOp):
-            a, b = ev(n.left), ev(n.right)
-            if isinstance(n.op, ast.Add):
-                return a + b
-            if isinstance(n.op, ast.Sub):
-                return a - b
-            if isinstance(n.op, ast.Mult):
-                return a * b
-            if isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mod)):
-                if b == 0:
-                    raise ValueError("division by zero")
-                if isinstance(n.op, ast.Mod):
-                    return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else int(math.fmod(a, b))
-                if isinstance(a, int) and isinstance(b, int):
-                    return int(a / b)  # C truncation
-                return a / b
-            if isinstance(n.op, ast.LShift) and isinstance(a, int) and isinstance(b, int) and 0 <= b < 63:
-                return a << b
-            if isinstance(n.op, ast.RShift) and isinstance(a, int) and isinstance(b, int) and 0 <= b < 63:
-                return a >> b
-        raise ValueError(f"cannot evaluate {expr!r}")
-
-    return ev(tree)
 
 
 def scalars(ref: dict, halvings: int = 0, device: dict | None = None, tile: int = 64) -> dict[str, float]:
