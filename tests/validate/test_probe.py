@@ -81,7 +81,12 @@ def probe(rec: Record, seconds: float = 60):
     b = Probed()
     task = b.plan(rec, seconds=seconds)
     assert task is not None
-    [(_, res)] = _KEPT["executor"].map_interpreted(run_task, [{"task_fn": b.task_fn, "task": task}], seconds + 60)
+    items = [{"task_fn": b.task_fn, "task": task}]
+    if "executor" in _KEPT:
+        [(_, res)] = _KEPT["executor"].map_interpreted(run_task, items, seconds + 60)
+    else:  # called from another module: a worker of its own
+        with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+            [(_, res)] = ex.map_interpreted(run_task, items, seconds + 60)
     assert isinstance(res, dict), res
     return task, res, b.accept(rec, res)
 
