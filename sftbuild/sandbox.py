@@ -78,11 +78,12 @@ def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> Non
 
 
 ENV_KEY = "SFTBUILD_SANDBOX"
-# variables a compile or a run may need; everything else in the environment is dropped
+# variables a compile or a run may need (the thread counts a caller that fills the cores sets for torch and
+# its math libraries included); everything else in the environment is dropped
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
              "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING", "NVIDIA_VISIBLE_DEVICES",
              "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "SFTBUILD_NVCC_PARALLEL", "SFTBUILD_CUDA_INCLUDE",
-             "SFTBUILD_EXT_SLOTS", ENV_KEY)
+             "SFTBUILD_EXT_SLOTS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", ENV_KEY)
 ENV_PREFIX_ALLOW = ("TRITON_",)
 SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_RO = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",

@@ -46,6 +46,14 @@ ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
+# Under xdist the worker processes already fill the cores: one torch thread each, in them and in every
+# process they start (sandboxes pass OMP_NUM_THREADS on). torch's default of a thread per core in each
+# oversubscribes the cores, and idle OpenMP threads spin: the same tensor work cost several times the CPU
+# time on the shared 2-core machine. A run with -n 0 keeps torch's default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 # Inductor output code that a test runs in this process (as a GPU worker would) finds the kernels the
 # harvest's compile sandboxes built, in the cache they share (sftbuild.sandbox.inductor_cache)

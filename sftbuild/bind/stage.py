@@ -156,12 +156,13 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
             yield item["n"], res
         return
 
+    from sftbuild.executor import INTERPRETER_ENV
     from sftbuild.sandbox import run_isolated
 
     def one(item):
         if probe != "interpreter" or item["language"] != "triton":
             return item["n"], {"unbound": "probing this kernel needs a GPU"}
-        return item["n"], run_isolated(item["task_fn"], item["task"], timeout, env={"TRITON_INTERPRET": "1"})
+        return item["n"], run_isolated(item["task_fn"], item["task"], timeout, env=INTERPRETER_ENV)
 
     with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
         futures = [pool.submit(one, item) for item in items]

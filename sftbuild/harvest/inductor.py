@@ -118,12 +118,14 @@ def compile_program(name: str, src: str, device: str = "cuda") -> Compiled:
 
 def _compile(name: str, src: str, device: str, config: dict) -> Compiled:
     import torch
+
+    # the program and its inputs first: one that fails there costs no import of Dynamo and Inductor
+    ns, _, model = _load(src, device, name)
+    inputs = _draw(ns, device)
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import run_and_get_code
 
-    ns, _, model = _load(src, device, name)
-    inputs = _draw(ns, device)
     floats = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
     graphs, n_out = [], []
 

@@ -14,8 +14,11 @@ import re
 
 from sftbuild.executor import WorkerFailure
 from sftbuild.validate import compile as C
-from sftbuild.validate import harness as H
 from sftbuild.validate import logs, memcheck, static
+
+# sftbuild.validate.harness (and torch, through the op registry) is imported where a harness is rendered,
+# in the stage's own process: the CPU pool's processes, which import this module for compile_any, build
+# what they are given without torch (two seconds of CPU for each process a pool starts)
 
 ALL_DTYPES = ["float32", "float16", "bfloat16"]
 
@@ -188,6 +191,8 @@ def finish(out, cfg, comp) -> tuple:
 
 
 def compile_task(rec, cfg, nvcc, cache) -> dict:
+    from sftbuild.validate import harness as H
+
     harnesses = []
     if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
         harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]

@@ -1,6 +1,7 @@
 """Probing Triton records through their own entry points (sftbuild.validate.probe), the probed
 binder's plan -> probe -> accept, validation of a probed binding exactly as its `call` says, and
-the unbound verdict with the probe's reason. CPU: the Triton interpreter in a sandbox process."""
+the unbound verdict with the probe's reason. CPU: the Triton interpreter in a sandboxed worker that
+the probes share."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sftbuild.bind.stage import run_task
 from sftbuild.config import ValidateConfig
 from sftbuild.executor import LocalExecutor
 from sftbuild.harvest.stage import _entry
@@ -21,7 +23,6 @@ from sftbuild.sandbox import run_isolated
 
 pytest.importorskip("triton")
 LIGER = Path("/work/pkgs/liger_kernel-0.8.5-py3-none-any.whl")
-INTERP = {"TRITON_INTERPRET": "1"}
 
 RMS = '''
 import torch
@@ -61,11 +62,31 @@ def record(code: str, path: str = "pkg/rms.py", tree: str | None = None) -> Reco
                   provenance={"path": path, "tree": tree})
 
 
+_KEPT: dict = {}  # this module's executor, whose kept interpreter worker runs its probes
+
+
+@pytest.fixture(scope="module", autouse=True)
+def probe_worker():
+    """One kept interpreter worker for this module's probes, as the bind stage's GPU workers keep theirs
+    from probe to probe (a probe's guess is never a verdict): a one-shot sandbox for each of them would
+    import torch, Triton and the validator again, the most of a probe's CPU time. The executor starts a
+    fresh one where a probe names a folder its sandbox lacks, or its process died."""
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        _KEPT["executor"] = ex
+        yield ex
+        _KEPT.clear()
+
+
 def probe(rec: Record, seconds: float = 60):
     b = Probed()
     task = b.plan(rec, seconds=seconds)
     assert task is not None
-    res = run_isolated(b.task_fn, task, seconds + 60, env=INTERP)
+    items = [{"task_fn": b.task_fn, "task": task}]
+    if "executor" in _KEPT:
+        [(_, res)] = _KEPT["executor"].map_interpreted(run_task, items, seconds + 60)
+    else:  # called from another module: a worker of its own
+        with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+            [(_, res)] = ex.map_interpreted(run_task, items, seconds + 60)
     assert isinstance(res, dict), res
     return task, res, b.accept(rec, res)
 
