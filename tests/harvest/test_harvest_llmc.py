@@ -100,13 +100,18 @@ def test_a_define_that_configures_the_files_own_header_stays_before_its_include(
     assert "ENABLE_BF16" not in plain and plain.index("#define ROWS") < plain.index('#include "common.h"')
 
 
-@needs_llmc
-def test_harvest_keeps_the_defines_llmc_files_configure_common_h_with(ctx, tmp_path):
+def _repo(tmp_path, source: str) -> str:
+    """A repo of one llm.c file with the header and licence it comes with."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    for f in ("layernorm_backward.cu", "common.h", "LICENSE"):
+    for f in (source, "common.h", "LICENSE"):
         shutil.copy(LLMC / f, repo / f)
-    harvest.run(ctx, [str(repo)])
+    return str(repo)
+
+
+@needs_llmc
+def test_harvest_keeps_the_defines_llmc_files_configure_common_h_with(ctx, tmp_path):
+    harvest.run(ctx, [_repo(tmp_path, "layernorm_backward.cu")])
     recs = {r.name: r for r in ctx.store.records()}
     code = recs["layernorm_backward_kernel4"].code
     assert code.index("#define ENABLE_BF16") < code.index('#include "common.h"')
@@ -119,11 +124,7 @@ def test_harvest_keeps_the_defines_llmc_files_configure_common_h_with(ctx, tmp_p
 
 @needs_llmc
 def test_harvest_stores_headers_and_include_dirs(ctx, tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for f in ("gelu_forward.cu", "common.h", "LICENSE"):
-        shutil.copy(LLMC / f, repo / f)
-    stats = harvest.run(ctx, [str(repo)])
+    stats = harvest.run(ctx, [_repo(tmp_path, "gelu_forward.cu")])
     assert stats["errors"] == {}
     recs = list(ctx.store.records())
     assert {r.name for r in recs} == {"gelu_forward_kernel1", "gelu_forward_kernel2"}
