@@ -28,10 +28,9 @@ import re
 
 import tree_sitter as ts
 
-from sftbuild.harvest.main_reader import (acceptance_text, allocation, blank_comments, block_values, call_args,
-                                          device_buffers, main_values, map_params, split_args, steps_code, validated,
-                                          zeroed)
-from sftbuild.parsing import cuda_language, cuda_parser, param_info
+from sftbuild.harvest.main_reader import (acceptance_text, allocation, block_values, call_args, device_buffers,
+                                          main_values, map_params, steps_code, validated, zeroed)
+from sftbuild.parsing import blank_comments, cuda_language, cuda_parser, param_info, split_args
 
 WORD = re.compile(r"[A-Za-z_]\w*")
 UNIT_TYPES = {
@@ -934,7 +933,7 @@ def _main_argument(units, src, hosts: dict[str, int], main: str, lname: str, nam
 
 
 def _main_body(units, src) -> str:
-    """main()'s text with its comments blanked (`main_reader.blank_comments`): what it leaves
+    """main()'s text with its comments blanked (`parsing.blank_comments`): what it leaves
     commented out, it never runs."""
     for u in units:
         if "main" in u.defines and not u.kernels and (not u.origin or u.origin is src):

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import re
 
-from sftbuild.parsing import ASSIGN, FLOAT_WORDS, VALIDATE_CALL, blank_comments, split_args  # noqa: F401 (read here)
-
-
-
+from sftbuild.parsing import ASSIGN, FLOAT_WORDS, VALIDATE_CALL, split_args
 
 GENERATORS = {  # host generators whose value ranges the trials reproduce
     "make_random_float": ("uniform", -1.0, 1.0), "make_random_float_01": ("uniform", 0.0, 1.0),
@@ -183,8 +180,6 @@ def block_values(main: str, trailing: list[str] | tuple = ()) -> list[int]:
         if name in arrays:
             return [int(x) for x in re.findall(r"\d+", arrays[name])]
     return []
-
-
 
 
 def acceptance_text(main: str, arrays: list[str]) -> str:

@@ -475,7 +475,8 @@ def test_byte_counts_become_element_counts():
 
 def test_block_sizes_main_comments_out_are_not_tried():
     """llm.c's layernorm_backward: `int block_sizes[] = {32, ..., 512, /*768,*/ 1024};`."""
-    from sftbuild.harvest.main_reader import blank_comments, block_values
+    from sftbuild.harvest.main_reader import block_values
+    from sftbuild.parsing import blank_comments
 
     main = 'int block_sizes[] = {32, /*768,*/ 1024}; // {64}\nprintf("/*%d*/ // no", 1);'
     blank = blank_comments(main)

@@ -24,7 +24,7 @@ import re
 
 from sftbuild.ops.binders import BINDERS, Binder, acceptance
 from sftbuild.ops.binders.element_types import dtype_of
-from sftbuild.parsing import evaluate, param_info  # noqa: F401 (evaluate: read by the binder's callers too)
+from sftbuild.parsing import evaluate, param_info
 
 MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
 MAX_SCRATCH = 1 << 26  # the launcher's device-only scratch buffers together (zeros, no CPU work)
@@ -57,7 +57,6 @@ class FileReference(Binder):
     order = 30
 
     def bind(self, record) -> dict | None:
-
         ref = record.entry.get("file_reference")
         if not ref or not ref.get("launcher") or not ref.get("cpu"):
             return None
@@ -67,23 +66,25 @@ class FileReference(Binder):
         path = (record.provenance or {}).get("path", "")
         ref = {**ref, "device_props": props, "device_globals": device_globals(texts),
                "kernel_reads": kernel_reads(record.entry.get("params") or [])}
-        ref["acceptance"] = acceptance.rules(ref, texts, slots(ref))  # main()'s own test per validated array, where read
+        launch = slots(ref)
+        ref["acceptance"] = acceptance.rules(ref, texts, launch)  # main()'s own test per validated array, where read
         try:
             if not pairs(ref, plans(ref)):
                 return None
         except ValueError:
             return None
         return {"kind": "program", "program": f"{path}:{ref['cpu']}", "how": "file_reference",
-                "harness": "file_reference", "dtypes": element_dtypes(ref, texts),
+                "harness": "file_reference", "dtypes": element_dtypes(launch, texts),
                 "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
-                "harness_args": {"ref": ref, "slots": slots(ref), "file_buffers": global_slots(ref)}}
+                "harness_args": {"ref": ref, "slots": launch, "file_buffers": global_slots(ref)}}
 
 
-def element_dtypes(ref: dict, texts: list[str]) -> list[str]:
-    """The dtypes of the launcher's array arguments as the file builds them (a `floatX*` is bf16 where
-    the file defines ENABLE_BF16 for its header), in argument order; float32 where none resolves."""
+def element_dtypes(launch: list[dict], texts: list[str]) -> list[str]:
+    """The dtypes of the launcher's array arguments (its `slots`) as the file builds them (a `floatX*`
+    is bf16 where the file defines ENABLE_BF16 for its header), in argument order; float32 where none
+    resolves."""
     out = []
-    for s in slots(ref):
+    for s in launch:
         if s.get("kind") == "ptr":
             dtype = dtype_of(s.get("ltype") or "", texts)
             if dtype and dtype not in out:
