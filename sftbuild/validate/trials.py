@@ -650,16 +650,20 @@ def _compare_file(lib, ref, compared, outs) -> tuple[bool, dict]:
 
 def file_rules(ref: dict, lib) -> dict[str, str]:
     """{compared argument: the rule its trials use}, as `compare_file_output` names it."""
+    ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
+    rules = ref.get("acceptance") or {}
+    return {ref["call_args"][i]: rule_name(rules.get(ref["call_args"][i]), lib.sftbuild_file_elem_bytes(ptr_of[i]))
+            for i in ref["compare"]}
+
+
+def rule_name(rule: dict | None, elem_bytes: int) -> str:
+    """How a verdict names the rule `compare_file_output` applies to an array of `elem_bytes` elements."""
     from sftbuild.ops.binders import acceptance
 
-    ptr_of = {i: k for k, i in enumerate(i for i, c in enumerate(ref["cpu_params"]) if c["ptr"])}
-    rules, out = ref.get("acceptance") or {}, {}
-    for i in ref["compare"]:
-        arg, elem = ref["call_args"][i], lib.sftbuild_file_elem_bytes(ptr_of[i])
-        rule = rules.get(arg)
-        out[arg] = (f"the file's {acceptance.describe(rule, elem)}" if rule
-                    else f"default: {FILE_TOLERANCE.get(elem, 3e-2):g} x (max|ref| + |ref|)")
-    return out
+    named = f"default: {FILE_TOLERANCE.get(elem_bytes, 3e-2):g} x (max|ref| + |ref|)"
+    if rule and acceptance.atol_value(rule, elem_bytes) is not None:
+        return f"the wider of the file's {acceptance.describe(rule, elem_bytes)} and the {named}"
+    return named
 
 
 def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int,
@@ -694,13 +698,12 @@ def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int,
     atol = acceptance.atol_value(rule, elem_bytes) if rule else None
     tol = FILE_TOLERANCE.get(elem_bytes, 3e-2)
     bound = tol * scale + tol * want64.abs()
-    named = f"default: {tol:g} x (max|ref| + |ref|)"
     if atol is not None:  # the file's own test, as main() calls it for this array: what either accepts passes
         # (its maintainers' standard, or ours where the trial's inputs are not main()'s and its own is tighter)
         bound = torch.maximum(bound, atol + rule["rtol"] * want64.abs())
-        named = f"the wider of the file's {acceptance.describe(rule, elem_bytes)} and the {named}"
     bad = int((err > bound).sum())
-    stats = {"max_abs": float(err.max()) if err.numel() else 0.0, "scale": scale, "tolerance": tol, "rule": named}
+    stats = {"max_abs": float(err.max()) if err.numel() else 0.0, "scale": scale, "tolerance": tol,
+             "rule": rule_name(rule, elem_bytes)}
     if bad:
         j = int((err - bound).argmax())
         return False, {**stats, "mismatches": bad,
