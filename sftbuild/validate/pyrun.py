@@ -406,6 +406,11 @@ class Problem:
         return self.layouts if dtype == self.dtypes[0] else ["contiguous"]
 
 
+def _variant_key(shape, dtype) -> tuple:
+    """One variant's key: its shape as a tuple (variants arrive as lists or tuples) and dtype."""
+    return (tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
+
+
 class OpProblem(Problem):
     """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s).
 
@@ -465,7 +470,7 @@ class OpProblem(Problem):
         What the op's input generator sets in its params for these inputs is kept for their variant."""
         params = dict(self.params)
         xs = special.trial_inputs(self.op, shape, dtype, seed, params)
-        self._made = {**getattr(self, "_made", {}), (tuple(shape), dtype): params}
+        self.__dict__.setdefault("_made", {})[_variant_key(shape, dtype)] = params
         return [t.to(dev) for t in xs]
 
     def params_for(self, shape, dtype) -> dict:
@@ -473,8 +478,7 @@ class OpProblem(Problem):
         variant's inputs (a head size's sections, an op_db sample's call, an image's height). The book
         makes every variant's inputs before any trial runs, so params shared by all variants would hold
         the last variant's values at every trial."""
-        key = (tuple(shape) if isinstance(shape, (list, tuple)) else shape, dtype)
-        return getattr(self, "_made", {}).get(key, self.params)
+        return self.__dict__.get("_made", {}).get(_variant_key(shape, dtype), self.params)
 
     def candidate(self, shape, dtype, inputs):
         self.handed = []
