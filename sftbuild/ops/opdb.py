@@ -474,14 +474,16 @@ def _inputs(info, entry):
             (x,) = make_inputs(entry["samples"][0]["shape"], dtype, layout, gen, params)
             return [_tiled(x, tuple(shape), gen)]
         samples = draw(info, TORCH_DTYPES[dtype], int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen)))
-        want, idx = tuple(shape), by_shape.get(tuple(shape))
-        pick = _pick(samples, idx, want)
+        want, idx, kept = tuple(shape), by_shape.get(tuple(shape)), params.get("call")
+        pick = _pick(samples, idx, want, kept)
         if pick is None:  # this seed drew other shapes: the catalogue's own draw has them
-            pick = _pick(draw(info, TORCH_DTYPES[dtype], 0), idx, want)
+            pick = _pick(draw(info, TORCH_DTYPES[dtype], 0), idx, want, kept)
         if pick is None:
-            raise ValueError(f"{full_name(info)}: no sample input of shape {list(want)} for {dtype}")
+            raise ValueError(f"{full_name(info)}: no sample input of shape {list(want)} for {dtype}"
+                             + (" with the call of its first draw" if kept else ""))
         leaves, spec = _leaves(pick)
-        params["call"] = _call(leaves, spec)
+        if kept is None:
+            params["call"] = _call(leaves, spec)
         return [x.detach().clone() for x in leaves if isinstance(x, torch.Tensor)]
     return make_inputs
 
@@ -502,11 +504,22 @@ def _call(leaves, spec) -> tuple:
     return spec, tuple(None if t else x for x, t in zip(leaves, slots)), slots
 
 
-def _pick(samples: list, idx: int | None, want: tuple):
-    """The catalogued sample (its index in the draw) where it has the shape, else the first of that shape."""
-    if idx is not None and idx < len(samples) and _prim_shape(samples[idx]) == want:
+def _pick(samples: list, idx: int | None, want: tuple, kept: tuple | None = None):
+    """The catalogued sample (its index in the draw) where it has the shape, else the first of that shape.
+    With `kept` (the call of the variant's first draw, whose non-tensor arguments every later draw of
+    the variant keeps: sftbuild.validate.pyrun.OpProblem.inputs), only a sample whose call has the same
+    structure and tensor slots fits."""
+    def fits(s) -> bool:
+        if _prim_shape(s) != want:
+            return False
+        if kept is None:
+            return True
+        spec, _, slots = _call(*_leaves(s))
+        return spec == kept[0] and slots == kept[2]
+
+    if idx is not None and idx < len(samples) and fits(samples[idx]):
         return samples[idx]
-    return next((s for s in samples[:MAX_EXAMINED] if _prim_shape(s) == want), None)
+    return next((s for s in samples[:MAX_EXAMINED] if fits(s)), None)
 
 
 def draw(info, dtype, seed: int) -> list:

@@ -467,17 +467,22 @@ class OpProblem(Problem):
 
     def inputs(self, shape, dtype, seed, dev):
         """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special).
-        What the op's input generator sets in its params for these inputs is kept for their variant."""
-        params = dict(self.params)
+        What the op's input generator sets in its params at a variant's first draw (an op_db sample's
+        non-tensor arguments, say) is that variant's for every seed: later draws start from it and draw
+        only tensors. The reference and the candidate of any seed, the fresh inputs' too, thus get the
+        params their inputs were drawn with."""
+        made = self.__dict__.setdefault("_made", {})
+        key = _variant_key(shape, dtype)
+        params = dict(made.get(key, self.params))
         xs = special.trial_inputs(self.op, shape, dtype, seed, params)
-        self.__dict__.setdefault("_made", {})[_variant_key(shape, dtype)] = params
+        made.setdefault(key, params)
         return [t.to(dev) for t in xs]
 
     def params_for(self, shape, dtype) -> dict:
-        """The params of one variant: the binding's and op's, with what the input generator set for the
-        variant's inputs (a head size's sections, an op_db sample's call, an image's height). The book
-        makes every variant's inputs before any trial runs, so params shared by all variants would hold
-        the last variant's values at every trial."""
+        """The params of one variant: the binding's and op's, with what the input generator set at the
+        variant's first draw (a head size's sections, an op_db sample's call, an image's height). The
+        book makes every variant's inputs before any trial runs, so params shared by all variants would
+        hold the last variant's values at every trial."""
         return self.__dict__.get("_made", {}).get(_variant_key(shape, dtype), self.params)
 
     def candidate(self, shape, dtype, inputs):

@@ -384,6 +384,29 @@ def test_a_sanitizer_that_cannot_start_is_no_finding(monkeypatch):
     assert out["status"] == "ok" and out["memcheck"]["ok"] is None and set(out["seconds"]) == {"trials", "memcheck"}
 
 
+API_ERRORS_LOG = """========= COMPUTE-SANITIZER
+========= Program hit cudaErrorNotSupported (error 801) due to "operation not supported" on CUDA API call to cuDeviceGetAttribute.
+=========     Saved host backtrace up to driver entry point at error
+=========         Host Frame: <module> in common_cuda.py:185
+========= ERROR SUMMARY: 34 errors
+"""
+
+
+def test_an_api_error_of_the_references_import_is_no_finding(monkeypatch):
+    """torch's op_db import asks the driver for features it refuses; compute-sanitizer reported each
+    refusal as an error, and every op_db-bound record that memcheck sampled was dropped with 34."""
+    from sftbuild.validate import memcheck
+
+    def sanitized(runner, task, timeout, prefix, env):  # what compute-sanitizer prints, by its flags
+        reports = prefix[prefix.index("--report-api-errors") + 1] if "--report-api-errors" in prefix else "explicit"
+        if reports == "no":
+            return {"_log": "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n", "_exit": 0}
+        return {"_log": API_ERRORS_LOG, "_exit": 86}
+    monkeypatch.setattr(memcheck, "run_isolated", sanitized)
+    monkeypatch.setattr(memcheck.shutil, "which", lambda name: "/usr/bin/" + name)
+    assert memcheck.run({"dtypes": ["float32"]}, "m:f") == {"ok": True, "tools": ["memcheck"]}
+
+
 def test_a_guard_trip_gets_memcheck_to_name_the_fault(monkeypatch):
     verdict = {"status": "dropped", "reason": "out_of_bounds", "detail": "read outside input 0 (...)"}
     out, ran = _on_gpu(monkeypatch, verdict, {"ok": False, "tool": "memcheck", "finding": "Invalid __global__ read",

@@ -39,3 +39,36 @@ def test_each_variant_keeps_the_params_its_inputs_were_made_with():
     for vi, v in enumerate(prob.variants()):
         ok, stats = pyrun.trial(run, v, "float32", "contiguous", 0, vi=vi)
         assert ok, (v, stats)
+
+
+def test_an_op_db_variant_keeps_its_first_draws_arguments_at_every_seed():
+    """op_db's threshold sample draws its threshold and value at random: seed 0's reference, seed 1's
+    and the fresh inputs' must all be computed with the arguments the candidate is called with (they
+    were drawn per seed and stored per variant, so an exact F.threshold was `incorrect`)."""
+    import torch.nn.functional as F
+
+    from sftbuild import ops
+    from sftbuild.validate import guards, pristine, pyrun, refbook
+    from sftbuild.validate import checks as C
+
+    name = "opdb.nn.functional.threshold"
+    op = ops.get(name)
+    calls = types.SimpleNamespace(count=0, names=set())
+
+    def threshold(x, threshold, value, inplace=False):
+        calls.count += 1
+        return F.threshold(x, threshold, value)
+    task = {"id": "t", "dtypes": ["float32"], "shapes": 1, "entry": {},
+            "binding": {"op": name, "call": {"entry": "threshold", "kind": "function", "args": [["sample", None]],
+                                             "outputs": [{"from": "return", "index": None}]}}}
+    guards.set_strict()
+    dev = torch.device("cpu")
+    prob = pyrun.OpProblem(task, dev)
+    prob.shapes = [tuple(op.shape_pool[0])]
+    book = refbook.Book(prob, 3, dev, pyrun.layout_of)
+    prob.bind(types.SimpleNamespace(threshold=threshold))
+    run = pyrun.Run(prob, dev, calls, set(), C.selected(), book, pristine.Pristine())
+    for seed in range(3):
+        ok, stats = pyrun.trial(run, prob.shapes[0], "float32", "contiguous", seed, vi=0)
+        assert ok, (seed, stats)
+    assert calls.count >= 3
