@@ -129,6 +129,16 @@ def _triton_meta(code: str) -> dict:
     return {"autotune_configs": configs, "block_sizes": sorted(blocks)}
 
 
+def _template_over(record) -> str:
+    """What a templated kernel's parameters are: "type" (typename/class), "value" (an int block
+    size, say) or "both", read from the `template <...>` right before the kernel's definition."""
+    m = re.search(r"template\s*<([^<>]*(?:<[^<>]*>[^<>]*)*)>\s*(?:__\w+__\s*(?:\([^)]*\)\s*)?)*"
+                  r"(?:static\s+|inline\s+)*void\s+" + re.escape(record.name) + r"\s*\(", record.code or "")
+    params = [p.strip() for p in (m.group(1).split(",") if m else []) if p.strip()]
+    kinds = {"type" if re.match(r"(typename|class)\b", p) else "value" for p in params}
+    return "both" if len(kinds) > 1 else (kinds.pop() if kinds else "type")
+
+
 # how each language's code is read; records of other languages (KernelBench modules) read as CUDA
 READERS = {"cuda": _cuda_source, "triton": _triton_source}
 
@@ -148,7 +158,7 @@ def extract(record, describers: list[Describer] | None = None) -> dict:
         "techniques": sorted(techniques),
         "reduction": _reduction(src, techniques),
         "block_size": _block_size(record.entry, record.binding or {}, record.code),
-        "templated": bool(record.entry.get("template")),
+        "templated": _template_over(record) if record.entry.get("template") else None,
         "dtypes": _dtypes(record),
         "accumulate_type": src.has("acc_type", "accscalar_t", "opmath_t", "acc_t"),
     }

@@ -43,6 +43,19 @@ def test_detectors_read_the_tree_not_comments():
     assert g["block_size"] == 256 and g["reduction"] == "warp_shuffle"
 
 
+def test_a_template_is_said_to_be_over_what_its_parameters_are():
+    """llm.c's `template<int BlockSize> __global__ void ...` is a template over a block size, not over
+    its element type, as the instructions had said of every template."""
+    cases = {"template <typename T>\n__global__ void k(T* y, const T* x, int n) { y[0] = x[0]; }": "type",
+             "template<int BlockSize>\n__global__ void k(float* y, const float* x, int n) { y[0] = x[0]; }": "value",
+             "template <class T, int N> __global__ __launch_bounds__(256) void k(T* y, const T* x, int n) {}": "both"}
+    for code, over in cases.items():
+        rec = Record(language="cuda", code=code, source="test",
+                     entry={"kernels": ["k"], "params": ["float* y", "const float* x", "int n"], "template": True})
+        assert F.extract(rec)["templated"] == over, code
+    assert F.extract(_rec(PLAIN, "scale_kernel", ["float* y", "const float* x", "int n"]))["templated"] is None
+
+
 def test_triton_features():
     code = ("import triton\nimport triton.language as tl\n"
             "@triton.autotune(configs=[triton.Config({'BLOCK': 128}), triton.Config({'BLOCK': 256})], key=['n'])\n"
