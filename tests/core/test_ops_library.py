@@ -46,6 +46,18 @@ def test_opdb_is_not_loaded_by_the_registry():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.parametrize("version", ["2.11.0+cu130", "2.13.0+cpu", "2.13.0"])
+def test_a_shipped_release_is_read_not_scanned(version, tmp_path, monkeypatch):
+    """A machine on a torch release the package ships a catalogue for (the H200's 2.11+cu130, this
+    CI's 2.13) reads it: a scan of op_db takes a minute of CPU in the first process that needs it."""
+    monkeypatch.setenv("SFTBUILD_CACHE", str(tmp_path))
+    monkeypatch.setattr(opdb.torch, "__version__", version)
+    monkeypatch.setattr(opdb, "scan", lambda infos: pytest.fail("scanned op_db"))
+    cat = opdb.catalogue({})
+    assert cat["format"] == opdb.FORMAT and cat["torch"].split("+")[0] == version.split("+")[0]
+    assert len(cat["ops"]) > 400
+
+
 def test_opdb_has_hundreds_of_ops_and_records_skips(opdb_ops):
     assert len(opdb_ops) >= 300, len(opdb_ops)
     assert all(n.startswith("opdb.") for n in opdb_ops)
