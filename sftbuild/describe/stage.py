@@ -102,8 +102,7 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
                      same_args=all("cpu" in m for m in ref.get("launcher_map") or []) and
                      len(ref.get("launcher_map") or ref.get("cpu_params") or []) >= len(ref.get("cpu_params") or []),
                      dtypes=binding.get("dtypes") or ["float32"], layouts=["contiguous"],
-                     compared=[f"`{ref['call_args'][i]}`" for i in ref.get("compare") or []
-                               if i < len(ref.get("call_args") or [])],
+                     compared=_compared(ref),
                      others=[f"`{k}`" for k in rec.entry.get("kernels") or [] if k != rec.name])
     elif op:
         noun = T.NOUNS.get(op.family, T.GENERIC_NOUN)
@@ -128,6 +127,16 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
     else:
         facts.update(kind="unbound")
     return facts
+
+
+def _compared(ref: dict) -> list[str]:
+    """The arrays a CPU-reference task compares, by the names the CPU function shown in the task gives
+    its parameters (llm.c's `losses`), not by the names of main()'s variables passed to it (`out`)."""
+    params = [p.get("name") if isinstance(p, dict) else p for p in ref.get("cpu_params") or []]
+    args = ref.get("call_args") or []
+    names = [params[i] if i < len(params) and params[i] else (args[i] if i < len(args) else None)
+             for i in ref.get("compare") or []]
+    return [f"`{n}`" for n in names if n]
 
 
 def _with_contract(outputs: list, contract: list | None, lang: str = "en") -> list:

@@ -236,6 +236,14 @@ def test_a_cpu_reference_task_names_what_is_compared_and_every_kernel_it_launche
         if key.endswith("brief") or key.endswith("detailed"):
             assert "`rstd_kernel`" in text, key  # the launcher's other kernel is part of the task
             assert "`mean`" in text and "`rstd`" in text, key  # the arrays compared
+    # main() passes its own variables; the task names the CPU function's parameters, which it shows
+    ref.update(call_args=["out", "probs", "targets"], compare=[0], cpu="crossentropy_cpu",
+               cpu_code="void crossentropy_cpu(float* losses, const float* probs, const int* targets) {}",
+               cpu_params=[{"name": "losses"}, {"name": "probs"}, {"name": "targets"}])
+    status, _, payload = S.describe(rec, CONF)
+    assert status == "ok", payload.get("problems")
+    text = payload["instructions"]["en:brief"]
+    assert "every element of `losses` must match" in text and "`out`" not in text
 
 
 def test_a_probed_entrys_output_contract_is_stated_in_its_task():
