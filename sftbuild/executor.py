@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import multiprocessing as mp
 import os
 import time
@@ -170,11 +171,17 @@ class LocalExecutor(Executor):
 
     def __init__(self, cpu_workers: int = 0, gpus: str = "auto", progress: bool = True):
         self.cpu_workers = cpu_workers or os.cpu_count() or 1
-        self.gpus = visible_gpus(gpus)
+        self._gpu_spec = gpus
         self.progress = progress
         self._pool: cf.ProcessPoolExecutor | None = None
         self._workers: list[GpuWorker] = []  # kept across map_gpu calls; the first n serve a call
         self._interpreters: list[InterpreterWorker] = []  # kept across map_interpreted calls, the same way
+
+    @functools.cached_property
+    def gpus(self) -> list[str]:
+        """The GPU ids this executor runs on, found when first asked: a command that runs nothing on a
+        GPU (status, dedupe, review, export) does not import torch to count them (2 CPU-s a start)."""
+        return visible_gpus(self._gpu_spec)
 
     def gpu_workers(self, n: int, ro=(), rw=()) -> list["GpuWorker"]:
         """n workers spread over the GPUs (worker i on GPU i mod count), started where missing with the
