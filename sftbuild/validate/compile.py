@@ -267,8 +267,10 @@ def jit_functions(tree) -> list:
                                                                              for d in f.decorator_list)]
 
 
-# errors no choice of argument types explains: unknown names and attributes
-GENUINE = re.compile(r"has no attribute|is not defined|NameError|unsupported AST node|SyntaxError")
+# errors no choice of argument types explains: unknown names, a module's unknown attributes (a misspelt
+# `tl.` function). "'dtype' object has no attribute 'element_ty'" or "'int' object has no attribute
+# 'scalar'" says only that a guessed type was wrong: the GPU worker's JIT compiles such a kernel
+GENUINE = re.compile(r"module '[\w.]+' has no attribute|is not defined|NameError|unsupported AST node|SyntaxError")
 
 
 class _Skip(Exception):
@@ -283,18 +285,19 @@ def _module_name(msg: str, tree) -> bool:
     m = re.search(r"(\w+)'? is not defined", msg)
     if not m:
         return False
-    top = set()
-    for n in tree.body:
+    top, todo = set(), list(tree.body)
+    while todo:  # module-level statements, those under a top-level try/if/with too (`try: _f = shim.f`)
+        n = todo.pop()
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             top.add(n.name)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             top |= {(a.asname or a.name).split(".")[0] for a in n.names}
-        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+        elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
                 top |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
-        elif isinstance(n, (ast.Try, ast.If)):
-            top |= {a.asname or a.name for x in ast.walk(n) if isinstance(x, (ast.Import, ast.ImportFrom))
-                    for a in x.names}
+        elif isinstance(n, (ast.Try, ast.If, ast.With)):
+            todo += [*n.body, *getattr(n, "orelse", []), *getattr(n, "finalbody", []),
+                     *(s for h in getattr(n, "handlers", []) for s in h.body)]
     return m.group(1) in top
 
 
@@ -305,7 +308,7 @@ def _triton_aot(task, f, launch_kw) -> dict:
     import types
 
     import triton
-    import triton.language as tl  # noqa: F401
+    import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -314,6 +317,13 @@ def _triton_aot(task, f, launch_kw) -> dict:
         if isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] in ("load", "store", "atomic_add"):
             if n.args:
                 addr |= {x.id for x in ast.walk(n.args[0]) if isinstance(x, ast.Name)}
+    # a parameter whose `.dtype.element_ty` the kernel reads is a pointer (FlagGems' `inp.dtype.element_ty`)
+    addr |= {n.value.value.id for n in ast.walk(f) if isinstance(n, ast.Attribute) and n.attr == "element_ty"
+             and isinstance(n.value, ast.Attribute) and n.value.attr == "dtype" and isinstance(n.value.value, ast.Name)}
+    # a constexpr the kernel casts to (`y.to(OUT_DTYPE)`, `dtype=ACC`) is a dtype, not a size
+    dtypes = {x.id for n in ast.walk(f) if isinstance(n, ast.Call)
+              for x in ([n.args[0]] if ast.unparse(n.func).endswith(".to") and n.args else [])
+              + [k.value for k in n.keywords if k.arg in ("dtype", "out_dtype")] if isinstance(x, ast.Name)}
     # names assigned locally are offsets, not parameters
     local = {t.id for n in ast.walk(f) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     # a constexpr that bounds a `tl.static_range` is a trip count the compiler unrolls: 128 copies of
@@ -326,7 +336,8 @@ def _triton_aot(task, f, launch_kw) -> dict:
         ann = ast.unparse(a.annotation) if a.annotation else ""
         if "constexpr" in ann:
             sig[a.arg] = "constexpr"
-            consts[a.arg] = launch_kw.get(a.arg, UNROLLED_DEFAULT if a.arg in unrolled else 128)
+            guess = tl.float32 if a.arg in dtypes else UNROLLED_DEFAULT if a.arg in unrolled else 128
+            consts[a.arg] = launch_kw.get(a.arg, guess)
         elif a.arg in addr and a.arg not in local or a.arg.endswith("ptr"):
             sig[a.arg] = "*fp32"
         else:

@@ -124,6 +124,56 @@ def test_triton_aot_compiles_and_rejects(tmp_path):
     assert bad["ok"] is False and bad["reason"] == "compile_error"
 
 
+FLAG_GEMS_SHAPED = """import triton
+import triton.language as tl
+try:
+    _finitef = tl.extra.cuda.libdevice.finitef
+except AttributeError:
+    _finitef = None
+
+
+@triton.jit
+def sum_kernel(inp, out, M, BLOCK_SIZE: tl.constexpr):
+    if tl.constexpr(inp.dtype.element_ty == tl.float16):
+        cdtype: tl.constexpr = tl.float32
+    else:
+        cdtype: tl.constexpr = inp.dtype.element_ty
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    x = tl.load(inp + offs, mask=offs < M, other=0).to(cdtype)
+    tl.atomic_add(out, tl.sum(x))
+
+
+@triton.jit
+def logit_kernel(x_ptr, y_ptr, n, OUT_DTYPE: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.5).to(tl.float32)
+    tl.store(y_ptr + offs, tl.log(x / (1.0 - x)).to(OUT_DTYPE), mask=offs < n)
+
+
+@triton.jit
+def isfinite_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    tl.store(y_ptr + offs, _finitef(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+def logit(x, y, out_dtype):
+    logit_kernel[(1,)](x, y, x.numel(), OUT_DTYPE=out_dtype, BLOCK_SIZE=1024)
+"""
+
+
+def test_the_gate_reads_pointers_and_dtypes_from_their_use_and_blames_no_guess_of_its_own(tmp_path):
+    """Three FlagGems kernels the gate had dropped as compile_error though they compile under the JIT:
+    `inp.dtype.element_ty` (a pointer the gate took for an int), `y.to(OUT_DTYPE)` (a dtype it gave 128)
+    and a helper the module binds inside a top-level `try`. A misspelt `tl.` function is still an error."""
+    res = C.triton_gate({"code": FLAG_GEMS_SHAPED, "cache_dir": str(tmp_path), "arch": "sm_90"})
+    assert res["ok"], res.get("log")
+    assert res["aot"]["sum_kernel"] == "ok" and res["aot"]["logit_kernel"] == "ok", res["aot"]
+    assert res["aot"]["isfinite_kernel"].startswith("skipped"), res["aot"]
+    misspelt = FLAG_GEMS_SHAPED.replace("tl.log(x /", "tl.logg(x /")
+    bad = C.triton_gate({"code": misspelt, "cache_dir": str(tmp_path), "arch": "sm_90"})
+    assert bad["ok"] is False and bad["reason"] == "compile_error", bad
+
+
 def test_the_gate_unrolls_a_static_range_a_handful_of_times_not_128(tmp_path, monkeypatch):
     # the launch passes HC=x.shape[1] (a few heads): the gate cannot read it, and 128 unrolled copies
     # of a tile loop took minutes to compile, dropping an honest kernel as compile_timeout
