@@ -192,3 +192,44 @@ def test_getattr_in_plain_sight_is_no_disguise_but_a_looked_up_torch_function_is
               '    return getattr(x, "softmax")']
     for body in hidden:
         assert any(f.startswith("disguise") for f in findings(head + body + "\n")), body
+
+
+ACTIVATION = TRITON_RELU.replace('''def relu(x):
+    xc = x.contiguous()''', '''def torch_ref(x):  # the package's reference, its fallback for other devices
+    return torch.relu(x).exp().log()
+
+
+def act(x, kind="relu"):
+    if not x.is_cuda:
+        return torch_ref(x)
+    if kind == "relu":
+        return relu(x)
+    elif kind == "gelu":  # another activation: torch's own
+        return torch.nn.functional.gelu(x)
+    else:
+        raise ValueError(kind)
+
+
+def relu(x):
+    xc = x.contiguous()''')
+
+
+def test_a_branch_beside_the_launching_one_and_a_reference_behind_a_fallback_are_left_to_the_run_time_checks():
+    """FlagGems' MoE activation launches its kernel for silu and calls torch for gelu, chosen by name;
+    its mhc wrapper falls back to the package's `*_torch_ref`. The run-time checks judge each call
+    (triton_decoy: every trial must launch the candidate's kernels), as for an early return."""
+    assert findings(ACTIVATION) == []
+    always = ACTIVATION.replace('    if kind == "relu":\n        return relu(x)\n    elif kind == "gelu":',
+                                '    if kind == "gelu":')
+    assert findings(always), "no branch launches the kernel: torch's gelu is the work"
+    called = ACTIVATION + "\n\ndef twice(x):\n    return torch_ref(x)\n"
+    assert any("torch_ref" in f for f in findings(called)), "the reference called where no launch is beside it"
+
+
+def test_a_fallback_whose_every_path_returns_is_a_fallback():
+    """FlagGems' smooth_l1_loss_out falls back to aten off the GPU and returns from an inner if/else."""
+    code = FALLBACK.replace("        return torch.relu(x)", "        res = torch.relu(x)\n        if x.dim() == 0:\n"
+                            "            return res\n        else:\n            return res.clone()")
+    assert "res = torch.relu(x)" in code and findings(code) == []
+    open_ended = code.replace("        else:\n            return res.clone()", "")
+    assert findings(open_ended), "a path that goes on after torch computed the result"

@@ -8,8 +8,10 @@ Host-side bookkeeping in a Triton wrapper is not the work: reductions (`.sum()` 
 partial results the kernel wrote, a handful of elements), scans and sorts of indices, in a
 record whose functions launch its kernels. Those calls are left to the run-time checks, which
 see whose kernels took the GPU time
-(sftbuild.validate.checks.library_kernels, own_kernels_ran). A package's reference function
-(`*_ref`, `naive_*`, `torch_*`, ...) that nothing in the record calls is not a wrapper at all.
+(sftbuild.validate.checks.library_kernels, own_kernels_ran). So is a branch beside one that
+launches the kernels (another activation, chosen by name), which launches none. A package's reference
+function (`*_ref`, `naive_*`, `torch_*`, ...) that the record calls nowhere, or only where it falls
+back, is not a wrapper at all.
 """
 from __future__ import annotations
 
@@ -51,11 +53,19 @@ class TorchDoesTheWork(StaticCheck):
         launching = _launching(src, jits) if jits else set()
         called = called_names(src.tree) if src.language == "triton" else set()
         reaching = _reaching(src, launching) if launching else set()
+        # what launches a kernel: the kernels and the functions that reach a launch (not the helpers a
+        # launching function calls, whose leniency they share: a `*_torch_ref` it falls back to launches none)
+        launches = jits | _reaching(src, _launching(src, jits, helpers=False)) if launching else set()
+        fallbacks = {fn.name: _fallbacks(fn, launches) for fn in src.forward if fn.name in reaching}
+        if fallbacks:  # calls made only where a wrapper falls back to torch are the fallback's
+            aside = set().union(*fallbacks.values())
+            called = {n.func.id for n in ast.walk(src.tree) if isinstance(n, ast.Call)
+                      and isinstance(n.func, ast.Name) and id(n) not in aside}
         for fn in src.forward:
             if src.language == "triton" and REFERENCE_NAME.search(fn.name) and fn.name not in called:
-                continue  # the package's own reference, kept beside the wrapper: never called here
+                continue  # the package's own reference, kept beside the wrapper: called only where it falls back
             lenient = bool(launching)
-            deferred = _fallbacks(fn, jits | reaching) if fn.name in reaching else set()
+            deferred = fallbacks.get(fn.name, set())
             for n in ast.walk(fn):
                 if id(n) in deferred:
                     continue
@@ -105,11 +115,23 @@ def _fallbacks(fn, launchers: set[str]) -> set[int]:
     for n in ast.walk(fn):
         if not isinstance(n, ast.If):
             continue
-        for block in (n.body, n.orelse):
-            inside = [x for stmt in block for x in ast.walk(stmt)]
-            if block and isinstance(block[-1], (ast.Return, ast.Raise)) and not any(map(launches, inside)):
+        blocks = [[x for stmt in block for x in ast.walk(stmt)] for block in (n.body, n.orelse)]
+        launching = [any(map(launches, inside)) for inside in blocks]
+        for block, inside, launched, other in zip((n.body, n.orelse), blocks, launching, reversed(launching)):
+            # an early return that launches nothing, or the branch beside one that launches (an
+            # activation chosen by name: `if act == SILU: kernel(...) elif act == GELU: F.gelu(...)`)
+            if block and not launched and (_ends(block) or other):
                 out |= {id(x) for x in inside}
     return out
+
+
+def _ends(block: list) -> bool:
+    """The block leaves the function on every path: its last statement returns or raises, or is an
+    `if` whose branches both do (`if out is None: return res` / `else: out.copy_(res); return out`)."""
+    last = block[-1] if block else None
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    return isinstance(last, ast.If) and _ends(last.body) and _ends(last.orelse)
 
 
 def _layers(src) -> dict[str, str]:
@@ -143,11 +165,11 @@ def _jit_names(src) -> set[str]:
     return kernels | set(aliases(src.tree, kernels))  # `exp__kernel = exp_`, before a wrapper named exp_
 
 
-def _launching(src, jits: set[str]) -> set[str]:
-    """Functions that launch one of the module's jit kernels (`jits`), and the helpers those call."""
+def _launching(src, jits: set[str], helpers: bool = True) -> set[str]:
+    """Functions that launch one of the module's jit kernels (`jits`), and (`helpers`) those they call."""
     funcs = {f.name: f for f in src.tree.body if isinstance(f, ast.FunctionDef) and not is_jit(f)}
     out = {name for name, f in funcs.items() if any(launched_name(n) in jits for n in ast.walk(f))}
-    todo = list(out)
+    todo = list(out) if helpers else []
     while todo:  # helpers a launching function calls share its leniency
         more = (called_names(funcs[todo.pop()]) & funcs.keys()) - out
         out |= more
