@@ -249,7 +249,7 @@ class Harvest:
                 continue
             key = (str(tree.root), rel)
             if key not in self._local:
-                self._local[key] = self._read_headers(tree, rel)
+                self._local[key] = self._read_headers(tree, rel, data)
             names = macros_tested((self._local[key].get("headers") or {}).values())
             if names:
                 out[rel] = sorted(names)
@@ -264,10 +264,11 @@ class Harvest:
         kept = self._local.pop((str(tree.root), rel), None)
         return kept if kept is not None else self._read_headers(tree, rel)
 
-    def _read_headers(self, tree: S.Tree, rel: str) -> dict:
+    def _read_headers(self, tree: S.Tree, rel: str, src: bytes | None = None) -> dict:
+        """`_headers`' reading of the file (`src`: its bytes, where the caller has read them)."""
         dirs = include_dirs(tree.root, rel, self.cfg.include_dirs)
         try:
-            src = (tree.root / rel).read_bytes()
+            src = (tree.root / rel).read_bytes() if src is None else src
         except OSError:
             return {}
         headers = local_headers(tree.root, rel, dirs, src)

@@ -172,12 +172,12 @@ define("batch_norm_stats", "norm",
 # integer (bf16 256, fp16 2048) the running count rounds, and the mean and invstd drift from any exact
 # combination by percents. So the counts of a trial add up to at most that integer, and no trial has more
 # groups than it.
-GATHER_MAX_GROUPS = 256  # bf16's last exact integer: one count of 1 per group still adds up exactly
-
-
 def exact_integers(dtype: str) -> int:
     """The largest n such that every integer up to n is exact in the floating dtype (2^(mantissa + 1))."""
     return round(2 / torch.finfo(TORCH_DTYPES[dtype]).eps)  # eps = 2^-mantissa
+
+
+GATHER_MAX_GROUPS = exact_integers("bfloat16")  # 256: one count of 1 per group still adds up exactly in bf16
 
 
 def _gather_inputs(shape, dtype, layout, gen, params):

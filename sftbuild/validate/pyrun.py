@@ -471,11 +471,10 @@ class OpProblem(Problem):
         non-tensor arguments, say) is that variant's for every seed: later draws start from it and draw
         only tensors. The reference and the candidate of any seed, the fresh inputs' too, thus get the
         params their inputs were drawn with."""
-        made = self.__dict__.setdefault("_made", {})
         key = _variant_key(shape, dtype)
-        params = dict(made.get(key, self.params))
+        params = dict(self._made.get(key, self.params))
         xs = special.trial_inputs(self.op, shape, dtype, seed, params)
-        made.setdefault(key, params)
+        self._made.setdefault(key, params)
         return [t.to(dev) for t in xs]
 
     def params_for(self, shape, dtype) -> dict:
@@ -483,7 +482,7 @@ class OpProblem(Problem):
         variant's first draw (a head size's sections, an op_db sample's call, an image's height). The
         book makes every variant's inputs before any trial runs, so params shared by all variants would
         hold the last variant's values at every trial."""
-        return self.__dict__.get("_made", {}).get(_variant_key(shape, dtype), self.params)
+        return self._made.get(_variant_key(shape, dtype), self.params)
 
     def candidate(self, shape, dtype, inputs):
         self.handed = []

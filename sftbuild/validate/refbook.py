@@ -112,6 +112,7 @@ class Book:
 
 
 _TENSORS = ("inputs", "fresh", "native", "double", "native2", "double2", "spread", "spread2")
+_SIDES = ("sides", "sides2")
 
 
 def _spread(prob, variant, dtype, inputs, double) -> list:
@@ -123,7 +124,6 @@ def _spread(prob, variant, dtype, inputs, double) -> list:
     if not getattr(prob, "gradients", lambda: False)() or getattr(prob, "grown", lambda v: False)(variant):
         return []
     return rounding.spread(lambda: prob.reference(variant, dtype, inputs, double=True), list(double), dtype)
-_SIDES = ("sides", "sides2")
 
 
 def _to(t, dev):

@@ -394,7 +394,7 @@ def test_a_gradient_at_a_kink_may_be_either_sides():
     from sftbuild.validate import pyrun
 
     prob = pyrun.OpProblem.__new__(pyrun.OpProblem)
-    prob.op, prob.params, prob.call = ops.get("sparsemax"), {"dim": -1}, {"grad": True}
+    prob.op, prob.params, prob.call, prob._made = ops.get("sparsemax"), {"dim": -1}, {"grad": True}, {}
     x = torch.tensor([[2.0, 1.0, -0.5, 0.25], [0.5, 0.1, 0.3, -1.0]])  # row 0: 1.0 = 2.0 - 1 sits on the edge
     ref64 = prob.reference(None, "float32", [x], double=True)
     native = prob.reference(None, "float32", [x])

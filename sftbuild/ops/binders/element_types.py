@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from sftbuild.parsing import blank_comments
+
 FLOATS = {"float": "float32", "double": "float64", "half": "float16", "__half": "float16",
           "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16"}
 _DIRECTIVE = re.compile(r"\s*#\s*(ifdef|ifndef|if|elif|else|endif)\b(.*)")
@@ -77,7 +79,7 @@ def active_lines(text: str, defined: set[str]) -> list[str]:
 
 def condition(kw: str, rest: str, defined: set[str]) -> bool | None:
     """A directive's condition over `defined`; None for anything beyond defined names and ! && ||."""
-    rest = re.sub(r"//.*|/\*.*?\*/", "", rest).strip()
+    rest = blank_comments(rest).strip()
     if kw in ("ifdef", "ifndef"):
         return (rest in defined) == (kw == "ifdef") if re.fullmatch(r"\w+", rest) else None
     expr = re.sub(r"defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)",

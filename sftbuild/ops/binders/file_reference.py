@@ -364,16 +364,18 @@ def _plans(ref: dict, count: int, limit: int, device: dict | None, tile: int) ->
     return out or ([smallest[1]] if smallest else [])
 
 
-def block_sizes(ref: dict, count: int = 3, p: dict | None = None) -> list[int]:
+def block_sizes(ref: dict, count: int = 3, p: dict | None = None, bound_at: list[int] | None = None) -> list[int]:
     """Block sizes to try: the file's own `block_sizes[]` (smallest, middle, largest), else 128 and 256.
-    With plan `p`, only those its block-bound sizes (`block_bound`) are multiples of, as main() pairs
-    them: the usual picks that fit, then the largest others that fit, up to `count`; [] when none fits."""
+    With plan `p`, only those its block-bound sizes (`block_bound`, or the positions `bound_at` it
+    gave) are multiples of, as main() pairs them: the usual picks that fit, then the largest others
+    that fit, up to `count`; [] when none fits."""
     blocks = sorted(set(ref.get("block_sizes") or [])) or [128, 256]
     picks = blocks if len(blocks) <= count else sorted({blocks[0], blocks[len(blocks) // 2], blocks[-1]})
     if p is None:
         return picks
     sizes = _int_sizes(ref, p)
-    bound = [sizes[i] for i in block_bound(ref) if i < len(sizes) and isinstance(sizes[i], int)]
+    at = block_bound(ref) if bound_at is None else bound_at
+    bound = [sizes[i] for i in at if i < len(sizes) and isinstance(sizes[i], int)]
     fits = [b for b in blocks if all(v % b == 0 for v in bound)]
     chosen = [b for b in picks if b in fits]
     for b in reversed(fits):
@@ -385,7 +387,8 @@ def block_sizes(ref: dict, count: int = 3, p: dict | None = None) -> list[int]:
 def pairs(ref: dict, plans_: list[dict], count: int = 3) -> list[tuple[dict, int]]:
     """The (plan, block size) pairs the trials run: each plan with the block sizes it fits
     (`block_sizes`)."""
-    return [(p, block) for p in plans_ for block in block_sizes(ref, count, p)]
+    at = block_bound(ref)
+    return [(p, block) for p in plans_ for block in block_sizes(ref, count, p, at)]
 
 
 def _int_sizes(ref: dict, p: dict) -> list:

@@ -44,9 +44,11 @@ def aliases(tree: ast.AST) -> dict[str, str]:
     return names
 
 
-def called_names(node: ast.AST) -> set[str]:
-    """The plain names called anywhere under `node` (`f(...)`, not `obj.f(...)`)."""
-    return {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+def called_names(node: ast.AST, aside: set[int] = frozenset()) -> set[str]:
+    """The plain names called anywhere under `node` (`f(...)`, not `obj.f(...)`), but by calls whose
+    ids are in `aside`."""
+    return {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            and id(n) not in aside}
 
 
 def launched_name(node: ast.AST) -> str | None:

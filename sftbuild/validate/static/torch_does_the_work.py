@@ -51,16 +51,13 @@ class TorchDoesTheWork(StaticCheck):
         layers = _layers(src)
         jits = _jit_names(src) if src.language == "triton" else set()
         launching = _launching(src, jits) if jits else set()
-        called = called_names(src.tree) if src.language == "triton" else set()
         reaching = _reaching(src, launching) if launching else set()
         # what launches a kernel: the kernels and the functions that reach a launch (not the helpers a
         # launching function calls, whose leniency they share: a `*_torch_ref` it falls back to launches none)
         launches = jits | _reaching(src, _launching(src, jits, helpers=False)) if launching else set()
         fallbacks = {fn.name: _fallbacks(fn, launches) for fn in src.forward if fn.name in reaching}
-        if fallbacks:  # calls made only where a wrapper falls back to torch are the fallback's
-            aside = set().union(*fallbacks.values())
-            called = {n.func.id for n in ast.walk(src.tree) if isinstance(n, ast.Call)
-                      and isinstance(n.func, ast.Name) and id(n) not in aside}
+        # a function called only where a wrapper falls back is the fallback's
+        called = called_names(src.tree, set().union(*fallbacks.values())) if src.language == "triton" else set()
         for fn in src.forward:
             if src.language == "triton" and REFERENCE_NAME.search(fn.name) and fn.name not in called:
                 continue  # the package's own reference, kept beside the wrapper: called only where it falls back
