@@ -226,7 +226,8 @@ class ExportConfig:
 class ExecutorConfig:
     """Where tasks run."""
     kind: str = opt("local", "local process pools, or ray", choices=("local", "ray"))
-    cpu_workers: int = opt(0, "0 = one per core", lo=0)
+    cpu_workers: int = opt(0, "processes for CPU work (parsing, compiling, Triton's interpreter); "
+                           "0 = one per core", lo=0)
     gpus: str = opt("auto", "auto | none | comma-separated ids, e.g. 0,1", validator=check_gpus)
     ray_address: str = opt("", "an existing Ray cluster; empty starts a local one")
 

@@ -6,7 +6,7 @@ returning one picklable result. Two kinds of work exist:
   map_cpu          compile, parse, hash: a process pool across the cores
   map_gpu          untrusted kernel runs: one long-lived worker process per GPU
   map_interpreted  untrusted Triton runs without a GPU: Triton's interpreter in sandboxed CPU
-                   processes, one per core
+                   processes, as many as map_cpu uses (one per core by default)
 
 A GPU worker that hangs past its timeout, crashes, or returns a result asking
 for a fresh process (`recycle`: a sticky CUDA fault, or a candidate that changed
@@ -113,8 +113,10 @@ class Executor:
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
 
 
-def _interpreter_slots(n_items: int) -> int:
-    return max(1, min(n_items, os.cpu_count() or 1))
+def _interpreter_slots(n_items: int, cpu_workers: int = 0) -> int:
+    """Interpreter processes for `n_items`: no more than the items, nor than `cpu_workers` (the CPU
+    processes the executor may run; 0: one per core). Each costs seconds of imports to start."""
+    return max(1, min(n_items, cpu_workers or os.cpu_count() or 1))
 
 
 def visible_gpus(spec: str = "auto") -> list[str]:
@@ -255,9 +257,10 @@ class LocalExecutor(Executor):
         if not items:
             return
         ro, rw = sandbox.task_paths(items)
-        while len(self._interpreters) < _interpreter_slots(len(items)):
+        slots = _interpreter_slots(len(items), self.cpu_workers)
+        while len(self._interpreters) < slots:
             self._interpreters.append(InterpreterWorker(ro, rw))
-        workers = self._interpreters[:_interpreter_slots(len(items))]
+        workers = self._interpreters[:slots]
         yield from self._serve(workers, fn, items, timeout, desc, ro, rw, steps=False)
 
     def _serve(self, workers, fn, items, timeout, desc, ro, rw, steps: bool):
@@ -336,9 +339,7 @@ class _Busy:
         self.step_deadline, self.why = now + step.seconds, step.why
 
 
-def wants_recycle(result) -> bool:
-    """A result that asks for a fresh worker process (a sticky CUDA fault poisons the context)."""
-    return bool(getattr(result, "recycle", False) or (isinstance(result, dict) and result.get("recycle")))
+wants_recycle = sandbox.asks_renewal  # a result that asks for a fresh worker process
 
 
 def _call(fn, item):
@@ -350,7 +351,13 @@ def _call(fn, item):
 
 class GpuWorker:
     """A long-lived sandboxed process bound to one GPU through CUDA_VISIBLE_DEVICES; `ro`/`rw`: the
-    folders its tasks read and write (compiled objects, extension caches, package trees)."""
+    folders its tasks read and write (compiled objects, extension caches, package trees).
+
+    A renewing worker (`renews`, sandbox.start_worker's `renew`) is replaced, after an item that asked
+    for a fresh process or whose process died, by a fork of its first process, in the same sandbox;
+    only a timeout, or a reply that cannot be trusted, starts a new sandbox."""
+
+    renews = True
 
     def __init__(self, gpu: str, ro=(), rw=()):
         self.gpu, self.ro, self.rw = gpu, list(ro), list(rw)
@@ -386,7 +393,7 @@ class GpuWorker:
         env = {"CUDA_VISIBLE_DEVICES": self.gpu, "TORCHINDUCTOR_COMPILE_THREADS": "1", "TRITON_CACHE_DIR": triton,
                "TORCHINDUCTOR_CACHE_DIR": built,
                "SFTBUILD_TIMING_LOCK": os.path.join(locks, f"timing-gpu{self.gpu.replace(',', '_')}.lock")}
-        return sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton, built])
+        return sandbox.start_worker(env, ro=self.ro, rw=[*self.rw, locks, triton, built], renew=self.renews)
 
     def send(self, fn, item):
         self.mark = self.proc.output_mark()  # the output this item's work writes starts here
@@ -411,11 +418,26 @@ class GpuWorker:
             if self.proc.timed_out:
                 return WorkerFailure("crash", "the worker closed its connection and did not exit within 30 s"), True
             return WorkerFailure("crash", self.exit_detail(code)), True
-        if status == "ok":
-            return payload, wants_recycle(payload)
+        if status == "ended":  # a renewing worker's serving process died mid-item; a fresh one serves next
+            return WorkerFailure("crash", self.exit_detail(payload)), False
         if status == "deadline":
             return _Step(*payload), False
-        return WorkerFailure("error", str(payload)), True
+        result = payload if status == "ok" else WorkerFailure("error", str(payload))
+        recycle = status != "ok" or wants_recycle(payload)
+        if recycle and self.renews:
+            return result, not self._renewed()
+        return result, recycle
+
+    def _renewed(self) -> bool:
+        """Whether the serving process that asked for its replacement ended as asked (the first process
+        then forks a fresh one); else the whole worker is to be restarted."""
+        if not wait([self.conn], 30):
+            return False
+        try:
+            status, code = self.conn.recv()
+        except Exception:
+            return False
+        return status == "ended" and code == sandbox.RENEW_EXIT
 
     def exit_detail(self, code: int | None) -> str:
         """`worker exit code 1: <its last lines of output>`: how the worker ended and what the item's
@@ -444,4 +466,4 @@ class InterpreterWorker(GpuWorker):
         super().__init__("", ro, rw)
 
     def launch(self):
-        return sandbox.start_worker(dict(INTERPRETER_ENV), ro=self.ro, rw=self.rw, gpu=False)
+        return sandbox.start_worker(dict(INTERPRETER_ENV), ro=self.ro, rw=self.rw, gpu=False, renew=self.renews)

@@ -643,12 +643,19 @@ class PlainConnection:
         self._conn.close()
 
 
-def start_worker(env: dict, ro=(), rw=(), gpu: bool = True) -> tuple[PlainConnection, Proc]:
+def start_worker(env: dict, ro=(), rw=(), gpu: bool = True,
+                 renew: bool = False) -> tuple[PlainConnection, Proc]:
     """A sandboxed `python -m sftbuild.sandbox --worker FD` serving (function, item) pairs over a
-    socket; its CPU time is not limited (it lives for many items: the caller times each one)."""
+    socket; its CPU time is not limited (it lives for many items: the caller times each one).
+
+    `renew`: the worker's first process never runs an item. It forks the process that serves them,
+    and when that one ends (it asked to be replaced, or died) forks a fresh one from its own state,
+    which no candidate touched, and says so: ("ended", exit code) after each. A replacement costs a
+    fork rather than a new sandbox's imports (seconds of torch, Triton and Dynamo)."""
     mine, theirs = socket.socketpair()
     try:
-        proc = Proc([sys.executable, "-m", "sftbuild.sandbox", "--worker", str(theirs.fileno())], env=env,
+        proc = Proc([sys.executable, "-m", "sftbuild.sandbox", "--worker", str(theirs.fileno()),
+                     *(["--renew"] if renew else [])], env=env,
                     ro=ro, rw=rw, gpu=gpu, pass_fds=[theirs.fileno()], cpu_limit=False, merge=True)
     finally:
         theirs.close()
@@ -681,19 +688,94 @@ class _LockedConnection:
         return self._conn.recv()
 
 
-def _worker_main(fd: int) -> None:
+def _worker_main(fd: int, renew: bool = False) -> None:
     conn = _LockedConnection(Connection(fd))
     # run as `python -m sftbuild.sandbox`, this module is __main__: the tasks see the imported one
     importlib.import_module("sftbuild.sandbox")._WORKER_CONN = conn
+    first = _renewing(conn) if renew else None  # returns in each serving process, never in the first
     while True:
         try:
-            fn, item = conn.recv()
+            fn, item = first or conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             os._exit(0)
+        first = None
         try:
-            conn.send(("ok", plain(fn(item))))
+            result = plain(fn(item))
+            conn.send(("ok", result))
         except Exception:
+            result = None
             conn.send(("error", traceback.format_exc(limit=8)))
+        if renew and (result is None or asks_renewal(result)):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(RENEW_EXIT)  # the first process forks a fresh one
+
+
+RENEW_EXIT = 75  # a serving process that ends itself after a result that asked for a fresh process
+PR_SET_DUMPABLE = 4
+
+
+def asks_renewal(result) -> bool:
+    """A result that asks for a fresh worker process: the candidate changed its process, or a sticky
+    CUDA fault poisoned its context."""
+    return bool(getattr(result, "recycle", False) or (isinstance(result, dict) and result.get("recycle")))
+
+
+def _renewing(conn) -> tuple:
+    """The first process of a renewing worker (start_worker's `renew`). It reads the first item, which
+    imports the task function's module (the validator's own code), runs the function's `prefork(item)`
+    where it has one (imports and torch's first-use patches, once for every process it forks), then
+    forks the serving processes one after another, each after the last has ended. It runs no item, and
+    no process it forks can trace it or read its memory (not dumpable), so each starts as it was."""
+    try:
+        fn, item = conn.recv()
+    except (EOFError, OSError, KeyboardInterrupt):
+        os._exit(0)
+    prefork = getattr(fn, "prefork", None)
+    if prefork is not None:
+        prefork(item)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    me, first = os.getpid(), (fn, item)
+    while True:
+        if first is None:  # what the last process left in the scratch folder (HOME, TMPDIR) goes with it
+            _empty(os.environ.get("TMPDIR"))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            die_with_parent(me)
+            return first
+        first = None
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                status = 0
+                break
+            except InterruptedError:
+                continue
+        try:
+            conn.send(("ended", os.waitstatus_to_exitcode(status)))
+        except OSError:
+            os._exit(0)
+
+
+def _empty(folder: str | None) -> None:
+    """Remove what `folder` holds, links as links (never what they point to)."""
+    if not folder or not os.path.isdir(folder):
+        return
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -787,6 +869,6 @@ def _main(src: str, dst: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--worker":
-        _worker_main(int(sys.argv[2]))
+        _worker_main(int(sys.argv[2]), renew="--renew" in sys.argv[3:])
     else:
         _main(sys.argv[1], sys.argv[2])

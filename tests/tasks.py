@@ -3,8 +3,13 @@ import os
 import time
 import uuid
 
-# which worker process answered: pids repeat across workers in their own pid namespaces (the sandbox)
-WORKER = uuid.uuid4().hex
+# which worker process answered: pids repeat across workers in their own pid namespaces (the sandbox),
+# and a renewing worker's processes are forks of one that imported this module, so its id is read anew
+_BOOT = uuid.uuid4().hex
+
+
+def worker() -> str:
+    return f"{_BOOT}:{os.getpid()}"
 
 
 def square(x):
@@ -20,7 +25,7 @@ def misbehave(x):
         raise ValueError("bad input")
     if x == "fault":
         return {"status": "dropped", "recycle": True}
-    return {"pid": WORKER, "x": x}
+    return {"pid": worker(), "x": x}
 
 
 MISBEHAVE = ["a", "a2", "hang", "b", "crash", "c", "fault", "d", "raise", "e"]
@@ -43,16 +48,16 @@ def pid(x):
     """The worker process that ran this item (misbehaves like `misbehave` on "crash")."""
     if x == "crash":
         os._exit(3)
-    return WORKER
+    return worker()
 
 
 def pid2(x):
-    return WORKER
+    return worker()
 
 
 def interpreter_worker(x):
     """The worker that ran this item, and whether Triton's interpreter was switched on in it."""
-    return {"pid": WORKER, "interpret": os.environ.get("TRITON_INTERPRET")}
+    return {"pid": worker(), "interpret": os.environ.get("TRITON_INTERPRET")}
 
 
 def gpu_identity(x):
@@ -104,3 +109,18 @@ def say_and_exit(x):
         os.write(1, b"[CUDA ERROR] at file kernel.cuh:12:\ninvalid argument\n")
         os._exit(1)
     return {"x": x}
+
+
+TAINT: list = []
+
+
+def taint(x):
+    """Leaves a mark in its process's state; "dirty" asks for a fresh process, as a candidate that
+    changed its process makes its result do; "crash" ends its process."""
+    if x == "crash":
+        os._exit(3)
+    TAINT.append(x)
+    tmp = os.environ["TMPDIR"]
+    found = sorted(os.listdir(tmp))
+    open(os.path.join(tmp, f"left-by-{x}"), "w").close()
+    return {"pid": worker(), "seen": list(TAINT), "files": found, **({"recycle": True} if x == "dirty" else {})}

@@ -9,8 +9,8 @@ compiles an unbound kernel and drops it as `unbound`.
 
 Static binders answer in this process from the record's text. Binders that must run code
 return a task from `plan(record)`; the task runs through `task_fn` in a GPU worker
-(`executor.map_gpu`), or without a GPU, for Triton, in a sandboxed process under the Triton
-interpreter; harvested code never runs here. The task's result goes to the binder's
+(`executor.map_gpu`), or without a GPU, for Triton, in an interpreter worker
+(`executor.map_interpreted`); harvested code never runs here. The task's result goes to the binder's
 `accept(record, result)`; a declined task passes the record on to the next binder.
 
 Resumable like every stage: the key holds the selection, the binders' parameters and data
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from sftbuild.binding import Binding
 from sftbuild.context import Context, StageRun
@@ -156,18 +155,14 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
             yield item["n"], res
         return
 
-    from sftbuild.executor import INTERPRETER_ENV
-    from sftbuild.sandbox import run_isolated
-
-    def one(item):
-        if probe != "interpreter" or item["language"] != "triton":
-            return item["n"], {"unbound": "probing this kernel needs a GPU"}
-        return item["n"], run_isolated(item["task_fn"], item["task"], timeout, env=INTERPRETER_ENV)
-
-    with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
-        futures = [pool.submit(one, item) for item in items]
-        for fut in as_completed(futures):
-            yield fut.result()
+    runnable = []
+    for item in items:  # without a GPU only Triton runs, in the interpreter
+        if probe == "interpreter" and item["language"] == "triton":
+            runnable.append(item)
+        else:
+            yield item["n"], {"unbound": "probing this kernel needs a GPU"}
+    for item, res in ctx.executor.map_interpreted(run_task, runnable, timeout=timeout, desc="bind"):
+        yield item["n"], res
 
 
 def _within(task, device: str, timeout: float):
@@ -187,6 +182,15 @@ def probe_workers(cfg, n_gpus: int) -> int:
 
 
 def run_task(item: dict):
-    """In a GPU worker: call the binder's `module:function` on its task."""
+    """In a GPU or interpreter worker: call the binder's `module:function` on its task."""
     mod, _, name = item["task_fn"].partition(":")
     return getattr(importlib.import_module(mod), name)(item["task"])
+
+
+def _prefork(item: dict) -> None:
+    """In a renewing worker's first process: the binder's module imported once, before the processes
+    that run the probes are forked from it."""
+    importlib.import_module(item["task_fn"].partition(":")[0])
+
+
+run_task.prefork = _prefork

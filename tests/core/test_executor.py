@@ -70,6 +70,24 @@ def test_interpreter_workers_are_kept_and_replaced_as_gpu_workers_are(monkeypatc
     assert all(p.poll() is not None for p in procs)
 
 
+def test_an_interpreter_worker_renews_by_a_fork_of_its_untouched_first_process(monkeypatch):
+    """After an item that asked for a fresh process, the next runs in a fork of the worker's first
+    process, which ran no item: nothing the dirty item left is there (in memory or in its scratch
+    folder), and no new sandbox started."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        out = dict(ex.map_interpreted(tasks.taint, ["a", "dirty", "b", "c"], timeout=30))
+        (w,) = ex._interpreters
+        started = w.proc
+        crash = dict(ex.map_interpreted(tasks.taint, ["crash", "d"], timeout=30))
+        assert w.proc is started  # neither the renewal nor the crash started a sandbox
+    assert out["a"]["seen"] == ["a"] and out["dirty"]["seen"] == ["a", "dirty"]
+    assert out["b"]["seen"] == ["b"] and out["c"]["seen"] == ["b", "c"]  # kept until it asks again
+    assert out["dirty"]["files"] == ["left-by-a"] and out["b"]["files"] == []  # its scratch folder is emptied
+    assert out["b"]["pid"] != out["a"]["pid"] == out["dirty"]["pid"] and out["c"]["pid"] == out["b"]["pid"]
+    assert crash["crash"].kind == "crash" and "exit code 3" in crash["crash"].detail and crash["d"]["seen"] == ["d"]
+
+
 def test_a_worker_that_exits_says_what_it_printed_last(monkeypatch):
     """A worker that exits (a repo's check macro calling exit(1)) is a crash whose detail quotes the
     item's last lines of output: the macro's file:line and CUDA error, not only `exit code 1`."""
