@@ -30,6 +30,7 @@ docs/threat-model.md.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import dataclasses
 import functools
@@ -475,9 +476,11 @@ class Proc:
         """A mark for `output_since`: how many bytes of output were read so far."""
         return self._out.total
 
-    def output_since(self, mark: int) -> str:
-        """The output written after `mark` (`output_mark`), as far as the kept tail reaches."""
-        return self._out.since(mark)
+    def output_since(self, mark: int, wait: float | None = None) -> str:
+        """The output written after `mark` (`output_mark`), as far as the kept tail reaches: by default
+        all of it once the process has ended (up to 5 s for the pipe to drain), and from a process still
+        running (a renewing worker's first process, after a fork ended) what a moment's reading brings."""
+        return self._out.since(mark, wait=wait if wait is not None else 5.0 if self.poll() is not None else 0.2)
 
     def error(self) -> str:
         return self._err.text() if self._err else ""
@@ -621,6 +624,132 @@ def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = 
         return result
 
 
+def run_forked(func: str, task, timeout: float, env: dict | None = None):
+    """As run_isolated (the same result, or a WorkerFailure), in a fork of a kept sandboxed process of
+    this one's (a `Forks`) that has imported `func`'s module and run its `prefork(task)` where it has
+    one: each call still runs in a process that no other call touched, without paying the imports
+    again (the Triton compile gate: 0.1 s a kernel rather than 1 s)."""
+    key = (func, tuple(sorted((env or {}).items())))
+    t_ro, t_rw = _task_paths(task)
+    with _FORKS_LOCK:
+        idle = _FORKS.setdefault(key, [])
+        forks = next((f for f in idle if f.reaches(t_ro, t_rw)), None)
+        if forks is not None:
+            idle.remove(forks)
+    if forks is None:
+        try:
+            forks = Forks(func, env, t_ro, t_rw)
+        except SandboxUnavailable as e:
+            return WorkerFailure("error", str(e))
+    result = forks.call(task, timeout)
+    with _FORKS_LOCK:
+        if forks.alive():
+            _FORKS[key].append(forks)
+        while len(_FORKS[key]) > FORKS_KEPT:  # folders of an earlier run: the oldest goes
+            _FORKS[key].pop(0).close()
+    return result
+
+
+FORKS_KEPT = 4  # idle Forks kept per function in a process: one per thread that calls at once
+_FORKS: dict[tuple, list] = {}
+_FORKS_LOCK = threading.Lock()
+
+
+def _forget_forks() -> None:  # a forked copy of this process must not talk to this one's Forks
+    _FORKS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_forks)
+
+
+@atexit.register
+def _close_forks() -> None:
+    with _FORKS_LOCK:
+        for kept in _FORKS.values():
+            for forks in kept:
+                forks.close()
+        _FORKS.clear()
+
+
+class Forks:
+    """A kept sandboxed process (start_worker, renewing) whose every call runs in a fresh fork of it:
+    `call(task, timeout)` returns what run_isolated would, and ends the fork."""
+
+    def __init__(self, func: str, env: dict | None, ro, rw):
+        self.func, self.ro, self.rw = func, list(ro), list(rw)
+        self.conn, self.proc = start_worker(dict(env or {}), ro=ro, rw=rw, gpu=False, renew=True)
+
+    def reaches(self, ro, rw) -> bool:
+        def under(p, roots):
+            return any(within(p, q) for q in roots)
+        return all(under(p, self.ro + self.rw) for p in ro) and all(under(p, self.rw) for p in rw)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def call(self, task, timeout: float):
+        from multiprocessing.connection import wait
+
+        mark = self.proc.output_mark()
+        try:
+            self.conn.send((_one_call, (self.func, task)))
+            if not wait([self.conn], timeout):
+                self.close()
+                return WorkerFailure("timeout", f"no result within {timeout:.0f} s")
+            status, payload = self.conn.recv()
+        except Exception as e:  # closed, or not plain data: this process is done with
+            self.close()
+            return WorkerFailure("crash", f"the sandboxed process failed ({type(e).__name__})")
+        log = self.proc.output_since(mark, wait=0.0 if status == "ok" else None)
+        if status == "ended":  # the fork died before it answered
+            return WorkerFailure("crash", f"{exit_reason(payload)}: {log[-2000:]}")
+        if status != "ok":
+            self.close()
+            return WorkerFailure("error", str(payload)[-2000:])
+        try:  # the fork that answered ends itself, and the first process says so
+            ended = wait([self.conn], 30) and self.conn.recv() == ("ended", RENEW_EXIT)
+        except Exception:
+            ended = False
+        if not ended:
+            self.close()
+        if isinstance(payload, dict):
+            payload.setdefault("_exit", 0)
+            payload.setdefault("_log", log[-6000:])
+        return payload
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.close()
+            self.proc = None
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+
+
+def _one_call(item):
+    """A Forks' task: `module:function`(task), with what escapes it a dropped result, as run_isolated's
+    process makes it."""
+    func, task = item
+    mod, _, name = func.partition(":")
+    try:
+        return getattr(importlib.import_module(mod), name)(task)
+    except BaseException as e:  # SystemExit and KeyboardInterrupt from the task's code too
+        return {"status": "dropped", "reason": "error", "detail": repr(e)[:2000]}
+
+
+def _prefork_call(item) -> None:
+    func, task = item
+    mod, _, name = func.partition(":")
+    prefork = getattr(getattr(importlib.import_module(mod), name), "prefork", None)
+    if prefork is not None:
+        prefork(task)
+
+
+_one_call.prefork = _prefork_call
+_one_call.fresh = True  # every call in a fork of its own
+
+
 # ---- a long-lived worker (GPU) -------------------------------------------------------------------
 
 class PlainConnection:
@@ -705,7 +834,7 @@ def _worker_main(fd: int, renew: bool = False) -> None:
         except Exception:
             result = None
             conn.send(("error", traceback.format_exc(limit=8)))
-        if renew and (result is None or asks_renewal(result)):
+        if renew and (result is None or asks_renewal(result) or getattr(fn, "fresh", False)):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(RENEW_EXIT)  # the first process forks a fresh one

@@ -245,17 +245,18 @@ def _jit_kernels(code: str) -> bool:
 
 
 def triton_gate(task: dict) -> dict:
-    """The Triton compile gate in a sandbox process: compiling a kernel runs its definition. Its result
+    """The Triton compile gate in a sandboxed process of its own, forked from a kept one with Triton's
+    compiler loaded (sandbox.run_forked): compiling a kernel runs its definition. Its result
     is cached by content, as nvcc's is (sftbuild.validate.compile.cached_gate): a module that several
     records or reruns share is compiled once per cache; a gate that timed out or failed is not kept."""
     return C.cached_gate(task, _triton_gate)
 
 
 def _triton_gate(task: dict) -> dict:
-    from sftbuild.sandbox import run_isolated
+    from sftbuild.sandbox import run_forked
 
     timeout = max(task["timeout"] * 2, 60)
-    res = run_isolated("sftbuild.validate.compile:triton_gate", task, timeout)
+    res = run_forked("sftbuild.validate.compile:triton_gate", task, timeout)
     if isinstance(res, WorkerFailure):
         reason = "compile_timeout" if res.kind == "timeout" else "compile_error"
         return {"ok": False, "reason": reason, "log": f"Triton compile gate: {res.kind}: {res.detail}"[:4000],

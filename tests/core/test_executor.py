@@ -128,3 +128,19 @@ def test_workers_sharing_a_gpu_take_turns_at_timing(tmp_path, monkeypatch):
         spans = sorted(dict(ex.map_gpu(tasks.hold_timing_lock, range(4), timeout=60, per_gpu=4)).values())
     assert len(spans) == 4
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two overlap
+
+
+def test_forked_calls_share_imports_but_never_a_process():
+    """sandbox.run_forked: each call runs in a fresh fork of one kept sandboxed process, so what a call
+    leaves (in memory or in its scratch folder) no later call sees; a crash or a hang costs that call."""
+    calls = [sandbox.run_forked("tests.tasks:taint", x, timeout=30) for x in ("a", "b", "crash", "c")]
+    a, b, crash, c = calls
+    assert a["seen"] == ["a"] and b["seen"] == ["b"] and c["seen"] == ["c"] and b["files"] == []
+    assert len({a["pid"], b["pid"], c["pid"]}) == 3
+    assert a["pid"].split(":")[0] == c["pid"].split(":")[0]  # forks of one process: the module was imported once
+    assert isinstance(crash, sandbox.WorkerFailure) and crash.kind == "crash" and "exit code 3" in crash.detail
+    hung = sandbox.run_forked("tests.tasks:misbehave", "hang", timeout=2)
+    assert isinstance(hung, sandbox.WorkerFailure) and hung.kind == "timeout"
+    assert sandbox.run_forked("tests.tasks:misbehave", "e", timeout=30)["x"] == "e"
+    raised = sandbox.run_forked("tests.tasks:misbehave", "raise", timeout=30)
+    assert raised["status"] == "dropped" and "bad input" in raised["detail"]  # as run_isolated reports it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import shutil
 import types
 from pathlib import Path
@@ -56,15 +57,22 @@ int main() {
 """
 
 
-def _record(root: Path, rel: str, kernel: str, bind: bool = True) -> Record:
+@functools.lru_cache(maxsize=None)
+def _extracted(root: Path, rel: str, stamp: tuple) -> tuple:
+    """(include dirs, local headers, kernels) of one file as harvest extracts it (the defines that
+    configure the file's own headers stay: macros_tested), once per file and version of it."""
     src = (root / rel).read_bytes()
     dirs = include_dirs(root, rel)
     headers = local_headers(root, rel, dirs, src)
-    # as harvest extracts it: the defines that configure the file's own headers stay (macros_tested)
-    k = next(k for k in extract_kernels(src, tested=frozenset(macros_tested(headers.values())))[0]
-             if k.name == kernel)
+    return dirs, headers, extract_kernels(src, tested=frozenset(macros_tested(headers.values())))[0]
+
+
+def _record(root: Path, rel: str, kernel: str, bind: bool = True) -> Record:
+    st = (root / rel).stat()
+    dirs, headers, kernels = _extracted(root, rel, (st.st_mtime_ns, st.st_size))
+    k = next(k for k in kernels if k.name == kernel)
     entry = _entry("cuda", dataclasses.asdict(k), False)
-    entry.update(include_dirs=dirs, headers=headers)
+    entry.update(include_dirs=list(dirs), headers=dict(headers))
     rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=None, provenance={})
     if bind:
         rec = Record(language="cuda", code=k.code, source="t", entry=entry, binding=infer(rec), provenance={})
