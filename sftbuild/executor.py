@@ -110,7 +110,9 @@ class Executor:
 # One torch thread each: interpreter processes already run one per core, and torch's default of a
 # thread per core in each of them oversubscribes the cores, where idle OpenMP threads spin (a tolerance
 # comparison of 2^16 elements took 15 times the CPU time with 2 threads as with 1 on a loaded 2-core host)
-INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+# No GPU either: on a host that has one (`gpus: none`), a CUDA context made under the sandbox's address-space
+# limit fails ("out of memory"), and Triton's interpreter would find the driver and use it
+INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _interpreter_slots(n_items: int, cpu_workers: int = 0) -> int:

@@ -87,12 +87,13 @@ def test_a_backward_kernels_record_keeps_the_function_that_launches_it():
 
 
 def _probe(rec):
+    from sftbuild.executor import INTERPRETER_ENV
     from sftbuild.sandbox import run_isolated
 
     b = Probed()
     task = b.plan(rec, seconds=90)
     assert task is not None
-    res = run_isolated(b.task_fn, task, 150, env={"TRITON_INTERPRET": "1"})
+    res = run_isolated(b.task_fn, task, 150, env=INTERPRETER_ENV)
     return res, b.accept(rec, res)
 
 

@@ -97,12 +97,13 @@ def test_the_registered_op_comes_first_where_the_name_says_nothing(tmp_path):
 
 def test_probe_binds_the_registered_op(tmp_path):
     pytest.importorskip("triton")
+    from sftbuild.executor import INTERPRETER_ENV
     from sftbuild.sandbox import run_isolated
 
     rec = record(package(tmp_path))
     b = Probed()
     task = b.plan(rec, seconds=60)
-    res = run_isolated(b.task_fn, task, 120, env={"TRITON_INTERPRET": "1"})
+    res = run_isolated(b.task_fn, task, 120, env=INTERPRETER_ENV)
     found = b.accept(rec, res)
     assert found is not None, res.get("unbound")
     assert found["op"] == "neg" and len(found["evidence"]["shapes"]) >= 3

@@ -85,11 +85,12 @@ def test_harvest_appends_the_launcher_and_the_probe_binds_through_it(tmp_path):
     assert not recs["_orphan_kernel"].entry["entry_points"]
 
     pytest.importorskip("triton")
+    from sftbuild.executor import INTERPRETER_ENV
     from sftbuild.ops.binders.probed import Probed
     from sftbuild.sandbox import run_isolated
 
     b = Probed()
-    out = run_isolated(b.task_fn, b.plan(rec, seconds=60), 120, env={"TRITON_INTERPRET": "1"})
+    out = run_isolated(b.task_fn, b.plan(rec, seconds=60), 120, env=INTERPRETER_ENV)
     found = b.accept(rec, out)
     assert found is not None, out.get("unbound")
     assert found["op"] == "neg" and found["call"]["entry"] == "negate"
