@@ -72,6 +72,12 @@ HAS_GPU = torch.cuda.is_available()
 HAS_NVCC = _has_nvcc()
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the cores (pyproject caps it at 4). Many tests wait on sandboxed
+    processes, compilers and timeouts, and a spare worker keeps the cores busy meanwhile."""
+    return (os.cpu_count() or 1) + 1
+
+
 # The files that take longest (tens of seconds on 2 cores) run first: xdist hands out whole files in
 # collection order (pyproject: --dist loadfile --no-loadscope-reorder), so these start at once on
 # different workers and the short files fill in around them, rather than one of them running alone
