@@ -180,7 +180,8 @@ def fake_probe(monkeypatch):
     B.BINDERS._members.pop("fake_probe")
 
 
-def test_a_running_binder_probes_in_a_sandbox_and_keeps_its_evidence(ctx, fake_probe):
+def test_a_running_binder_probes_in_a_sandbox_and_keeps_its_evidence(make_ctx, fake_probe):
+    ctx = make_ctx(gpus="none")  # the interpreter's probe, on a host with a GPU too
     decoy = TRITON_RELU.replace("tl.where(x > 0, x, 0.0)", "x * 2")
     recs = [Record(language="triton", code=code, source="t", entry={"kernels": ["relu_kernel"]})
             for code in (TRITON_RELU, decoy)]
