@@ -185,15 +185,25 @@ COMPILE_TIMEOUT = 600.0  # seconds per program, Triton-template autotuning inclu
 BATCH = 16  # programs per compile process: one torch import serves them all
 
 
+# CUDA errors that poison the process's context: every later call fails with them too
+STICKY = ("device-side assert", "illegal memory access", "misaligned address", "unspecified launch failure",
+          "illegal instruction")
+
+
 def compile_many(task: dict) -> dict:
     """The sandbox's entry: prepare each (name, source) of `task["programs"]` on `task["device"]`;
-    {"compiled": {name: Compiled, or the error as one line}}."""
+    {"compiled": {name: Compiled, or the error as one line}}. After a sticky CUDA error the rest are
+    left out, with `poisoned` naming the program that met it: the caller compiles them afresh (one
+    program's out-of-range index had failed the 22 programs after it in its process)."""
     out: dict = {}
     for name, src in task["programs"]:
         try:
             out[name] = prepare(name, src, task.get("device", "cuda"))
         except Exception as e:  # one program failing must not stop the others
-            out[name] = f"{type(e).__name__}: {str(e)[:300]}"
+            why = f"{type(e).__name__}: {str(e)[:300]}"
+            if any(s in str(e) for s in STICKY):
+                return {"compiled": out, "poisoned": name, "why": why}
+            out[name] = why
     return {"compiled": out}
 
 
@@ -364,6 +374,11 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
                         continue
                     yield group[0], f"the compile process failed ({why})"
                     continue
+                left = [p for p in group if p.name not in res["compiled"]]
+                if res.get("poisoned") and len(group) > 1:  # the one that met the error alone, the rest together
+                    pending |= {pool.submit(one, g) for g in ([p for p in left if p.name == res["poisoned"]],
+                                                              [p for p in left if p.name != res["poisoned"]]) if g}
+                    group = [p for p in group if p.name in res["compiled"]]
                 for p in group:  # results cross the sandbox as plain data
-                    c = res["compiled"].get(p.name, "no result")
+                    c = res["compiled"].get(p.name) or res.get("why") or "no result"
                     yield p, Compiled(**c) if isinstance(c, dict) else c

@@ -163,6 +163,20 @@ def test_compiles_run_off_the_main_process_and_a_crash_costs_only_its_program():
     assert out["crashes"].startswith("the compile process failed (crash")
 
 
+def test_a_program_that_poisons_its_process_costs_only_itself():
+    """A sticky CUDA error (a device-side assert) fails every later call in its process: the programs
+    after it in the batch are compiled again in a fresh process, and only its own failure stands."""
+    head = "import os\nimport torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    sticky = "raise RuntimeError('CUDA error: device-side assert triggered')"
+    poisoner = Program("poisoner", head + "def get_inputs():\n    os.environ['SFTBUILD_POISONED'] = '1'\n"
+                       f"    {sticky}\n")
+    later = Program("later", head + "def get_inputs():\n    if os.environ.get('SFTBUILD_POISONED'):\n"
+                    f"        {sticky}\n    raise ValueError('compiled in a process of its own')\n")
+    out = dict((p.name, c) for p, c in inductor.compile_isolated([poisoner, later], device="cpu", processes=1))
+    assert out["later"] == "ValueError: compiled in a process of its own"
+    assert "device-side assert" in out["poisoner"]
+
+
 LITERAL = """import torch
 import torch.nn as nn
 
