@@ -370,9 +370,7 @@ class GpuWorker:
 
     def reaches(self, ro, rw) -> bool:
         """Whether its sandbox binds every folder in `ro` (read-only or writable) and `rw` (writable)."""
-        def under(p, roots):
-            return any(sandbox.within(p, q) for q in roots)
-        return all(under(p, self.ro + self.rw) for p in ro) and all(under(p, self.rw) for p in rw)
+        return sandbox.binds(self.ro, self.rw, ro, rw)
 
     def start(self):
         self.conn, self.proc = self.launch()

@@ -566,6 +566,14 @@ def task_paths(tasks) -> tuple[list, list]:
     return _outermost(p for p in ro if p and os.path.exists(p)), _outermost(rw)
 
 
+def binds(have_ro, have_rw, ro, rw) -> bool:
+    """Whether a sandbox binding `have_ro` read-only and `have_rw` writable reaches every folder in `ro`
+    (either way) and `rw` (writable)."""
+    def under(p, roots):
+        return any(within(p, q) for q in roots)
+    return all(under(p, [*have_ro, *have_rw]) for p in ro) and all(under(p, have_rw) for p in rw)
+
+
 def within(path: str, root: str) -> bool:
     """Whether `path` is `root` or lies under it (both absolute and normalised; no file system access)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
@@ -680,9 +688,7 @@ class Forks:
         self.conn, self.proc = start_worker(dict(env or {}), ro=ro, rw=rw, gpu=False, renew=True)
 
     def reaches(self, ro, rw) -> bool:
-        def under(p, roots):
-            return any(within(p, q) for q in roots)
-        return all(under(p, self.ro + self.rw) for p in ro) and all(under(p, self.rw) for p in rw)
+        return binds(self.ro, self.rw, ro, rw)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
