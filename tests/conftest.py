@@ -7,11 +7,12 @@ redteam/ (the red-team cases), sandbox/ (fault injection: hostile code against t
 Marks (declared in pyproject.toml):
   gpu      needs a CUDA GPU        skipped here without one
   nvcc     needs the CUDA compiler skipped here without one
-  slow     cannot be made fast     left out of a plain `pytest`; CI runs them with `pytest -m slow`
+  slow     cannot be made fast     tens of seconds each; a plain `pytest` runs them (among the first,
+                                   LONGEST_FIRST), `pytest -m "not slow"` leaves them out
   sweep    exhaustive builds       every ATen kernel, harness and red-team extension against torch's
                                    headers, and the default `sftbuild run`: left out of a plain
-                                   `pytest` and of CI's slow step, where tests beside them check the
-                                   same on representatives; .ci/gpu-tests runs them on the GPU host
+                                   `pytest`, where tests beside them check the same on
+                                   representatives; .ci/gpu-tests runs them on the GPU host
   network  downloads a package     skips itself when the download fails
 
 Fixtures:
@@ -83,6 +84,8 @@ def pytest_xdist_auto_num_workers(config):
 # different workers and the short files fill in around them, rather than one of them running alone
 # at the end. Longest first; a file not named keeps its place after them.
 LONGEST_FIRST = (
+    "core/test_crash_resume.py",
+    "validate/test_harness_ops.py",
     "validate/test_validate_redteam.py",
     "validate/test_validate_isolation.py",
     "bind/test_backward_probe.py",
@@ -95,6 +98,7 @@ LONGEST_FIRST = (
     "core/test_fuzz.py",
     "harvest/test_inductor_pairs.py",
     "harvest/test_launched_elsewhere.py",
+    "harvest/test_harvest_extract.py",
 )
 
 
