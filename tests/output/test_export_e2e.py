@@ -8,7 +8,6 @@ import re
 import shutil
 from pathlib import Path
 
-import datasets
 import pytest
 import yaml
 
@@ -44,10 +43,14 @@ def exported(tmp_path_factory):
 
 
 def _load(path, config=None, **kw):
+    import datasets  # 2 s to import: only where used, not in every test process's collection
+
     return datasets.load_dataset(str(path), config, cache_dir=str(Path(path).parent / "hf-cache"), **kw)
 
 
 def test_every_export_file_loads_with_datasets(exported):
+    import datasets
+
     ws, recs = exported
     out = ws / "export"
     default = _load(out)
