@@ -641,6 +641,9 @@ def run_forked(func: str, task, timeout: float, env: dict | None = None):
     t_ro, t_rw = _task_paths(task)
     with _FORKS_LOCK:
         idle = _FORKS.setdefault(key, [])
+        for gone in [f for f in idle if not f.alive()]:  # ended while idle (with the thread that started it)
+            idle.remove(gone)
+            gone.close()
         forks = next((f for f in idle if f.reaches(t_ro, t_rw)), None)
         if forks is not None:
             idle.remove(forks)

@@ -144,3 +144,15 @@ def test_forked_calls_share_imports_but_never_a_process():
     assert sandbox.run_forked("tests.tasks:misbehave", "e", timeout=30)["x"] == "e"
     raised = sandbox.run_forked("tests.tasks:misbehave", "raise", timeout=30)
     assert raised["status"] == "dropped" and "bad input" in raised["detail"]  # as run_isolated reports it
+
+
+def test_a_kept_process_that_ended_while_idle_is_not_handed_a_call():
+    """A Forks that died between calls (its starting thread ended, and PR_SET_PDEATHSIG with it) is
+    replaced, not sent the next call, which would come back as a crash of a call that never ran."""
+    first = sandbox.run_forked("tests.tasks:taint", "a", timeout=30)
+    for kept in sandbox._FORKS.values():
+        for forks in kept:
+            forks.proc.kill()
+            forks.proc.wait(10)
+    again = sandbox.run_forked("tests.tasks:taint", "b", timeout=30)
+    assert again["seen"] == ["b"] and again["pid"].split(":")[0] != first["pid"].split(":")[0]
