@@ -67,12 +67,19 @@ class WorkerFailure:
 PR_SET_PDEATHSIG = 1
 
 
+def _prctl(option: int, value: int) -> bool:
+    """prctl(2) on this process; False where there is none (not Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
     """Ask the kernel to send `sig` to this process when its parent dies (Linux; a no-op elsewhere);
     exit at once when `parent` is given and already gone."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):
+    if not _prctl(PR_SET_PDEATHSIG, int(sig)):
         return
     if parent is not None and os.getppid() != parent:
         os._exit(1)
@@ -736,21 +743,29 @@ class Forks:
             pass
 
 
-def _one_call(item):
-    """A Forks' task: `module:function`(task), with what escapes it a dropped result, as run_isolated's
-    process makes it."""
-    func, task = item
+def _named(func: str):
+    """The function `module:function` names."""
     mod, _, name = func.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _call_named(func: str, task):
+    """`module:function`(task), with what escapes it (SystemExit and KeyboardInterrupt from the task's
+    code too) a dropped result: how run_isolated's process and a Forks' fork call a task."""
     try:
-        return getattr(importlib.import_module(mod), name)(task)
-    except BaseException as e:  # SystemExit and KeyboardInterrupt from the task's code too
+        return _named(func)(task)
+    except BaseException as e:
         return {"status": "dropped", "reason": "error", "detail": repr(e)[:2000]}
+
+
+def _one_call(item):
+    """A Forks' task: `module:function`(task), as run_isolated's process calls it."""
+    return _call_named(*item)
 
 
 def _prefork_call(item) -> None:
     func, task = item
-    mod, _, name = func.partition(":")
-    prefork = getattr(getattr(importlib.import_module(mod), name), "prefork", None)
+    prefork = getattr(_named(func), "prefork", None)
     if prefork is not None:
         prefork(task)
 
@@ -872,10 +887,7 @@ def _renewing(conn) -> tuple:
     prefork = getattr(fn, "prefork", None)
     if prefork is not None:
         prefork(item)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    _prctl(PR_SET_DUMPABLE, 0)
     me, first = os.getpid(), (fn, item)
     while True:
         if first is None:  # what the last process left in the scratch folder (HOME, TMPDIR) goes with it
@@ -887,15 +899,7 @@ def _renewing(conn) -> tuple:
             die_with_parent(me)
             return first
         first = None
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except ChildProcessError:
-                status = 0
-                break
-            except InterruptedError:
-                continue
+        _, status = os.waitpid(pid, 0)
         try:
             conn.send(("ended", os.waitstatus_to_exitcode(status)))
         except OSError:
@@ -988,11 +992,7 @@ def _main(src: str, dst: str) -> None:
     with open(src, "rb") as f:
         func, task = pickle.load(f)
     os.unlink(src)
-    mod, _, name = func.partition(":")
-    try:
-        result = getattr(importlib.import_module(mod), name)(task)
-    except BaseException as e:  # SystemExit and KeyboardInterrupt from the task's code too
-        result = {"status": "dropped", "reason": "error", "detail": repr(e)[:2000]}
+    result = _call_named(func, task)
     try:
         with open(dst + ".tmp", "wb") as f:
             pickle.dump(plain(result), f)

@@ -168,17 +168,6 @@ def run_interpreted(task: dict) -> dict:
         return {"status": "dropped", "reason": "error", "detail": repr(e)[:2000], "recycle": True}
 
 
-def _prefork(task: dict) -> None:
-    """Before an interpreter worker forks the processes that run candidates: the trials' imports and
-    torch's first-use patches, made once in the process each is forked from."""
-    from sftbuild.validate import pristine, pyrun  # noqa: F401
-
-    pristine.warm()
-
-
-run_interpreted.prefork = _prefork
-
-
 def _inductor(item) -> bool:
     """Inductor output code (a program pair, or a kernel run inside its program) launches through
     Inductor's CUDA launcher: the interpreter cannot run it, so it waits for a GPU."""
@@ -413,9 +402,10 @@ def run_on_gpu(task: dict) -> dict:
     return out
 
 
-def _prefork_gpu(task: dict) -> None:
-    """Before a GPU worker forks the processes that run candidates: the runner's imports and torch's
-    first-use patches, without a CUDA context (a forked process cannot use its parent's)."""
+def _prefork(task: dict) -> None:
+    """Before a GPU or interpreter worker forks the processes that run candidates: the runner's imports
+    and torch's first-use patches, made once in the process each is forked from, without a CUDA context
+    (a forked process cannot use its parent's)."""
     import importlib
 
     from sftbuild.validate import pristine
@@ -424,7 +414,7 @@ def _prefork_gpu(task: dict) -> None:
     pristine.warm()
 
 
-run_on_gpu.prefork = _prefork_gpu
+run_on_gpu.prefork = run_interpreted.prefork = _prefork
 
 
 def name_fault(task: dict, kind: str, out: dict, left: float) -> None:
