@@ -86,18 +86,26 @@ def test_a_backward_kernels_record_keeps_the_function_that_launches_it():
     assert entry["backward"]["launches"] == ["_square_bwd_kernel"]
 
 
-def _probe(rec):
-    from sftbuild.executor import INTERPRETER_ENV
-    from sftbuild.sandbox import run_isolated
+@pytest.fixture(scope="module")
+def worker():
+    """One kept interpreter worker for this module's probes, as the bind stage keeps its workers."""
+    from sftbuild.executor import LocalExecutor
+
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        yield ex
+
+
+def _probe(rec, ex):
+    from sftbuild.bind.stage import run_task
 
     b = Probed()
     task = b.plan(rec, seconds=90)
     assert task is not None
-    res = run_isolated(b.task_fn, task, 150, env=INTERPRETER_ENV)
+    [(_, res)] = ex.map_interpreted(run_task, [{"task_fn": b.task_fn, "task": task}], 150)
     return res, b.accept(rec, res)
 
 
-def test_the_probe_binds_a_backward_kernel_through_its_gradients_and_validation_agrees(tmp_path):
+def test_the_probe_binds_a_backward_kernel_through_its_gradients_and_validation_agrees(tmp_path, worker):
     pytest.importorskip("triton")
     from sftbuild.config import ValidateConfig
     from sftbuild.describe import stage as D
@@ -105,7 +113,7 @@ def test_the_probe_binds_a_backward_kernel_through_its_gradients_and_validation_
     from sftbuild.validate import pipeline
 
     rec = records(SQUARE)["_square_bwd_kernel"]
-    res, found = _probe(rec)
+    res, found = _probe(rec, worker)
     assert found is not None, res.get("unbound")
     assert found["op"] == "square" and found["call"]["entry"] == "SquareFunction.apply"
     assert found["call"]["grad"] is True and len(found["evidence"]["shapes"]) >= 3
@@ -121,10 +129,10 @@ def test_the_probe_binds_a_backward_kernel_through_its_gradients_and_validation_
     assert all("backward pass" in t for k, t in payload["instructions"].items() if k.startswith("en:"))
 
 
-def test_a_wrong_backward_stays_unbound():
+def test_a_wrong_backward_stays_unbound(worker):
     pytest.importorskip("triton")
     rec = records(WRONG)["_square_bwd_kernel"]
-    res, found = _probe(rec)
+    res, found = _probe(rec, worker)
     assert found is None
     assert "SquareFunction.apply" in res["unbound"] or any(
         t["entry"] == "SquareFunction.apply" for t in res["evidence"]["candidates_tried"])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from sftbuild import ops
+from sftbuild.executor import LocalExecutor
 from sftbuild.ops import special
 from sftbuild.validate import probe
 from tests.redteam.cases import TRITON_ISINF as ISINF
@@ -70,7 +71,9 @@ def test_the_probe_binds_an_honest_isinf_and_not_an_all_false_one():
     _op("opdb.isinf")
     from tests.validate.test_probe import probe, record
 
-    _, res, b = probe(record(ISINF, path="pkg/isinf.py"))
-    assert b is not None and b["op"] == "opdb.isinf", res.get("unbound")
-    _, res, b = probe(record(ALL_FALSE, path="pkg/isinf.py"))  # all False agrees with isinf on finite inputs only
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:  # one kept worker for both
+        _, res, b = probe(record(ISINF, path="pkg/isinf.py"), executor=ex)
+        assert b is not None and b["op"] == "opdb.isinf", res.get("unbound")
+        # all False agrees with isinf on finite inputs only
+        _, res, b = probe(record(ALL_FALSE, path="pkg/isinf.py"), executor=ex)
     assert b is None and "opdb.isinf" in res["unbound"]

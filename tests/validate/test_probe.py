@@ -77,14 +77,24 @@ def probe_worker():
         _KEPT.clear()
 
 
-def probe(rec: Record, seconds: float = 60):
+@pytest.fixture(scope="module")
+def validator(tmp_path_factory):
+    """(executor, compile cache) for this module's validations: one kept interpreter worker serves
+    them all, as the records of one validate stage share one (the cache is content-keyed)."""
+    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
+        yield ex, str(tmp_path_factory.mktemp("cc"))
+
+
+def probe(rec: Record, seconds: float = 60, executor=None):
+    """Probe `rec` in `executor`, else this module's kept worker, else (called from another module
+    that passes none) a worker of its own."""
     b = Probed()
     task = b.plan(rec, seconds=seconds)
     assert task is not None
     items = [{"task_fn": b.task_fn, "task": task}]
-    if "executor" in _KEPT:
-        [(_, res)] = _KEPT["executor"].map_interpreted(run_task, items, seconds + 60)
-    else:  # called from another module: a worker of its own
+    if executor or "executor" in _KEPT:
+        [(_, res)] = (executor or _KEPT["executor"]).map_interpreted(run_task, items, seconds + 60)
+    else:
         with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
             [(_, res)] = ex.map_interpreted(run_task, items, seconds + 60)
     assert isinstance(res, dict), res
@@ -97,7 +107,7 @@ def test_shortlist_ranks_by_name_words():
     assert shortlist(rec)[0] == "rms_norm"
 
 
-def test_probe_binds_the_right_op_and_validation_calls_it_so(tmp_path):
+def test_probe_binds_the_right_op_and_validation_calls_it_so(validator):
     rec = record(RMS)
     entry = rec.entry["entry_points"][0]
     assert entry["qualname"] == "rms_norm_forward"
@@ -114,8 +124,7 @@ def test_probe_binds_the_right_op_and_validation_calls_it_so(tmp_path):
     # validation calls the entry exactly as the binding says (pick_wrapper alone would pass no scale_mode)
     rec.binding = b
     cfg = dataclasses.replace(ValidateConfig(), shapes=2, seeds=1, timing=False)
-    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
-        out = list(pipeline.validate([rec], cfg, ex, str(tmp_path / "cc")))
+    out = list(pipeline.validate([rec], cfg, *validator))
     assert [(o[1], o[2]) for o in out] == [("ok", None)], out[0][3]
 
 
@@ -384,7 +393,7 @@ def test_spare_dtypes_are_tried_only_while_too_few_agree():
                                             code=dot)["why"]
 
 
-def test_the_entrys_own_layout_is_recorded_and_held_in_validation(tmp_path):
+def test_the_entrys_own_layout_is_recorded_and_held_in_validation(validator):
     """A package entry that hands back its result in another memory order (as liger's RoPE returns a
     transposed view of its own buffer): the probe records the order, validation holds the entry to it,
     and the same binding without the recorded contract rejects it."""
@@ -398,11 +407,10 @@ def test_the_entrys_own_layout_is_recorded_and_held_in_validation(tmp_path):
     verdicts = []
     # one executor and one compile cache: the second binding runs in the worker the first left clean,
     # as the records of one validation do (the module's gate is compiled once)
-    with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
-        for binding in (b, bare):
-            rec.binding = binding
-            verdicts += [(o[1], o[2], (o[3] or {}).get("detail", "")) for o in
-                         pipeline.validate([rec], cfg, ex, str(tmp_path / "cc"))]
+    for binding in (b, bare):
+        rec.binding = binding
+        verdicts += [(o[1], o[2], (o[3] or {}).get("detail", "")) for o in
+                     pipeline.validate([rec], cfg, *validator)]
     assert verdicts[0][:2] == ("ok", None), verdicts[0]
     assert verdicts[1][:2] == ("dropped", "incorrect") and "wrong memory format" in verdicts[1][2], verdicts[1]
 

@@ -62,9 +62,25 @@ def test_falls_back_to_the_full_header_when_the_lean_one_lacks_something(cache, 
     monkeypatch.setattr(extension, "FULL", re.compile(r"#include <cooperative_groups.h>"))
     cu = ("#include <cooperative_groups.h>\n"
           "__global__ void k(float* x) { cooperative_groups::this_thread_block().sync(); x[0] = 1.f; }\n")
-    res = extension.compile_only("", cu, cache, arch="sm_90")
+    # the twin's host declarations: its pybind module is shared with the twin's build, not compiled again
+    cpp = _sources("twin_matmul_cuda")["cpp_sources"]
+    res = extension.compile_only(cpp, cu, cache, arch="sm_90")
     assert res["ok"], res["log"]
     assert res["header"] == "full" and "cuda_lean" in res["phases"]
+
+
+@pytest.mark.nvcc
+def test_the_pybind_module_is_compiled_once_for_the_same_declarations(cache, monkeypatch):
+    f = _sources("twin_matmul_cuda")
+    extension.compile_only(f["cpp_sources"], f["cuda_sources"], cache, arch="sm_90")  # cached by now
+    calls = []
+    run = extension.nvcc_parallel.run_command
+    monkeypatch.setattr(extension.nvcc_parallel, "run_command", lambda cmd, *a, **k: calls.append(cmd[0]) or run(cmd, *a, **k))
+    # another answer to the same task: the same declarations and module name, a CUDA source of its own
+    res = extension.compile_only(f["cpp_sources"], "__global__ void k(float* x) { x[0] = 2.f; }\n", cache,
+                                 arch="sm_90")
+    assert res["ok"] and not res["cached"], res["log"]
+    assert "g++" not in calls  # the module's object came from the first answer's build
 
 
 # cuBLAS called without its header, and 1 MB of static shared memory: errors under either header

@@ -16,11 +16,13 @@ from sftbuild.validate import pipeline
 from tests.redteam.cases import cases
 
 
-def _run(selected, cfg, gpus, cache):
+def _run(selected, cfg, gpus, cache, cpu_workers=0):
+    """Each case's verdict; `cpu_workers` 0 (every core) runs the compile gates as the validate stage
+    does, 1 runs them in this process and the interpreter runs one case at a time (on 2 cores, where
+    the other test processes fill the second, that costs the least CPU: one interpreter worker, no pool)."""
     recs = {Record(source="redteam", **c.record).id: c for c in selected}
     got = {}
-    # compile gates on every core, as the validate stage runs them (a sandbox each; half the wall time)
-    with LocalExecutor(cpu_workers=0, gpus=gpus, progress=False) as ex:
+    with LocalExecutor(cpu_workers=cpu_workers, gpus=gpus, progress=False) as ex:
         for rec, status, reason, payload in pipeline.validate(
                 [Record(source="redteam", **c.record) for c in selected], cfg, ex, cache):
             got[recs[rec.id].name] = (status, reason, str(payload.get("detail") or payload.get("why") or "")[:120])
@@ -46,7 +48,7 @@ def test_triton_redteam_in_the_interpreter(tmp_path, monkeypatch):
     # and decide nothing that the pool's small awkward sizes (1, 7, 31, 4097, ...) do not
     gpu_task = pipeline.gpu_task
     monkeypatch.setattr(pipeline, "gpu_task", lambda *a: {**gpu_task(*a), "max_numel": 1 << 16})
-    got = _run(selected, cfg, "none", str(tmp_path))
+    got = _run(selected, cfg, "none", str(tmp_path), cpu_workers=1)
     assert _table(selected, got) == []
 
 
