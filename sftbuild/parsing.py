@@ -114,11 +114,20 @@ def aliases(tree: ast.Module, names: set[str]) -> dict[str, str]:
     return out
 
 
+def walk(node: ast.AST) -> list[ast.AST]:
+    """ast.walk's nodes in its order (breadth first), listed once per node and kept on it: extraction
+    asks a dozen questions of one module's nodes and of each statement's (its trees are read only)."""
+    nodes = node.__dict__.get("_walked")
+    if nodes is None:
+        nodes = node._walked = list(ast.walk(node))
+    return nodes
+
+
 def default_hints(tree: ast.AST) -> dict:
     """Literal defaults the whole file declares, by parameter name (`casting_mode="llama"` on an
     autograd Function): the values a wrapper without defaults is usually called with."""
     out: dict = {}
-    for fn in ast.walk(tree):
+    for fn in walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_jit(fn):
             for p in params(fn):
                 if p["has_default"] and not isinstance(p["default"], dict) and p["kind"] in ("pos", "kwonly"):

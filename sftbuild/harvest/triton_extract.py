@@ -37,7 +37,7 @@ import dataclasses
 import re
 
 from sftbuild.parsing import decorator_names as _decorator_names
-from sftbuild.parsing import aliases, default_hints, is_jit, literal
+from sftbuild.parsing import aliases, default_hints, is_jit, literal, walk
 from sftbuild.parsing import params as _params
 
 
@@ -89,7 +89,7 @@ class Languages:
     def __init__(self, tree: ast.Module):
         self.names: dict[str, str] = {}
         self._kinds: dict[int, tuple[str, str] | None] = {}
-        for node in ast.walk(tree):  # breadth first: module-level imports bind first
+        for node in walk(tree):  # breadth first: module-level imports bind first
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.names.setdefault(a.asname or a.name.split(".")[0], a.name if a.asname
@@ -148,7 +148,7 @@ class Languages:
     def sources(self, tree: ast.Module) -> list[tuple[ast.Call, str]]:
         """Calls that compile CUDA source held in a Python string (cupy RawKernel, pycuda SourceModule)."""
         out = []
-        for n in ast.walk(tree):
+        for n in walk(tree):
             if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute)):
                 q = self.qualify(ast.unparse(n.func))
                 if q.rsplit(".", 1)[-1] in SOURCE_CALLS and _dsl(q):
@@ -165,7 +165,7 @@ def _dsl(qualified: str) -> str | None:
 
 def _names(node) -> set[str]:
     out = set()
-    for n in ast.walk(node):
+    for n in walk(node):
         if isinstance(n, ast.Name):
             out.add(n.id)
         elif isinstance(n, ast.Attribute):
@@ -187,7 +187,7 @@ def _stmt(node) -> _Stmt:
     elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
-            defines |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+            defines |= {n.id for n in walk(t) if isinstance(n, ast.Name)}
     elif isinstance(node, (ast.If, ast.Try, ast.With)):
         # a guarded import or definition (`try: from triton.language.extra.libdevice import tanh`)
         for child in _block_statements(node):
@@ -223,7 +223,7 @@ def _launch_lines(node) -> dict[str, list[int]]:
     if got is not None:
         return got
     got = {}
-    for n in ast.walk(node):
+    for n in walk(node):
         if isinstance(n, ast.Call):
             f = n.func
             if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name):
@@ -299,7 +299,7 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
             entry_points=entry_points(code, hints),
         ))
     top = {id(s.node) for s in stmts}
-    for n in ast.walk(tree):
+    for n in walk(tree):
         if is_jit(n) and id(n) not in top:
             others.append({"line": n.lineno, "reason": "nested_definition", "detail": n.name})
         elif id(n) not in top:
@@ -377,7 +377,7 @@ def _called(fn) -> frozenset[str]:
     got = getattr(fn, "_sftbuild_called", None)
     if got is None:
         got = fn._sftbuild_called = frozenset(
-            n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
+            n.func.id for n in walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
     return got
 
 
@@ -402,7 +402,7 @@ def count_jit(src: str) -> int:
     is either extracted or listed with a reason."""
     tree = ast.parse(src)
     langs = Languages(tree)
-    return sum(1 for n in ast.walk(tree) if langs.of(n)) + len(langs.sources(tree))
+    return sum(1 for n in walk(tree) if langs.of(n)) + len(langs.sources(tree))
 
 
 # ---- entry points -----------------------------------------------------------------
@@ -564,7 +564,7 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
 def _grid_launches(node, name: str) -> bool:
     """`name[grid](...)` or `name.run(...)` inside node (a plain call of an imported name is
     usually a helper, not a launch)."""
-    for n in ast.walk(node):
+    for n in walk(node):
         if isinstance(n, ast.Call) and isinstance(n.func, (ast.Subscript, ast.Attribute)):
             f = n.func
             if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id == name:
