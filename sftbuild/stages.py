@@ -51,7 +51,8 @@ def get(name: str) -> Stage:
 
 
 def module(name: str) -> ModuleType:
-    """The module that runs stage `name`, imported on first use (stages import torch and friends)."""
+    """The module that runs stage `name`, imported on first use (a stage imports what its records need,
+    torch and the op registry included, when they need it)."""
     return importlib.import_module(get(name).module)
 
 

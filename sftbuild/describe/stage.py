@@ -17,8 +17,8 @@ import yaml
 
 from sftbuild import ops
 from sftbuild.binding import key_of
+from sftbuild.ops import fits
 from sftbuild.ops import launch as ops_launch
-from sftbuild.ops.pools import fits
 from sftbuild.context import Context, StageRun
 from sftbuild.describe import features as F
 from sftbuild.describe import text as T

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import pkgutil
 from typing import Any, Callable
 
@@ -24,6 +25,20 @@ from sftbuild.ops.tolerance import Tolerance, compare, largest  # noqa: F401  (r
 
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("contiguous", "transposed", "sliced")
+
+
+def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
+    """Whether a shape from an op's pool satisfies a binding's constraints (and a size cap)."""
+    n = math.prod(shape)
+    if (max_numel and n > max_numel) or ("max_numel" in cons and n > cons["max_numel"]):
+        return False
+    if "max_cols" in cons and shape[-1] > cons["max_cols"]:
+        return False
+    # {axis: size}: the most an axis may hold (the op's inputs are ill-posed past it)
+    if any(int(a) < len(shape) and shape[int(a)] > n for a, n in (cons.get("max_dims") or {}).items()):
+        return False
+    # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
+    return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 
 
 @dataclasses.dataclass

@@ -23,8 +23,6 @@ import re
 import sys
 from pathlib import Path
 
-import torch
-
 from sftbuild.ops import OPS, Op, add, get
 
 NAME_PATTERNS = [(re.compile(p), why) for p, why in [
@@ -171,6 +169,8 @@ def package_op(module: str, func: str, like, root: str | Path | None = None, nam
 def smoke(op: Op, dtype: str = "float32") -> torch.Tensor | tuple:
     """Run an op's reference once on its smallest pool shape (a worker's first check of a package op)."""
     import math
+
+    import torch
 
     shape = min(op.shape_pool, key=math.prod)
     params = dict(op.params)

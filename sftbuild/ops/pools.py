@@ -6,11 +6,9 @@ this package, so a new family is one new file.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from sftbuild.ops import Op, Tolerance, add
+from sftbuild.ops import Op, Tolerance, add, fits  # noqa: F401  (fits: re-exported)
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                 "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8}
@@ -23,20 +21,6 @@ FLAT_POOL = [(1,), (7,), (31,), (1000,), (1023,), (4097,), (65537,), (1 << 20,)]
 # (outer, reduced, inner) style 3-D pools for ops that take a `dim`
 CUBE_POOL = [(1, 1, 1), (3, 7, 5), (2, 33, 129), (5, 100, 3), (1, 16411, 2), (4097, 3, 2), (2, 3, 16411),
              (8, 64, 64)]
-
-
-def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
-    """Whether a shape from an op's pool satisfies a binding's constraints (and a size cap)."""
-    n = math.prod(shape)
-    if (max_numel and n > max_numel) or ("max_numel" in cons and n > cons["max_numel"]):
-        return False
-    if "max_cols" in cons and shape[-1] > cons["max_cols"]:
-        return False
-    # {axis: size}: the most an axis may hold (the op's inputs are ill-posed past it)
-    if any(int(a) < len(shape) and shape[int(a)] > n for a, n in (cons.get("max_dims") or {}).items()):
-        return False
-    # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
-    return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 
 
 def rand(shape, dtype, layout, gen, scale=1.0, offset=0.0):

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 FLOORS = {  # dtype: (rtol, atol relative to max|ref|, norm-relative error)
     "float64": (1e-10, 1e-12, 1e-12),
     "float32": (1e-4, 1e-5, 2e-5),
@@ -55,6 +53,8 @@ def _overflow(cand: torch.Tensor, c: torch.Tensor, r: torch.Tensor, extra_inf: t
     """Where the candidate's Inf is the output dtype's own: the exact value (the float64 reference) is
     at or past the dtype's largest finite number, with the same sign. (A long fp16 sum past 65504 is
     Inf in torch's own kernel too, or not, as its rounding falls.)"""
+    import torch
+
     if not cand.is_floating_point() or not bool(extra_inf.any()):
         return torch.zeros_like(extra_inf)
     big = torch.finfo(cand.dtype).max
@@ -63,6 +63,8 @@ def _overflow(cand: torch.Tensor, c: torch.Tensor, r: torch.Tensor, extra_inf: t
 
 def largest(tensors) -> float:
     """The largest finite magnitude among the floating tensors of one call's results (a `context`)."""
+    import torch
+
     found = [float(t.detach().abs().nan_to_num(0.0, 0.0, 0.0).max()) for t in tensors
              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
     return max(found, default=0.0)
@@ -74,6 +76,8 @@ def compare(cand: torch.Tensor, ref64: torch.Tensor, dtype: str, tol: Tolerance,
     """Return (passed, stats) for one output tensor. `context`: the largest magnitude among all the
     outputs of the same call (the scale of the terms an output near zero may be the difference of);
     `spread`: how far the float64 reference moves with its intermediates rounded at the dtype (module doc)."""
+    import torch
+
     stats: dict = {}
     if not isinstance(cand, torch.Tensor):
         return False, {"why": f"output is {type(cand).__name__}, not a tensor"}
@@ -138,6 +142,8 @@ def compare(cand: torch.Tensor, ref64: torch.Tensor, dtype: str, tol: Tolerance,
 
 def _rounding_sensitive(spread, fin, floor, denom, dtype, tol, context, allow, ntol, stats):
     """(allow, ntol) widened by the reference's own spread where it passes the floors (module doc)."""
+    import torch
+
     w = spread.detach().to(torch.float64)[fin]
     if not bool(torch.isfinite(w).all()):
         return allow, ntol

@@ -34,7 +34,7 @@ import jinja2
 import yaml
 
 from sftbuild.ops import launch
-from sftbuild.ops.pools import fits  # noqa: F401  (trials and pyrun filter pools with it)
+from sftbuild.ops import fits  # noqa: F401  (trials and pyrun filter pools with it)
 
 CONTRACTS = launch.CONTRACTS  # name -> (inputs, outputs, params) -> (ptrs, ints); what trials call
 

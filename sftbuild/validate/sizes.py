@@ -86,7 +86,7 @@ def grow_shape(shape, cons: dict | None = None, limit: int = ELEMENT_BUDGET, blo
     within `limit`: the outermost axis a binding does not fix (`dims`) nor bound (`max_dims`), and not
     the last axis when the binding caps its size (`max_cols`). None when no axis may grow or the result
     would not fit."""
-    from sftbuild.ops.pools import fits
+    from sftbuild.ops import fits
 
     cons = cons or {}
     shape = tuple(shape)

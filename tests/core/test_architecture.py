@@ -24,6 +24,20 @@ def test_import_contract_holds():
     assert "0 broken" in out.stdout
 
 
+def test_stage_commands_start_without_torch():
+    """Every stage's module, the validator's pipeline and the plug-in registries import without torch
+    (2 s a start): a command with nothing for the op registry to do (dedupe, export, a stage whose
+    records are all done, validate's compile gates) never loads it; the registry and the references
+    import it where a record needs them."""
+    mods = ["sftbuild.cli", "sftbuild.ops", "sftbuild.ops.binders", "sftbuild.validate.pipeline",
+            *(s.module for s in stages.STAGES), *(s.first for s in stages.STAGES if s.first)]
+    code = f"import sys\nfor m in {mods!r}: __import__(m)\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
 def test_help_lists_stages_in_pipeline_order():
     text = CliRunner().invoke(main, ["--help"]).output
     listed = [line.split()[0] for line in text.split("Commands:")[1].splitlines() if line.strip()]

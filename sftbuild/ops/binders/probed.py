@@ -25,7 +25,7 @@ import re
 from collections import Counter
 
 from sftbuild import ops
-from sftbuild.ops import opdb, registrations
+from sftbuild.ops import registrations
 from sftbuild.ops.binders import BINDERS, Binder
 
 SHORTLIST = 8
@@ -137,6 +137,8 @@ def registered(record) -> list[str]:
     table = registrations.registered(tree)
     if not table:
         return []
+    from sftbuild.ops import opdb  # torch's op catalogue: imported where a record needs it
+
     known = ops.all_ops(opdb=True)
     aliases = opdb.aliases()
     out: list[str] = []
@@ -171,6 +173,8 @@ def named(record) -> list[str]:
     bases = [re.sub(r"_(kernel|func)$", "", n.strip("_")).rstrip("_") for n in names]
     if not any(bases):
         return []
+    from sftbuild.ops import opdb
+
     known, aliases = ops.all_ops(opdb=True), opdb.aliases()
     out: list[str] = []
     for base in dict.fromkeys(b for b in bases if b):
