@@ -135,7 +135,7 @@ class Runner:
 
 
 def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ)  # its PYTHONPATH leads with the repository (tests/conftest.py)
     env.pop("SFTBUILD_COMPILE_CACHE", None)
     return env
 
