@@ -62,7 +62,7 @@ class Op:
     # inputs a backward treats as constants (a loss's target, a distillation teacher): gradient checks
     # (sftbuild.validate.pyrun.with_grads) take no gradient for them
     grad_constants: tuple[int, ...] = ()
-    # shape constraints every check of the op gets under its harness's and binding's (sftbuild.ops.pools.fits),
+    # shape constraints every check of the op gets under its harness's and binding's (`fits` above),
     # for sizes where the op's trial is ill-posed: {"max_dims": {axis: size}} (the axis neither drawn past
     # that size nor grown, sftbuild.validate.sizes)
     constraints: dict[str, Any] = dataclasses.field(default_factory=dict)

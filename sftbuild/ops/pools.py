@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from sftbuild.ops import Op, Tolerance, add, fits  # noqa: F401  (fits: re-exported)
+from sftbuild.ops import Op, Tolerance, add
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                 "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8}

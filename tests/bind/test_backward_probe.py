@@ -10,7 +10,6 @@ import pytest
 
 from sftbuild.harvest.stage import _entry
 from sftbuild.harvest.triton_extract import extract_kernels
-from sftbuild.ops.binders.probed import Probed
 from sftbuild.record import Record
 
 SQUARE = '''
@@ -96,13 +95,11 @@ def worker():
 
 
 def _probe(rec, ex):
-    from sftbuild.bind.stage import run_task
+    """(result, binding or None) of probing `rec` in the kept worker, as tests/validate/test_probe.py probes."""
+    from tests.validate.test_probe import probe
 
-    b = Probed()
-    task = b.plan(rec, seconds=90)
-    assert task is not None
-    [(_, res)] = ex.map_interpreted(run_task, [{"task_fn": b.task_fn, "task": task}], 150)
-    return res, b.accept(rec, res)
+    _, res, found = probe(rec, seconds=90, executor=ex)
+    return res, found
 
 
 def test_the_probe_binds_a_backward_kernel_through_its_gradients_and_validation_agrees(tmp_path, worker):

@@ -31,7 +31,8 @@ def test_stage_commands_start_without_torch():
     import it where a record needs them."""
     mods = ["sftbuild.cli", "sftbuild.ops", "sftbuild.ops.binders", "sftbuild.validate.pipeline",
             *(s.module for s in stages.STAGES), *(s.first for s in stages.STAGES if s.first)]
-    code = f"import sys\nfor m in {mods!r}: __import__(m)\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    code = (f"import sys\nfor m in {mods!r}: __import__(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"

@@ -13,7 +13,7 @@ import torch
 from sftbuild import ops
 from sftbuild.ops import special
 from sftbuild.ops.norm import GATHER_MAX_GROUPS, exact_integers
-from sftbuild.ops.pools import fits
+from sftbuild.ops import fits
 from sftbuild.record import Record
 from sftbuild.validate import harness as H
 from sftbuild.validate import sizes

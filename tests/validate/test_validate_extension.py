@@ -75,7 +75,8 @@ def test_the_pybind_module_is_compiled_once_for_the_same_declarations(cache, mon
     extension.compile_only(f["cpp_sources"], f["cuda_sources"], cache, arch="sm_90")  # cached by now
     calls = []
     run = extension.nvcc_parallel.run_command
-    monkeypatch.setattr(extension.nvcc_parallel, "run_command", lambda cmd, *a, **k: calls.append(cmd[0]) or run(cmd, *a, **k))
+    monkeypatch.setattr(extension.nvcc_parallel, "run_command",
+                        lambda cmd, *a, **k: calls.append(cmd[0]) or run(cmd, *a, **k))
     # another answer to the same task: the same declarations and module name, a CUDA source of its own
     res = extension.compile_only(f["cpp_sources"], "__global__ void k(float* x) { x[0] = 2.f; }\n", cache,
                                  arch="sm_90")
