@@ -12,7 +12,6 @@ Nothing here runs record code: the reference shown for an op is sftbuild's own f
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 
 from sftbuild.record import Record
@@ -105,13 +104,15 @@ def _trials(rows: list[dict]) -> dict:
 
 
 def _tolerance(rec: Record, dtypes: list[str]) -> dict:
-    from sftbuild import ops
+    from sftbuild.ops import cards
+    from sftbuild.ops.tolerance import Tolerance
 
     b = rec.binding or {}
-    try:
-        tol = ops.get(b["op"]).tolerance if b.get("op") else (ops.Tolerance(scale=4.0) if b else None)
-    except KeyError:
-        tol = None
+    if b.get("op"):
+        card = cards.cards([b["op"]])[b["op"]]
+        tol = card and cards.tolerance(card)
+    else:
+        tol = Tolerance(scale=4.0) if b else None
     if tol is None:
         return {}
     out = {}
@@ -144,24 +145,19 @@ def _reference(rec: Record) -> dict:
                 f"called through the launcher {ref.get('launcher', '')}", "source": ref.get("cpu_code", ""),
                 "language": "cpp"}
     if b.get("op"):
-        from sftbuild import ops
+        from sftbuild.ops.cards import cards
 
-        try:
-            op = ops.get(b["op"])
-        except KeyError:
+        op = cards([b["op"]])[b["op"]]
+        if op is None:
             return {"kind": "op", "title": f"op {b['op']} (not in this sftbuild's registry)", "source": "",
                     "language": "python"}
-        try:
-            src = inspect.getsource(op.reference)
-        except (OSError, TypeError):  # a torch builtin: its name is its source
-            ref = op.reference
-            src = f"reference = {getattr(ref, '__module__', None) or 'torch'}.{getattr(ref, '__name__', repr(ref))}\n"
-        io = "\n".join(f"#   {k}: {', '.join(v)}" for k, v in op.io.items())
-        head = f"# {op.name} ({op.family}): {op.semantics.get('en', '')}\n{io}\n"
-        params = {**op.params, **(b.get("params") or {})}
+        io = "\n".join(f"#   {k}: {', '.join(v)}" for k, v in op["io"].items())
+        head = f"# {op['name']} ({op['family']}): {op['semantics'].get('en', '')}\n{io}\n"
+        params = {**op["params"], **(b.get("params") or {})}
         if params:
             head += f"# params: {json.dumps(params, sort_keys=True)}\n"
-        return {"kind": "op", "title": f"op {op.name} (torch reference)", "source": head + src, "language": "python"}
+        return {"kind": "op", "title": f"op {op['name']} (torch reference)", "source": head + op["source"],
+                "language": "python"}
     return {"kind": "none", "title": "no reference: the kernel is unbound", "source": "", "language": "text"}
 
 

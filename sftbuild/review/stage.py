@@ -20,17 +20,15 @@ from sftbuild.store import StoreError
 VERDICTS = ("accept", "reject")
 
 
-def family(rec) -> str:
-    """The op family of a record's binding, its binding kind, or 'unbound'."""
-    b = rec.binding or {}
-    if b.get("op"):
-        from sftbuild import ops
+def families(records) -> dict[str, str]:
+    """{record id: the op family of its binding, its binding kind, or 'unbound'}, from the op cards
+    (sftbuild.ops.cards: no torch once an earlier command described the ops)."""
+    from sftbuild.ops.cards import cards
 
-        try:
-            return ops.get(b["op"]).family
-        except KeyError:
-            return b["op"]
-    return b.get("kind") or "unbound"
+    ops = {r.id: (r.binding or {}).get("op") for r in records}
+    known = cards(op for op in ops.values() if op)
+    return {r.id: (known[ops[r.id]] or {}).get("family", ops[r.id]) if ops[r.id] else
+            (r.binding or {}).get("kind") or "unbound" for r in records}
 
 
 def run(ctx: Context) -> dict:
@@ -40,7 +38,8 @@ def run(ctx: Context) -> dict:
     conf = {"fraction": cfg.fraction, "seed": cfg.seed, "max_reject_rate": cfg.max_reject_rate,
             "defect_rate": cfg.defect_rate, "confidence": cfg.confidence, "overlap": cfg.overlap}
     try:
-        drawn = sample.draw({r.id: (r.source, family(r), r.language) for r in candidates}, cfg.fraction,
+        fam = families(candidates)
+        drawn = sample.draw({r.id: (r.source, fam[r.id], r.language) for r in candidates}, cfg.fraction,
                             cfg.defect_rate, cfg.confidence, cfg.seed, cfg.overlap)
     except ValueError as e:
         raise UserError(str(e)) from e

@@ -1,4 +1,5 @@
 """Every op's reference and input generator on the CPU: each allowed dtype and layout."""
+import json
 import math
 
 import pytest
@@ -80,3 +81,22 @@ def test_tolerance_rules():
     assert not compare(q + 1, q.double(), "float32", Tolerance(exact=True))[0]
     assert not compare(torch.tensor([0, 1]), torch.tensor([1.0, 1.0], dtype=torch.float64), "float16",
                        Tolerance(exact=True))[0]
+
+
+def test_op_cards_are_the_registrys_facts_kept_as_json(tmp_path, monkeypatch):
+    from sftbuild import ops
+    from sftbuild.ops import cards
+
+    monkeypatch.setenv("SFTBUILD_CACHE", str(tmp_path))
+    got = cards.cards(["softmax", "no_such_op", "pkg.absent.fn"])
+    op = ops.get("softmax")
+    card = got["softmax"]
+    assert (card["family"], card["io"], card["semantics"]) == (op.family, op.io, op.semantics)
+    assert cards.tolerance(card).floors("float16") == op.tolerance.floors("float16")
+    assert got["no_such_op"] is None and got["pkg.absent.fn"] is None
+    (path,) = (tmp_path / "op_cards").glob("*.json")
+    kept = json.loads(path.read_text())
+    assert kept["softmax"] == card and kept["no_such_op"] is None and "pkg.absent.fn" not in kept
+    path.write_text("{not json")  # a damaged file is read as empty and written again whole
+    assert cards.cards(["softmax"]) == {"softmax": card}
+    assert json.loads(path.read_text()) == {"softmax": card}

@@ -241,3 +241,26 @@ def test_file_reference_records_show_their_cpu_function(tmp_path):
     s.close()
     out = invoke("review", "show", recs[0].id[:12], "-w", ws).output
     assert "--- CPU reference scale_cpu in scale.cu:scale_cpu, called through the launcher scale1 ---\n" + cpu in out
+
+
+def test_review_reads_the_op_cards_and_starts_without_torch(tmp_path, monkeypatch):
+    """The op facts review shows (family, tolerance, reference source) come from the op cards that an
+    earlier process wrote (here, this one): `review sample` and `review show` then never import torch."""
+    import subprocess
+    import sys
+
+    from sftbuild.ops import cards
+
+    ws = str(tmp_path / "ws")
+    cuda = workspace.make(ws, 4)[0]
+    monkeypatch.setenv("SFTBUILD_CACHE", str(tmp_path / "cache"))
+    assert cards.cards([*workspace.OPS, "no_such_op"])["no_such_op"] is None
+    code = ("import sys\nfrom sftbuild.cli import main\n"
+            f"main(['review', 'sample', '-q', '-w', {ws!r}], standalone_mode=False)\n"
+            f"main(['review', 'show', {cuda.id[:12]!r}, '-w', {ws!r}], standalone_mode=False)\n"
+            "print('torch loaded:', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for want in ("--- op relu (torch reference) ---", "reference = torch.relu", "float32: rtol 0.0001",
+                 "torch loaded: False"):
+        assert want in out.stdout, want
