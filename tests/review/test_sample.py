@@ -33,18 +33,12 @@ def test_clopper_pearson_upper_bound_matches_the_exact_definition():
     assert S.upper_bound(5, 5, 0.95) == 1.0 and S.upper_bound(0, 0, 0.95) == 1.0
 
 
-def test_the_bound_without_scipy_is_the_same(monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_scipy(name, *a, **kw):
-        if name.startswith("scipy"):
-            raise ImportError(name)
-        return real(name, *a, **kw)
-    with_scipy = S.upper_bound(3, 100, 0.95)
-    monkeypatch.setattr(builtins, "__import__", no_scipy)
-    assert S.upper_bound(3, 100, 0.95) == pytest.approx(with_scipy, abs=1e-9)
+def test_the_bound_is_scipys_beta_quantile():
+    beta = pytest.importorskip("scipy.stats").beta
+    for m in (1, 5, 59, 300, 2000):
+        for k in range(min(m, 12)):
+            for conf in (0.9, 0.95, 0.99):
+                assert S.upper_bound(k, m, conf) == pytest.approx(float(beta.ppf(conf, k + 1, m - k)), rel=1e-10)
 
 
 def test_statements():

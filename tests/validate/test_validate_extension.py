@@ -62,6 +62,11 @@ def test_falls_back_to_the_full_header_when_the_lean_one_lacks_something(cache, 
     monkeypatch.setattr(extension, "FULL", re.compile(r"#include <cooperative_groups.h>"))
     cu = ("#include <cooperative_groups.h>\n"
           "__global__ void k(float* x) { cooperative_groups::this_thread_block().sync(); x[0] = 1.f; }\n")
+    # and a stand-in lean copy of it, which lacks what the kernel uses: the failed lean build costs no
+    # parse of torch's headers (the twin's test builds the real lean header)
+    lean_source = extension.lean_source
+    monkeypatch.setattr(extension, "lean_source", lambda src: "// lean\n" + src.split("\n", 1)[1] if src == cu
+                        else lean_source(src))
     # the twin's host declarations: its pybind module is shared with the twin's build, not compiled again
     cpp = _sources("twin_matmul_cuda")["cpp_sources"]
     res = extension.compile_only(cpp, cu, cache, arch="sm_90")
