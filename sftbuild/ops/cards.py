@@ -29,17 +29,23 @@ def cards(names) -> dict[str, dict | None]:
 
     names = list(dict.fromkeys(names))
     out = {n: card(ops.OPS[n]) if n in ops.OPS else None for n in names if n.startswith("pkg.")}
-    path = _path()
-    kept = _read(path)
-    missing = [n for n in names if n not in out and n not in kept]
-    if missing:
-        for n in missing:
-            try:
-                kept[n] = card(ops.get(n))
-            except KeyError:
-                kept[n] = None
-        _write(path, {**_read(path), **{n: kept[n] for n in missing}})
-    return out | {n: kept[n] for n in names if n not in out}
+    if any(n not in out and n not in _KNOWN for n in names):  # the file once, not at every lookup
+        path = _path()
+        _KNOWN.update(_read(path))
+        made = {}
+        for n in names:
+            if n not in out and n not in _KNOWN:
+                try:
+                    made[n] = card(ops.get(n))
+                except KeyError:
+                    made[n] = None
+        if made:
+            _KNOWN.update(made)
+            _write(path, {**_read(path), **made})
+    return out | {n: _KNOWN[n] for n in names if n not in out}
+
+
+_KNOWN: dict[str, dict | None] = {}  # the cards this process has read or made (they hold for its sources)
 
 
 def card(op) -> dict:

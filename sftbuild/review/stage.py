@@ -25,10 +25,14 @@ def families(records) -> dict[str, str]:
     (sftbuild.ops.cards: no torch once an earlier command described the ops)."""
     from sftbuild.ops.cards import cards
 
-    ops = {r.id: (r.binding or {}).get("op") for r in records}
-    known = cards(op for op in ops.values() if op)
-    return {r.id: (known[ops[r.id]] or {}).get("family", ops[r.id]) if ops[r.id] else
-            (r.binding or {}).get("kind") or "unbound" for r in records}
+    known = cards((r.binding or {}).get("op") for r in records if (r.binding or {}).get("op"))
+
+    def family(rec) -> str:
+        b = rec.binding or {}
+        if b.get("op"):
+            return (known[b["op"]] or {}).get("family", b["op"])
+        return b.get("kind") or "unbound"
+    return {r.id: family(r) for r in records}
 
 
 def run(ctx: Context) -> dict:

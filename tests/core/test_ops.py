@@ -88,6 +88,7 @@ def test_op_cards_are_the_registrys_facts_kept_as_json(tmp_path, monkeypatch):
     from sftbuild.ops import cards
 
     monkeypatch.setenv("SFTBUILD_CACHE", str(tmp_path))
+    monkeypatch.setattr(cards, "_KNOWN", {})  # what this process read or made before
     got = cards.cards(["softmax", "no_such_op", "pkg.absent.fn"])
     op = ops.get("softmax")
     card = got["softmax"]
@@ -98,5 +99,6 @@ def test_op_cards_are_the_registrys_facts_kept_as_json(tmp_path, monkeypatch):
     kept = json.loads(path.read_text())
     assert kept["softmax"] == card and kept["no_such_op"] is None and "pkg.absent.fn" not in kept
     path.write_text("{not json")  # a damaged file is read as empty and written again whole
+    monkeypatch.setattr(cards, "_KNOWN", {})  # as a fresh process finds it
     assert cards.cards(["softmax"]) == {"softmax": card}
     assert json.loads(path.read_text()) == {"softmax": card}

@@ -254,6 +254,7 @@ def test_review_reads_the_op_cards_and_starts_without_torch(tmp_path, monkeypatc
     ws = str(tmp_path / "ws")
     cuda = workspace.make(ws, 4)[0]
     monkeypatch.setenv("SFTBUILD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cards, "_KNOWN", {})  # so that this process writes the cards to that cache
     assert cards.cards([*workspace.OPS, "no_such_op"])["no_such_op"] is None
     code = ("import sys\nfrom sftbuild.cli import main\n"
             f"main(['review', 'sample', '-q', '-w', {ws!r}], standalone_mode=False)\n"

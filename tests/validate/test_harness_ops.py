@@ -269,7 +269,7 @@ extern "C" int sftbuild_launch_float32(float* x, int n) {
 
 
 @pytest.mark.nvcc
-def test_a_harness_that_calls_into_c10_loads(compile_cache, tmp_path):
+def test_a_harness_that_calls_into_c10_loads(compile_cache):
     """A launchable ATen harness may refer to c10 symbols (TORCH_CHECK): a plain dlopen of it fails with
     an undefined symbol, and the worker's loader makes torch's libraries global first, so it loads."""
     import ctypes
