@@ -192,6 +192,8 @@ def _check_members(members, name: str, max_bytes: int) -> None:
         raise SourceError(f"archive {name}: {len(members)} members is too many")
     total = 0
     for path, size, is_link in members:
+        if not path:  # a damaged directory entry: it names no file, and nothing could be written for it
+            raise SourceError(f"archive {name}: refusing a member with no name")
         parts = Path(path).parts
         if path.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
             raise SourceError(f"archive {name}: refusing path-traversal member {path!r}")

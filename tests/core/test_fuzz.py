@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from sftbuild import config as C  # noqa: E402
@@ -173,6 +173,18 @@ def _valid_archives() -> dict[str, bytes]:
 VALID = _valid_archives()
 
 
+def _nameless_member() -> bytes:
+    """A zip with a member named '' (a fuzz run made one by damaging VALID's central directory)."""
+    import io
+    import zipfile
+
+    z = io.BytesIO()
+    with zipfile.ZipFile(z, "w") as f:
+        f.writestr(zipfile.ZipInfo(""), b"x")
+        f.writestr("pkg/k.cu", b"__global__ void k() {}\n")
+    return z.getvalue()
+
+
 @st.composite
 def archives(draw):
     suffix = draw(st.sampled_from(sorted(VALID)))
@@ -191,6 +203,7 @@ def archives(draw):
 @settings(max_examples=max(20, EXAMPLES // 2), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(archives())
+@example((".whl", _nameless_member()))
 def test_a_mangled_archive_is_a_reported_source_error(make_ctx, tmp_path_factory, archive):
     from sftbuild.harvest import stage
 
