@@ -90,7 +90,12 @@ def is_opdb(name: str) -> bool:
 
 def op_db() -> list:
     """torch's op_db. Its module imports `expecttest` (a test-only dependency) for a TestCase base
-    class; where that is missing, unittest's TestCase stands in, which is all op_db needs."""
+    class; where that is missing, unittest's TestCase stands in, which is all op_db needs.
+
+    scipy stays hidden while op_db loads, where nothing has imported it yet: op_db takes from it only
+    the numerical references of torch's own tests (`ref=scipy.special.erf`), which nothing here reads,
+    and importing it was most of op_db's cost (4.4 -> 1.8 CPU-s in a worker that has torch loaded).
+    The entries, their samples and their callables are the same without it."""
     if "expecttest" not in sys.modules:
         try:
             import expecttest  # noqa: F401
@@ -98,9 +103,17 @@ def op_db() -> list:
             shim = types.ModuleType("expecttest")
             shim.TestCase = unittest.TestCase
             sys.modules["expecttest"] = shim
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.testing._internal.common_methods_invocations import op_db as db
+    # once torch's test utilities are loaded they have decided whether scipy is there: leave it be
+    hide = not any(m in sys.modules for m in ("scipy", "torch.testing._internal.common_utils"))
+    if hide:
+        sys.modules["scipy"] = None  # find_spec says "absent", an import raises ImportError
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.testing._internal.common_methods_invocations import op_db as db
+    finally:
+        if hide and "scipy" in sys.modules and sys.modules["scipy"] is None:
+            del sys.modules["scipy"]  # a later `import scipy` (a candidate's, a reference's) works as before
     _no_test_lookup()
     return db
 

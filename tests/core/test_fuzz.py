@@ -2,7 +2,10 @@
 command line. Whatever comes in, only the project's own errors (ConfigError, PluginError,
 SourceError) or a clean exit with a sentence come out, never another exception.
 
-Example counts stay modest: these run in the main suite (SFTBUILD_FUZZ_EXAMPLES=N runs N per test).
+Example counts stay modest: these run in the main suite, which draws the same examples on every run
+(derandomized), so a red suite names a change, never an unlucky draw. SFTBUILD_FUZZ_EXAMPLES=N draws N
+fresh examples per test instead: that is how new cases are hunted, and each one found is kept as an
+`@example` here.
 """
 from __future__ import annotations
 
@@ -24,8 +27,15 @@ from sftbuild.harvest import specs  # noqa: E402
 from sftbuild.harvest.sources import Source, SourceError  # noqa: E402
 
 EXAMPLES = int(os.environ.get("SFTBUILD_FUZZ_EXAMPLES", "100"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                         HealthCheck.function_scoped_fixture])
+HUNT = "SFTBUILD_FUZZ_EXAMPLES" in os.environ  # fresh draws; else the same ones every run
+
+
+def fuzz(examples: int = EXAMPLES):
+    return settings(max_examples=examples, deadline=None, derandomize=not HUNT,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+FUZZ = fuzz()
 
 SECTIONS = {f.name: [g.name for g in dataclasses.fields(f.default_factory())] for f in dataclasses.fields(C.Config)}
 KEYS = sorted({*SECTIONS, *(k for ks in SECTIONS.values() for k in ks), "filters", "too_simple", "oversize",
@@ -128,8 +138,7 @@ argvs = st.builds(lambda cmd, rest: cmd + rest, st.sampled_from(COMMANDS),
                                      st.integers(256, 5000).map(lambda n: "d/" * n)), max_size=6))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(argvs, st.sampled_from(["", "validate: {compile_timeout: -1}\n", "executor: {cpu_workers: 1}\n",
                                "{{{", "review: {fraction: .nan}\n"]))
 def test_the_command_line_never_shows_a_traceback(tmp_path_factory, argv, config_text):
@@ -200,8 +209,7 @@ def archives(draw):
     return suffix, bytes(data)
 
 
-@settings(max_examples=max(20, EXAMPLES // 2), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@fuzz(max(20, EXAMPLES // 2))
 @given(archives())
 @example((".whl", _nameless_member()))
 def test_a_mangled_archive_is_a_reported_source_error(make_ctx, tmp_path_factory, archive):
