@@ -698,7 +698,8 @@ def _idle_reason(ctx, name) -> str:
 
 def _report(ctx, stage, stats):
     flat = {k: v for k, v in (stats or {}).items() if not isinstance(v, (dict, list))}
-    ctx.echo(f"{stage}: " + ", ".join(f"{k}={v}" for k, v in sorted(flat.items())))
+    order = sorted(flat.items(), key=lambda kv: (kv[0] != "records", kv[0]))  # how many first, then how they ended
+    ctx.echo(f"{stage}: " + ", ".join(f"{k}={v}" for k, v in order))
     for k, v in (stats or {}).items():
         if isinstance(v, dict) and v:
             ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items())

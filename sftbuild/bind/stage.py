@@ -54,7 +54,12 @@ def run(ctx: Context) -> dict:
             payload = {"how": found.how, "by": found.by, "key": found.key} if found else {"unbound": reason}
             run.put(rec.id, "ok", None, payload)
             _tally(run, "bound" if found else "unbound")
-    return run.stats
+    # every record bind handles ends `ok`, an unbound one too (validate drops it, with the reason): the
+    # summary says how many records were handled, then how each ended, not `ok=N` beside `unbound=M`
+    stats = dict(run.stats)
+    if "ok" in stats:
+        stats["records"] = stats.pop("ok")
+    return stats
 
 
 def _tally(run: StageRun, key: str) -> None:
