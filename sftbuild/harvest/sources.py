@@ -34,6 +34,10 @@ class SourceError(Exception):
     """A source that cannot be read; the harvest reports it and goes on with the others."""
 
 
+class SourceMissing(SourceError):
+    """The source's server answered that what was asked for does not exist: not a network failure."""
+
+
 @dataclasses.dataclass
 class Source:
     name: str
@@ -99,7 +103,7 @@ def torch_root() -> Path:
 
 def cache_dir(workspace: Path, cfg) -> Path:
     """Where clones and downloads go: `harvest.cache_dir`, or <workspace>/cache."""
-    d = Path(cfg.cache_dir or workspace / "cache")
+    d = Path(cfg.cache_dir or workspace / "cache").expanduser().absolute()  # tools run from other folders
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:

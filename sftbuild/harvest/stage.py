@@ -71,7 +71,8 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
                 for reason, n in sorted(h.skipped.items()):  # what it saw and did not keep, by reason
                     stats.setdefault("skipped", {})[f"{src.name} {reason}"] = n
             except (S.SourceError, OSError) as e:
-                msg = str(e) + (" (this source needs the network)" if src.network else "")
+                network = src.network and not isinstance(e, S.SourceMissing)
+                msg = str(e) + (" (this source needs the network)" if network else "")
                 stats["errors"][src.name] = msg
                 ctx.echo(f"harvest: source {src.name}: {msg} (skipped; other sources continue)")
             except Exception as e:  # noqa: BLE001 - one malformed source never stops the others
