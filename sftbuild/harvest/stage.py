@@ -155,6 +155,10 @@ class Harvest:
     def tree(self, tree: S.Tree) -> None:
         todo: list[tuple[str, Path]] = []
         for rel, path, link in S.walk(tree):
+            if link == S.NOT_UTF8:
+                if rel.endswith(("/", *CODE_EXT)):
+                    self.skip(rel, link, "the name is not UTF-8 text, so no record could name it")
+                continue
             if link:
                 self.skip(rel, link, "never followed")
                 if link == "symlink_outside_root":

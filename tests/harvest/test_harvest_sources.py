@@ -151,6 +151,37 @@ def test_kernelbench_dir(ctx):
     assert "ModelNew" not in recs["selfcontained"].binding["reference"]
 
 
+def test_kernelbench_dir_keeps_its_plain_kernels(ctx, tmp_path):
+    d = tmp_path / "kb"
+    shutil.copytree(DATA / "kernelbench", d)
+    shutil.copy(DATA / "cuda_tree" / "kernels.cu", d / "kernels.cu")
+    shutil.copy(DATA / "triton_src" / "ops.py", d / "ops.py")
+    stats = stage.run(ctx, [str(d)])
+    assert stats["errors"] == {}
+    by_path: dict = {}
+    for r in records(ctx):
+        by_path.setdefault(r.provenance["path"], []).append(r)
+    assert {r.language for r in by_path["kernels.cu"]} == {"cuda"} and {r.language for r in by_path["ops.py"]} == {
+        "triton"}
+    # each pair is one record, never harvested again as a plain module
+    assert [r.language for r in by_path["relu_new.py"]] == ["kernelbench"] and "relu.py" not in by_path
+
+
+def test_a_name_that_is_not_utf8_is_skipped_and_the_rest_harvested(ctx, tmp_path):
+    d = tmp_path / "src"
+    d.mkdir()
+    for name in (b"good.cu", b"bad\xff.cu", b"sub\xfe/k.cu"):
+        path = os.path.join(os.fsencode(d), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shutil.copy(DATA / "cuda_tree" / "kernels.cu", path)
+    shutil.copy(DATA / "triton_src" / "ops.py", os.path.join(os.fsencode(d), b"tri\xfd.py"))
+    stats = stage.run(ctx, [str(d)])
+    assert stats["errors"] == {} and stats["sources"][str(d)] >= 5
+    assert {r.provenance["path"] for r in records(ctx)} == {"good.cu"}
+    bad = {s["path"] for s in skips(ctx, "not_utf8_name")}
+    assert bad == {"bad\\xff.cu", "sub\\xfe/", "tri\\xfd.py"}, bad
+
+
 def test_datasets_kernelbook_and_ai_cuda_engineer(ctx, tmp_path):
     kb = tmp_path / "kernelbook.jsonl"
     kb.write_text("\n".join(json.dumps(r) for r in [
