@@ -3,7 +3,8 @@
 Tables
   records      immutable kernel records, keyed by code hash
   origins      every (source, path) a record's code was found at, with that provenance and the
-               binding that source declared: the same code from two sources keeps both
+               binding that source declared: the same code from two sources keeps both; a record
+               read back carries the licence of its own origin as last harvested
   bindings     one current binding per record (sftbuild.binding.Binding), or `unbound` and why;
                `records.binding` is only read once, to migrate a workspace written before this table
   results      one row per (record, stage, config hash): status ok|dropped|waiting, and for
@@ -681,8 +682,13 @@ class _Tx:
         return False
 
 
-RECORD_SELECT = ("SELECT r.id, r.language, r.source, r.code, r.entry, b.binding, r.provenance, b.reason "
-                 "FROM records r LEFT JOIN bindings b ON b.record_id = r.id")
+# a record's licence is that of its own origin as last harvested (a LICENSE added later counts), not the first
+# harvest's, frozen in the record's provenance
+RECORD_SELECT = ("SELECT r.id, r.language, r.source, r.code, r.entry, b.binding, r.provenance, b.reason, "
+                 "json_extract(o.provenance, '$.license'), json_extract(o.provenance, '$.license_source') "
+                 "FROM records r LEFT JOIN bindings b ON b.record_id = r.id "
+                 "LEFT JOIN origins o ON o.record_id = r.id AND o.source = r.source "
+                 "AND o.path = COALESCE(json_extract(r.provenance, '$.path'), '')")
 _CURRENT_KEY = "LEFT JOIN bindings b ON b.record_id = s.record_id"
 
 
@@ -701,7 +707,9 @@ def _with_origins(rec: Record, origins: list[dict]) -> Record:
 
 
 def _row_record(row) -> Record:
-    rid, language, source, code, entry, binding, provenance, unbound = row
+    rid, language, source, code, entry, binding, provenance, unbound, lic, lic_source = row
+    prov = json.loads(provenance)
+    if lic is not None:
+        prov.update(license=lic, license_source=lic_source)
     return Record(id=rid, language=language, source=source, code=code, entry=json.loads(entry),
-                  binding=json.loads(binding) if binding else None, provenance=json.loads(provenance),
-                  unbound=unbound)
+                  binding=json.loads(binding) if binding else None, provenance=prov, unbound=unbound)

@@ -17,7 +17,7 @@ decontamination will drop after validation (a licence outside the policy, too si
 clustered too but ranked after every member that will be kept, so it never stands for one of them,
 and a cluster of such records costs one check, not one each.
 
-Clustering is skipped when neither the records (with their bindings) nor the dedupe config
+Clustering is skipped when neither the records (with their bindings and licences) nor the dedupe config
 changed since the stored clusters; `dedupe.before_validation: false` turns it off (no clusters:
 validate checks every record). `sftbuild validate` and `sftbuild run` call `run` before
 validating; `sftbuild dedupe` calls it while no record has passed validation. The report goes
@@ -53,7 +53,7 @@ def run(ctx: Context) -> dict:
     docs = [to_doc(r, None) for r in records]
     docs.sort(key=lambda d: d.id)
     chash = config_hash({"mode": MODE, "order": ORDER, "manifest": s.manifest,
-                         "records": [[d.id, d.op, d.how, d.evidence] for d in docs]})
+                         "records": [[d.id, d.op, d.how, d.evidence, d.license] for d in docs]})
     report_path = ctx.workspace / "reports" / "clusters.json"
     if ctx.store.clusters_hash() == chash and report_path.exists():
         report = {**json.loads(report_path.read_text()), "report_path": str(report_path)}

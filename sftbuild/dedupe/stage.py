@@ -35,7 +35,8 @@ def run(ctx: Context, **options) -> dict:
     records = ctx.store.alive("dedupe")
     ids = sorted(r.id for r in records)
     report_path = ctx.workspace / "reports" / "dedupe.json"
-    with StageRun(ctx, "dedupe", s.manifest, extra_key=ids) as run_:
+    licences = {r.id: r.provenance.get("license") for r in records}  # a re-harvest may change one
+    with StageRun(ctx, "dedupe", s.manifest, extra_key=[[i, licences[i]] for i in ids]) as run_:
         previous = json.loads(report_path.read_text()) if report_path.exists() else {}
         if ids and run_.done() >= set(ids) and previous.get("config_hash") == run_.chash:
             ctx.echo("dedupe (after validation): nothing changed since the last run")
