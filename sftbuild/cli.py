@@ -125,8 +125,21 @@ def harvest(ctx, sources, allow_unpinned):
     ctx.config.harvest.allow_unpinned |= allow_unpinned
     stats = stage.run(ctx, list(sources))
     _report(ctx, "harvest", stats)
-    if stats.get("errors") and not stats.get("sources"):
-        raise click.ClickException("no source could be harvested")
+    _harvest_failures(ctx, stats)
+
+
+def _harvest_failures(ctx, stats) -> None:
+    """A harvest where any source failed exits non-zero, after the others were harvested."""
+    from sftbuild.harvest.stage import ERRORS_REPORT
+
+    failed, done = len(stats.get("errors") or {}), len(stats.get("sources") or {})
+    if not failed:
+        return
+    where = f"each is named above with its reason, as in {ctx.workspace / ERRORS_REPORT}"
+    if not done:
+        raise click.ClickException(f"no source could be harvested: {failed} failed ({where})")
+    raise click.ClickException(f"{failed} of {failed + done} sources could not be harvested ({where}); "
+                               f"the other {done} {'was' if done == 1 else 'were'} harvested")
 
 
 @main.command()
@@ -499,17 +512,23 @@ def run(ctx, sources):
     Example:
         sftbuild run && sftbuild status
     """
+    harvested = {}
     for st in stages.STAGES:
         options = {"sources": list(sources)} if st.name == "harvest" else {}
+        if st.name == "dedupe":
+            options = {"clustered": True}  # validate's first step clustered these records moments ago
         try:
             if st.first:
                 stages.first(st.name).run(ctx)
-            _report(ctx, st.name, stages.module(st.name).run(ctx, **options))
+            stats = stages.module(st.name).run(ctx, **options)
+            _report(ctx, st.name, stats)
+            harvested = stats if st.name == "harvest" else harvested
         except Waiting as e:
             click.echo(f"{st.name}: {e}")
             break
     click.echo("")
     click.echo(format_funnel(ctx.store.funnel()))
+    _harvest_failures(ctx, harvested)
 
 
 @main.command("list")
@@ -697,10 +716,15 @@ def _idle_reason(ctx, name) -> str:
 
 
 def _report(ctx, stage, stats):
+    if (stats or {}).get("report_path"):  # the stage said what it did in its own line; the rest is in the file
+        ctx.echo(f"  {stage} report: {stats['report_path']}")
+        return
     flat = {k: v for k, v in (stats or {}).items() if not isinstance(v, (dict, list))}
     order = sorted(flat.items(), key=lambda kv: (kv[0] != "records", kv[0]))  # how many first, then how they ended
-    ctx.echo(f"{stage}: " + ", ".join(f"{k}={v}" for k, v in order))
+    ctx.echo(f"{stage}: " + (", ".join(f"{k}={v}" for k, v in order) or "no records"))
     for k, v in (stats or {}).items():
+        if k == "errors":  # harvest names each failed source with its reason as it happens
+            continue
         if isinstance(v, dict) and v:
             ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items())
                                             if not isinstance(b, (dict, list))))

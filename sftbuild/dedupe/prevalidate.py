@@ -40,7 +40,8 @@ ORDER = ("kept by dedupe's filters and decontamination, validated ok, bound, bin
          "source priority, known licence, fewer tokens, id")
 
 
-def run(ctx: Context) -> dict:
+def run(ctx: Context, said: bool = False) -> dict:
+    """`said`: this command already printed the summary of these clusters (see dedupe.stage.run)."""
     records = ctx.store.alive("validate")
     if not records:  # the caller says why a stage has nothing to do
         return {}
@@ -58,7 +59,8 @@ def run(ctx: Context) -> dict:
     if ctx.store.clusters_hash() == chash and report_path.exists():
         report = {**json.loads(report_path.read_text()), "report_path": str(report_path)}
         report.pop("order", None)
-        ctx.echo(f"dedupe ({MODE}): nothing changed since the last run; {_summary(report)}")
+        ctx.echo(f"dedupe ({MODE}): the clusters above stand" if said else
+                 f"dedupe ({MODE}): nothing changed since the last run; {_summary(report)}")
         return report
     run_id = ctx.store.start_run("dedupe", chash, {"mode": MODE, **s.manifest}, environment())
     drops, _, sigs = analyse(docs, s.params, s.filters, s.decon, mapper=ctx.executor.map_cpu, every=True)

@@ -28,9 +28,11 @@ from sftbuild.dedupe.near import Clusters, Doc, find_clusters
 from sftbuild.dedupe.params import Params
 
 
-def run(ctx: Context, **options) -> dict:
+def run(ctx: Context, clustered: bool = False, **options) -> dict:
+    """`clustered`: the caller ran `prevalidate.run` just before (`sftbuild run`, as validate's first
+    step), so before validation the clusters' summary is not said twice."""
     if not ctx.store.alive("dedupe"):  # nothing validated yet: cluster what validate is about to check
-        return prevalidate.run(ctx)
+        return prevalidate.run(ctx, said=clustered)
     s = setup(ctx)
     records = ctx.store.alive("dedupe")
     ids = sorted(r.id for r in records)

@@ -13,10 +13,11 @@ code hash, so a rerun after a crash converges to the same record set.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections import Counter
 from pathlib import Path
 
-from sftbuild.context import Context, StageRun
+from sftbuild.context import Context, StageRun, UserError
 from sftbuild.executor import WorkerFailure
 from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
@@ -28,6 +29,7 @@ from sftbuild.harvest.triton_extract import module_of
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, parse_files
 from sftbuild.record import Record
 
+ERRORS_REPORT = "reports/harvest_errors.json"  # under the workspace: the sources that failed the last harvest, and why
 MAX_FOREIGN_LAUNCHERS = 3  # launchers from other modules appended to one record
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
 
@@ -47,12 +49,15 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
             out += specs.parse_spec(spec, registry)
         except S.SourceError as e:
             errors[spec] = str(e)
-            ctx.echo(f"harvest: source {spec}: {e} (skipped; other sources continue)")
+            ctx.echo(f"harvest: source {spec or repr(spec)}: {e} (skipped; other sources continue)")
     return out
 
 
 def run(ctx: Context, sources: list[str] | None = None) -> dict:
     cfg = ctx.config.harvest
+    if not sources and not cfg.sources:
+        raise UserError("nothing to harvest: harvest.sources is empty in the config and no source was named "
+                        "on the command line (e.g. `sftbuild harvest torch-aten`)")
     stats: dict = {"sources": {}, "errors": {}}
     filters = F.configured(cfg.file_filters)
     chosen = resolve(ctx, list(sources or []), stats["errors"])
@@ -87,8 +92,19 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
         run.flush()
         # ... and so do those of a source that failed this time
         ctx.store.carry_results("harvest", run.chash, {s.name for s in chosen if s.name not in stats["errors"]})
+        _errors_report(ctx, stats["errors"])
         run.stats.update(stats)
     return run.stats
+
+
+def _errors_report(ctx: Context, errors: dict) -> None:
+    """ERRORS_REPORT: each source that failed this harvest, and why."""
+    path = ctx.workspace / ERRORS_REPORT
+    if not errors:
+        path.unlink(missing_ok=True)  # an earlier harvest's failures are not this one's
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(errors, indent=1, sort_keys=True))
 
 
 class Harvest:

@@ -8,6 +8,7 @@ Every case runs the real command line in this process; one runs it as a subproce
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -83,6 +84,11 @@ CONFIG_CASES = [
     ("file_not_mapping", "[1, 2]", ["config", "a mapping"]),
     ("invalid_yaml", "validate: [unclosed", ["not valid YAML"]),
     ("sources_not_list", "harvest: {sources: torch-aten}", ["harvest.sources", "a list"]),
+    ("section_twice", "executor: {gpus: none}\nvalidate: {timing: false}\nexecutor: {cpu_workers: 1}",
+     ["'executor'", "twice", "lines 1 and 3"]),
+    ("key_twice_in_a_section", "validate: {timing: false, timing: true}", ["'timing'", "twice", "line 1"]),
+    ("source_empty", "harvest: {sources: ['']}", ["harvest.sources", "non-empty", "''"]),
+    ("registry_blank", "harvest: {registries: ['  ']}", ["harvest.registries", "non-empty"]),
 ]
 
 
@@ -383,7 +389,10 @@ def test_bad_sources_are_reported_and_the_good_ones_around_them_are_harvested(tm
     specs = [bad[0], DATA / "cuda_tree", *bad[1:6], linked, *bad[6:], DATA / "triton_src"]
     ws = tmp_path / "ws"
     r = _invoke(["harvest", "-q", "-w", ws, "-c", _light(tmp_path), *specs])
-    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    # the good ones are harvested, and the command still fails, saying how many did not and where they are listed
+    assert_refused(r, [f"{len(bad)} of {len(specs)} sources could not be harvested", "harvest_errors.json",
+                       "the other 3 were harvested"])
+    assert set(json.loads((ws / "reports" / "harvest_errors.json").read_text())) == {str(b) for b in bad}
     for spec, (_, words) in zip(bad, SOURCES):
         said = [line for line in r.output.splitlines() if line.startswith(f"harvest: source {spec}:")]
         assert len(said) == 1 and all(w in said[0] for w in words), (spec, r.output)
@@ -400,6 +409,40 @@ def test_bad_sources_are_reported_and_the_good_ones_around_them_are_harvested(tm
         assert set(manifest["stats"]["errors"]) == {str(b) for b in bad}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("command", [["harvest"], ["run"]])
+def test_no_source_configured_and_none_named(tmp_path, command):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(LIGHT + "harvest: {sources: []}\n")
+    assert_refused(_invoke([*command, "-q", "-w", tmp_path / "ws", "-c", cfg]),
+                   ["nothing to harvest", "harvest.sources is empty"])
+
+
+def test_a_source_named_by_an_empty_string(tmp_path):
+    r = _invoke(["harvest", "-q", "-w", tmp_path / "ws", "-c", _light(tmp_path), ""])
+    assert_refused(r, ["no source could be harvested"])
+    assert "a source named by an empty string is refused" in r.output
+
+
+def test_a_registry_with_a_key_written_twice(tmp_path):
+    reg = tmp_path / "reg.yaml"
+    reg.write_text(f"sources:\n  - name: mine\n    kind: dir\n    location: {DATA / 'cuda_tree'}\n"
+                   f"    kind: git\n")
+    r = _invoke(["harvest", "-q", "-w", tmp_path / "ws", "-c", _light(tmp_path), reg])
+    assert_refused(r, ["no source could be harvested"])
+    assert "key 'kind' is written twice (lines 3 and 5)" in r.output
+
+
+def test_a_file_name_that_is_not_utf8_is_a_skip_row(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.cu").write_bytes(GOOD_CU.read_bytes())
+    with open(os.path.join(os.fsencode(src), b"bad\xff.cu"), "wb") as f:
+        f.write(GOOD_CU.read_bytes())
+    ws = tmp_path / "ws"
+    r = _invoke(["harvest", "-q", "-w", ws, "-c", _light(tmp_path), src])
+    assert r.exit_code == 0 and "Traceback" not in r.output and "not_utf8_name=1" in r.output, r.output
 
 
 def test_a_bad_input_exits_cleanly_as_a_process(tmp_path):

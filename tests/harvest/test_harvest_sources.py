@@ -267,8 +267,8 @@ def test_cli_exit_codes(tmp_path):
     runner = CliRunner()
     ws = str(tmp_path / "ws")
     res = runner.invoke(main, ["harvest", "-w", ws, "-q", str(tmp_path / "missing"), str(DATA / "cuda_tree")])
-    assert res.exit_code == 0, res.output
-    assert "does not exist" in res.output
+    assert res.exit_code != 0 and "1 of 2 sources could not be harvested" in res.output, res.output
+    assert "does not exist" in res.output and "sources: " + str(DATA / "cuda_tree") in res.output
     res = runner.invoke(main, ["harvest", "-w", ws, "-q", str(tmp_path / "missing")])
     assert res.exit_code != 0 and "no source could be harvested" in res.output
     res = runner.invoke(main, ["harvest", "-w", ws, "-q", f"file://{tmp_path}/nothing"])
