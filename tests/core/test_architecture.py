@@ -128,3 +128,13 @@ def test_a_key_that_became_a_plugin_parameter_says_where_it_went(tmp_path):
     p.write_text("dedupe: {min_tokens: 40}")
     with pytest.raises(C.ConfigError, match=r"moved to dedupe\.filters\.too_simple\.min_tokens"):
         C.load(p)
+
+
+def test_the_readme_install_works_on_a_plain_machine():
+    """The first command takes torch's CPU build from PyTorch's public index (PyPI's Linux torch is the CUDA
+    build), and the project's own install brings Triton, which runs Triton kernels without a GPU."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    first = (ROOT / "README.md").read_text().split("```bash\n", 1)[1].splitlines()[0]
+    assert "https://download.pytorch.org/whl/cpu" in first and first.endswith("sftbuild run")
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("triton") and "linux" in d for d in deps), deps
