@@ -195,7 +195,7 @@ def test_a_running_binder_probes_in_a_sandbox_and_keeps_its_evidence(make_ctx, f
     ctx.store.set_stage_config("harvest", "h", {})
     ctx.store.put_results([(r.id, "harvest", "h", "ok", None, None) for r in recs])
     stats = run(ctx, "bind")
-    assert stats.get("bound") == 1 and stats.get("unbound") == 1, [ctx.store.get(r.id).unbound for r in recs]
+    assert stats.get("bound") == {"probed": 1} and stats.get("unbound") == 1, [ctx.store.get(r.id).unbound for r in recs]
     good, bad = (ctx.store.get(r.id) for r in recs)
     assert good.binding["how"] == "probed" and good.binding["by"] == "fake_probe" and good.binding["op"] == "relu"
     assert good.binding["call"]["entry"] == "relu_kernel"  # the launch contract travels to validate
