@@ -425,6 +425,14 @@ def test_a_source_named_by_an_empty_string(tmp_path):
     assert "a source named by an empty string is refused" in r.output
 
 
+def test_a_registry_folder_with_an_empty_location(tmp_path):
+    reg = tmp_path / "reg.yaml"
+    reg.write_text("sources:\n  - name: mine\n    kind: dir\n    location: ''\n")
+    r = _invoke(["harvest", "-q", "-w", tmp_path / "ws", "-c", _light(tmp_path), reg])
+    assert_refused(r, ["no source could be harvested"])
+    assert "source 'mine': its location is empty" in r.output
+
+
 def test_a_registry_with_a_key_written_twice(tmp_path):
     reg = tmp_path / "reg.yaml"
     reg.write_text(f"sources:\n  - name: mine\n    kind: dir\n    location: {DATA / 'cuda_tree'}\n"

@@ -23,6 +23,8 @@ class Dir(SourceKind):
         return Source(name=spec, kind=self.name, location=str(path.resolve())) if path.is_dir() else None
 
     def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
+        if not src.location.strip():  # Path("") is the current folder
+            raise SourceError(f"source {src.name!r}: its location is empty; name the folder to harvest")
         root = Path(src.location).expanduser()
         if not root.is_dir():
             raise SourceError(f"path {src.location} does not exist or is not a folder")
