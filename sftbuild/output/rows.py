@@ -3,8 +3,10 @@
 A `Sample` is one record on its way out: its code byte for byte as validated, its
 instructions, the validate stage's payload and environment, and its review row. `meta`
 gives the columns every row of every table carries (id, language, op or program, source,
-licence, validation summary, review verdict), with fixed `datasets` features so that every
-parquet file has the same schema whether or not a value is known.
+licence, validation summary, review verdict), with a fixed schema so that every parquet file
+has the same one whether or not a value is known. Schemas are written as plain type names
+("string", "int64", nested dicts and one-item lists) and become `datasets` features only when
+a table is written (`to_features`), so listing the exporters never imports `datasets`.
 
 Splits: `train` holds records whose correctness was checked on a GPU; `cpu_interpreter`
 holds records checked only in the CPU Triton interpreter (exported only when
@@ -17,30 +19,25 @@ import dataclasses
 import json
 from typing import Any
 
-import datasets
-
 from sftbuild.record import Record
 
 SPLITS = ("train", "cpu_interpreter", "unbound")
 ERRORS = ("max_abs", "max_rel", "norm_rel")
 
 VALIDATION = {
-    "where": datasets.Value("string"),  # "gpu" or "cpu_interpreter"
-    "gpu": datasets.Value("string"), "driver": datasets.Value("string"), "cuda": datasets.Value("string"),
-    "torch": datasets.Value("string"), "triton": datasets.Value("string"), "nvcc": datasets.Value("string"),
-    "trials": datasets.Value("int64"), "shapes": datasets.Value("int64"), "dtypes": datasets.Value("string"),
-    **{f"worst_{k}": datasets.Value("float64") for k in ERRORS},
-    "speedup": datasets.Value("float64"),
+    "where": "string",  # "gpu" or "cpu_interpreter"
+    "gpu": "string", "driver": "string", "cuda": "string", "torch": "string", "triton": "string", "nvcc": "string",
+    "trials": "int64", "shapes": "int64", "dtypes": "string",
+    **{f"worst_{k}": "float64" for k in ERRORS},
+    "speedup": "float64",
 }
-REVIEW = {"sampled": datasets.Value("bool"), "verdict": datasets.Value("string"),
-          "reviewer": datasets.Value("string"), "reason": datasets.Value("string")}
+REVIEW = {"sampled": "bool", "verdict": "string", "reviewer": "string", "reason": "string"}
 META = {
-    "id": datasets.Value("string"), "language": datasets.Value("string"), "kernel": datasets.Value("string"),
-    "op": datasets.Value("string"), "program": datasets.Value("string"), "binding": datasets.Value("string"),
-    "source": datasets.Value("string"), "license": datasets.Value("string"), "url": datasets.Value("string"),
-    "path": datasets.Value("string"), "validation": VALIDATION, "review": REVIEW,
+    "id": "string", "language": "string", "kernel": "string", "op": "string", "program": "string",
+    "binding": "string", "source": "string", "license": "string", "url": "string", "path": "string",
+    "validation": VALIDATION, "review": REVIEW,
 }
-MESSAGE = [{"role": datasets.Value("string"), "content": datasets.Value("string")}]
+MESSAGE = [{"role": "string", "content": "string"}]
 
 
 @dataclasses.dataclass
@@ -120,9 +117,22 @@ def task_json(sample: Sample) -> str:
                       sort_keys=True)
 
 
-def features(**columns) -> datasets.Features:
-    """The features of a table: its own columns, then the metadata every row carries."""
-    return datasets.Features({**columns, **META})
+def features(**columns) -> dict:
+    """The schema of a table: its own columns, then the metadata every row carries."""
+    return {**columns, **META}
+
+
+def to_features(schema):
+    """`datasets` features for a schema of type names, nested dicts and one-item lists."""
+    import datasets  # imported by the writing only: it brings pandas and torch (seconds)
+
+    def convert(x):
+        if isinstance(x, dict):
+            return {k: convert(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [convert(x[0])]
+        return datasets.Value(x)
+    return datasets.Features(convert(schema))
 
 
 def _language(rec: Record) -> str:
