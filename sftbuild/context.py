@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import socket
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -122,10 +123,23 @@ class StageRun:
             self._pending = []
 
     def __exit__(self, exc_type, exc, tb):
-        self.flush()
-        if exc_type is None:
-            self.ctx.store.finish_run(self.run_id, self.stats)
+        try:
+            self.flush()
+            if exc_type is None:
+                self.ctx.store.finish_run(self.run_id, self.stats)
+                return False
+        except sqlite3.Error as e:  # a full disk: the manifest says so if it still can
+            exc_type, exc = type(e), e
+            self._interrupted(exc_type, exc)
+            raise
+        self._interrupted(exc_type, exc)
         return False
+
+    def _interrupted(self, exc_type, exc) -> None:
+        try:
+            self.ctx.store.interrupt_run(self.run_id, f"{exc_type.__name__}: {str(exc)[:200]}")
+        except sqlite3.Error:
+            pass  # the next run that takes the workspace lock marks it
 
 
 @functools.lru_cache(maxsize=1)
