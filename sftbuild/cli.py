@@ -280,8 +280,9 @@ def review(cctx):
         sftbuild review serve --reviewer alice    # the same in a local browser page
         sftbuild review status           # progress, the defect-rate bound, kappa
     """
-    if cctx.invoked_subcommand is None:
-        cctx.invoke(review_sample)
+    if cctx.invoked_subcommand is None:  # drawing a sample unasked would replace the one under review
+        raise click.UsageError(f"`sftbuild review` needs a command: {', '.join(review.list_commands(cctx))} "
+                               f"(`sftbuild review sample` draws the sample)")
 
 
 @review.command("sample")
@@ -311,9 +312,10 @@ def review_status(ctx, as_json):
     Example:
         sftbuild review status
     """
+    from sftbuild.output.stage import waits
     from sftbuild.review import stage
 
-    st = stage.status(ctx)
+    st = stage.status(ctx, export_waits=waits)  # the gate is what export itself would say
     click.echo(json.dumps(st, indent=2, sort_keys=True) if as_json else "\n".join(stage.status_lines(st)))
 
 
@@ -655,10 +657,13 @@ def list_programs(location, count, seed, benchmark, limit, as_json, config_path)
     if as_json:
         click.echo(json.dumps({"programs": [row(p) for p in shown], "counts": summary}, indent=1))
         return
+    line = "{:<48} {:<11} {:<40} {:<40} {:<16} {}".format
+    if shown:
+        click.echo(line("name", "catalog", "family or op", "input shapes", "dtypes", "benchmark"))
     for p in map(row, shown):
         shapes = " ".join("x".join(map(str, s)) or "scalar" for s in p["shapes"]) if p["shapes"] else "-"
-        click.echo(f"{p['name']:<48} {p['catalog']:<11} {str(p['family'] or '-')[:40]:<40} {shapes[:40]:<40} "
-                   f"{','.join(p['dtypes'] or ['-']):<16} {p['benchmark'] or '-'}")
+        click.echo(line(p["name"], p["catalog"], str(p["family"] or "-")[:40], shapes[:40],
+                        ",".join(p["dtypes"] or ["-"]), p["benchmark"] or "-"))
     if len(shown) < len(progs):
         click.echo(f"... {len(progs) - len(shown)} more (--limit 0 lists all)")
     per = ", ".join(f"{k} {v}" for k, v in summary["by_catalog"].items())

@@ -35,6 +35,7 @@ import ctypes
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from sftbuild.context import Context, StageRun, UserError, Waiting
@@ -62,13 +63,7 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
 
         hub.check(push_to_hub)
     out_dir = _out_dir(ctx)  # a folder that cannot be written is said before anything else
-    blocked = gate(ctx)
-    if blocked:
-        raise Waiting(f"waiting for review: {blocked}")
-    records = ctx.store.alive("export")
-    samples, left_out = _samples(ctx, records)
-    if not samples:  # `sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops
-        raise Waiting(_why_empty(ctx, left_out))
+    records, samples, left_out = _ready(ctx)
     before = previous_records(out_dir)
     if len(samples) < before and not force:
         raise UserError(f"this export has {len(samples)} records, fewer than the {before} in {out_dir}; "
@@ -104,6 +99,29 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
     if push_to_hub:
         run.stats["pushed"] = hub.push(out_dir, push_to_hub)
     return run.stats
+
+
+def waits(ctx: Context) -> str | None:
+    """Why `sftbuild export` would refuse now (the review gate, nothing to export), or None: what
+    `review status` calls the export gate."""
+    try:
+        _ready(ctx)
+    except Waiting as e:
+        return str(e)
+    return None
+
+
+def _ready(ctx: Context) -> tuple[list, list[Sample], dict[str, str]]:
+    """The records, samples and left-out records of an export that may run; else Waiting says why
+    (`sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops)."""
+    blocked = gate(ctx)
+    if blocked:
+        raise Waiting(f"waiting for review: {blocked}")
+    records = ctx.store.alive("export")
+    samples, left_out = _samples(ctx, records)
+    if not samples:
+        raise Waiting(_why_empty(ctx, left_out))
+    return records, samples, left_out
 
 
 def _samples(ctx: Context, records) -> tuple[list[Sample], dict[str, str]]:
@@ -160,6 +178,10 @@ def _out_dir(ctx: Context) -> Path:
         raise UserError(f"export.out_dir {out}: cannot create its parent folder ({e.strerror or e})") from e
     if not os.access(out.parent, os.W_OK):
         raise UserError(f"export.out_dir {out}: its folder {out.parent} is not writable")
+    try:  # /proc and /sys pass the access check and refuse the folder itself
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe", dir=out.parent))
+    except OSError as e:
+        raise UserError(f"export.out_dir {out}: nothing can be written in {out.parent} ({e.strerror or e})") from e
     aside = out.with_name(out.name + ".old")
     if not out.exists() and aside.is_dir():  # a swap killed between its two renames: put the old one back
         os.rename(aside, out)

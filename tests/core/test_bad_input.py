@@ -161,6 +161,10 @@ def test_a_bad_option_is_one_sentence(ws, args, words):
     assert_refused(_invoke([*args, "-w", ws]), words)
 
 
+def test_review_without_a_command_draws_no_sample():
+    assert_refused(_invoke(["review"]), ["`sftbuild review` needs a command", "sample", "status", "draws the sample"])
+
+
 # ---- workspaces ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", [["status"], ["describe"], ["validate"], ["review", "status"], ["export"],
                                      ["bindings"], ["review", "list"], ["dedupe"], ["bind"]])
@@ -365,6 +369,15 @@ def test_export_dir_that_cannot_be_created(tmp_path, ws):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"export: {{out_dir: {blocker / 'sub' / 'out'}}}\n")
     assert_refused(_invoke(["export", "-q", "-w", ws, "-c", cfg]), ["export.out_dir", "cannot create"])
+
+
+@pytest.mark.parametrize("out", ["/proc/sftbuild-export", "/sys/sftbuild-export", "/proc/self/export"])
+def test_export_dir_in_a_kernel_file_system(tmp_path, ws, out):
+    if not Path(out).parent.is_dir():
+        pytest.skip(f"no {Path(out).parent} here")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"export: {{out_dir: {out}}}\n")
+    assert_refused(_invoke(["export", "-q", "-w", ws, "-c", cfg]), ["export.out_dir", out])
 
 
 # ---- sources -------------------------------------------------------------------------------------------
