@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sftbuild.record import Record
 
@@ -58,6 +61,48 @@ class Sample:
     def prompt(self) -> str:
         """The one instruction an RLVR task shows: English and detailed where there is one."""
         return self.instructions.get("en:detailed") or next(iter(self.instructions.values()), "")
+
+
+@dataclasses.dataclass
+class LocalPaths:
+    """Rewrites the builder's own paths out of exported values, the code excepted (it is emitted as
+    validated): a path under a local source's root becomes relative to that root (the root itself,
+    its folder's name), one under the workspace relative to it, one under the home folder `~/...`;
+    a `file://` URL is no URL of the published row and becomes None."""
+
+    roots: list[tuple[str, str]]  # (absolute prefix, what stands for it), longest first
+
+    @classmethod
+    def of(cls, records, workspace) -> LocalPaths:
+        roots = {str(Path(workspace).absolute()): "", str(Path.home()): "~"}
+        for rec in records:
+            url = str(rec.provenance.get("url") or "")
+            for local in (url[len("file://"):] if url.startswith("file://") else "", rec.source):
+                if local.startswith("/") and len(local) > 1:
+                    roots[unquote(local).rstrip("/")] = Path(unquote(local)).name
+        roots.pop("/", None)
+        return cls(sorted(roots.items(), key=lambda kv: -len(kv[0])))
+
+    def __call__(self, value):
+        if isinstance(value, str):
+            for root, name in self.roots:
+                if root in value:  # the root as a whole path component, not the start of a longer name
+                    value = re.sub(re.escape(root) + r"(/|(?![\w.-]))",
+                                   lambda m: (name or ".") + m.group(1) if name or not m.group(1) else "", value)
+            return value
+        if isinstance(value, dict):
+            return {self(k): self(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        return value
+
+    def record(self, rec: Record) -> Record:
+        """The record as it is published: the same code and id, its other fields without local paths."""
+        prov = {k: v for k, v in rec.provenance.items() if k != "tree"}  # the workspace's copy of the source
+        if str(prov.get("url") or "").startswith("file://"):
+            prov["url"] = None
+        return dataclasses.replace(rec, source=self(rec.source), entry=self(rec.entry), binding=self(rec.binding),
+                                   provenance=self(prov))
 
 
 def where(payload: dict) -> str:

@@ -41,7 +41,7 @@ from pathlib import Path
 from sftbuild.context import Context, StageRun, UserError, Waiting
 from sftbuild.output import summary
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter
-from sftbuild.output.rows import Sample, bound, where
+from sftbuild.output.rows import LocalPaths, Sample, bound, where
 from sftbuild.review.stage import gate
 
 MANIFEST = "export.json"
@@ -79,7 +79,8 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
         excluded: dict[str, int] = {}
         for reason in left_out.values():
             excluded[reason] = excluded.get(reason, 0) + 1
-        batch = Batch(samples, ctx.store, funnel=ctx.store.funnel(), excluded=excluded,
+        batch = Batch(samples, ctx.store, funnel=LocalPaths.of(records, ctx.workspace)(ctx.store.funnel()),
+                      excluded=excluded,
                       review=summary.review(ctx.store, ctx.config.review.confidence))
         tmp = _fresh(out_dir.with_name(f".{out_dir.name}.new"))
         try:
@@ -130,8 +131,9 @@ def _samples(ctx: Context, records) -> tuple[list[Sample], dict[str, str]]:
     describe = ctx.store.results_for("describe")
     validate = ctx.store.results_for("validate")
     reviews = {r["record_id"]: r for r in ctx.store.review_rows()}
+    local = LocalPaths.of(records, ctx.workspace)
     samples, left_out = [], {}
-    for rec in records:
+    for rec in map(local.record, records):
         payload = validate.get(rec.id, {}).get("payload") or {}
         if not bound(rec) and not cfg.include_unbound:
             left_out[rec.id] = "unbound"
