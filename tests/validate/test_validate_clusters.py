@@ -176,6 +176,8 @@ def test_dedupe_before_validation_clusters_and_says_so(make_ctx):
     ctx, lines = _messages(make_ctx, recs)
     report = dedupe.run(ctx)
     assert report["mode"] == "before validation" and "(before validation)" in lines[-1]
+    assert lines[-2].startswith("dedupe (before validation): clustering 7 records (0 MB of code)")
+    assert lines[-1].endswith(" records/s)") and "clustered in " in lines[-1]
     clusters = ctx.store.clusters()
     by = {k: clusters.get(r.id) for k, r in recs.items()}
     first = recs["sum_declared"].id
