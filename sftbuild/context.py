@@ -6,7 +6,8 @@ steps, which `StageRun` does for it:
   2. open a run manifest (config, tool versions, host, GPU);
   3. skip records already finished under that hash (for stages keyed on the binding, under the
      record's current binding too: pass `binding_key` to `put`); commit results in small batches;
-  4. close the manifest with the stage's stats.
+  4. close the manifest with the stage's stats, or, when the stage ends early (an error, a full disk),
+     mark it interrupted with why.
 """
 from __future__ import annotations
 
@@ -125,19 +126,18 @@ class StageRun:
     def __exit__(self, exc_type, exc, tb):
         try:
             self.flush()
-            if exc_type is None:
+            if exc is None:
                 self.ctx.store.finish_run(self.run_id, self.stats)
-                return False
         except sqlite3.Error as e:  # a full disk: the manifest says so if it still can
-            exc_type, exc = type(e), e
-            self._interrupted(exc_type, exc)
+            self._interrupted(e)
             raise
-        self._interrupted(exc_type, exc)
+        if exc is not None:
+            self._interrupted(exc)
         return False
 
-    def _interrupted(self, exc_type, exc) -> None:
+    def _interrupted(self, exc: BaseException) -> None:
         try:
-            self.ctx.store.interrupt_run(self.run_id, f"{exc_type.__name__}: {str(exc)[:200]}")
+            self.ctx.store.interrupt_run(self.run_id, f"{type(exc).__name__}: {str(exc)[:200]}")
         except sqlite3.Error:
             pass  # the next run that takes the workspace lock marks it
 
