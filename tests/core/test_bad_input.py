@@ -268,13 +268,16 @@ def test_a_read_only_workspace_is_inspected_and_only_writes_are_refused(tmp_path
 
 
 def test_a_full_disk_is_one_sentence_and_the_harvest_resumes(tmp_path):
-    """A real full disk: a 200 KB tmpfs holds the new store but not the harvest."""
+    """A real full disk: a tmpfs holds the new store, then a file fills it to 64 KB of the end."""
     tiny = tmp_path / "tiny"
     tiny.mkdir()
     kept = tmp_path / "kept"
     cli = f"{sys.executable} -m sftbuild.cli harvest -q -w {tiny / 'ws'} -c {_light(tmp_path)} {GOOD_CU.parent}"
-    out = _in_mount_namespace(f"mount -t tmpfs -o size=200k tmpfs {tiny} || exit 99\n"
-                              f"{cli}; rc=$?; cp -a {tiny / 'ws'} {kept}; exit $rc")
+    out = _in_mount_namespace(
+        f"mount -t tmpfs -o size=1m tmpfs {tiny} || exit 99\n"
+        f"{sys.executable} -c 'from sftbuild.store import Store; Store(\"{tiny / 'ws'}\").close()' || exit 98\n"
+        f"head -c $(( $(df --output=avail -B1 {tiny} | tail -1) - 65536 )) /dev/zero > {tiny / 'filler'}\n"
+        f"{cli}; rc=$?; cp -a {tiny / 'ws'} {kept}; exit $rc")
     if out.returncode == 99:
         pytest.skip("no tmpfs mount here")
     assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, out.stderr
