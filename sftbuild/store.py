@@ -696,7 +696,10 @@ class Store:
     def lock(self, command: str) -> None:
         """Hold the workspace lock for this process, or raise a StoreError naming who holds it; once
         held, every run left open in the store is one that died, and is marked interrupted."""
-        f = open(self.root / LOCK_FILE, "a+", encoding="utf-8")
+        try:
+            f = open(self.root / LOCK_FILE, "a+", encoding="utf-8")
+        except OSError as e:
+            raise StoreError(f"the workspace lock {self.root / LOCK_FILE} cannot be opened: {e.strerror or e}") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

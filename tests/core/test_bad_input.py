@@ -351,6 +351,13 @@ def test_a_second_run_on_a_busy_workspace_is_refused_with_who_runs(tmp_path):
         store.close()
 
 
+def test_a_workspace_lock_that_cannot_be_opened(tmp_path):
+    ws = tmp_path / "ws"
+    Store(ws).close()
+    (ws / "run.lock").mkdir()
+    assert_refused(_invoke(["describe", "-q", "-w", ws]), ["the workspace lock", "run.lock", "cannot be opened"])
+
+
 @pytest.mark.parametrize("prefix", ["%", "_", "%%", "\\", "'"])
 def test_a_record_prefix_is_text_not_a_pattern(tmp_path, prefix):
     ws = tmp_path / "ws"
