@@ -165,7 +165,8 @@ def analyse(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Dec
     """
     items = [(i, chunk, params, filters, decon) for i, chunk in enumerate(chunks(docs, params.chunk_size))]
     parts: dict[int, tuple] = {}
-    for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc="dedupe: filter and hash"):
+    desc = f"dedupe: filter and hash {len(docs)} records, in parts"
+    for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc=desc):
         parts[item[0]] = res if isinstance(res, tuple) else analyse_task(item)  # redo a failed chunk here
     for item in items:  # a chunk the mapper never answered for: here too
         if item[0] not in parts:
