@@ -6,7 +6,8 @@ steps, which `StageRun` does for it:
   2. open a run manifest (config, tool versions, host, GPU);
   3. skip records already finished under that hash (for stages keyed on the binding, under the
      record's current binding too: pass `binding_key` to `put`); commit results in small batches;
-  4. close the manifest with the stage's stats.
+  4. close the manifest with the stage's stats, or, when the stage ends early (an error, a full disk),
+     mark it interrupted with why.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import os
 import platform
 import shutil
 import socket
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -122,10 +124,22 @@ class StageRun:
             self._pending = []
 
     def __exit__(self, exc_type, exc, tb):
-        self.flush()
-        if exc_type is None:
-            self.ctx.store.finish_run(self.run_id, self.stats)
+        try:
+            self.flush()
+            if exc is None:
+                self.ctx.store.finish_run(self.run_id, self.stats)
+        except sqlite3.Error as e:  # a full disk: the manifest says so if it still can
+            self._interrupted(e)
+            raise
+        if exc is not None:
+            self._interrupted(exc)
         return False
+
+    def _interrupted(self, exc: BaseException) -> None:
+        try:
+            self.ctx.store.interrupt_run(self.run_id, f"{type(exc).__name__}: {str(exc)[:200]}")
+        except sqlite3.Error:
+            pass  # the next run that takes the workspace lock marks it
 
 
 @functools.lru_cache(maxsize=1)

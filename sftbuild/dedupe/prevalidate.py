@@ -26,6 +26,7 @@ to <workspace>/reports/clusters.json.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 from sftbuild.context import Context, environment
@@ -63,7 +64,13 @@ def run(ctx: Context, said: bool = False) -> dict:
                  f"dedupe ({MODE}): nothing changed since the last run; {_summary(report)}")
         return report
     run_id = ctx.store.start_run("dedupe", chash, {"mode": MODE, **s.manifest}, environment())
+    ctx.echo(f"dedupe ({MODE}): clustering {len(docs)} records "
+             f"({sum(len(d.text) for d in docs) / 2**20:.0f} MB of code) before validating them ...")
+    del records  # the documents share the code; what is left of each record goes
+    started = time.perf_counter()
     drops, _, sigs = analyse(docs, s.params, s.filters, s.decon, mapper=ctx.executor.map_cpu, every=True)
+    for d in docs:
+        d.text = ""  # hashed: from here on only the ranking needs the documents
     for d, drop in zip(docs, drops):
         d.filtered = drop[0] if drop else None
     clusters = find_clusters(docs, s.params, sigs=sigs, rank=validation_order)
@@ -81,8 +88,11 @@ def run(ctx: Context, said: bool = False) -> dict:
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(json.dumps({**report, "order": ORDER}, indent=1, sort_keys=True))
     report["report_path"] = str(report_path)
-    ctx.store.finish_run(run_id, {k: v for k, v in report["counts"].items() if not isinstance(v, dict)})
-    ctx.echo(f"dedupe ({MODE}): {_summary(report)}")
+    seconds = time.perf_counter() - started
+    ctx.store.finish_run(run_id, {**{k: v for k, v in report["counts"].items() if not isinstance(v, dict)},
+                                  "seconds": round(seconds, 1)})
+    ctx.echo(f"dedupe ({MODE}): {_summary(report)} (clustered in {seconds:.1f} s, "
+             f"{len(docs) / max(seconds, 1e-3):.0f} records/s)")
     return report
 
 

@@ -12,8 +12,10 @@ code hash, so a rerun after a crash converges to the same record set.
 """
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -75,7 +77,11 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
                 stats["sources"][src.name] = h.kernels
                 for reason, n in sorted(h.skipped.items()):  # what it saw and did not keep, by reason
                     stats.setdefault("skipped", {})[f"{src.name} {reason}"] = n
+            except sqlite3.Error:
+                raise  # the store cannot be written (a full disk): no source can go on; the CLI says why
             except (S.SourceError, OSError) as e:
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise
                 network = src.network and not isinstance(e, S.SourceMissing)
                 msg = str(e) + (" (this source needs the network)" if network else "")
                 stats["errors"][src.name] = msg

@@ -35,12 +35,13 @@ import ctypes
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from sftbuild.context import Context, StageRun, UserError, Waiting
 from sftbuild.output import summary
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter
-from sftbuild.output.rows import Sample, bound, where
+from sftbuild.output.rows import LocalPaths, Sample, bound, where
 from sftbuild.review.stage import gate
 
 MANIFEST = "export.json"
@@ -62,13 +63,7 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
 
         hub.check(push_to_hub)
     out_dir = _out_dir(ctx)  # a folder that cannot be written is said before anything else
-    blocked = gate(ctx)
-    if blocked:
-        raise Waiting(f"waiting for review: {blocked}")
-    records = ctx.store.alive("export")
-    samples, left_out = _samples(ctx, records)
-    if not samples:  # `sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops
-        raise Waiting(_why_empty(ctx, left_out))
+    records, samples, left_out = _ready(ctx)
     before = previous_records(out_dir)
     if len(samples) < before and not force:
         raise UserError(f"this export has {len(samples)} records, fewer than the {before} in {out_dir}; "
@@ -84,7 +79,8 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
         excluded: dict[str, int] = {}
         for reason in left_out.values():
             excluded[reason] = excluded.get(reason, 0) + 1
-        batch = Batch(samples, ctx.store, funnel=ctx.store.funnel(), excluded=excluded,
+        batch = Batch(samples, ctx.store, funnel=LocalPaths.of(records, ctx.workspace)(ctx.store.funnel()),
+                      excluded=excluded,
                       review=summary.review(ctx.store, ctx.config.review.confidence))
         tmp = _fresh(out_dir.with_name(f".{out_dir.name}.new"))
         try:
@@ -106,14 +102,38 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
     return run.stats
 
 
+def waits(ctx: Context) -> str | None:
+    """Why `sftbuild export` would refuse now (the review gate, nothing to export), or None: what
+    `review status` calls the export gate."""
+    try:
+        _ready(ctx)
+    except Waiting as e:
+        return str(e)
+    return None
+
+
+def _ready(ctx: Context) -> tuple[list, list[Sample], dict[str, str]]:
+    """The records, samples and left-out records of an export that may run; else Waiting says why
+    (`sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops)."""
+    blocked = gate(ctx)
+    if blocked:
+        raise Waiting(f"waiting for review: {blocked}")
+    records = ctx.store.alive("export")
+    samples, left_out = _samples(ctx, records)
+    if not samples:
+        raise Waiting(_why_empty(ctx, left_out))
+    return records, samples, left_out
+
+
 def _samples(ctx: Context, records) -> tuple[list[Sample], dict[str, str]]:
     """The samples to write, each with its split, and the records left out with the reason."""
     cfg = ctx.config.export
     describe = ctx.store.results_for("describe")
     validate = ctx.store.results_for("validate")
     reviews = {r["record_id"]: r for r in ctx.store.review_rows()}
+    local = LocalPaths.of(records, ctx.workspace)
     samples, left_out = [], {}
-    for rec in records:
+    for rec in map(local.record, records):
         payload = validate.get(rec.id, {}).get("payload") or {}
         if not bound(rec) and not cfg.include_unbound:
             left_out[rec.id] = "unbound"
@@ -160,6 +180,10 @@ def _out_dir(ctx: Context) -> Path:
         raise UserError(f"export.out_dir {out}: cannot create its parent folder ({e.strerror or e})") from e
     if not os.access(out.parent, os.W_OK):
         raise UserError(f"export.out_dir {out}: its folder {out.parent} is not writable")
+    try:  # /proc and /sys pass the access check and refuse the folder itself
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe", dir=out.parent))
+    except OSError as e:
+        raise UserError(f"export.out_dir {out}: nothing can be written in {out.parent} ({e.strerror or e})") from e
     aside = out.with_name(out.name + ".old")
     if not out.exists() and aside.is_dir():  # a swap killed between its two renames: put the old one back
         os.rename(aside, out)

@@ -218,6 +218,7 @@ def test_bindings_command_lists_how_evidence_and_reasons(ctx, tmp_path):
     out = CliRunner().invoke(main, ["bindings", "-w", ws])
     assert out.exit_code == 0, out.output
     lines = {ln.split()[1]: ln for ln in out.output.splitlines()}
+    assert out.output.splitlines()[0].split()[:4] == ["id", "kernel", "target", "how"]
     assert "declared" in lines["scale_kernel"] and "mul" in lines["scale_kernel"]
     assert "inferred" in lines["square_kernel"] and "square" in lines["square_kernel"]
     assert "unbound" in lines["pair_kernel"] and "no binder found a binding" in lines["pair_kernel"]
@@ -225,6 +226,8 @@ def test_bindings_command_lists_how_evidence_and_reasons(ctx, tmp_path):
                                                                "--json"]).output.splitlines()]
     assert rows and all(r["how"] == "unbound" and r["reason"] for r in rows)
     assert "pair_kernel" in {r["kernel"] for r in rows}
+    none = CliRunner().invoke(main, ["bindings", "-w", ws, "--how", "package_reference"])
+    assert none.output == "no binding: no record is bound as 'package_reference'\n"
     bad = CliRunner().invoke(main, ["bindings", "-w", ws, "--how", "guessed"])
     assert bad.exit_code != 0 and "expected one of" in bad.output and "Traceback" not in bad.output
     status = CliRunner().invoke(main, ["status", "-w", ws])

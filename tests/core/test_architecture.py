@@ -28,11 +28,13 @@ def test_stage_commands_start_without_torch():
     """Every stage's module, the validator's pipeline and the plug-in registries import without torch
     (2 s a start): a command with nothing for the op registry to do (dedupe, export, a stage whose
     records are all done, validate's compile gates) never loads it; the registry and the references
-    import it where a record needs them."""
+    import it where a record needs them. `sftbuild list` loads every plug-in without torch or datasets
+    (10 s before)."""
     mods = ["sftbuild.cli", "sftbuild.ops", "sftbuild.ops.binders", "sftbuild.validate.pipeline",
             *(s.module for s in stages.STAGES), *(s.first for s in stages.STAGES if s.first)]
     code = (f"import sys\nfor m in {mods!r}: __import__(m)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])")
+            "from sftbuild import plugins\nplugins.describe(None)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'datasets'))[:3])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"

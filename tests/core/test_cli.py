@@ -103,6 +103,22 @@ def test_review_gate_blocks_export_until_every_verdict(tmp_path):
     assert (out / "data" / "rlvr_verl" / "train-00000-of-00001.parquet").exists()
 
 
+def test_review_status_gate_is_what_export_says(tmp_path):
+    """The sample passed, but the records were checked only in the CPU interpreter: both refuse alike."""
+    ws = str(tmp_path / "ws")
+    recs = _pipeline_store(ws, 4)
+    s = Store(ws)
+    s.put_results([(r.id, "validate", "c", "ok", None, {}) for r in recs])  # no GPU in the payload
+    s.close()
+    assert invoke("review", "sample", "-q", "-w", ws).exit_code == 0
+    for r in recs:
+        assert invoke("review", "verdict", r.id, "accept", "--reviewer", "r1", "-w", ws).exit_code == 0
+    refused = invoke("export", "-q", "-w", ws)
+    assert refused.exit_code != 0 and "CPU Triton interpreter" in refused.output
+    gate = [ln for ln in invoke("review", "status", "-w", ws).output.splitlines() if ln.startswith("export gate:")]
+    assert gate == [f"export gate: {refused.output.strip().removeprefix('Error: ')}"]
+
+
 def test_review_sample_is_seeded(tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     _pipeline_store(a, 50)

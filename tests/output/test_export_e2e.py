@@ -255,3 +255,33 @@ def test_no_empty_success_on_a_machine_without_a_gpu(tmp_path):
     assert r.exit_code != 0 and "Traceback" not in r.output
     assert "0 records validated: 16 wait for a GPU; run `sftbuild validate` on a GPU machine" in r.output
     assert not (ws / "export").exists()
+
+
+def test_exports_hold_no_local_path_of_the_builder(tmp_path, monkeypatch):
+    """Records of a local folder: every row's fields, the RLVR task and the card name paths relative to
+    the source (the folder itself by its name), never the builder's absolute ones."""
+    src = tmp_path / "home" / "builder" / "llm.c"
+    ws = tmp_path / "ws"
+    made = fixture.records
+
+    def local() -> dict:
+        recs = made()
+        for r in recs["cuda"]:
+            r.source = str(src)
+            r.provenance = {**r.provenance, "url": src.as_uri(), "tree": str(ws / "trees" / "0a1b")}
+            r.binding = {**r.binding, "reference_file": str(src / "dev" / "ref.py")}
+            r.entry = {**r.entry, "module": str(ws / "trees" / "0a1b" / "relu.cu")}
+        return recs
+    monkeypatch.setattr(fixture, "records", local)
+    fixture.build(str(ws))
+    _review_all(str(ws))
+    r = invoke("export", "-q", "-w", str(ws))
+    assert r.exit_code == 0, r.output
+    written = {p: p.read_text(encoding="utf-8") for p in (ws / "export").rglob("*") if p.suffix in (".jsonl", ".md", ".json")}
+    assert len(written) > 5 and not [p for p, text in written.items() if str(tmp_path) in text]
+    rows = [json.loads(x) for x in (ws / "export" / "jsonl" / "rlvr_trl" / "train.jsonl").read_text().splitlines()]
+    cuda = [row for row in rows if row["source"] == "llm.c"]
+    assert cuda and all(row["url"] is None and row["path"].startswith("relu") for row in cuda)
+    task = json.loads(cuda[0]["task"])
+    assert task["binding"]["reference_file"] == "llm.c/dev/ref.py" and task["entry"]["module"] == "trees/0a1b/relu.cu"
+    assert "| llm.c |" in written[ws / "export" / "README.md"]

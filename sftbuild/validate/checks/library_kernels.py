@@ -5,7 +5,6 @@ the candidate's own kernels take most of the time (`.sum()` of the partial resul
 wrote, a sort of a few indices); it is a cheat once it takes LIBRARY_SHARE of the time or more."""
 from __future__ import annotations
 
-from sftbuild.validate import guards
 from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
 
 LIBRARY_SHARE = 0.5
@@ -19,6 +18,8 @@ class LibraryKernels(RuntimeCheck):
     order = 60
 
     def after_profile(self, profile):
+        from sftbuild.validate import guards  # it imports torch: `sftbuild list` loads this module without it
+
         lib = guards.library_kernels(profile.kernels, profile.own | profile.triton)
         if lib and profile.times and profile.triton:
             total = sum(profile.times.values())
