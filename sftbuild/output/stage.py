@@ -1,7 +1,7 @@
 """The export stage: a view of the store, swapped in whole, never emptier than the one it replaces.
 
-Each name in ``export.formats`` is an exporter plug-in (``sftbuild list exporter``). The
-defaults write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
+Every registered exporter plug-in runs (``sftbuild list exporter``), or those ``export.formats``
+names. The built-in ones write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
 
   data/<config>/<split>-00000-of-00001.parquet   one table per config, and as JSONL under jsonl/
     sft_messages           {"messages": [user, assistant]}           (TRL SFTTrainer, chat)
@@ -47,7 +47,9 @@ MANIFEST = "export.json"
 
 
 def selected(formats: list[str]) -> list[Exporter]:
-    """The exporters `export.formats` names, in their run order; an unknown name is a user error."""
+    """The exporters `export.formats` names (none: every registered one), in their run order; an unknown
+    name is a user error."""
+    formats = formats or EXPORTERS.names()
     unknown = [f for f in formats if f not in EXPORTERS]
     if unknown:
         raise UserError(f"export.formats: unknown exporter {unknown[0]!r} (known: {', '.join(EXPORTERS.names())})")
@@ -73,7 +75,7 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
     if len(samples) < before and not force:
         raise UserError(f"this export has {len(samples)} records, fewer than the {before} in {out_dir}; "
                         "rerun with --force to replace it")
-    conf = {"formats": cfg.formats, "out_dir": str(out_dir), "interpreter_only": cfg.interpreter_only,
+    conf = {"formats": [e.name for e in exporters], "out_dir": str(out_dir), "interpreter_only": cfg.interpreter_only,
             "include_unbound": cfg.include_unbound}
     with StageRun(ctx, "export", conf, extra_key=sorted(r.id for r in records)) as run:
         for s in samples:

@@ -13,6 +13,7 @@ from sftbuild.harvest.sources import Source, SourceError
 class KernelBench(SourceKind):
     """A folder of Model / ModelNew pairs (see sftbuild.harvest.kernelbench), each bound exactly to its reference."""
     name = "kernelbench"
+    version = 1
     order = 80
 
     def recognise(self, spec: str, path: Path) -> Source | None:
