@@ -10,7 +10,7 @@ import click
 
 from sftbuild import config as C
 from sftbuild import plugins, sandbox, serving, stages
-from sftbuild.context import Context, UserError, Waiting, make_executor
+from sftbuild.context import Context, UserError, Waiting, make_executor, waiting
 from sftbuild.funnel import format_funnel
 from sftbuild.store import Store, StoreError
 
@@ -465,6 +465,10 @@ def export(ctx, force, push_to_hub):
 def status(ctx, as_json, dropped_at):
     """Print the funnel: counts per stage and drop reason, overall and per source.
 
+    Then the results a changed plug-in version, template, table or project version could change,
+    with what changed: `validate: 12 records wait: runtime_check output_type v1→v2` (the stage's
+    next run redoes them).
+
     \b
     Example:
         sftbuild status --json | jq .stages.validate
@@ -481,10 +485,11 @@ def status(ctx, as_json, dropped_at):
             click.echo(f"{rid[:12]}  {r['reason']:<16} {rec.source}: {rec.name}  {why[0][:160] if why else ''}")
         return
     funnel = ctx.store.funnel()
+    rerun = waiting(ctx.store)  # results whose plug-ins, templates, tables or project version changed
     if as_json:
-        click.echo(json.dumps(funnel, indent=2, sort_keys=True))
+        click.echo(json.dumps({**funnel, "rerun": rerun}, indent=2, sort_keys=True))
     else:
-        click.echo(format_funnel(funnel))
+        click.echo("\n".join([format_funnel(funnel), *rerun]))
 
 
 @main.command()

@@ -2,7 +2,9 @@
 
 Each stage module exposes `run(ctx, **options) -> dict` and follows the same
 steps, which `StageRun` does for it:
-  1. hash the config the stage depends on; make it the stage's current one;
+  1. key the stage: its config, and what produced its results (`producers`: its plug-ins' names and
+     versions, its templates and tables, the project's version); make the key its current one;
+     results under the previous key that no change could reach are carried over (`unaffected`);
   2. open a run manifest (config, tool versions, host, GPU);
   3. skip records already finished under that hash (for stages keyed on the binding, under the
      record's current binding too: pass `binding_key` to `put`); commit results in small batches;
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -21,11 +24,13 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
-from sftbuild import sandbox
+from sftbuild import plugins, sandbox, stages
 from sftbuild.config import Config, ConfigError
 from sftbuild.executor import Executor, LocalExecutor, missing_gpus
-from sftbuild.record import config_hash
+from sftbuild.record import LANGUAGES, config_hash
 from sftbuild.store import Store
+
+PACKAGE = Path(__file__).parent
 
 
 def make_executor(kind: str = "local", cpu_workers: int = 0, gpus: str = "auto",
@@ -89,12 +94,20 @@ class StageRun:
         self.ctx = ctx
         self.stage = stage
         self.config = config
-        self.chash = config_hash({"config": config, "extra": extra_key, "stage": stage})
+        self.base = config_hash({"config": config, "extra": extra_key, "stage": stage})
+        self.producers = producers(stage)
+        self.chash = config_hash({"config": self.base, "producers": self.producers})
         self.stats: dict[str, Any] = {}
         self._pending: list[tuple] = []
 
     def __enter__(self) -> "StageRun":
-        self.ctx.store.set_stage_config(self.stage, self.chash, self.config)
+        store = self.ctx.store
+        old = store.stage_producers(self.stage)
+        if old and old["config_hash"] == store.stage_config(self.stage) != self.chash and old["base"] == self.base:
+            languages = unaffected(old["producers"], self.producers)
+            if languages:  # a change that reaches only some languages redoes only their records
+                store.carry_languages(self.stage, old["config_hash"], self.chash, languages)
+        store.set_stage_config(self.stage, self.chash, self.config, self.producers, self.base)
         say_sandbox_once(self.ctx.echo)
         env = {**environment(), "sandbox": sandbox.layers()}
         self.run_id = self.ctx.store.start_run(self.stage, self.chash, self.config, env)
@@ -126,6 +139,94 @@ class StageRun:
         if exc_type is None:
             self.ctx.store.finish_run(self.run_id, self.stats)
         return False
+
+
+def producers(stage: str) -> dict:
+    """What decides stage `stage`'s results besides its config, as its key holds it: the project's
+    version, each plug-in of the stage's kinds as name -> [version, languages it reads or None for
+    every one], and each file its `reads` patterns match -> a hash of its contents."""
+    st = stages.get(stage)
+    kinds = {kind: {cls.name: [cls.version, _languages(cls)] for cls in plugins.registry(kind)}
+             for kind in st.plugins}
+    files = {str(p.relative_to(PACKAGE)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+             for pattern in st.reads for p in sorted(PACKAGE.glob(pattern)) if p.is_file()}
+    return {"sftbuild": _version(), "plugins": kinds, "files": files}
+
+
+def _languages(cls) -> list[str] | None:
+    langs = getattr(cls, "languages", None)  # a plug-in that names its languages reads no other
+    return sorted(langs) if langs else None
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("sftbuild")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def changes(old: dict | None, new: dict) -> list[str]:
+    """What differs between two stages' `producers`, one phrase each: 'runtime_check output_type v1→v2'."""
+    if not old:
+        return ["results stored before they were keyed to what produced them"]
+    out = [f"sftbuild {old.get('sftbuild')}→{new['sftbuild']}"] if old.get("sftbuild") != new["sftbuild"] else []
+    for kind in sorted({*old.get("plugins", {}), *new["plugins"]}):
+        was, now = old.get("plugins", {}).get(kind, {}), new["plugins"].get(kind, {})
+        for name in sorted({*was, *now}):
+            if name not in was:
+                out.append(f"{kind} {name} added (v{now[name][0]})")
+            elif name not in now:
+                out.append(f"{kind} {name} removed")
+            elif was[name] != now[name]:
+                out.append(f"{kind} {name} v{was[name][0]}→v{now[name][0]}")
+    was, now = old.get("files", {}), new["files"]
+    out += [f"{path} {'added' if path not in was else 'removed' if path not in now else 'changed'}"
+            for path in sorted({*was, *now}) if was.get(path) != now.get(path)]
+    return out
+
+
+def reached(old: dict | None, new: dict) -> set[str]:
+    """The record languages whose results a change from `old` to `new` producers could change: every
+    language unless each change is a plug-in that names the languages it reads."""
+    if not old or old.get("sftbuild") != new["sftbuild"] or old.get("files") != new["files"]:
+        return set(LANGUAGES)
+    out: set[str] = set()
+    for kind in {*old.get("plugins", {}), *new["plugins"]}:
+        was, now = old.get("plugins", {}).get(kind, {}), new["plugins"].get(kind, {})
+        for name in {*was, *now}:
+            if was.get(name) != now.get(name):
+                for entry in (was.get(name), now.get(name)):
+                    out |= set(entry[1] or LANGUAGES) if entry else set()
+    return out
+
+
+def unaffected(old: dict | None, new: dict) -> set[str]:
+    """The record languages a change from `old` to `new` producers cannot reach."""
+    return set(LANGUAGES) - reached(old, new)
+
+
+def stale(store: Store, stage: str) -> tuple[set[str], list[str]]:
+    """Records whose current result of `stage` was produced by other plug-ins, templates, tables or
+    project version than this code's, and what changed; (empty, []) when none is."""
+    chash = store.stage_config(stage)
+    if chash is None:
+        return set(), []
+    row, new = store.stage_producers(stage), producers(stage)
+    old = row["producers"] if row and row["config_hash"] == chash else None
+    if old == new:
+        return set(), []
+    return store.done_ids(stage, chash, languages=reached(old, new)), changes(old, new)
+
+
+def waiting(store: Store) -> list[str]:
+    """One line per stage whose results wait for a rerun because what produces them changed:
+    'validate: 12 records wait: runtime_check output_type v1→v2'."""
+    lines = []
+    for stage in stages.NAMES:
+        ids, what = stale(store, stage)
+        if ids:
+            lines.append(f"{stage}: {len(ids)} records wait: {', '.join(what)}")
+    return lines
 
 
 @functools.lru_cache(maxsize=1)

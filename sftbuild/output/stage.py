@@ -13,8 +13,9 @@ names. The built-in ones write a folder ``datasets.load_dataset(DIR, CONFIG)`` r
   export.json              what this export holds (records and rows per config and split)
 
 Rules:
-- Only records that passed every stage, with their code byte for byte as validated; the
-  review gate must be open.
+- Only records that passed every stage, with their code byte for byte as validated, by this
+  validator: a verdict stored under other checks, templates, tables or project version than this
+  code's refuses the whole export, naming how many and `sftbuild validate`; the review gate must be open.
 - Splits: `train` (correctness checked on a GPU); records checked only in the CPU
   interpreter are left out, or exported as split `cpu_interpreter` with
   ``export.interpreter_only: split``; unbound records only with ``export.include_unbound``,
@@ -37,7 +38,7 @@ import os
 import shutil
 from pathlib import Path
 
-from sftbuild.context import Context, StageRun, UserError, Waiting
+from sftbuild.context import Context, StageRun, UserError, Waiting, stale
 from sftbuild.output import summary
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter
 from sftbuild.output.rows import Sample, bound, where
@@ -68,6 +69,11 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
     if blocked:
         raise Waiting(f"waiting for review: {blocked}")
     records = ctx.store.alive("export")
+    older, what = stale(ctx.store, "validate")
+    older &= {r.id for r in records}
+    if older:  # nothing partial: the verdicts of this validator, or no export
+        raise UserError(f"{len(older)} verdicts were given by an older validator ({'; '.join(what)}): run "
+                        f"`sftbuild validate` to check those records again, then export; nothing was exported")
     samples, left_out = _samples(ctx, records)
     if not samples:  # `sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops
         raise Waiting(_why_empty(ctx, left_out))
