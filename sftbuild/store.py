@@ -10,7 +10,8 @@ Tables
                stages keyed on the binding (describe, validate) the binding key it was reached under
   stage_state  the config hash each stage last ran under (defines "current")
   stage_producers  what produced the results under that hash: plug-in versions, file hashes, project
-               version (sftbuild.context.producers), and the hash of the config alone; a stage with
+               version (sftbuild.context.producers), the hash of the config alone, and a cheap
+               fingerprint of the producers' files (sftbuild.context.fingerprint); a stage with
                none was last run before results were keyed to their producers: its results are stale
   skips        things a harvest saw but did not turn into records, with a reason
   verdicts     append-only log of validation verdicts with their environment
@@ -98,7 +99,8 @@ CREATE TABLE IF NOT EXISTS stage_producers (
     stage TEXT PRIMARY KEY,
     config_hash TEXT NOT NULL,
     base TEXT NOT NULL,
-    producers TEXT NOT NULL
+    producers TEXT NOT NULL,
+    fingerprint TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS skips (
     source TEXT NOT NULL,
@@ -365,20 +367,21 @@ class Store:
 
     # ---- stage state and results --------------------------------------
     def set_stage_config(self, stage: str, chash: str, config: Any, producers: dict | None = None,
-                         base: str = "") -> None:
+                         base: str = "", fingerprint: str = "") -> None:
         """Make `chash` the stage's current key; `producers`: what produced the results under it."""
         with self.tx():
             self.db.execute("INSERT OR REPLACE INTO stage_state VALUES (?,?,?,?)",
                             (stage, chash, stable_json(config), time.time()))
             if producers is not None:
-                self.db.execute("INSERT OR REPLACE INTO stage_producers VALUES (?,?,?,?)",
-                                (stage, chash, base, stable_json(producers)))
+                self.db.execute("INSERT OR REPLACE INTO stage_producers VALUES (?,?,?,?,?)",
+                                (stage, chash, base, stable_json(producers), fingerprint))
 
     def stage_producers(self, stage: str) -> dict | None:
-        """{config_hash, base, producers} as the stage's last run recorded them, or None."""
-        row = self.db.execute("SELECT config_hash, base, producers FROM stage_producers WHERE stage=?",
+        """{config_hash, base, producers, fingerprint} as the stage's last run recorded them, or None."""
+        row = self.db.execute("SELECT config_hash, base, producers, fingerprint FROM stage_producers WHERE stage=?",
                               (stage,)).fetchone()
-        return {"config_hash": row[0], "base": row[1], "producers": json.loads(row[2])} if row else None
+        return {"config_hash": row[0], "base": row[1], "producers": json.loads(row[2]), "fingerprint": row[3]} \
+            if row else None
 
     def carry_languages(self, stage: str, old: str, new: str, languages: set[str]) -> int:
         """Copy `stage`'s results under key `old` to key `new` for records of `languages` that have

@@ -59,3 +59,13 @@ def test_status_names_what_changed_and_a_workspace_from_before_keys_is_stale_not
                                   "produced them"]
     with StageRun(ctx, "validate", {}) as run:  # its next run keys it and redoes the record
         assert run.done() == set()
+
+
+def test_status_in_a_fresh_process_imports_no_plugin_to_say_nothing_changed(ctx, monkeypatch):
+    with StageRun(ctx, "validate", {}):
+        pass
+    assert ctx.store.stage_producers("validate")["fingerprint"] == context.fingerprint("validate")
+    monkeypatch.setattr(context, "_loaded", lambda stage: False)  # as in a fresh `sftbuild status`
+    monkeypatch.setattr(context, "producers", lambda stage: 1 / 0)
+    assert context.stale(ctx.store, "validate") == (set(), [])
+    assert StageRun(ctx, "validate", {}).producers == ctx.store.stage_producers("validate")["producers"]
