@@ -520,7 +520,7 @@ def run(ctx, sources):
 @main.command("list")
 @click.argument("kind", required=False)
 def list_plugins(kind):
-    """List the registered plug-ins of every kind (or one KIND), with what each does.
+    """List the registered plug-ins of every kind (or one KIND), with their versions and what each does.
 
     Config selects plug-ins by name; `sftbuild init` writes each one's parameters.
 
@@ -538,7 +538,7 @@ def list_plugins(kind):
         if k != last:
             click.echo(("" if last is None else "\n") + f"{k}:")
             last = k
-        click.echo(f"  {name:<22} {summary}")
+        click.echo(f"  {name:<22} v{plugins.registry(k).get(name).version:<2} {summary}")  # the version keys its stage
 
 
 @main.command("ops")

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
 import shutil
@@ -156,7 +157,8 @@ def producers(stage: str) -> dict:
 def fingerprint(stage: str) -> str:
     """A hash of the bytes behind `producers(stage)` that imports no plug-in: its kinds' modules and
     installed plug-ins, the files it reads, the project's version. Equal fingerprints mean equal
-    producers, so `status` says nothing changed in milliseconds rather than seconds of imports."""
+    producers (a plug-in's name, version and languages are written in its kind's folder), so `status`
+    says nothing changed in milliseconds rather than seconds of imports."""
     st = stages.get(stage)
     h = hashlib.sha256(_version().encode())
     for kind in st.plugins:
@@ -172,12 +174,31 @@ def fingerprint(stage: str) -> str:
 
 
 def current(store: Store, stage: str) -> dict:
-    """`producers(stage)`, read from the stage's last run when the bytes behind them are unchanged and
-    this process has not imported its plug-ins: `status` and a rerun import none to learn nothing changed."""
-    row = store.stage_producers(stage)
-    if row and not _loaded(stage) and row["fingerprint"] == fingerprint(stage):
+    """`producers(stage)`, without importing a plug-in where the same bytes were read before: from the
+    stage's last run in this workspace, or from the per-user cache of earlier workspaces (importing the
+    plug-ins costs seconds where they import torch, and `status` or a stage with nothing to do needs none)."""
+    if _loaded(stage):
+        return producers(stage)
+    fp, row = fingerprint(stage), store.stage_producers(stage)
+    if row and row["fingerprint"] == fp:
         return row["producers"]
-    return producers(stage)
+    cached = _cache_dir() / f"{stage}-{fp}.json"
+    try:
+        return json.loads(cached.read_text())
+    except (OSError, ValueError):
+        made = producers(stage)
+    try:  # a cache only: a home that cannot be written costs the imports next time, nothing else
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(made))
+        os.replace(tmp, cached)
+    except OSError:
+        pass
+    return made
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sftbuild" / "producers"
 
 
 def _loaded(stage: str) -> bool:

@@ -61,11 +61,15 @@ def test_status_names_what_changed_and_a_workspace_from_before_keys_is_stale_not
         assert run.done() == set()
 
 
-def test_status_in_a_fresh_process_imports_no_plugin_to_say_nothing_changed(ctx, monkeypatch):
-    with StageRun(ctx, "validate", {}):
-        pass
-    assert ctx.store.stage_producers("validate")["fingerprint"] == context.fingerprint("validate")
+def test_a_fresh_process_imports_no_plugin_to_learn_nothing_changed(make_ctx, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(context, "_loaded", lambda stage: False)  # as in a fresh `sftbuild status`
+    ctx = make_ctx("first")
+    with StageRun(ctx, "validate", {}):  # reads the versions once, and caches them by fingerprint
+        pass
+    made = ctx.store.stage_producers("validate")
+    assert made["fingerprint"] == context.fingerprint("validate") and made["producers"] == producers("validate")
     monkeypatch.setattr(context, "producers", lambda stage: 1 / 0)
     assert context.stale(ctx.store, "validate") == (set(), [])
-    assert StageRun(ctx, "validate", {}).producers == ctx.store.stage_producers("validate")["producers"]
+    assert StageRun(ctx, "validate", {}).producers == made["producers"]
+    assert StageRun(make_ctx("another"), "validate", {}).producers == made["producers"]  # a new workspace
