@@ -11,7 +11,7 @@ import click
 
 from sftbuild import config as C
 from sftbuild import plugins, sandbox, serving, stages
-from sftbuild.context import Context, UserError, Waiting, make_executor
+from sftbuild.context import Context, UserError, Waiting, make_executor, waiting
 from sftbuild.funnel import format_funnel, format_runs
 from sftbuild.store import Store, StoreError, write_failure
 
@@ -501,6 +501,10 @@ def export(ctx, force, push_to_hub):
 def status(ctx, as_json, dropped_at):
     """Print the funnel: counts per stage and drop reason, overall and per source.
 
+    Then the results a changed plug-in version, template, table or project version could change,
+    with what changed: `validate: 12 records wait: runtime_check output_type v1→v2` (the stage's
+    next run redoes them).
+
     \b
     Example:
         sftbuild status --json | jq .stages.validate
@@ -517,10 +521,11 @@ def status(ctx, as_json, dropped_at):
             click.echo(f"{rid[:12]}  {r['reason']:<16} {rec.source}: {rec.name}  {why[0][:160] if why else ''}")
         return
     funnel, runs = ctx.store.funnel(), ctx.store.runs()
+    rerun = waiting(ctx.store)  # results whose plug-ins, templates, tables or project version changed
     if as_json:
-        click.echo(json.dumps({**funnel, "runs": runs}, indent=2, sort_keys=True))
+        click.echo(json.dumps({**funnel, "runs": runs, "rerun": rerun}, indent=2, sort_keys=True))
     else:
-        click.echo("\n".join([*format_runs(runs), format_funnel(funnel)]))
+        click.echo("\n".join([*format_runs(runs), format_funnel(funnel), *rerun]))
 
 
 @main.command()
@@ -557,7 +562,7 @@ def run(ctx, sources):
 @main.command("list")
 @click.argument("kind", required=False)
 def list_plugins(kind):
-    """List the registered plug-ins of every kind (or one KIND), with what each does.
+    """List the registered plug-ins of every kind (or one KIND), with their versions and what each does.
 
     Config selects plug-ins by name; `sftbuild init` writes each one's parameters.
 
@@ -575,7 +580,7 @@ def list_plugins(kind):
         if k != last:
             click.echo(("" if last is None else "\n") + f"{k}:")
             last = k
-        click.echo(f"  {name:<22} {summary}")
+        click.echo(f"  {name:<22} v{plugins.registry(k).get(name).version:<2} {summary}")  # the version keys its stage
 
 
 @main.command("ops")

@@ -219,8 +219,7 @@ class ReviewConfig:
 class ExportConfig:
     """What is written out."""
     out_dir: str = opt("", "default: <workspace>/export")
-    formats: list[str] = opt(["sft_messages", "sft_prompt_completion", "sft_alpaca", "rlvr_verl", "rlvr_trl", "card"],
-                             "exporters to run (sftbuild list exporter)")
+    formats: list[str] = opt([], "exporters to run (sftbuild list exporter); empty: every registered one")
     interpreter_only: str = opt("exclude", "records checked only in the CPU Triton interpreter: left out, or "
                                 "exported in their own split `cpu_interpreter`", choices=("exclude", "split"))
     include_unbound: bool = opt(False, "export records with no reference (their instructions cannot say what "

@@ -10,6 +10,10 @@ Tables
   results      one row per (record, stage, config hash): status ok|dropped|waiting, and for
                stages keyed on the binding (describe, validate) the binding key it was reached under
   stage_state  the config hash each stage last ran under (defines "current")
+  stage_producers  what produced the results under that hash: plug-in versions, file hashes, project
+               version (sftbuild.context.producers), the hash of the config alone, and a cheap
+               fingerprint of the producers' files (sftbuild.context.fingerprint); a stage with
+               none was last run before results were keyed to their producers: its results are stale
   skips        things a harvest saw but did not turn into records, with a reason
   verdicts     append-only log of validation verdicts with their environment
   clusters     clusters of near-identical records found before validation: each member's cluster and
@@ -97,6 +101,13 @@ CREATE TABLE IF NOT EXISTS stage_state (
     config_hash TEXT NOT NULL,
     config TEXT NOT NULL,
     updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stage_producers (
+    stage TEXT PRIMARY KEY,
+    config_hash TEXT NOT NULL,
+    base TEXT NOT NULL,
+    producers TEXT NOT NULL,
+    fingerprint TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS skips (
     source TEXT NOT NULL,
@@ -390,10 +401,33 @@ class Store:
         return self.db.execute("SELECT COUNT(*) FROM records").fetchone()[0]
 
     # ---- stage state and results --------------------------------------
-    def set_stage_config(self, stage: str, chash: str, config: Any) -> None:
+    def set_stage_config(self, stage: str, chash: str, config: Any, producers: dict | None = None,
+                         base: str = "", fingerprint: str = "") -> None:
+        """Make `chash` the stage's current key; `producers`: what produced the results under it."""
         with self.tx():
             self.db.execute("INSERT OR REPLACE INTO stage_state VALUES (?,?,?,?)",
                             (stage, chash, stable_json(config), time.time()))
+            if producers is not None:
+                self.db.execute("INSERT OR REPLACE INTO stage_producers VALUES (?,?,?,?,?)",
+                                (stage, chash, base, stable_json(producers), fingerprint))
+
+    def stage_producers(self, stage: str) -> dict | None:
+        """{config_hash, base, producers, fingerprint} as the stage's last run recorded them, or None."""
+        row = self.db.execute("SELECT config_hash, base, producers, fingerprint FROM stage_producers WHERE stage=?",
+                              (stage,)).fetchone()
+        return {"config_hash": row[0], "base": row[1], "producers": json.loads(row[2]), "fingerprint": row[3]} \
+            if row else None
+
+    def carry_languages(self, stage: str, old: str, new: str, languages: set[str]) -> int:
+        """Copy `stage`'s results under key `old` to key `new` for records of `languages` that have
+        none under `new`: what changed between the keys cannot reach them. Returns how many."""
+        marks = ",".join("?" * len(languages))
+        with self.tx():
+            return self.db.execute(
+                f"INSERT OR IGNORE INTO results SELECT s.record_id, s.stage, ?, s.status, s.reason, s.payload, "
+                f"s.updated, s.binding_key FROM results s JOIN records r ON r.id = s.record_id "
+                f"WHERE s.stage=? AND s.config_hash=? AND r.language IN ({marks})",
+                (new, stage, old, *sorted(languages))).rowcount
 
     def stage_config(self, stage: str) -> str | None:
         row = self.db.execute("SELECT config_hash FROM stage_state WHERE stage=?", (stage,)).fetchone()
@@ -431,13 +465,16 @@ class Store:
             return None
         return {"status": row[0], "reason": row[1], "payload": json.loads(row[2])}
 
-    def done_ids(self, stage: str, chash: str, statuses=("ok", "dropped")) -> set[str]:
-        """Records with a result of `stage` under `chash` in one of `statuses`; for a binding-keyed
-        stage, only results reached under the record's current binding."""
+    def done_ids(self, stage: str, chash: str, statuses=("ok", "dropped"), languages=None) -> set[str]:
+        """Records with a result of `stage` under `chash` in one of `statuses` (of `languages`, when
+        given); for a binding-keyed stage, only results reached under the record's current binding."""
         marks = ",".join("?" * len(statuses))
+        langs = sorted(languages or ())
+        of = f" AND s.record_id IN (SELECT id FROM records WHERE language IN ({','.join('?' * len(langs))}))"
         rows = self.db.execute(
             f"SELECT s.record_id FROM results s {_CURRENT_KEY} WHERE s.stage=? AND s.config_hash=? "
-            f"AND s.status IN ({marks}){_keyed(stage)}", (stage, chash, *statuses)).fetchall()
+            f"AND s.status IN ({marks}){_keyed(stage)}{of if languages is not None else ''}",
+            (stage, chash, *statuses, *langs)).fetchall()
         return {r[0] for r in rows}
 
     def alive(self, before: str) -> list[Record]:

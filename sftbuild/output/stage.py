@@ -1,7 +1,7 @@
 """The export stage: a view of the store, swapped in whole, never emptier than the one it replaces.
 
-Each name in ``export.formats`` is an exporter plug-in (``sftbuild list exporter``). The
-defaults write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
+Every registered exporter plug-in runs (``sftbuild list exporter``), or those ``export.formats``
+names. The built-in ones write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
 
   data/<config>/<split>-00000-of-00001.parquet   one table per config, and as JSONL under jsonl/
     sft_messages           {"messages": [user, assistant]}           (TRL SFTTrainer, chat)
@@ -13,8 +13,9 @@ defaults write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
   export.json              what this export holds (records and rows per config and split)
 
 Rules:
-- Only records that passed every stage, with their code byte for byte as validated; the
-  review gate must be open.
+- Only records that passed every stage, with their code byte for byte as validated, by this
+  validator: a verdict stored under other checks, templates, tables or project version than this
+  code's refuses the whole export, naming how many and `sftbuild validate`; the review gate must be open.
 - Splits: `train` (correctness checked on a GPU); records checked only in the CPU
   interpreter are left out, or exported as split `cpu_interpreter` with
   ``export.interpreter_only: split``; unbound records only with ``export.include_unbound``,
@@ -38,7 +39,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sftbuild.context import Context, StageRun, UserError, Waiting
+from sftbuild.context import Context, StageRun, UserError, Waiting, stale
 from sftbuild.output import summary
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter
 from sftbuild.output.rows import LocalPaths, Sample, bound, where
@@ -48,7 +49,9 @@ MANIFEST = "export.json"
 
 
 def selected(formats: list[str]) -> list[Exporter]:
-    """The exporters `export.formats` names, in their run order; an unknown name is a user error."""
+    """The exporters `export.formats` names (none: every registered one), in their run order; an unknown
+    name is a user error."""
+    formats = formats or EXPORTERS.names()
     unknown = [f for f in formats if f not in EXPORTERS]
     if unknown:
         raise UserError(f"export.formats: unknown exporter {unknown[0]!r} (known: {', '.join(EXPORTERS.names())})")
@@ -68,7 +71,7 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
     if len(samples) < before and not force:
         raise UserError(f"this export has {len(samples)} records, fewer than the {before} in {out_dir}; "
                         "rerun with --force to replace it")
-    conf = {"formats": cfg.formats, "out_dir": str(out_dir), "interpreter_only": cfg.interpreter_only,
+    conf = {"formats": [e.name for e in exporters], "out_dir": str(out_dir), "interpreter_only": cfg.interpreter_only,
             "include_unbound": cfg.include_unbound}
     with StageRun(ctx, "export", conf, extra_key=sorted(r.id for r in records)) as run:
         for s in samples:
@@ -119,6 +122,11 @@ def _ready(ctx: Context) -> tuple[list, list[Sample], dict[str, str]]:
     if blocked:
         raise Waiting(f"waiting for review: {blocked}")
     records = ctx.store.alive("export")
+    older, what = stale(ctx.store, "validate")
+    older &= {r.id for r in records}
+    if older:  # nothing partial: the verdicts of this validator, or no export
+        raise Waiting(f"{len(older)} verdicts were given by an older validator ({'; '.join(what)}): run "
+                      f"`sftbuild validate` to check those records again, then export; nothing was exported")
     samples, left_out = _samples(ctx, records)
     if not samples:
         raise Waiting(_why_empty(ctx, left_out))

@@ -4,6 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from sftbuild.cli import main
+from sftbuild.context import producers
 from sftbuild.record import Record
 from sftbuild.store import Store
 
@@ -59,14 +60,14 @@ def test_a_stage_command_prepares_its_records_and_says_when_it_has_nothing_to_do
 
 
 def _pipeline_store(ws, n=20):
-    """A store where n records passed harvest..dedupe, as if the stages had run."""
+    """A store where n records passed harvest..dedupe, as if the stages had run (with this code)."""
     s = Store(ws)
     recs = [Record(language="cuda", code=f"__global__ void k{i}(float* x) {{ x[0] = {i}; }}\n", source="src",
                    entry={"kernels": [f"k{i}"]}, binding={"op": "relu" if i % 2 else "exp"},
                    provenance={"license": "MIT", "path": f"f{i}.cu"}) for i in range(n)]
     s.add_records(recs)
     for stage in ("harvest", "bind", "describe", "validate", "dedupe"):
-        s.set_stage_config(stage, "c", {})
+        s.set_stage_config(stage, "c", {}, producers(stage))
         payload = {"instructions": {"en:brief": f"Write k{{}}", "zh:brief": "实现"}} if stage == "describe" else \
             {"env": {"gpu": "test GPU"}} if stage == "validate" else {}
         s.put_results([(r.id, stage, "c", "ok", None, payload) for r in recs])

@@ -422,6 +422,7 @@ class Fusions(Catalog):
     1 to 4 epilogues, sizes and dtypes from pools, deterministic from the seed (any number)."""
 
     name = "fusions"
+    version = 1
     order = 30
     fixed = False
 

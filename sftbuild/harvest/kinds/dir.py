@@ -14,6 +14,7 @@ class Dir(SourceKind):
     (site-packages/NAME) takes its licence from the dist-info beside it; any other folder from its own
     metadata and licence files."""
     name = "dir"
+    version = 1
     order = 1000  # the last resort for any folder
     url: str | None = None  # provenance URL; None: the folder's file:// URI
     default_include: list[str] = []

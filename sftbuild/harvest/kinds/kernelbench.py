@@ -16,6 +16,7 @@ class KernelBench(SourceKind):
     """A folder of Model / ModelNew pairs (see sftbuild.harvest.kernelbench), each bound exactly to its
     reference; its other files (plain CUDA, Triton modules) are harvested as any folder's are."""
     name = "kernelbench"
+    version = 1
     order = 80
 
     def recognise(self, spec: str, path: Path) -> Source | None:

@@ -27,6 +27,7 @@ class Pip(SourceKind):
     package's own metadata and licence files (`sftbuild.harvest.license`).
     """
     name = "pip"
+    version = 1
     order = 10
 
     def recognise(self, spec: str, path: Path) -> Source | None:

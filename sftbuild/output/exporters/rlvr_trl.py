@@ -16,6 +16,7 @@ class RlvrTrl(Exporter):
     """rlvr_trl: {"prompt": [user turn], "task": JSON, "task_id", ...}, one row per record."""
 
     name = "rlvr_trl"
+    version = 1
     order = 31
 
     def tables(self, batch: Batch):

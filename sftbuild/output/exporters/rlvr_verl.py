@@ -19,6 +19,7 @@ class RlvrVerl(Exporter):
     """rlvr_verl: one verl row per record: the English detailed instruction as the prompt, the task as ground truth."""
 
     name = "rlvr_verl"
+    version = 1
     order = 30
 
     def tables(self, batch: Batch):

@@ -12,6 +12,7 @@ class SftAlpaca(Exporter):
     """
 
     name = "sft_alpaca"
+    version = 1
     order = 12
 
     def tables(self, batch: Batch):

@@ -9,6 +9,7 @@ class SftPromptCompletion(Exporter):
     """sft_prompt_completion: {"prompt": instruction, "completion": code, ...}, one row per record and instruction."""
 
     name = "sft_prompt_completion"
+    version = 1
     order = 11
 
     def tables(self, batch: Batch):

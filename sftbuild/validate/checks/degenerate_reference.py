@@ -10,6 +10,7 @@ class DegenerateReference(RuntimeCheck):
     inputs: a pass there says little, so the payload's flags tell reviewers."""
 
     name = "degenerate_reference"
+    version = 1
     order = 90
 
     def after_trial(self, outcome):

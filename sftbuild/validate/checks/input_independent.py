@@ -37,6 +37,7 @@ class InputIndependent(RuntimeCheck):
     """Mark (a note, not a drop) a matched trial whose reference was the same for both input sets."""
 
     name = "input_independent"
+    version = 1
     order = 80
 
     def after_trial(self, outcome):

@@ -11,6 +11,7 @@ class InputsUnchanged(RuntimeCheck):
     in `Call.before` marks a buffer that is no input (a launcher's output array)."""
 
     name = "inputs_unchanged"
+    version = 1
     order = 40
 
     def after_call(self, call):

@@ -15,6 +15,7 @@ class LibraryKernels(RuntimeCheck):
     """A library kernel (gemm, cuDNN, ATen's softmax or reductions) in the candidate's launches does its work."""
 
     name = "library_kernels"
+    version = 1
     order = 60
 
     def after_profile(self, profile):

@@ -15,6 +15,7 @@ class OutputType(RuntimeCheck):
     torch's int64 are fine). Dimensions of size 1 have no stride that matters."""
 
     name = "output_type"
+    version = 1
     order = 50
 
     def after_call(self, call):

@@ -10,6 +10,7 @@ class RealOutputs(RuntimeCheck):
     a meta tensor or a view of an input that the op does not update in place is a cheat)."""
 
     name = "real_outputs"
+    version = 1
     order = 30
 
     def after_call(self, call):

@@ -44,6 +44,7 @@ class TorchDoesTheWork(StaticCheck):
     """ModelNew.forward or a Triton wrapper calling torch ops, nn layers or `@` to compute the result."""
 
     name = "torch_does_the_work"
+    version = 1
     order = 60
     languages = PYTHON
 
