@@ -351,8 +351,9 @@ def test_reward_details_carry_no_host_file(tmp_path):
 
     host = Path("/etc/hostname")
     code = '#include "../../../../etc/hostname"\n__global__ void k(float *x) { x[0] = 1.f; }\n'
-    r = R.reward({"task_id": "t", "language": "cuda", "binding": None, "entry": {}}, code,
-                 cache_dir=str(tmp_path))
+    task = {"task_id": "t", "language": "cuda", "binding": {"kind": "op", "op": "relu", "how": "declared"},
+            "entry": {"kernels": ["k"]}}  # bound, so the compile gate meets the include
+    r = R.reward(task, code, cache_dir=str(tmp_path))
     assert r.score == 0.0 and r.reason == "unsafe_include" and "etc/hostname" in json.dumps(r.detail)
     if host.exists() and host.read_text().strip():
         assert host.read_text().strip() not in json.dumps(r.detail)
