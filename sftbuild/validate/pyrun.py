@@ -47,7 +47,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.harvest import inductor_code
-from sftbuild.ops import opdb, special
+from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.validate import checks, deadline, fences, guards, loop, pristine, refbook, sizes
 from sftbuild.validate import harness as H
@@ -397,8 +397,13 @@ class Problem:
     def variants(self) -> list:
         raise NotImplementedError
 
-    def inputs(self, variant, dtype, seed, dev) -> list:
+    def inputs(self, variant, dtype, seed, dev, value_class: str = "normal") -> list:
+        """The trial's inputs, redrawn in `value_class` (sftbuild.ops.values)."""
         raise NotImplementedError
+
+    def value_classes(self):
+        """The value classes its domain allows (sftbuild.ops.values); None: the generic ones."""
+        return None
 
     def candidate(self, variant, dtype, inputs) -> list:
         raise NotImplementedError
@@ -452,6 +457,7 @@ class OpProblem(Problem):
         allowed = b.get("dtypes") or list(self.op.dtypes)
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
         self.layouts = [lay for lay in self.op.layouts if lay in (b.get("layouts") or self.op.layouts)]
+        self.values = b["values"] if "values" in b else self.op.values  # a declared binding's own, else the op's
         cons = self.op.constraints_with(b.get("constraints"))
         pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
@@ -488,7 +494,10 @@ class OpProblem(Problem):
     def variants(self):
         return self.shapes
 
-    def inputs(self, shape, dtype, seed, dev):
+    def value_classes(self):
+        return self.values
+
+    def inputs(self, shape, dtype, seed, dev, value_class="normal"):
         """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special).
         What the op's input generator sets in its params at a variant's first draw (an op_db sample's
         non-tensor arguments, say) is that variant's for every seed: later draws start from it and draw
@@ -496,7 +505,7 @@ class OpProblem(Problem):
         params their inputs were drawn with."""
         key = _variant_key(shape, dtype)
         params = dict(self._made.get(key, self.params))
-        xs = special.trial_inputs(self.op, shape, dtype, seed, params)
+        xs = special.trial_inputs(self.op, shape, dtype, seed, params, value_class=value_class)
         self._made.setdefault(key, params)
         return [t.to(dev) for t in xs]
 
@@ -623,6 +632,7 @@ class ModuleProblem(Problem):
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
         self.max_variants = task["shapes"]
         self.sizes = b.get("sizes")  # None: every size constant varies
+        self.declared_values = b.get("values")  # the value classes a binding declares; None: the generic ones
         self.blocks = sizes.block_sizes(task.get("code") or "")
         self.limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
         self._variants = None
@@ -722,7 +732,10 @@ class ModuleProblem(Problem):
         self.prepare(variant, dtype)
         return self._cands[(variant[0], dtype)]
 
-    def inputs(self, variant, dtype, seed, dev):
+    def value_classes(self):
+        return self.declared_values
+
+    def inputs(self, variant, dtype, seed, dev, value_class="normal"):
         torch.manual_seed(seed)
         dt = TORCH_DTYPES[dtype]
         out = []
@@ -731,7 +744,7 @@ class ModuleProblem(Problem):
                 t = t.to(dev)
                 t = t.to(dt) if t.is_floating_point() else t
             out.append(t)
-        return out
+        return values.apply(value_class, out, dtype, seed)
 
     def candidate(self, variant, dtype, inputs):
         with torch.no_grad():
@@ -854,6 +867,7 @@ class Run(loop.Adapter):
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
     task: dict = dataclasses.field(default_factory=dict)  # the record's task: timing's warm-ups, runs, baselines
     in_place: tuple = ()  # inputs the candidate updates and returns (pyrun.updated_in_place), from its last checked call
+    values: set = dataclasses.field(default_factory=set)  # the value classes its trials ran (sftbuild.ops.values)
 
     @functools.cached_property
     def expects_triton(self) -> bool:
@@ -884,7 +898,10 @@ class Run(loop.Adapter):
         return trial(self, t.variant, t.dtype, t.layout, t.seed, profile=t.profile, vi=t.vi)
 
     def summary(self) -> dict:
-        return {"launches": self.counter.count, "triton_kernels": sorted(self.counter.names)}
+        return {"launches": self.counter.count, "triton_kernels": sorted(self.counter.names),
+                "value_classes": sorted(self.values),
+                **({"value_classes_ill_posed": sorted(self.book.skipped - self.values)}
+                   if self.book.skipped - self.values else {})}
 
     def timed(self) -> tuple[str, dict] | None:
         """The first variant at the first dtype, on the GPU only."""
@@ -989,6 +1006,7 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     prob, dev = run.prob, run.dev
     tol = prob.tolerance()
     ref = run.book.get(vi, dtype, seed)
+    run.values.update(ref.values)
     fence = fences.Fence([layout_of(_copy(t), layout) for t in ref.inputs])
     inputs = fence.views
     before = guards.snapshot(inputs)
@@ -1014,7 +1032,8 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
         if why:
             return False, {**stats, **why}
         return False, {**stats, "reason": "incorrect",
-                       "why": f"{stats.get('why', '')} at {prob.describe(variant)} {dtype} {layout} seed {seed}"}
+                       "why": f"{stats.get('why', '')} at {prob.describe(variant)} {dtype} {layout} seed {seed}"
+                              + values.on(ref.values[0])}
     # order 2: new values in the same buffers (their references were computed first, before any candidate ran)
     for t, f in zip(inputs, ref.fresh):
         if isinstance(t, torch.Tensor):
@@ -1027,7 +1046,10 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     ok, more = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
                                  compare_outputs(out2, ref.double2, ref.native2, dtype, tol, ref.sides2,
                                                  ref.spread2))
+    if not ok and more.get("reason") == "incorrect":
+        more = {**more, "why": more.get("why", "") + values.on(ref.values[1])}
     return (True, {**stats, **more}) if ok else (False, more)
+
 
 
 def _resized(expected: list, native2: list) -> list:

@@ -444,6 +444,103 @@ def _add_or_kernel(self, other):
 torch.Tensor.__add__ = _add_or_kernel
 '''
 
+# ---- value classes: right on N(0, 1), wrong on logits past ~88 or rows with a large mean ------------
+
+TRITON_NAIVE_SOFTMAX = TRITON_SOFTMAX.replace("e = tl.exp(x - tl.max(x, axis=1)[:, None])", "e = tl.exp(x)")
+REF_LAYER_NORM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 512
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [dim]
+'''
+KB_TRITON_LAYER_NORM = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def ln_kernel(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    mask = c < cols
+    x = tl.load(x_ptr + row * cols + c, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / cols
+    d = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(d * d, axis=0) / cols
+    w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + c, (d / tl.sqrt(var + eps) * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        xc = x.contiguous()
+        y = torch.empty_like(xc)
+        cols = xc.shape[-1]
+        ln_kernel[(xc.numel() // cols,)](xc, self.ln.weight, self.ln.bias, y, cols, 1e-5,
+                                         BLOCK=triton.next_power_of_2(cols))
+        return y
+'''
+# the variance as E[x^2] - E[x]^2 in one pass: cancels catastrophically for rows with a large mean
+KB_TRITON_ONE_PASS_LN = KB_TRITON_LAYER_NORM.replace(
+    "    d = tl.where(mask, x - mean, 0.0)\n    var = tl.sum(d * d, axis=0) / cols\n",
+    "    var = tl.sum(x * x, axis=0) / cols - mean * mean\n    d = tl.where(mask, x - mean, 0.0)\n")
+REF_SOFTMAX = REF_RELU.replace("return torch.relu(x)", "return torch.softmax(x, dim=1)")
+SOFTMAX_KERNEL = '''
+#define BLOCK 256
+__global__ void softmax_kernel(const float* x, float* y, int cols) {
+  __shared__ float buf[BLOCK];
+  const float* row = x + (long)blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) m = fmaxf(m, row[c]);
+  buf[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] = fmaxf(buf[threadIdx.x], buf[threadIdx.x + s]);
+    __syncthreads();
+  }
+  m = buf[0];
+  __syncthreads();
+  float acc = 0.f;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) acc += expf(row[c] - m);
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  float total = buf[0];
+  for (int c = threadIdx.x; c < cols; c += BLOCK) y[(long)blockIdx.x * cols + c] = expf(row[c] - m) / total;
+}
+'''
+SOFTMAX_HOST = ROWSUM_HOST.replace("rowsum_kernel", "softmax_kernel").replace(
+    "auto y = torch::empty({xc.size(0)}, xc.options());", "auto y = torch::empty_like(xc);")
+NAIVE_SOFTMAX_KERNEL = SOFTMAX_KERNEL.replace("expf(row[c] - m)", "expf(row[c])")
+
 
 def triton(code: str, op: str) -> dict:
     return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
@@ -614,6 +711,13 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
         _c("column_major_output", triton(TRITON_COLUMN_MAJOR, "softmax"), INCORRECT, cpu=True),
         _c("triton_bad_warps", triton(TRITON_RELU.replace("BLOCK=1024)", "BLOCK=1024, num_warps=64)"), "relu"),
            "bad_launch", static=True),
+        # value classes: N(0, 1) inputs cannot tell these from their twins
+        _c("naive_softmax_triton", triton(TRITON_NAIVE_SOFTMAX, "softmax"), INCORRECT, cpu=True),
+        _c("twin_layer_norm_kb_triton", kb(KB_TRITON_LAYER_NORM, REF_LAYER_NORM), "ok", cpu=True),
+        _c("one_pass_layer_norm_kb_triton", kb(KB_TRITON_ONE_PASS_LN, REF_LAYER_NORM), INCORRECT, cpu=True),
+        _c("twin_softmax_cuda", kb(inline("rt_softmax", SOFTMAX_KERNEL, SOFTMAX_HOST), REF_SOFTMAX), "ok"),
+        _c("naive_softmax_cuda", kb(inline("rt_nsoftmax", NAIVE_SOFTMAX_KERNEL, SOFTMAX_HOST), REF_SOFTMAX),
+           INCORRECT),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
            "compile_error", cpu=True),
     ]
