@@ -628,7 +628,7 @@ class ModuleProblem(Problem):
         self.workdir, self.dev = workdir, dev
         self.reference_src = b["reference"]
         self.cand_cls = None
-        self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
+        self.dtypes, self.extra_dtypes = program_dtypes(b, task)
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
         self.max_variants = task["shapes"]
         self.sizes = b.get("sizes")  # None: every size constant varies
@@ -661,10 +661,23 @@ class ModuleProblem(Problem):
                         raise Reject("reference_error", f"the reference does not run: {e!r}"[:400])
                     continue
                 self._variants.append((i, mod, init))
+            if self.extra_dtypes:
+                self.dtypes += [d for d in self.extra_dtypes if self._runs_at(self._variants[0], d)]
             grown = self._grown_variant() if self.max_variants > 1 else None
             if grown:
                 self._variants.append(grown)
         return self._variants
+
+    def _runs_at(self, variant, dtype) -> bool:
+        """The reference runs at `dtype` (`validate.dtypes: all`) and gives finite results there."""
+        try:
+            ins = self.inputs(variant, dtype, 0, self.dev)
+            _, mod, init = variant
+            with torch.no_grad():
+                out = to_list(mod.Model(*init).to(self.dev).eval().to(TORCH_DTYPES[dtype])(*ins))
+            return values.finite(out)
+        except Exception:  # the reference does not support the dtype: not tried
+            return False
 
     def _grown_variant(self):
         """One variant past the fixed-grid caps (sftbuild.validate.sizes): a size constant of the
@@ -760,6 +773,23 @@ class ModuleProblem(Problem):
 
     def tolerance(self):
         return ops.Tolerance(scale=4.0)  # whole models accumulate more rounding than one op
+
+
+PROGRAM_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def program_dtypes(binding: dict, task: dict) -> tuple[list[str], list[str]]:
+    """(dtypes a program runs at, dtypes to add where its reference supports them): those its binding
+    names, else those its get_inputs() makes (sftbuild.harvest.kernelbench.declared_dtypes), within
+    the task's; with `validate.dtypes: all` (task `program_dtypes`), a KernelBench pair adds the other
+    float dtypes (an Inductor kernel is compiled for its program's dtype alone)."""
+    from sftbuild.harvest.kernelbench import declared_dtypes
+
+    declared = list(binding.get("dtypes") or declared_dtypes(binding.get("reference") or ""))
+    allowed = task.get("dtypes") or PROGRAM_DTYPES
+    extra = [d for d in PROGRAM_DTYPES if d not in declared and d in allowed] \
+        if task.get("program_dtypes") == "all" and binding.get("kind", "kernelbench") == "kernelbench" else []
+    return [d for d in declared if d in allowed], extra
 
 
 def size_variants(src: str, n: int, blocks=(), only=None) -> list[str]:

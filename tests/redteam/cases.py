@@ -541,6 +541,13 @@ SOFTMAX_HOST = ROWSUM_HOST.replace("rowsum_kernel", "softmax_kernel").replace(
     "auto y = torch::empty({xc.size(0)}, xc.options());", "auto y = torch::empty_like(xc);")
 NAIVE_SOFTMAX_KERNEL = SOFTMAX_KERNEL.replace("expf(row[c] - m)", "expf(row[c])")
 
+# ---- programs at their own dtypes: get_inputs() makes half tensors ---------------------------------
+
+REF_F_RELU_HALF = REF_F_RELU.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, dtype=torch.float16)")
+REF_F_RELU_BF16 = REF_F_RELU.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, dtype=torch.bfloat16)")
+REF_LAYER_NORM_BF16 = REF_LAYER_NORM.replace("torch.randn(batch_size, dim)",
+                                             "torch.randn(batch_size, dim, dtype=torch.bfloat16)")
+
 
 def triton(code: str, op: str) -> dict:
     return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
@@ -718,6 +725,13 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
         _c("twin_softmax_cuda", kb(inline("rt_softmax", SOFTMAX_KERNEL, SOFTMAX_HOST), REF_SOFTMAX), "ok"),
         _c("naive_softmax_cuda", kb(inline("rt_nsoftmax", NAIVE_SOFTMAX_KERNEL, SOFTMAX_HOST), REF_SOFTMAX),
            INCORRECT),
+        # programs at the dtypes their get_inputs() makes: half inputs, a float32 result breaks the contract
+        # (a record is its code: each pair's solution carries a line of its own)
+        _c("twin_relu_fp16_kb_triton", kb(KB_TRITON_RELU + "# float16\n", REF_F_RELU_HALF), "ok", cpu=True),
+        _c("twin_relu_bf16_kb_triton", kb(KB_TRITON_RELU + "# bfloat16\n", REF_F_RELU_BF16), "ok"),
+        _c("twin_layer_norm_bf16_kb_triton", kb(KB_TRITON_LAYER_NORM + "# bfloat16\n", REF_LAYER_NORM_BF16), "ok"),
+        _c("fp32_result_for_fp16_kb_triton", kb(KB_TRITON_RELU.replace("return relu(x)", "return relu(x).float()"),
+                                                REF_F_RELU_HALF), INCORRECT, cpu=True),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
            "compile_error", cpu=True),
     ]
