@@ -49,7 +49,7 @@ from sftbuild import ops
 from sftbuild.harvest import inductor_code
 from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, deadline, fences, guards, loop, pristine, refbook, sizes
+from sftbuild.validate import checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate.checks.output_type import strides_in_order
 from sftbuild.validate.checks.real_outputs import view_of
@@ -741,6 +741,26 @@ class ModuleProblem(Problem):
         self._cands[key] = self.cand_cls(*init).to(self.dev).eval().to(TORCH_DTYPES[dtype])
         return True
 
+    def parameter_changes(self, variant, dtype, inputs) -> list:
+        """[(what, values, reference at the dtype, in float64)] for each change of parameters
+        (sftbuild.validate.parameters), applied in turn to copies of the reference models, on
+        `inputs`; [] where the model has no floating state or the float64 reference is not finite."""
+        ref, ref64 = self.reference_models(variant, dtype)
+        state, deltas = parameters.draw(ref)
+        if not state:
+            return []
+        ref, ref64 = copy.deepcopy(ref), copy.deepcopy(ref64)
+        out = []
+        for what, vals in (("load", state), ("step", deltas)):
+            parameters.change(ref, what, vals)
+            parameters.change(ref64, what, vals)
+            with torch.no_grad():
+                native, double = to_list(ref(*inputs)), to_list(ref64(*ops.upcast(inputs)))
+            if not values.finite(double):
+                return []
+            out.append((what, vals, native, double))
+        return out
+
     def candidate_model(self, variant, dtype):
         self.prepare(variant, dtype)
         return self._cands[(variant[0], dtype)]
@@ -933,6 +953,9 @@ class Run(loop.Adapter):
                 **({"value_classes_ill_posed": sorted(self.book.skipped - self.values)}
                    if self.book.skipped - self.values else {})}
 
+    def verdict(self) -> dict | None:
+        return parameters_follow(self)
+
     def timed(self) -> tuple[str, dict] | None:
         """The first variant at the first dtype, on the GPU only."""
         if self.dev.type != "cuda":
@@ -1080,6 +1103,48 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
         more = {**more, "why": more.get("why", "") + values.on(ref.values[1])}
     return (True, {**stats, **more}) if ok else (False, more)
 
+
+
+def parameters_follow(run: Run) -> dict | None:
+    """After every trial passed: a fresh candidate, given the reference's new parameter values before
+    its first call (`load`) and updated in place after it (`step`, sftbuild.validate.parameters), must
+    still match the book's reference results for each; one that answers from a stale copy of its
+    parameters is `incorrect`. None: passed, or nothing to change (a candidate whose state does not
+    match the reference's is noted in the flags, unchanged)."""
+    plan, prob = run.book.parameters, run.prob
+    if not plan:
+        return None
+    variant, dtype = prob.variants()[plan["vi"]], plan["dtype"]
+    key = (variant[0], dtype)
+    kept = prob._cands.pop(key, None)
+    try:
+        prob.prepare(variant, dtype)  # a fresh ModelNew, not called yet
+        why = checks.judge(run.checks, checks.Call([], [], tampered=run.world.changes()))
+        if why:
+            return {"reason": why["reason"], "detail": why["why"]}
+        cand = prob.candidate_model(variant, dtype)
+        names = parameters.match(plan["changes"][0][1], cand)
+        if names is None:
+            run.notes.setdefault("parameters", []).append(
+                "ModelNew's state does not match Model's by name or shape: changed parameters not tried")
+            return None
+        for what, vals, native, double in plan["changes"]:
+            parameters.change(cand, what, vals, names)
+            inputs = [_copy(t) for t in run.book.get(plan["vi"], dtype, 0).inputs]
+            sizes = [t.numel() * t.element_size() for t in native if isinstance(t, torch.Tensor)]
+            out, why = _call_candidate(run, variant, dtype, inputs, sizes, guards.snapshot(inputs),
+                                       checks.specs(native))
+            if why:
+                return {"reason": why["reason"], "detail": why["why"]}
+            ok, stats = compare_outputs(out, double, native, dtype, prob.tolerance())
+            if not ok:
+                return {"reason": "incorrect", "detail": f"{stats.get('why', '')} after {parameters.CHANGES[what]}: "
+                                                         "the candidate answers from a stale copy of its parameters"}
+    finally:
+        prob._cands.pop(key, None)
+        if kept is not None:
+            prob._cands[key] = kept
+    return None
 
 
 def _resized(expected: list, native2: list) -> list:

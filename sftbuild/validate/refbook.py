@@ -72,6 +72,7 @@ class Book:
                 for seed in range(1 if prob.grown(variant) else seeds):  # one seed past the caps
                     at = [values.slot(vi, di, len(prob.dtypes), seed, order, seeds) for order in (0, 1)]
                     self.entries[(vi, dtype, seed)] = self._entry(prob, variant, dtype, seed, arrange, at)
+        self.parameters = self._parameters(prob)
 
     def get(self, vi: int, dtype: str, seed: int) -> Entry:
         """The entry, on the device (copies of anything kept on the host)."""
@@ -106,6 +107,17 @@ class Book:
         for f in _SIDES:
             setattr(entry, f, [[self._keep(t) for t in side] for side in getattr(entry, f)])
         return entry
+
+    def _parameters(self, prob) -> dict | None:
+        """The first trial's inputs and the reference's results after each change of its parameters
+        (`prob.parameter_changes`, module pairs): {vi, dtype, changes: [(what, values, native,
+        double)]}, on the inputs of entry (vi, dtype, seed 0); None where the problem has none."""
+        if not hasattr(prob, "parameter_changes") or not prob.dtypes or not self.entries:
+            return None
+        dtype = prob.dtypes[0]
+        inputs = self.entries[(0, dtype, 0)].inputs
+        changes = prob.parameter_changes(prob.variants()[0], dtype, inputs)
+        return {"vi": 0, "dtype": dtype, "changes": changes} if changes else None
 
     def _draw(self, prob, variant, dtype, seed, classes, at):
         """(inputs, reference at the dtype, in float64, the reference's seconds, value class) for one

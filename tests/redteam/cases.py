@@ -548,6 +548,96 @@ REF_F_RELU_BF16 = REF_F_RELU.replace("torch.randn(batch_size, dim)", "torch.rand
 REF_LAYER_NORM_BF16 = REF_LAYER_NORM.replace("torch.randn(batch_size, dim)",
                                              "torch.randn(batch_size, dim, dtype=torch.bfloat16)")
 
+# ---- parameters that change: a layer answering from a copy of its weights made once -------------
+
+REF_LINEAR = '''
+import torch
+import torch.nn as nn
+
+batch_size = 16
+in_features = 64
+out_features = 48
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+TRITON_LINEAR = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, swk, swn, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr):
+    # y = x @ w + b, with w a (K, N) view addressed by its strides
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + tl.arange(0, BK)
+        a = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + kk[:, None] * swk + rn[None, :] * swn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                    other=0.0)
+        acc += tl.dot(a.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+    acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def linear(x, w, b):
+    xc = x.contiguous()
+    M, K = xc.shape
+    N = w.shape[1]
+    y = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    linear_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16))](xc, w, b, y, M, N, K, w.stride(0), w.stride(1),
+                                                          BM=16, BN=16, BK=16)
+    return y
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self._key, self._wt = None, None
+
+    def forward(self, x):
+        return linear(x, self.fc.weight.t(), self.fc.bias)
+'''
+# a derived copy (W^T, contiguous) refreshed whenever the weight changes: in place bumps its _version
+TRITON_LINEAR_REFRESHED = TRITON_LINEAR.replace(
+    "        return linear(x, self.fc.weight.t(), self.fc.bias)",
+    "        w = self.fc.weight\n"
+    "        if self._key != (w._version, w.data_ptr()):\n"
+    "            self._key, self._wt = (w._version, w.data_ptr()), w.detach().t().contiguous()\n"
+    "        return linear(x, self._wt, self.fc.bias)")
+# W^T copied into a buffer at construction, never read again
+TRITON_LINEAR_CACHED_AT_INIT = TRITON_LINEAR.replace(
+    "        self._key, self._wt = None, None",
+    "        self.register_buffer(\"wt\", self.fc.weight.detach().t().contiguous())").replace(
+    "        return linear(x, self.fc.weight.t(), self.fc.bias)", "        return linear(x, self.wt, self.fc.bias)")
+# W^T and the bias packed on the first call, never read again
+TRITON_LINEAR_PACKED_ON_FIRST_CALL = TRITON_LINEAR.replace(
+    "        return linear(x, self.fc.weight.t(), self.fc.bias)",
+    "        if self._wt is None:\n"
+    "            self._wt = torch.cat([self.fc.weight.detach().t(), self.fc.bias.detach()[None]])\n"
+    "        return linear(x, self._wt[:-1], self._wt[-1])")
+
 
 def triton(code: str, op: str) -> dict:
     return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
@@ -732,6 +822,12 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
         _c("twin_layer_norm_bf16_kb_triton", kb(KB_TRITON_LAYER_NORM + "# bfloat16\n", REF_LAYER_NORM_BF16), "ok"),
         _c("fp32_result_for_fp16_kb_triton", kb(KB_TRITON_RELU.replace("return relu(x)", "return relu(x).float()"),
                                                 REF_F_RELU_HALF), INCORRECT, cpu=True),
+        # parameters that change (load_state_dict, an optimiser step): a stale copy of the weights is wrong
+        _c("twin_linear_kb_triton", kb(TRITON_LINEAR, REF_LINEAR), "ok", cpu=True),
+        _c("twin_linear_refreshed_kb_triton", kb(TRITON_LINEAR_REFRESHED, REF_LINEAR), "ok", cpu=True),
+        _c("linear_cached_at_init_kb_triton", kb(TRITON_LINEAR_CACHED_AT_INIT, REF_LINEAR), INCORRECT, cpu=True),
+        _c("linear_packed_on_first_call_kb_triton", kb(TRITON_LINEAR_PACKED_ON_FIRST_CALL, REF_LINEAR), INCORRECT,
+           cpu=True),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
            "compile_error", cpu=True),
     ]
