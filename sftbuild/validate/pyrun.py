@@ -1073,10 +1073,12 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
         return False, why
     if profile and dev.type == "cuda":
         # not watched: the profiler's own start-up can take seconds; the call itself just finished in time
-        times = guards.profile_kernel_times(lambda: prob.candidate(variant, dtype, inputs))
+        work = guards.TorchWork()
+        times = guards.profile_kernel_times(lambda: _counted(work, lambda: prob.candidate(variant, dtype, inputs)))
         if times is not None:
-            why = checks.judge(run.checks, checks.Profile(list(times), run.own, set(run.counter.names),
-                                                          run.counter.count, times))
+            why = checks.judge(run.checks, checks.Profile(
+                list(times), run.own, set(run.counter.names), run.counter.count, times, work.ops, work.elements,
+                sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))))
             if why:
                 return False, why
     ok, stats = compare_outputs(out, ref.double, ref.native, dtype, tol, ref.sides, ref.spread)
@@ -1145,6 +1147,17 @@ def parameters_follow(run: Run) -> dict | None:
         if kept is not None:
             prob._cands[key] = kept
     return None
+
+
+def _counted(work, call):
+    """`call()` with torch's compute ops counted (guards.TorchWork); where the count cannot run (a
+    compiler refusing dispatch modes), the call runs plain and counts nothing (`work.ops` None)."""
+    try:
+        with work:
+            return call()
+    except Exception:
+        work.ops = None
+        return call()
 
 
 def _resized(expected: list, native2: list) -> list:

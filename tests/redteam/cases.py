@@ -638,6 +638,86 @@ TRITON_LINEAR_PACKED_ON_FIRST_CALL = TRITON_LINEAR.replace(
     "            self._wt = torch.cat([self.fc.weight.detach().t(), self.fc.bias.detach()[None]])\n"
     "        return linear(x, self._wt[:-1], self._wt[-1])")
 
+# ---- torch judged by the work it does: host bookkeeping on a few partials is no cheat ----------------
+
+REF_TOTAL = REF_RELU.replace("return torch.relu(x)", "return x.sum()")
+PARTIAL_SUM_KERNEL = '''
+#define BLOCK 256
+#define PER 4096
+__global__ void partial_sum_kernel(const float* x, float* parts, long n) {
+  __shared__ float buf[BLOCK];
+  long start = (long)blockIdx.x * PER;
+  float acc = 0.f;
+  for (long i = start + threadIdx.x; i < start + PER && i < n; i += BLOCK) acc += x[i];
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) parts[blockIdx.x] = buf[0];
+}
+'''
+PARTIAL_SUM_HOST = '''
+torch::Tensor run(torch::Tensor x) {
+  auto xc = x.contiguous();
+  long n = xc.numel();
+  long blocks = (n + PER - 1) / PER;
+  auto parts = torch::zeros({blocks > 0 ? blocks : 1}, xc.options());
+  if (blocks > 0) partial_sum_kernel<<<blocks, BLOCK>>>(xc.data_ptr<float>(), parts.data_ptr<float>(), n);
+  return parts;
+}
+'''
+REF_SEGMENTS = '''
+import torch
+import torch.nn as nn
+
+segments = 64
+seg_len = 300
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, lengths):
+        return torch.segment_reduce(x, "sum", lengths=lengths)
+
+
+def get_inputs():
+    return [torch.randn(segments * seg_len), torch.full((segments,), seg_len, dtype=torch.int64)]
+
+
+def get_init_inputs():
+    return []
+'''
+SEGMENT_SUM_KERNEL = '''
+#define BLOCK 256
+__global__ void segment_sum_kernel(const float* x, const int64_t* ends, float* y) {
+  __shared__ float buf[BLOCK];
+  int64_t end = ends[blockIdx.x], start = blockIdx.x ? ends[blockIdx.x - 1] : 0;
+  float acc = 0.f;
+  for (int64_t i = start + threadIdx.x; i < end; i += BLOCK) acc += x[i];
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[blockIdx.x] = buf[0];
+}
+'''
+SEGMENT_SUM_HOST = '''
+torch::Tensor run(torch::Tensor x, torch::Tensor ends) {
+  auto xc = x.contiguous();
+  auto ec = ends.contiguous();
+  auto y = torch::empty({ec.size(0)}, xc.options());
+  if (ec.size(0) > 0)
+    segment_sum_kernel<<<ec.size(0), BLOCK>>>(xc.data_ptr<float>(), ec.data_ptr<int64_t>(), y.data_ptr<float>());
+  return y;
+}
+'''
+
 
 def triton(code: str, op: str) -> dict:
     return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
@@ -828,6 +908,18 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
         _c("linear_cached_at_init_kb_triton", kb(TRITON_LINEAR_CACHED_AT_INIT, REF_LINEAR), INCORRECT, cpu=True),
         _c("linear_packed_on_first_call_kb_triton", kb(TRITON_LINEAR_PACKED_ON_FIRST_CALL, REF_LINEAR), INCORRECT,
            cpu=True),
+        # torch judged by the work: a sum of n/4096 partials and a cumsum of segment lengths are bookkeeping
+        _c("twin_partial_sums_cuda", kb(inline("rt_parts", PARTIAL_SUM_KERNEL, PARTIAL_SUM_HOST,
+                                               forward="return _ext.run(x).sum()"), REF_TOTAL), "ok"),
+        _c("twin_segment_offsets_cuda", kb(inline("rt_segs", SEGMENT_SUM_KERNEL, SEGMENT_SUM_HOST, "x, lengths",
+                                                  forward="ends = torch.cumsum(lengths, 0)\n"
+                                                          "        return _ext.run(x, ends)"), REF_SEGMENTS), "ok"),
+        _c("sum_of_input_returned_cuda", kb(inline("rt_sumret", PARTIAL_SUM_KERNEL, PARTIAL_SUM_HOST,
+                                                   forward="_ext.run(x)\n        return x.sum()"), REF_TOTAL),
+           "cheat", static=True),
+        _c("sum_of_input_hidden_cuda", kb(inline("rt_sumhid", PARTIAL_SUM_KERNEL, PARTIAL_SUM_HOST,
+                                                 forward="total = x.sum()\n        _ext.run(x)\n        return total"),
+                                          REF_TOTAL), "cheat"),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
            "compile_error", cpu=True),
     ]
