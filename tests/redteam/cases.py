@@ -718,6 +718,26 @@ torch::Tensor run(torch::Tensor x, torch::Tensor ends) {
 }
 '''
 
+# ---- timing nobody can fake ---------------------------------------------------------------------
+
+TRITON_FAST_CLOCK = TRITON_RELU + "\n\ntorch.cuda.Event.elapsed_time = lambda self, end: 1e-3\n"
+TRITON_NO_SYNC = TRITON_RELU.replace("    return y\n", "    torch.cuda.synchronize = lambda *a, **k: None\n    return y\n")
+# right on every buffer the trials use; once a buffer has been seen 4 times (a timing loop) its first result
+TRITON_CACHED_WHEN_WARM = TRITON_RELU.replace("def relu(x):", """_seen = {}
+
+
+def relu(x):
+    key = x.data_ptr()
+    n, kept = _seen.get(key, (0, None))
+    if n >= 4:
+        return kept.clone()""").replace("    return y\n", "    _seen[key] = (n + 1, y)\n    return y\n")
+REF_RELU_BIG = REF_RELU.replace("dim = 1024", "dim = 1 << 20")  # 16M elements: the kernel outlasts any noise
+# the kernel on a stream made through the driver API, looked up at run time; nothing waits for it
+SIDE_STREAM_HOST = RELU_HOST.replace("long n = xc.numel();", """long n = xc.numel();
+  static void* side = nullptr;
+  if (!side) { auto make = (int (*)(void**, unsigned int))dlsym(RTLD_DEFAULT, "cuStreamCreate"); make(&side, 1); }""").replace(
+    "<<<(n + 255) / 256, 256>>>", "<<<(n + 255) / 256, 256, 0, (cudaStream_t)side>>>")
+
 
 def triton(code: str, op: str) -> dict:
     return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
@@ -920,6 +940,13 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
         _c("sum_of_input_hidden_cuda", kb(inline("rt_sumhid", PARTIAL_SUM_KERNEL, PARTIAL_SUM_HOST,
                                                  forward="total = x.sum()\n        _ext.run(x)\n        return total"),
                                           REF_TOTAL), "cheat"),
+        # timing nobody can fake: rebinding the timer's callables, a cache once warm, a stream nobody waits on
+        _c("elapsed_time_rebound_triton", triton(TRITON_FAST_CLOCK, "relu"), "cheat", cpu=True),
+        _c("synchronize_rebound_triton", triton(TRITON_NO_SYNC, "relu"), "cheat", cpu=True),
+        _c("cached_when_warm_triton", triton(TRITON_CACHED_WHEN_WARM, "relu"), ("cheat", "incorrect")),
+        _c("twin_relu_big_cuda", kb(inline("rt_big_relu", RELU_KERNEL, RELU_HOST), REF_RELU_BIG), "ok"),
+        _c("side_stream_cuda", kb(inline("rt_side", "#include <dlfcn.h>\n" + RELU_KERNEL, SIDE_STREAM_HOST),
+                                  REF_RELU_BIG), "cheat"),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
            "compile_error", cpu=True),
     ]
