@@ -24,7 +24,10 @@ run-time checks (sftbuild.validate.checks) judge what it left (process state, fl
 outputs, inputs unchanged, output dtype, shape, device and memory format), one trial (the largest) is
 profiled for library kernels, and the outputs are compared with the float64 reference and torch's
 own result at the dtype; the same buffers then get new values (both orders), and the checks judge
-whether the results moved with the inputs (`loop.second_order`).
+whether the results moved with the inputs (`loop.second_order`). Inputs are drawn in value classes
+(sftbuild.ops.values, one per input set: the book's); a program runs at the dtypes its get_inputs()
+makes (`program_dtypes`); a module pair whose trials passed gets new parameter values and must follow
+them (`parameters_follow`); timed runs get new values before each run and the last one is checked.
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ same run-time checks.
 For one bound CUDA record, every check (op) is an adapter (`HarnessOp`) of the one trial loop
 (sftbuild.validate.loop), which runs every drawn (shape, dtype, seed), tallies and times:
   * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.validate.sizes);
-  * inputs are made on the host from a seeded generator and copied to the GPU;
+  * inputs are made on the host from a seeded generator and copied to the GPU, each order's in
+    a value class (sftbuild.ops.values) where it is well-posed for the op at the dtype;
   * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
     with their minimum), so unwritten elements show; inputs an op updates in place
     (`mutates`) are cloned for the kernel and the clones are compared instead;
