@@ -179,7 +179,9 @@ def run(adapters: Iterable, task: dict) -> dict:
     payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst}
     notes: dict = {}
     for adapter in done:
-        payload.update(adapter.summary())
+        for key, value in adapter.summary().items():  # lists (the value classes each op ran) add up
+            both = isinstance(value, list) and isinstance(payload.get(key), list)
+            payload[key] = sorted(set(payload[key]) | set(value)) if both else value
         for reason, whys in adapter.notes.items():
             notes.setdefault(reason, []).extend(whys)
     if notes:

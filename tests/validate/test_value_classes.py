@@ -65,3 +65,19 @@ def test_a_declared_domain_limits_the_classes_and_ill_posed_ones_fall_back():
                   binding={"values": ["shifted_neg"]})
     assert out["status"] == "ok" and out["value_classes"] == ["normal"]
     assert out["value_classes_ill_posed"] == ["shifted_neg"]
+
+
+def test_the_classes_each_op_of_a_record_ran_add_up_in_the_payload():
+    from sftbuild.validate import loop
+    from tests.validate.test_trial_loop import Fake
+
+    class Ran(Fake):
+        def __init__(self, ran):
+            super().__init__(("a",))
+            self.ran = ran
+
+        def summary(self):
+            return {"value_classes": self.ran}
+
+    out = loop.run([Ran(["large", "normal"]), Ran(["normal", "shifted"])], {"seeds": 1})
+    assert out["value_classes"] == ["large", "normal", "shifted"]
