@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -10,9 +11,9 @@ import click
 
 from sftbuild import config as C
 from sftbuild import plugins, sandbox, serving, stages
-from sftbuild.context import Context, UserError, Waiting, make_executor
-from sftbuild.funnel import format_funnel
-from sftbuild.store import Store, StoreError
+from sftbuild.context import Context, UserError, Waiting, make_executor, waiting
+from sftbuild.funnel import format_funnel, format_runs
+from sftbuild.store import Store, StoreError, write_failure
 
 
 class PathArg(click.Path):
@@ -27,11 +28,12 @@ class PathArg(click.Path):
             self.fail(f"{value[:200]!r} cannot be looked up: {getattr(e, 'strerror', None) or e}", param, ctx)
 
 
-def common(f=None, *, creates: bool = False):
+def common(f=None, *, creates: bool = False, reads: bool = False, locks: bool = False):
     """Options every stage shares. Only a command that `creates` a workspace (harvest, run) makes
-    one where none exists; every other command says that there is none."""
+    one where none exists; every other command says that there is none. A command that only `reads`
+    works on a workspace it cannot write; one that `locks` runs stages, and holds the workspace lock."""
     if f is None:
-        return functools.partial(common, creates=creates)
+        return functools.partial(common, creates=creates, reads=reads, locks=locks)
 
     @click.option("--workspace", "-w", default="sftbuild-work", show_default=True,
                   type=PathArg(file_okay=False), help="Workspace folder holding the store.")
@@ -52,16 +54,24 @@ def common(f=None, *, creates: bool = False):
             sandbox.isolation()  # a named isolation that cannot run here is an error now, not per record
             ex = make_executor(cfg.executor.kind, cfg.executor.cpu_workers, cfg.executor.gpus,
                                progress=not quiet, ray_address=cfg.executor.ray_address)
-            store = Store(workspace, create=creates)
+            store = Store(workspace, create=creates, reads_only=reads)
+            if locks:
+                store.lock(" ".join(click.get_current_context().command_path.split()[1:]))
         except (C.ConfigError, StoreError, plugins.PluginError, sandbox.SandboxUnavailable) as e:
-            if ex is not None:
-                ex.close()
+            for held in (ex, store):
+                if held is not None:
+                    held.close()
             raise click.ClickException(str(e))
         ctx = Context(store=store, config=cfg, executor=ex, echo=click.echo, progress=not quiet)
         try:
             return f(ctx, **kw)
         except (UserError, C.ConfigError, StoreError, plugins.PluginError) as e:
             raise click.ClickException(str(e))
+        except (sqlite3.Error, OSError) as e:  # a full disk, a store gone read-only: the sentence, not a traceback
+            said = write_failure(store.root, e)
+            if said is None:
+                raise
+            raise click.ClickException(said)
         finally:
             ex.close()
             store.close()
@@ -111,7 +121,7 @@ def init(path, force):
 @main.command()
 @click.argument("sources", nargs=-1)
 @click.option("--allow-unpinned", is_flag=True, help="Accept git URLs without @REV.")
-@common(creates=True)
+@common(creates=True, locks=True)
 def harvest(ctx, sources, allow_unpinned):
     """Extract kernels from SOURCES (default: the configured built-in sources).
 
@@ -125,12 +135,25 @@ def harvest(ctx, sources, allow_unpinned):
     ctx.config.harvest.allow_unpinned |= allow_unpinned
     stats = stage.run(ctx, list(sources))
     _report(ctx, "harvest", stats)
-    if stats.get("errors") and not stats.get("sources"):
-        raise click.ClickException("no source could be harvested")
+    _harvest_failures(ctx, stats)
+
+
+def _harvest_failures(ctx, stats) -> None:
+    """A harvest where any source failed exits non-zero, after the others were harvested."""
+    from sftbuild.harvest.stage import ERRORS_REPORT
+
+    failed, done = len(stats.get("errors") or {}), len(stats.get("sources") or {})
+    if not failed:
+        return
+    where = f"each is named above with its reason, as in {ctx.workspace / ERRORS_REPORT}"
+    if not done:
+        raise click.ClickException(f"no source could be harvested: {failed} failed ({where})")
+    raise click.ClickException(f"{failed} of {failed + done} sources could not be harvested ({where}); "
+                               f"the other {done} {'was' if done == 1 else 'were'} harvested")
 
 
 @main.command()
-@common
+@common(locks=True)
 def bind(ctx):
     """Bind every kernel that harvest did not bind to a reference and a launch, or say why not.
 
@@ -148,7 +171,7 @@ def bind(ctx):
               help="Only bindings found this way (declared, exact, inferred, probed, package_reference, "
                    "file_reference), or `unbound`.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@common
+@common(reads=True)
 def bindings(ctx, how, as_json):
     """List each record's binding: kernel, target, how it was found and the evidence, or why it is unbound.
 
@@ -181,13 +204,20 @@ def bindings(ctx, how, as_json):
         how_by = f"{shown} ({b['by']})" if b.get("by") else shown
         tail = summary(row["evidence"]) if row["status"] == "bound" else row["reason"]
         table.append((rec.id[:12], rec.name, target or "-", how_by, tail or ""))
+    if as_json:
+        return
+    if not table:
+        click.echo("no binding: " + (f"no record is bound as {how!r}" if how and rows else
+                                     "none stored yet; `sftbuild bind` binds what harvest did not"))
+        return
+    table.insert(0, ("id", "kernel", "target", "how (by)", "evidence, or why unbound"))
     widths = [max((len(r[i]) for r in table), default=0) for i in range(4)]
     for r in table:
         click.echo(("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4]).rstrip())
 
 
 @main.command()
-@common
+@common(locks=True)
 def describe(ctx):
     """Write instructions (English and Chinese) for every harvested kernel.
 
@@ -205,7 +235,7 @@ def describe(ctx):
               help="Drop kernels this many times slower than the torch baseline (e.g. 1.5).")
 @click.option("--memcheck", type=click.Choice(["off", "sample", "all"]), default=None,
               help="compute-sanitizer memcheck on no, a sample of, or all records.")
-@common
+@common(locks=True)
 def validate(ctx, max_slowdown, memcheck):
     """Compile, check resources, and (on a GPU) check correctness and time each kernel.
 
@@ -225,7 +255,7 @@ def validate(ctx, max_slowdown, memcheck):
 
 
 @main.command()
-@common
+@common(locks=True)
 def dedupe(ctx):
     """Drop exact and near duplicates, contaminated and low-quality samples.
 
@@ -263,12 +293,13 @@ def review(cctx):
         sftbuild review serve --reviewer alice    # the same in a local browser page
         sftbuild review status           # progress, the defect-rate bound, kappa
     """
-    if cctx.invoked_subcommand is None:
-        cctx.invoke(review_sample)
+    if cctx.invoked_subcommand is None:  # drawing a sample unasked would replace the one under review
+        raise click.UsageError(f"`sftbuild review` needs a command: {', '.join(review.list_commands(cctx))} "
+                               f"(`sftbuild review sample` draws the sample)")
 
 
 @review.command("sample")
-@common
+@common(locks=True)
 def review_sample(ctx):
     """Draw the seeded, stratified review sample and say what it proves.
 
@@ -286,7 +317,7 @@ def review_sample(ctx):
 
 @review.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-@common
+@common(reads=True)
 def review_status(ctx, as_json):
     """Progress, what the sample proves (a Clopper-Pearson bound), reject reasons and Cohen's kappa.
 
@@ -294,16 +325,17 @@ def review_status(ctx, as_json):
     Example:
         sftbuild review status
     """
+    from sftbuild.output.stage import waits
     from sftbuild.review import stage
 
-    st = stage.status(ctx)
+    st = stage.status(ctx, export_waits=waits)  # the gate is what export itself would say
     click.echo(json.dumps(st, indent=2, sort_keys=True) if as_json else "\n".join(stage.status_lines(st)))
 
 
 @review.command("list")
 @click.option("--pending", is_flag=True, help="Only records still waiting for a verdict.")
 @click.option("--retired", is_flag=True, help="Records earlier samples held, with the verdicts they kept.")
-@common
+@common(reads=True)
 def review_list(ctx, pending, retired):
     """List the sampled records: stratum, where validated (gpu, interpreter, unbound), verdict, name.
 
@@ -313,16 +345,20 @@ def review_list(ctx, pending, retired):
     """
     from sftbuild.review import stage
 
-    for row in stage.listing(ctx, retired=retired):
-        if pending and row["verdict"]:
-            continue
+    rows = [r for r in stage.listing(ctx, retired=retired) if not (pending and r["verdict"])]
+    if not rows:
+        sampled = ctx.store.stage_config("review") is not None
+        click.echo("no record: " + ("no review sample yet; `sftbuild review sample` draws one" if not sampled else
+                                    "every sampled record has a verdict" if pending else
+                                    "no earlier sample was replaced" if retired else "the review sample is empty"))
+    for row in rows:
         click.echo(f"{row['record_id'][:12]}  {row['stratum']:<28} {row['where']:<11} "
                    f"{row['verdict'] or '-':<7} {row['name']}")
 
 
 @review.command("show")
 @click.argument("record_id")
-@common
+@common(reads=True)
 def review_show(ctx, record_id):
     """Print one record: what was checked and where, trials, errors, timing, versions, reference and code.
 
@@ -437,7 +473,7 @@ def review_import(ctx, file):
 @click.option("--force", is_flag=True, help="Replace an export that holds more records than this one.")
 @click.option("--push-to-hub", "push_to_hub", metavar="OWNER/NAME", default=None,
               help="Also upload the export as a Hugging Face dataset repo (huggingface_hub, HF_TOKEN).")
-@common
+@common(locks=True)
 def export(ctx, force, push_to_hub):
     """Write the SFT tables (messages, prompt/completion, instruction/input/output), the RLVR
     tasks (verl, TRL) and the dataset card, as a folder `datasets.load_dataset` reads.
@@ -461,9 +497,13 @@ def export(ctx, force, push_to_hub):
 @click.option("--dropped", "dropped_at", default=None, metavar="STAGE",
               type=click.Choice(list(stages.NAMES)),
               help="Instead, list each record a stage dropped: its reason and the first line of why.")
-@common
+@common(reads=True)
 def status(ctx, as_json, dropped_at):
     """Print the funnel: counts per stage and drop reason, overall and per source.
+
+    Then the results a changed plug-in version, template, table or project version could change,
+    with what changed: `validate: 12 records wait: runtime_check output_type v1→v2` (the stage's
+    next run redoes them).
 
     \b
     Example:
@@ -480,16 +520,17 @@ def status(ctx, as_json, dropped_at):
                       or (ctx.store.binding_row(rid) or {}).get("reason") or "").strip().splitlines()
             click.echo(f"{rid[:12]}  {r['reason']:<16} {rec.source}: {rec.name}  {why[0][:160] if why else ''}")
         return
-    funnel = ctx.store.funnel()
+    funnel, runs = ctx.store.funnel(), ctx.store.runs()
+    rerun = waiting(ctx.store)  # results whose plug-ins, templates, tables or project version changed
     if as_json:
-        click.echo(json.dumps(funnel, indent=2, sort_keys=True))
+        click.echo(json.dumps({**funnel, "runs": runs, "rerun": rerun}, indent=2, sort_keys=True))
     else:
-        click.echo(format_funnel(funnel))
+        click.echo("\n".join([*format_runs(runs), format_funnel(funnel), *rerun]))
 
 
 @main.command()
 @click.argument("sources", nargs=-1)
-@common(creates=True)
+@common(creates=True, locks=True)
 def run(ctx, sources):
     """Run every stage in pipeline order (see `sftbuild --help`).
 
@@ -499,23 +540,29 @@ def run(ctx, sources):
     Example:
         sftbuild run && sftbuild status
     """
+    harvested = {}
     for st in stages.STAGES:
         options = {"sources": list(sources)} if st.name == "harvest" else {}
+        if st.name == "dedupe":
+            options = {"clustered": True}  # validate's first step clustered these records moments ago
         try:
             if st.first:
                 stages.first(st.name).run(ctx)
-            _report(ctx, st.name, stages.module(st.name).run(ctx, **options))
+            stats = stages.module(st.name).run(ctx, **options)
+            _report(ctx, st.name, stats)
+            harvested = stats if st.name == "harvest" else harvested
         except Waiting as e:
             click.echo(f"{st.name}: {e}")
             break
     click.echo("")
     click.echo(format_funnel(ctx.store.funnel()))
+    _harvest_failures(ctx, harvested)
 
 
 @main.command("list")
 @click.argument("kind", required=False)
 def list_plugins(kind):
-    """List the registered plug-ins of every kind (or one KIND), with what each does.
+    """List the registered plug-ins of every kind (or one KIND), with their versions and what each does.
 
     Config selects plug-ins by name; `sftbuild init` writes each one's parameters.
 
@@ -533,7 +580,7 @@ def list_plugins(kind):
         if k != last:
             click.echo(("" if last is None else "\n") + f"{k}:")
             last = k
-        click.echo(f"  {name:<22} {summary}")
+        click.echo(f"  {name:<22} v{plugins.registry(k).get(name).version:<2} {summary}")  # the version keys its stage
 
 
 @main.command("ops")
@@ -634,10 +681,13 @@ def list_programs(location, count, seed, benchmark, limit, as_json, config_path)
     if as_json:
         click.echo(json.dumps({"programs": [row(p) for p in shown], "counts": summary}, indent=1))
         return
+    line = "{:<48} {:<11} {:<40} {:<40} {:<16} {}".format
+    if shown:
+        click.echo(line("name", "catalog", "family or op", "input shapes", "dtypes", "benchmark"))
     for p in map(row, shown):
         shapes = " ".join("x".join(map(str, s)) or "scalar" for s in p["shapes"]) if p["shapes"] else "-"
-        click.echo(f"{p['name']:<48} {p['catalog']:<11} {str(p['family'] or '-')[:40]:<40} {shapes[:40]:<40} "
-                   f"{','.join(p['dtypes'] or ['-']):<16} {p['benchmark'] or '-'}")
+        click.echo(line(p["name"], p["catalog"], str(p["family"] or "-")[:40], shapes[:40],
+                        ",".join(p["dtypes"] or ["-"]), p["benchmark"] or "-"))
     if len(shown) < len(progs):
         click.echo(f"... {len(progs) - len(shown)} more (--limit 0 lists all)")
     per = ", ".join(f"{k} {v}" for k, v in summary["by_catalog"].items())
@@ -697,10 +747,15 @@ def _idle_reason(ctx, name) -> str:
 
 
 def _report(ctx, stage, stats):
+    if (stats or {}).get("report_path"):  # the stage said what it did in its own line; the rest is in the file
+        ctx.echo(f"  {stage} report: {stats['report_path']}")
+        return
     flat = {k: v for k, v in (stats or {}).items() if not isinstance(v, (dict, list))}
     order = sorted(flat.items(), key=lambda kv: (kv[0] != "records", kv[0]))  # how many first, then how they ended
-    ctx.echo(f"{stage}: " + ", ".join(f"{k}={v}" for k, v in order))
+    ctx.echo(f"{stage}: " + (", ".join(f"{k}={v}" for k, v in order) or "no records"))
     for k, v in (stats or {}).items():
+        if k == "errors":  # harvest names each failed source with its reason as it happens
+            continue
         if isinstance(v, dict) and v:
             ctx.echo(f"  {k}: " + ", ".join(f"{a}={b}" for a, b in sorted(v.items())
                                             if not isinstance(b, (dict, list))))

@@ -86,12 +86,17 @@ def check_gpus(value: str) -> str | None:
     return "auto, none, or distinct comma-separated GPU indices such as 0,1"
 
 
+def _non_empty(value: str) -> str | None:
+    """An empty name would be read as the current folder."""
+    return "a non-empty name (a registry entry, path, URL or pip:NAME==VERSION)" if not value.strip() else None
+
+
 @dataclasses.dataclass
 class HarvestConfig:
     """Where kernels come from and which files are read."""
     sources: list[str] = opt(["torch-aten"], "registry names, local paths, git URLs pinned with @REV, "
-                             "pip:PACKAGE==VERSION or registry YAML files")
-    registries: list[str] = opt([], "extra vetted-source registry files")
+                             "pip:PACKAGE==VERSION or registry YAML files", validator=_non_empty)
+    registries: list[str] = opt([], "extra vetted-source registry files", validator=_non_empty)
     allow_unpinned: bool = opt(False, "accept git URLs without @REV")
     file_filters: dict[str, Any] = opt({}, "which files are read: every file filter runs unless set to false; "
                                        "e.g. {oversize: {max_bytes: 10000000}, vendored: {dirs: [ext]}}",
@@ -217,8 +222,7 @@ class ReviewConfig:
 class ExportConfig:
     """What is written out."""
     out_dir: str = opt("", "default: <workspace>/export")
-    formats: list[str] = opt(["sft_messages", "sft_prompt_completion", "sft_alpaca", "rlvr_verl", "rlvr_trl", "card"],
-                             "exporters to run (sftbuild list exporter)")
+    formats: list[str] = opt([], "exporters to run (sftbuild list exporter); empty: every registered one")
     interpreter_only: str = opt("exclude", "records checked only in the CPU Triton interpreter: left out, or "
                                 "exported in their own split `cpu_interpreter`", choices=("exclude", "split"))
     include_unbound: bool = opt(False, "export records with no reference (their instructions cannot say what "
@@ -286,12 +290,40 @@ def load(path: str | os.PathLike | None = None) -> Config:
     if not exists:
         raise ConfigError(f"config file {p} does not exist")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(p.read_text(encoding="utf-8"))
+    except DuplicateKey as e:
+        raise ConfigError(f"{p}: {e}") from None
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
         raise ConfigError(f"{p} is not valid YAML: {e}") from e
     if data is None:
         return Config()
     return from_dict(data, source=str(p))
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that names one key twice: plain YAML keeps the last and loses the first unsaid."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key, _ in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in seen:
+                    first = seen[key.tag, key.value]
+                    where = f"line {line}" if first == line else f"lines {first} and {line}"
+                    raise DuplicateKey(f"key {key.value!r} is written twice ({where}): YAML would keep only "
+                                       f"the second; write it once")
+                seen[key.tag, key.value] = line
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, except that a key written twice in one mapping raises DuplicateKey."""
+    return yaml.load(text, Loader=_StrictLoader)
 
 
 def from_dict(data: Any, source: str = "config") -> Config:

@@ -4,6 +4,25 @@ Printed by `status` and `run`, and written into the dataset card.
 """
 from __future__ import annotations
 
+import time
+
+
+def format_runs(runs: dict) -> list[str]:
+    """A line per stage run that is running now or ended before finishing (Store.runs)."""
+    def when(t):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t or 0))
+
+    lines = []
+    holder = runs.get("holder")
+    if holder:
+        stages = ", ".join(r["stage"] for r in runs["running"]) or "starting"
+        lines.append(f"running: `sftbuild {holder.get('command', '?')}` (pid {holder.get('pid', '?')}, since "
+                     f"{when(holder.get('since'))}), now in {stages}")
+    for r in runs["interrupted"]:
+        lines.append(f"interrupted: {r['stage']} run {r['run_id']} (pid {r['pid']}, started {when(r['started'])}) "
+                     f"did not finish{': ' + r['why'] if r['why'] else ''}; rerunning the stage resumes it")
+    return lines
+
 
 def format_funnel(funnel: dict) -> str:
     lines = [f"records: {funnel['records']}"]

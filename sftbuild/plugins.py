@@ -2,8 +2,8 @@
 
 An extension point is a `Registry`: a kind ("source", "filter", "check", ...), a base
 class, and the package that holds its plug-ins. A plug-in is a subclass of the base
-with a `name`, a docstring that says what it does, and optionally a `Params` dataclass
-that owns its settings:
+with a `name`, a `version`, a docstring that says what it does, and optionally a `Params`
+dataclass that owns its settings:
 
     from sftbuild.dedupe.filters import Filter, FILTERS
 
@@ -11,6 +11,7 @@ that owns its settings:
     class MaxLines(Filter):
         '''Drop samples longer than `lines` lines.'''
         name = "max_lines"
+        version = 1  # raise it when a change could change a result: its stage redoes them
 
         @dataclasses.dataclass
         class Params:
@@ -24,6 +25,10 @@ edited. Config picks plug-ins by name and passes their parameters, which are che
 against `Params` with the same rules as the rest of the config. Packages installed
 beside sftbuild add plug-ins through the entry-point group `sftbuild.<kind>`.
 `sftbuild list [KIND]` prints every registry and its members with their docstrings.
+
+A stage's key holds the names and versions of the plug-ins it runs (`sftbuild.stages`), so
+results stored under an older version are redone; tests/core/test_plugin_contract.py holds
+every registered plug-in to its kind's contract.
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ class Plugin:
     """Base of every plug-in: a name, a docstring, and parameters in `self.params`."""
 
     name: str = ""
+    version: int = 0  # each plug-in declares its own (the contract test asks): part of its stage's key
     order: int = 100  # where it runs among its kind's plug-ins; ties go by name
 
     @dataclasses.dataclass

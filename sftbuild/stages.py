@@ -7,6 +7,10 @@ A stage `keyed_on_binding` checks a record against its binding: each result carr
 binding key it was reached under, and counts only while that is the record's current one.
 A stage's `first` names a module whose run(ctx) the stage's command and `sftbuild run` call just
 before it: validate's clusters near-identical records, so the GPU checks one of each first.
+A stage's key (sftbuild.context.StageRun) holds its config and what else decides its results: the
+names and versions of the plug-ins of its `plugins` kinds, the contents of the package files its
+`reads` patterns match, and the project's version. What another stage decides stays out: validate
+reads the binding, whose key its results already carry, and none of describe's output.
 """
 from __future__ import annotations
 
@@ -25,19 +29,26 @@ class Stage:
     prepares: bool = False
     keyed_on_binding: bool = False
     first: str = ""
+    plugins: tuple[str, ...] = ()  # plug-in kinds (sftbuild.plugins.POINTS) whose names and versions key it
+    reads: tuple[str, ...] = ()  # glob patterns under sftbuild/: templates and tables whose contents key it
 
 
 STAGES = (
-    Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence"),
+    Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence",
+          plugins=("source", "catalog", "file_filter"), reads=("harvest/registry.yaml", "harvest/catalog/*.json")),
     Stage("bind", "sftbuild.bind.stage", "tie each kernel to a reference and a launch, or say why not",
-          prepares=True),
+          prepares=True, plugins=("binder",), reads=("ops/aten_bindings.yaml", "ops/opdb_catalogues/*.json")),
     Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese",
-          keyed_on_binding=True, prepares=True),
+          keyed_on_binding=True, prepares=True, plugins=("describer",), reads=("describe/templates/*.j2",)),
     Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing",
-          keyed_on_binding=True, first="sftbuild.dedupe.prevalidate"),
-    Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),
+          keyed_on_binding=True, first="sftbuild.dedupe.prevalidate", plugins=("static_check", "runtime_check"),
+          reads=("validate/templates/*.j2", "validate/torch_lean.cuh", "validate/cuda_shim/**/*.h",
+                 "ops/tolerance.py", "ops/opdb_catalogues/*.json")),
+    Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters",
+          plugins=("filter",)),
     Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),
-    Stage("export", "sftbuild.output.stage", "SFT tables, RLVR tasks (verl, TRL) and the dataset card"),
+    Stage("export", "sftbuild.output.stage", "SFT tables, RLVR tasks (verl, TRL) and the dataset card",
+          plugins=("exporter",)),
 )
 NAMES = tuple(s.name for s in STAGES)
 BINDING_KEYED = tuple(s.name for s in STAGES if s.keyed_on_binding)

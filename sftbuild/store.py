@@ -3,19 +3,27 @@
 Tables
   records      immutable kernel records, keyed by code hash
   origins      every (source, path) a record's code was found at, with that provenance and the
-               binding that source declared: the same code from two sources keeps both
+               binding that source declared: the same code from two sources keeps both; a record
+               read back carries the licence of its own origin as last harvested
   bindings     one current binding per record (sftbuild.binding.Binding), or `unbound` and why;
                `records.binding` is only read once, to migrate a workspace written before this table
   results      one row per (record, stage, config hash): status ok|dropped|waiting, and for
                stages keyed on the binding (describe, validate) the binding key it was reached under
   stage_state  the config hash each stage last ran under (defines "current")
+  stage_producers  what produced the results under that hash: plug-in versions, file hashes, project
+               version (sftbuild.context.producers), the hash of the config alone, and a cheap
+               fingerprint of the producers' files (sftbuild.context.fingerprint); a stage with
+               none was last run before results were keyed to their producers: its results are stale
   skips        things a harvest saw but did not turn into records, with a reason
   verdicts     append-only log of validation verdicts with their environment
   clusters     clusters of near-identical records found before validation: each member's cluster and
                rank (validate checks rank 0 first, the next only if those before it are dropped) and
                the link it joined by; replaced whole. cluster_state: the config hash they were found under
   reviews      the review sample and the reviewers' verdicts
-  manifests    one row per stage run: config, tool versions, host and GPU
+  manifests    one row per stage run: config, tool versions, host, GPU and pid; a run that ended
+               before finishing keeps `finished` empty and says why in `stats.interrupted`
+
+`run.lock` beside the store: an OS lock that a command running stages holds for its life (see `lock`).
 
 Every write is a small transaction, so a `kill -9` loses at most the work in
 flight, and every insert is keyed so a rerun never duplicates.
@@ -25,6 +33,8 @@ the record's current one: a record whose binding changes is described and valida
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import sqlite3
@@ -40,6 +50,7 @@ from sftbuild.stages import BINDING_KEYED, NAMES
 STAGES = NAMES  # pipeline order, from the one stage table
 ORIGINS = ("harvest", "bind")  # who set a binding: harvest's are declared or exact, and bind never replaces them
 STATUSES = ("ok", "dropped", "waiting")
+LOCK_FILE = "run.lock"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -90,6 +101,13 @@ CREATE TABLE IF NOT EXISTS stage_state (
     config_hash TEXT NOT NULL,
     config TEXT NOT NULL,
     updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stage_producers (
+    stage TEXT PRIMARY KEY,
+    config_hash TEXT NOT NULL,
+    base TEXT NOT NULL,
+    producers TEXT NOT NULL,
+    fingerprint TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS skips (
     source TEXT NOT NULL,
@@ -150,15 +168,21 @@ class StoreError(Exception):
 class Store:
     """A handle on one workspace. Cheap to open; one per process."""
 
-    def __init__(self, workspace: str | os.PathLike, create: bool = True):
-        """Open the workspace; without `create`, a folder that holds no store is a StoreError."""
+    def __init__(self, workspace: str | os.PathLike, create: bool = True, reads_only: bool = False):
+        """Open the workspace; without `create`, a folder that holds no store is a StoreError. With
+        `reads_only` (a command that only inspects), a workspace that cannot be written is opened
+        read-only (`self.readonly`) instead of refused."""
         self.root = Path(workspace)
         self.path = self.root / "sftbuild.db"
+        self.readonly = False
         try:
-            self._check_root(create)
+            self._check_root(create, reads_only)
         except (OSError, ValueError) as e:
             raise StoreError(f"the workspace {str(self.root)[:200]!r} cannot be used: "
                              f"{getattr(e, 'strerror', None) or e}") from None
+        if self.readonly:
+            self._open_readonly()
+            return
         try:
             self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -167,9 +191,20 @@ class Store:
             self.db.executescript(SCHEMA)
             self._migrate()
         except sqlite3.DatabaseError as e:
+            raise StoreError(write_failure(self.root, e) if "full" in str(e) else
+                             f"{self.path} is not a usable sftbuild workspace: {e}") from e
+
+    def _open_readonly(self) -> None:
+        """A store on a folder nobody may write: `mode=ro` needs to write the WAL index beside it, so
+        the file is read as immutable (what a run still writing there adds is not seen)."""
+        try:
+            self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?immutable=1", uri=True,
+                                      isolation_level=None)
+            self.db.execute("SELECT 1 FROM records LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a usable sftbuild workspace: {e}") from e
 
-    def _check_root(self, create: bool) -> None:
+    def _check_root(self, create: bool, reads_only: bool = False) -> None:
         if not create and not self.path.is_file():
             raise StoreError(f"there is no sftbuild workspace at {self.root}: `sftbuild harvest` or "
                              f"`sftbuild run` creates one, or pass the right folder with -w")
@@ -180,10 +215,17 @@ class Store:
         except OSError as e:
             raise StoreError(f"cannot create the workspace {self.root}: {e.strerror or e}") from None
         if not os.access(self.root, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
-            raise StoreError(f"the workspace {self.root} is not writable: every command records its run there")
+            if reads_only and self.path.is_file():
+                self.readonly = True
+                return
+            raise StoreError(f"the workspace {self.root} is not writable: this command records its run there "
+                             f"(status, bindings and review status, list and show only read it)")
 
     def close(self) -> None:
         self.db.close()
+        if getattr(self, "_lock", None):
+            self._lock.close()  # closing the file releases the lock
+            self._lock = None
 
     def tx(self):
         """A write transaction: `with store.tx(): ...`."""
@@ -333,8 +375,12 @@ class Store:
         return _with_origins(_row_record(row), self.origins(record_id))
 
     def find(self, prefix: str) -> Record:
-        rows = self.db.execute("SELECT id FROM records WHERE id LIKE ? LIMIT 2",
-                               (prefix + "%",)).fetchall()
+        if not prefix:
+            raise StoreError("a record id prefix cannot be empty")
+        # a prefix is text, not a pattern: `%` and `_` in it match only themselves
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self.db.execute("SELECT id FROM records WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                               (escaped + "%",)).fetchall()
         if len(rows) != 1:
             raise StoreError(f"{'no' if not rows else 'more than one'} record matches {prefix!r}")
         return self.get(rows[0][0])
@@ -355,10 +401,33 @@ class Store:
         return self.db.execute("SELECT COUNT(*) FROM records").fetchone()[0]
 
     # ---- stage state and results --------------------------------------
-    def set_stage_config(self, stage: str, chash: str, config: Any) -> None:
+    def set_stage_config(self, stage: str, chash: str, config: Any, producers: dict | None = None,
+                         base: str = "", fingerprint: str = "") -> None:
+        """Make `chash` the stage's current key; `producers`: what produced the results under it."""
         with self.tx():
             self.db.execute("INSERT OR REPLACE INTO stage_state VALUES (?,?,?,?)",
                             (stage, chash, stable_json(config), time.time()))
+            if producers is not None:
+                self.db.execute("INSERT OR REPLACE INTO stage_producers VALUES (?,?,?,?,?)",
+                                (stage, chash, base, stable_json(producers), fingerprint))
+
+    def stage_producers(self, stage: str) -> dict | None:
+        """{config_hash, base, producers, fingerprint} as the stage's last run recorded them, or None."""
+        row = self.db.execute("SELECT config_hash, base, producers, fingerprint FROM stage_producers WHERE stage=?",
+                              (stage,)).fetchone()
+        return {"config_hash": row[0], "base": row[1], "producers": json.loads(row[2]), "fingerprint": row[3]} \
+            if row else None
+
+    def carry_languages(self, stage: str, old: str, new: str, languages: set[str]) -> int:
+        """Copy `stage`'s results under key `old` to key `new` for records of `languages` that have
+        none under `new`: what changed between the keys cannot reach them. Returns how many."""
+        marks = ",".join("?" * len(languages))
+        with self.tx():
+            return self.db.execute(
+                f"INSERT OR IGNORE INTO results SELECT s.record_id, s.stage, ?, s.status, s.reason, s.payload, "
+                f"s.updated, s.binding_key FROM results s JOIN records r ON r.id = s.record_id "
+                f"WHERE s.stage=? AND s.config_hash=? AND r.language IN ({marks})",
+                (new, stage, old, *sorted(languages))).rowcount
 
     def stage_config(self, stage: str) -> str | None:
         row = self.db.execute("SELECT config_hash FROM stage_state WHERE stage=?", (stage,)).fetchone()
@@ -396,13 +465,16 @@ class Store:
             return None
         return {"status": row[0], "reason": row[1], "payload": json.loads(row[2])}
 
-    def done_ids(self, stage: str, chash: str, statuses=("ok", "dropped")) -> set[str]:
-        """Records with a result of `stage` under `chash` in one of `statuses`; for a binding-keyed
-        stage, only results reached under the record's current binding."""
+    def done_ids(self, stage: str, chash: str, statuses=("ok", "dropped"), languages=None) -> set[str]:
+        """Records with a result of `stage` under `chash` in one of `statuses` (of `languages`, when
+        given); for a binding-keyed stage, only results reached under the record's current binding."""
         marks = ",".join("?" * len(statuses))
+        langs = sorted(languages or ())
+        of = f" AND s.record_id IN (SELECT id FROM records WHERE language IN ({','.join('?' * len(langs))}))"
         rows = self.db.execute(
             f"SELECT s.record_id FROM results s {_CURRENT_KEY} WHERE s.stage=? AND s.config_hash=? "
-            f"AND s.status IN ({marks}){_keyed(stage)}", (stage, chash, *statuses)).fetchall()
+            f"AND s.status IN ({marks}){_keyed(stage)}{of if languages is not None else ''}",
+            (stage, chash, *statuses, *langs)).fetchall()
         return {r[0] for r in rows}
 
     def alive(self, before: str) -> list[Record]:
@@ -517,10 +589,18 @@ class Store:
     def _review_tables(self) -> None:
         if getattr(self, "_review_ready", False):
             return
-        self.db.executescript(self.REVIEW_SCHEMA)
         cols = {r[1] for r in self.db.execute("PRAGMA table_info(reviews)")}
-        if "copies" not in cols:
-            self.db.execute("ALTER TABLE reviews ADD COLUMN copies INTEGER NOT NULL DEFAULT 1")
+        if self.readonly:  # what the upgrade would add, as temporary tables that shadow the stored ones
+            if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name='review_log'").fetchone():
+                self.db.executescript(self.REVIEW_SCHEMA.replace("CREATE TABLE", "CREATE TEMP TABLE")
+                                      .replace("CREATE INDEX IF NOT EXISTS review_log_record",
+                                               "CREATE INDEX IF NOT EXISTS temp.review_log_record"))
+            if "copies" not in cols:
+                self.db.execute("CREATE TEMP TABLE reviews AS SELECT *, 1 AS copies FROM main.reviews")
+        else:
+            self.db.executescript(self.REVIEW_SCHEMA)
+            if "copies" not in cols:
+                self.db.execute("ALTER TABLE reviews ADD COLUMN copies INTEGER NOT NULL DEFAULT 1")
         self._review_ready = True
 
     def set_review_sample(self, sample_key: str, rows: list[tuple]) -> dict:
@@ -607,8 +687,16 @@ class Store:
         with self.tx():
             cur = self.db.execute(
                 "INSERT INTO manifests (stage, config_hash, config, env, started) VALUES (?,?,?,?,?)",
-                (stage, chash, stable_json(config), stable_json(env), time.time()))
+                (stage, chash, stable_json(config), stable_json({**env, "pid": os.getpid()}), time.time()))
             return cur.lastrowid
+
+    def interrupt_run(self, run_id: int | None, why: str) -> None:
+        """Mark a run that ended before finishing (its `finished` stays empty), or, with run_id None,
+        every run still open: only a run that holds the workspace lock can be running."""
+        where, args = ("run_id=?", (run_id,)) if run_id is not None else ("1", ())
+        with self.tx():
+            self.db.execute(f"UPDATE manifests SET stats=? WHERE {where} AND finished IS NULL AND stats IS NULL",
+                            (stable_json({"interrupted": why}), *args))
 
     def finish_run(self, run_id: int, stats: dict) -> None:
         with self.tx():
@@ -622,6 +710,63 @@ class Store:
         return [{"run_id": r[0], "stage": r[1], "config_hash": r[2], "config": json.loads(r[3]),
                  "env": json.loads(r[4]), "started": r[5], "finished": r[6],
                  "stats": json.loads(r[7]) if r[7] else None} for r in rows]
+
+    def runs(self) -> dict:
+        """{"running": the lock holder's open runs, "interrupted": open runs nobody is running}, each
+        {"run_id", "stage", "pid", "started", "why"}; "holder": who holds the workspace lock, or None.
+        An interrupted run that a later run of its stage finished after is left out: it was resumed."""
+        holder = self.lock_holder()
+        out: dict[str, Any] = {"holder": holder, "running": [], "interrupted": []}
+        manifests = self.manifests()
+        last_done = {m["stage"]: m["run_id"] for m in manifests if m["finished"] is not None}
+        for m in manifests:
+            if m["finished"] is not None or last_done.get(m["stage"], 0) > m["run_id"]:
+                continue
+            row = {"run_id": m["run_id"], "stage": m["stage"], "pid": m["env"].get("pid"), "started": m["started"],
+                   "why": (m["stats"] or {}).get("interrupted")}
+            alive = holder is not None and row["pid"] == holder.get("pid") and not row["why"]
+            out["running" if alive else "interrupted"].append(row)
+        return out
+
+    # ---- the workspace lock ----------------------------------------------
+    # Commands that run stages hold an OS lock on `run.lock` for their life: the kernel drops it when
+    # the process ends, `kill -9` included, so a lock is never stale and a second run is told who runs.
+    def lock(self, command: str) -> None:
+        """Hold the workspace lock for this process, or raise a StoreError naming who holds it; once
+        held, every run left open in the store is one that died, and is marked interrupted."""
+        try:
+            f = open(self.root / LOCK_FILE, "a+", encoding="utf-8")
+        except OSError as e:
+            raise StoreError(f"the workspace lock {self.root / LOCK_FILE} cannot be opened: {e.strerror or e}") from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise StoreError(f"another sftbuild run is writing to the workspace {self.root}: "
+                             f"{_holder_words(self.lock_holder())}; wait for it to end or stop it") from None
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"pid": os.getpid(), "command": command, "since": time.time()}))
+        f.flush()
+        self._lock = f
+        self.interrupt_run(None, "the run was killed or lost its machine before it finished")
+
+    def lock_holder(self) -> dict | None:
+        """{"pid", "command", "since"} of the process holding the workspace lock, or None."""
+        try:
+            f = open(self.root / LOCK_FILE, encoding="utf-8")
+        except OSError:
+            return None
+        with f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                try:
+                    return json.loads(f.read() or "{}")
+                except ValueError:
+                    return {}
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return None
 
     # ---- the funnel ----------------------------------------------------
     def funnel(self) -> dict:
@@ -668,6 +813,26 @@ class Store:
         return out
 
 
+def _holder_words(holder: dict | None) -> str:
+    if not holder:
+        return "a run that is just ending"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since") or 0))
+    return f"`sftbuild {holder.get('command', '?')}` (pid {holder.get('pid', '?')}, since {since})"
+
+
+def write_failure(root: Path, e: BaseException) -> str | None:
+    """One sentence for a store or file write the machine refused, or None for another error."""
+    full = (isinstance(e, sqlite3.OperationalError) and "full" in str(e)) or \
+        (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+    if full:
+        return (f"the disk holding the workspace {root} is full: what was done so far is kept; free some space "
+                f"and run the command again to resume")
+    if isinstance(e, sqlite3.OperationalError):
+        return (f"the workspace store {root / 'sftbuild.db'} could not be written ({e}): what was done so far "
+                f"is kept; run the command again to resume")
+    return None
+
+
 class _Tx:
     def __init__(self, db: sqlite3.Connection):
         self.db = db
@@ -677,12 +842,20 @@ class _Tx:
         return self.db
 
     def __exit__(self, exc_type, exc, tb):
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            self.db.execute("COMMIT")
+        elif self.db.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
+            self.db.execute("ROLLBACK")
         return False
 
 
-RECORD_SELECT = ("SELECT r.id, r.language, r.source, r.code, r.entry, b.binding, r.provenance, b.reason "
-                 "FROM records r LEFT JOIN bindings b ON b.record_id = r.id")
+# a record's licence is that of its own origin as last harvested (a LICENSE added later counts), not the first
+# harvest's, frozen in the record's provenance
+RECORD_SELECT = ("SELECT r.id, r.language, r.source, r.code, r.entry, b.binding, r.provenance, b.reason, "
+                 "json_extract(o.provenance, '$.license'), json_extract(o.provenance, '$.license_source') "
+                 "FROM records r LEFT JOIN bindings b ON b.record_id = r.id "
+                 "LEFT JOIN origins o ON o.record_id = r.id AND o.source = r.source "
+                 "AND o.path = COALESCE(json_extract(r.provenance, '$.path'), '')")
 _CURRENT_KEY = "LEFT JOIN bindings b ON b.record_id = s.record_id"
 
 
@@ -701,7 +874,9 @@ def _with_origins(rec: Record, origins: list[dict]) -> Record:
 
 
 def _row_record(row) -> Record:
-    rid, language, source, code, entry, binding, provenance, unbound = row
+    rid, language, source, code, entry, binding, provenance, unbound, lic, lic_source = row
+    prov = json.loads(provenance)
+    if lic is not None:
+        prov.update(license=lic, license_source=lic_source)
     return Record(id=rid, language=language, source=source, code=code, entry=json.loads(entry),
-                  binding=json.loads(binding) if binding else None, provenance=json.loads(provenance),
-                  unbound=unbound)
+                  binding=json.loads(binding) if binding else None, provenance=prov, unbound=unbound)

@@ -46,14 +46,17 @@ def run(ctx: Context) -> dict:
             row = stored.get(rec.id)
             if row and row["origin"] == "harvest":  # declared or exact: the source knows best
                 run.put(rec.id, "ok", None, {"how": row["how"], "by": "harvest"})
-                _tally(run, "bound_by_harvest")
+                _tally(run, row["how"])
                 continue
             todo.append(rec)
         for rec, found, reason, evidence in bind(todo, binders, ctx, conf.get("probe", "none"), cfg.probe_timeout):
             ctx.store.put_binding(rec.id, found, "bind", reason, evidence)
             payload = {"how": found.how, "by": found.by, "key": found.key} if found else {"unbound": reason}
             run.put(rec.id, "ok", None, payload)
-            _tally(run, "bound" if found else "unbound")
+            if found:
+                _tally(run, found.how)
+            else:
+                run.stats["unbound"] = run.stats.get("unbound", 0) + 1
     # every record bind handles ends `ok`, an unbound one too (validate drops it, with the reason): the
     # summary says how many records were handled, then how each ended, not `ok=N` beside `unbound=M`
     stats = dict(run.stats)
@@ -62,8 +65,10 @@ def run(ctx: Context) -> dict:
     return stats
 
 
-def _tally(run: StageRun, key: str) -> None:
-    run.stats[key] = run.stats.get(key, 0) + 1
+def _tally(run: StageRun, how: str) -> None:
+    """Bound records by how, under the names `sftbuild status` shows (declared, exact, inferred, ...)."""
+    bound = run.stats.setdefault("bound", {})
+    bound[how] = bound.get(how, 0) + 1
 
 
 def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from sftbuild.plugins import PluginError
 from sftbuild.record import Record
 
 LARGEST = 10  # clusters listed with their members' provenance in the report
+CHUNK_BYTES = 4 << 20  # code per analysis task
 
 
 def to_doc(record: Record, validation: dict | None) -> Doc:
@@ -121,6 +123,21 @@ def decontaminator(ctx: Context, cfg) -> Decontaminator | None:
         raise UserError(f"dedupe.benchmarks: {e}") from None
 
 
+def chunks(docs: list[Doc], size: int, max_bytes: int = CHUNK_BYTES) -> Iterator[list[Doc]]:
+    """Consecutive runs of at most `size` documents and about `max_bytes` of code: what one task holds
+    (its documents pickled, their tokens) stays small whatever the records' size, and progress moves."""
+    out: list[Doc] = []
+    held = 0
+    for d in docs:
+        if out and (len(out) >= max(1, size) or held + len(d.text) > max_bytes):
+            yield out
+            out, held = [], 0
+        out.append(d)
+        held += len(d.text)
+    if out:
+        yield out
+
+
 def analyse_task(item: tuple) -> tuple[list, Signatures]:
     """One chunk of documents: filter and decontamination verdicts, and signatures of all of them."""
     _, docs, params, filters, decon = item
@@ -146,10 +163,10 @@ def analyse(docs: list[Doc], params: Params, filters: list[F.Filter], decon: Dec
     Filters, decontamination and signatures run per chunk in parallel (`mapper`, e.g. an
     executor's map_cpu, or a pool of `workers`).
     """
-    size = max(1, params.chunk_size)
-    items = [(i, docs[lo:lo + size], params, filters, decon) for i, lo in enumerate(range(0, len(docs), size))]
+    items = [(i, chunk, params, filters, decon) for i, chunk in enumerate(chunks(docs, params.chunk_size))]
     parts: dict[int, tuple] = {}
-    for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc="dedupe: filter and hash"):
+    desc = f"dedupe: filter and hash {len(docs)} records, in parts"
+    for item, res in (mapper or pool_mapper(workers))(analyse_task, items, desc=desc):
         parts[item[0]] = res if isinstance(res, tuple) else analyse_task(item)  # redo a failed chunk here
     for item in items:  # a chunk the mapper never answered for: here too
         if item[0] not in parts:

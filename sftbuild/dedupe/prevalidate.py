@@ -17,7 +17,7 @@ decontamination will drop after validation (a licence outside the policy, too si
 clustered too but ranked after every member that will be kept, so it never stands for one of them,
 and a cluster of such records costs one check, not one each.
 
-Clustering is skipped when neither the records (with their bindings) nor the dedupe config
+Clustering is skipped when neither the records (with their bindings and licences) nor the dedupe config
 changed since the stored clusters; `dedupe.before_validation: false` turns it off (no clusters:
 validate checks every record). `sftbuild validate` and `sftbuild run` call `run` before
 validating; `sftbuild dedupe` calls it while no record has passed validation. The report goes
@@ -26,6 +26,7 @@ to <workspace>/reports/clusters.json.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 from sftbuild.context import Context, environment
@@ -40,7 +41,8 @@ ORDER = ("kept by dedupe's filters and decontamination, validated ok, bound, bin
          "source priority, known licence, fewer tokens, id")
 
 
-def run(ctx: Context) -> dict:
+def run(ctx: Context, said: bool = False) -> dict:
+    """`said`: this command already printed the summary of these clusters (see dedupe.stage.run)."""
     records = ctx.store.alive("validate")
     if not records:  # the caller says why a stage has nothing to do
         return {}
@@ -53,15 +55,22 @@ def run(ctx: Context) -> dict:
     docs = [to_doc(r, None) for r in records]
     docs.sort(key=lambda d: d.id)
     chash = config_hash({"mode": MODE, "order": ORDER, "manifest": s.manifest,
-                         "records": [[d.id, d.op, d.how, d.evidence] for d in docs]})
+                         "records": [[d.id, d.op, d.how, d.evidence, d.license] for d in docs]})
     report_path = ctx.workspace / "reports" / "clusters.json"
     if ctx.store.clusters_hash() == chash and report_path.exists():
         report = {**json.loads(report_path.read_text()), "report_path": str(report_path)}
         report.pop("order", None)
-        ctx.echo(f"dedupe ({MODE}): nothing changed since the last run; {_summary(report)}")
+        ctx.echo(f"dedupe ({MODE}): the clusters above stand" if said else
+                 f"dedupe ({MODE}): nothing changed since the last run; {_summary(report)}")
         return report
     run_id = ctx.store.start_run("dedupe", chash, {"mode": MODE, **s.manifest}, environment())
+    ctx.echo(f"dedupe ({MODE}): clustering {len(docs)} records "
+             f"({sum(len(d.text) for d in docs) / 2**20:.0f} MB of code) before validating them ...")
+    del records  # the documents share the code; what is left of each record goes
+    started = time.perf_counter()
     drops, _, sigs = analyse(docs, s.params, s.filters, s.decon, mapper=ctx.executor.map_cpu, every=True)
+    for d in docs:
+        d.text = ""  # hashed: from here on only the ranking needs the documents
     for d, drop in zip(docs, drops):
         d.filtered = drop[0] if drop else None
     clusters = find_clusters(docs, s.params, sigs=sigs, rank=validation_order)
@@ -79,8 +88,11 @@ def run(ctx: Context) -> dict:
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(json.dumps({**report, "order": ORDER}, indent=1, sort_keys=True))
     report["report_path"] = str(report_path)
-    ctx.store.finish_run(run_id, {k: v for k, v in report["counts"].items() if not isinstance(v, dict)})
-    ctx.echo(f"dedupe ({MODE}): {_summary(report)}")
+    seconds = time.perf_counter() - started
+    ctx.store.finish_run(run_id, {**{k: v for k, v in report["counts"].items() if not isinstance(v, dict)},
+                                  "seconds": round(seconds, 1)})
+    ctx.echo(f"dedupe ({MODE}): {_summary(report)} (clustered in {seconds:.1f} s, "
+             f"{len(docs) / max(seconds, 1e-3):.0f} records/s)")
     return report
 
 

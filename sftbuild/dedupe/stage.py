@@ -28,14 +28,17 @@ from sftbuild.dedupe.near import Clusters, Doc, find_clusters
 from sftbuild.dedupe.params import Params
 
 
-def run(ctx: Context, **options) -> dict:
+def run(ctx: Context, clustered: bool = False, **options) -> dict:
+    """`clustered`: the caller ran `prevalidate.run` just before (`sftbuild run`, as validate's first
+    step), so before validation the clusters' summary is not said twice."""
     if not ctx.store.alive("dedupe"):  # nothing validated yet: cluster what validate is about to check
-        return prevalidate.run(ctx)
+        return prevalidate.run(ctx, said=clustered)
     s = setup(ctx)
     records = ctx.store.alive("dedupe")
     ids = sorted(r.id for r in records)
     report_path = ctx.workspace / "reports" / "dedupe.json"
-    with StageRun(ctx, "dedupe", s.manifest, extra_key=ids) as run_:
+    licences = {r.id: r.provenance.get("license") for r in records}  # a re-harvest may change one
+    with StageRun(ctx, "dedupe", s.manifest, extra_key=[[i, licences[i]] for i in ids]) as run_:
         previous = json.loads(report_path.read_text()) if report_path.exists() else {}
         if ids and run_.done() >= set(ids) and previous.get("config_hash") == run_.chash:
             ctx.echo("dedupe (after validation): nothing changed since the last run")

@@ -8,7 +8,6 @@ Results are keyed on the binding: a record whose binding changes is described ag
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from pathlib import Path
@@ -35,7 +34,8 @@ def run(ctx: Context) -> dict:
             "smem_budget": vcfg.shared_memory_budget}
     if cfg.describers:  # only a non-default selection enters the key
         conf.update(describers=cfg.describers)
-    with StageRun(ctx, "describe", conf, extra_key=_bank_hash()) as run:
+    # its templates key it too (sftbuild.stages: `reads`); binding changes redo it through the binding key
+    with StageRun(ctx, "describe", conf) as run:
         done = run.done()
         for rec in ctx.store.alive("describe"):
             if rec.id in done:
@@ -228,12 +228,3 @@ def _op(name):
 
 
 _param_name = W.param_name
-
-
-def _bank_hash() -> str:
-    """Changes to the templates re-run describe (binding changes do through the binding key)."""
-    h = hashlib.sha256()
-    for path in sorted(T.TEMPLATES.glob("*.j2")):
-        if path.exists():
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]

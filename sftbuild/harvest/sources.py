@@ -34,6 +34,10 @@ class SourceError(Exception):
     """A source that cannot be read; the harvest reports it and goes on with the others."""
 
 
+class SourceMissing(SourceError):
+    """The source's server answered that what was asked for does not exist: not a network failure."""
+
+
 @dataclasses.dataclass
 class Source:
     name: str
@@ -99,7 +103,7 @@ def torch_root() -> Path:
 
 def cache_dir(workspace: Path, cfg) -> Path:
     """Where clones and downloads go: `harvest.cache_dir`, or <workspace>/cache."""
-    d = Path(cfg.cache_dir or workspace / "cache")
+    d = Path(cfg.cache_dir or workspace / "cache").expanduser().absolute()  # tools run from other folders
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -206,7 +210,8 @@ def _check_members(members, name: str, max_bytes: int) -> None:
 
 def walk(tree: Tree) -> Iterator[tuple[str, Path | None, str | None]]:
     """(relative path, absolute path, None) for each candidate file, or (rel, None, reason) for a
-    symlink. Links are never followed, so nothing outside the root is ever read."""
+    symlink or a name that is not UTF-8 (`NOT_UTF8`, a folder's rel ending in "/"). Links are never
+    followed, so nothing outside the root is ever read."""
     root = tree.root
     for top in _walk_roots(root, tree.include):
         yield from _walk_from(tree, root, top)
@@ -239,22 +244,44 @@ def _walk_from(tree: Tree, root: Path, top: Path):
     for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
         d = Path(dirpath)
         for sub in list(dirnames):
+            rel = (d / sub).relative_to(root).as_posix()
             if (d / sub).is_symlink():
                 dirnames.remove(sub)
-                rel = (d / sub).relative_to(root).as_posix()
-                yield rel, None, _link_reason(root, d / sub)
+                yield shown_name(rel), None, _link_reason(root, d / sub)
+            elif not is_utf8(rel):  # nothing under it could be stored by name
+                dirnames.remove(sub)
+                yield shown_name(rel) + "/", None, NOT_UTF8
         dirnames.sort()
         for f in sorted(filenames):
             p = d / f
-            rel = p.relative_to(root).as_posix()
+            rel = shown_name(p.relative_to(root).as_posix())
             if tree.include and not any(fnmatch.fnmatch(rel, g) for g in tree.include):
                 continue
             if any(fnmatch.fnmatch(rel, g) for g in tree.exclude):
                 continue
             if p.is_symlink():
                 yield rel, None, _link_reason(root, p)
+            elif not is_utf8(f):
+                yield rel, None, NOT_UTF8
             elif p.is_file():
                 yield rel, p, None
+
+
+NOT_UTF8 = "not_utf8_name"  # the skip reason of a file or folder whose name is not UTF-8 text
+
+
+def is_utf8(name: str) -> bool:
+    """Whether a name from the file system is UTF-8 text (Python keeps other bytes as surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_name(name: str) -> str:
+    """`name` as text that can be stored and printed: bytes that are not UTF-8 written as \\xNN."""
+    return name if is_utf8(name) else name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _link_reason(root: Path, p: Path) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from sftbuild.config import DuplicateKey, load_yaml
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.sources import REGISTRY, REGISTRY_EXT, Source, SourceError
 
@@ -19,11 +20,15 @@ from sftbuild.harvest.sources import REGISTRY, REGISTRY_EXT, Source, SourceError
 def load_registry(path: str | os.PathLike = REGISTRY) -> dict[str, Source]:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(p.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise SourceError(f"registry {p} does not exist") from e
+    except DuplicateKey as e:
+        raise SourceError(f"registry {p}: {e}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise SourceError(f"registry {p} is not valid YAML: {e}") from e
+    except OSError as e:  # a folder, an unreadable file
+        raise SourceError(f"registry {p} cannot be read: {e.strerror or e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("sources"), list):
         raise SourceError(f"registry {p}: expected a top-level 'sources:' list")
     out = {}
@@ -45,6 +50,9 @@ def parse_spec(spec: str, registry: dict[str, Source]) -> list[Source]:
     Any spec that names nothing usable is a SourceError, also one no file system can look up."""
     if "\0" in spec:
         raise SourceError(f"source {spec!r} contains a NUL character")
+    if not spec.strip():  # Path("") is the current folder
+        raise SourceError("a source named by an empty string is refused: name a registry entry, path, URL or "
+                          "pip:NAME==VERSION")
     base, given = split_params(spec)
     if given is None:
         return _lookup(spec, registry)

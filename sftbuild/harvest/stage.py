@@ -12,11 +12,14 @@ code hash, so a rerun after a crash converges to the same record set.
 """
 from __future__ import annotations
 
+import errno
 import fnmatch
+import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
-from sftbuild.context import Context, StageRun
+from sftbuild.context import Context, StageRun, UserError
 from sftbuild.executor import WorkerFailure
 from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
@@ -28,6 +31,7 @@ from sftbuild.harvest.triton_extract import module_of
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, parse_files
 from sftbuild.record import Record
 
+ERRORS_REPORT = "reports/harvest_errors.json"  # under the workspace: the sources that failed the last harvest, and why
 MAX_FOREIGN_LAUNCHERS = 3  # launchers from other modules appended to one record
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
 
@@ -47,12 +51,15 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
             out += specs.parse_spec(spec, registry)
         except S.SourceError as e:
             errors[spec] = str(e)
-            ctx.echo(f"harvest: source {spec}: {e} (skipped; other sources continue)")
+            ctx.echo(f"harvest: source {spec or repr(spec)}: {e} (skipped; other sources continue)")
     return out
 
 
 def run(ctx: Context, sources: list[str] | None = None) -> dict:
     cfg = ctx.config.harvest
+    if not sources and not cfg.sources:
+        raise UserError("nothing to harvest: harvest.sources is empty in the config and no source was named "
+                        "on the command line (e.g. `sftbuild harvest torch-aten`)")
     stats: dict = {"sources": {}, "errors": {}}
     filters = F.configured(cfg.file_filters)
     chosen = resolve(ctx, list(sources or []), stats["errors"])
@@ -70,8 +77,13 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
                 stats["sources"][src.name] = h.kernels
                 for reason, n in sorted(h.skipped.items()):  # what it saw and did not keep, by reason
                     stats.setdefault("skipped", {})[f"{src.name} {reason}"] = n
+            except sqlite3.Error:
+                raise  # the store cannot be written (a full disk): no source can go on; the CLI says why
             except (S.SourceError, OSError) as e:
-                msg = str(e) + (" (this source needs the network)" if src.network else "")
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                network = src.network and not isinstance(e, S.SourceMissing)
+                msg = str(e) + (" (this source needs the network)" if network else "")
                 stats["errors"][src.name] = msg
                 ctx.echo(f"harvest: source {src.name}: {msg} (skipped; other sources continue)")
             except Exception as e:  # noqa: BLE001 - one malformed source never stops the others
@@ -86,8 +98,19 @@ def run(ctx: Context, sources: list[str] | None = None) -> dict:
         run.flush()
         # ... and so do those of a source that failed this time
         ctx.store.carry_results("harvest", run.chash, {s.name for s in chosen if s.name not in stats["errors"]})
+        _errors_report(ctx, stats["errors"])
         run.stats.update(stats)
     return run.stats
+
+
+def _errors_report(ctx: Context, errors: dict) -> None:
+    """ERRORS_REPORT: each source that failed this harvest, and why."""
+    path = ctx.workspace / ERRORS_REPORT
+    if not errors:
+        path.unlink(missing_ok=True)  # an earlier harvest's failures are not this one's
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(errors, indent=1, sort_keys=True))
 
 
 class Harvest:
@@ -154,6 +177,10 @@ class Harvest:
     def tree(self, tree: S.Tree) -> None:
         todo: list[tuple[str, Path]] = []
         for rel, path, link in S.walk(tree):
+            if link == S.NOT_UTF8:
+                if rel.endswith(("/", *CODE_EXT)):
+                    self.skip(rel, link, "the name is not UTF-8 text, so no record could name it")
+                continue
             if link:
                 self.skip(rel, link, "never followed")
                 if link == "symlink_outside_root":

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 
 from sftbuild.ops import Op, Tolerance, add
+from sftbuild.ops.fusion_sizes import (  # noqa: F401  (re-exported)
+    FUSION_BATCH, FUSION_CHANNELS, FUSION_DTYPES, FUSION_FEATURES, FUSION_HEAD_DIM, FUSION_SEQ, FUSION_SPATIAL)
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                 "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "int8": torch.int8}
@@ -62,15 +64,3 @@ def unary(name, en, zh, ref, scale=3.0, offset=0.0, tol=None, lo=None, hi=None, 
     return define(name, "elementwise", en, zh, ref, inputs, FLAT_POOL,
                   {"inputs": ["x: [n]"], "outputs": ["y: [n]"]}, "unary",
                   layouts=("contiguous", "sliced"), tolerance=tol or Tolerance(), values=values)
-
-
-
-# Generated fusion programs (sftbuild.harvest.catalog.fusions) draw their sizes and dtypes from these:
-# moderate sizes, so a program's reference runs in milliseconds on a GPU and well under a second on a CPU.
-FUSION_BATCH = [2, 4, 8, 16, 32, 64, 128]
-FUSION_FEATURES = [64, 96, 128, 192, 256, 320, 384, 512, 768, 1024]
-FUSION_CHANNELS = [3, 8, 16, 24, 32, 48, 64]
-FUSION_SPATIAL = [8, 12, 16, 24, 28, 32]
-FUSION_SEQ = [16, 32, 64, 96, 128, 256]
-FUSION_HEAD_DIM = [16, 32, 64]
-FUSION_DTYPES = ["float32", "float32", "float32", "float32", "bfloat16", "float16"]  # float32 dominates

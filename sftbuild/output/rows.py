@@ -3,8 +3,10 @@
 A `Sample` is one record on its way out: its code byte for byte as validated, its
 instructions, the validate stage's payload and environment, and its review row. `meta`
 gives the columns every row of every table carries (id, language, op or program, source,
-licence, validation summary, review verdict), with fixed `datasets` features so that every
-parquet file has the same schema whether or not a value is known.
+licence, validation summary, review verdict), with a fixed schema so that every parquet file
+has the same one whether or not a value is known. Schemas are written as plain type names
+("string", "int64", nested dicts and one-item lists) and become `datasets` features only when
+a table is written (`to_features`), so listing the exporters never imports `datasets`.
 
 Splits: `train` holds records whose correctness was checked on a GPU; `cpu_interpreter`
 holds records checked only in the CPU Triton interpreter (exported only when
@@ -15,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 from typing import Any
-
-import datasets
+from urllib.parse import unquote
 
 from sftbuild.record import Record
 
@@ -25,22 +28,19 @@ SPLITS = ("train", "cpu_interpreter", "unbound")
 ERRORS = ("max_abs", "max_rel", "norm_rel")
 
 VALIDATION = {
-    "where": datasets.Value("string"),  # "gpu" or "cpu_interpreter"
-    "gpu": datasets.Value("string"), "driver": datasets.Value("string"), "cuda": datasets.Value("string"),
-    "torch": datasets.Value("string"), "triton": datasets.Value("string"), "nvcc": datasets.Value("string"),
-    "trials": datasets.Value("int64"), "shapes": datasets.Value("int64"), "dtypes": datasets.Value("string"),
-    **{f"worst_{k}": datasets.Value("float64") for k in ERRORS},
-    "speedup": datasets.Value("float64"),
+    "where": "string",  # "gpu" or "cpu_interpreter"
+    "gpu": "string", "driver": "string", "cuda": "string", "torch": "string", "triton": "string", "nvcc": "string",
+    "trials": "int64", "shapes": "int64", "dtypes": "string",
+    **{f"worst_{k}": "float64" for k in ERRORS},
+    "speedup": "float64",
 }
-REVIEW = {"sampled": datasets.Value("bool"), "verdict": datasets.Value("string"),
-          "reviewer": datasets.Value("string"), "reason": datasets.Value("string")}
+REVIEW = {"sampled": "bool", "verdict": "string", "reviewer": "string", "reason": "string"}
 META = {
-    "id": datasets.Value("string"), "language": datasets.Value("string"), "kernel": datasets.Value("string"),
-    "op": datasets.Value("string"), "program": datasets.Value("string"), "binding": datasets.Value("string"),
-    "source": datasets.Value("string"), "license": datasets.Value("string"), "url": datasets.Value("string"),
-    "path": datasets.Value("string"), "validation": VALIDATION, "review": REVIEW,
+    "id": "string", "language": "string", "kernel": "string", "op": "string", "program": "string",
+    "binding": "string", "source": "string", "license": "string", "url": "string", "path": "string",
+    "validation": VALIDATION, "review": REVIEW,
 }
-MESSAGE = [{"role": datasets.Value("string"), "content": datasets.Value("string")}]
+MESSAGE = [{"role": "string", "content": "string"}]
 
 
 @dataclasses.dataclass
@@ -61,6 +61,48 @@ class Sample:
     def prompt(self) -> str:
         """The one instruction an RLVR task shows: English and detailed where there is one."""
         return self.instructions.get("en:detailed") or next(iter(self.instructions.values()), "")
+
+
+@dataclasses.dataclass
+class LocalPaths:
+    """Rewrites the builder's own paths out of exported values, the code excepted (it is emitted as
+    validated): a path under a local source's root becomes relative to that root (the root itself,
+    its folder's name), one under the workspace relative to it, one under the home folder `~/...`;
+    a `file://` URL is no URL of the published row and becomes None."""
+
+    roots: list[tuple[str, str]]  # (absolute prefix, what stands for it), longest first
+
+    @classmethod
+    def of(cls, records, workspace) -> LocalPaths:
+        roots = {str(Path(workspace).absolute()): "", str(Path.home()): "~"}
+        for rec in records:
+            url = str(rec.provenance.get("url") or "")
+            for local in (url[len("file://"):] if url.startswith("file://") else "", rec.source):
+                if local.startswith("/") and len(local) > 1:
+                    roots[unquote(local).rstrip("/")] = Path(unquote(local)).name
+        roots.pop("/", None)
+        return cls(sorted(roots.items(), key=lambda kv: -len(kv[0])))
+
+    def __call__(self, value):
+        if isinstance(value, str):
+            for root, name in self.roots:
+                if root in value:  # the root as a whole path component, not the start of a longer name
+                    value = re.sub(re.escape(root) + r"(/|(?![\w.-]))",
+                                   lambda m: (name or ".") + m.group(1) if name or not m.group(1) else "", value)
+            return value
+        if isinstance(value, dict):
+            return {self(k): self(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        return value
+
+    def record(self, rec: Record) -> Record:
+        """The record as it is published: the same code and id, its other fields without local paths."""
+        prov = {k: v for k, v in rec.provenance.items() if k != "tree"}  # the workspace's copy of the source
+        if str(prov.get("url") or "").startswith("file://"):
+            prov["url"] = None
+        return dataclasses.replace(rec, source=self(rec.source), entry=self(rec.entry), binding=self(rec.binding),
+                                   provenance=self(prov))
 
 
 def where(payload: dict) -> str:
@@ -120,9 +162,22 @@ def task_json(sample: Sample) -> str:
                       sort_keys=True)
 
 
-def features(**columns) -> datasets.Features:
-    """The features of a table: its own columns, then the metadata every row carries."""
-    return datasets.Features({**columns, **META})
+def features(**columns) -> dict:
+    """The schema of a table: its own columns, then the metadata every row carries."""
+    return {**columns, **META}
+
+
+def to_features(schema):
+    """`datasets` features for a schema of type names, nested dicts and one-item lists."""
+    import datasets  # imported by the writing only: it brings pandas and torch (seconds)
+
+    def convert(x):
+        if isinstance(x, dict):
+            return {k: convert(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [convert(x[0])]
+        return datasets.Value(x)
+    return datasets.Features(convert(schema))
 
 
 def _language(rec: Record) -> str:

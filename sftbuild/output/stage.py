@@ -1,7 +1,7 @@
 """The export stage: a view of the store, swapped in whole, never emptier than the one it replaces.
 
-Each name in ``export.formats`` is an exporter plug-in (``sftbuild list exporter``). The
-defaults write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
+Every registered exporter plug-in runs (``sftbuild list exporter``), or those ``export.formats``
+names. The built-in ones write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
 
   data/<config>/<split>-00000-of-00001.parquet   one table per config, and as JSONL under jsonl/
     sft_messages           {"messages": [user, assistant]}           (TRL SFTTrainer, chat)
@@ -13,8 +13,9 @@ defaults write a folder ``datasets.load_dataset(DIR, CONFIG)`` reads as is:
   export.json              what this export holds (records and rows per config and split)
 
 Rules:
-- Only records that passed every stage, with their code byte for byte as validated; the
-  review gate must be open.
+- Only records that passed every stage, with their code byte for byte as validated, by this
+  validator: a verdict stored under other checks, templates, tables or project version than this
+  code's refuses the whole export, naming how many and `sftbuild validate`; the review gate must be open.
 - Splits: `train` (correctness checked on a GPU); records checked only in the CPU
   interpreter are left out, or exported as split `cpu_interpreter` with
   ``export.interpreter_only: split``; unbound records only with ``export.include_unbound``,
@@ -35,19 +36,22 @@ import ctypes
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
-from sftbuild.context import Context, StageRun, UserError, Waiting
+from sftbuild.context import Context, StageRun, UserError, Waiting, stale
 from sftbuild.output import summary
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter
-from sftbuild.output.rows import Sample, bound, where
+from sftbuild.output.rows import LocalPaths, Sample, bound, where
 from sftbuild.review.stage import gate
 
 MANIFEST = "export.json"
 
 
 def selected(formats: list[str]) -> list[Exporter]:
-    """The exporters `export.formats` names, in their run order; an unknown name is a user error."""
+    """The exporters `export.formats` names (none: every registered one), in their run order; an unknown
+    name is a user error."""
+    formats = formats or EXPORTERS.names()
     unknown = [f for f in formats if f not in EXPORTERS]
     if unknown:
         raise UserError(f"export.formats: unknown exporter {unknown[0]!r} (known: {', '.join(EXPORTERS.names())})")
@@ -62,18 +66,12 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
 
         hub.check(push_to_hub)
     out_dir = _out_dir(ctx)  # a folder that cannot be written is said before anything else
-    blocked = gate(ctx)
-    if blocked:
-        raise Waiting(f"waiting for review: {blocked}")
-    records = ctx.store.alive("export")
-    samples, left_out = _samples(ctx, records)
-    if not samples:  # `sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops
-        raise Waiting(_why_empty(ctx, left_out))
+    records, samples, left_out = _ready(ctx)
     before = previous_records(out_dir)
     if len(samples) < before and not force:
         raise UserError(f"this export has {len(samples)} records, fewer than the {before} in {out_dir}; "
                         "rerun with --force to replace it")
-    conf = {"formats": cfg.formats, "out_dir": str(out_dir), "interpreter_only": cfg.interpreter_only,
+    conf = {"formats": [e.name for e in exporters], "out_dir": str(out_dir), "interpreter_only": cfg.interpreter_only,
             "include_unbound": cfg.include_unbound}
     with StageRun(ctx, "export", conf, extra_key=sorted(r.id for r in records)) as run:
         for s in samples:
@@ -84,7 +82,8 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
         excluded: dict[str, int] = {}
         for reason in left_out.values():
             excluded[reason] = excluded.get(reason, 0) + 1
-        batch = Batch(samples, ctx.store, funnel=ctx.store.funnel(), excluded=excluded,
+        batch = Batch(samples, ctx.store, funnel=LocalPaths.of(records, ctx.workspace)(ctx.store.funnel()),
+                      excluded=excluded,
                       review=summary.review(ctx.store, ctx.config.review.confidence))
         tmp = _fresh(out_dir.with_name(f".{out_dir.name}.new"))
         try:
@@ -106,14 +105,43 @@ def run(ctx: Context, force: bool = False, push_to_hub: str | None = None) -> di
     return run.stats
 
 
+def waits(ctx: Context) -> str | None:
+    """Why `sftbuild export` would refuse now (the review gate, nothing to export), or None: what
+    `review status` calls the export gate."""
+    try:
+        _ready(ctx)
+    except Waiting as e:
+        return str(e)
+    return None
+
+
+def _ready(ctx: Context) -> tuple[list, list[Sample], dict[str, str]]:
+    """The records, samples and left-out records of an export that may run; else Waiting says why
+    (`sftbuild export` exits non-zero with the sentence; `sftbuild run` prints it and stops)."""
+    blocked = gate(ctx)
+    if blocked:
+        raise Waiting(f"waiting for review: {blocked}")
+    records = ctx.store.alive("export")
+    older, what = stale(ctx.store, "validate")
+    older &= {r.id for r in records}
+    if older:  # nothing partial: the verdicts of this validator, or no export
+        raise Waiting(f"{len(older)} verdicts were given by an older validator ({'; '.join(what)}): run "
+                      f"`sftbuild validate` to check those records again, then export; nothing was exported")
+    samples, left_out = _samples(ctx, records)
+    if not samples:
+        raise Waiting(_why_empty(ctx, left_out))
+    return records, samples, left_out
+
+
 def _samples(ctx: Context, records) -> tuple[list[Sample], dict[str, str]]:
     """The samples to write, each with its split, and the records left out with the reason."""
     cfg = ctx.config.export
     describe = ctx.store.results_for("describe")
     validate = ctx.store.results_for("validate")
     reviews = {r["record_id"]: r for r in ctx.store.review_rows()}
+    local = LocalPaths.of(records, ctx.workspace)
     samples, left_out = [], {}
-    for rec in records:
+    for rec in map(local.record, records):
         payload = validate.get(rec.id, {}).get("payload") or {}
         if not bound(rec) and not cfg.include_unbound:
             left_out[rec.id] = "unbound"
@@ -160,6 +188,10 @@ def _out_dir(ctx: Context) -> Path:
         raise UserError(f"export.out_dir {out}: cannot create its parent folder ({e.strerror or e})") from e
     if not os.access(out.parent, os.W_OK):
         raise UserError(f"export.out_dir {out}: its folder {out.parent} is not writable")
+    try:  # /proc and /sys pass the access check and refuse the folder itself
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe", dir=out.parent))
+    except OSError as e:
+        raise UserError(f"export.out_dir {out}: nothing can be written in {out.parent} ({e.strerror or e})") from e
     aside = out.with_name(out.name + ".old")
     if not out.exists() and aside.is_dir():  # a swap killed between its two renames: put the old one back
         os.rename(aside, out)

@@ -120,8 +120,9 @@ def listing(ctx: Context, retired: bool = False) -> list[dict]:
     return out
 
 
-def status(ctx: Context) -> dict:
-    """Progress, what the sample proves so far, and reviewer agreement on doubly reviewed records."""
+def status(ctx: Context, export_waits=gate) -> dict:
+    """Progress, what the sample proves so far, and reviewer agreement on doubly reviewed records;
+    `export_waits(ctx)`: why export would refuse now, or None (the CLI passes export's own answer)."""
     cfg = ctx.config.review
     if ctx.store.stage_config("review") is None:
         raise UserError("no review sample yet: run `sftbuild review sample` first")
@@ -149,7 +150,7 @@ def status(ctx: Context) -> dict:
             "reasons": reasons, "reviewers": sorted({v["reviewer"] for vs in votes.values() for v in vs}),
             "proves": sample.statement(len(rows), population, rejects, len(decided), cfg.defect_rate,
                                        cfg.confidence),
-            "gate": gate(ctx) or "open: export may run"}
+            "gate": export_waits(ctx) or "open: export may run"}
 
 
 def status_lines(st: dict) -> list[str]:

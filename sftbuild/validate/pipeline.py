@@ -66,11 +66,13 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
             yield rec, "dropped", f.reason, {"static": [dataclasses.asdict(x) for x in findings[:8]],
                                              "detail": f"{f.check}: {f.detail}"}
             continue
-        if rec.language == "triton" and not rec.binding:
-            # the bind stage (probing included) has had its say: keep its reason
-            why = rec.unbound or (rec.entry or {}).get("unbound") or ("no entry point launches its kernels"
-                                                       if not (rec.entry or {}).get("entry_points") else
-                                                       "not probed yet")
+        if not rec.binding:
+            # the bind stage (probing included) has had its say: keep its reason; with nothing to check
+            # it against, a compile would only delay the drop
+            why = rec.unbound or (rec.entry or {}).get("unbound") or (
+                "not bound yet (`sftbuild bind`)" if rec.language != "triton" else
+                "no entry point launches its kernels" if not (rec.entry or {}).get("entry_points") else
+                "not probed yet")
             yield rec, "dropped", "unbound", {"detail": why if isinstance(why, str) else str(why)}
             continue
         todo.append(rec)

@@ -9,7 +9,7 @@ Outcome per record (status, reason):
   dropped cheat | forbidden_call | bad_launch     static or run-time cheat detection
   dropped compile_error   nvcc or Triton failed; compile_timeout past the limit
   dropped resources       registers, spills, shared memory or stack over the limits
-  dropped unbound         compiles, but nothing to check it against
+  dropped unbound         nothing to check it against (dropped before the compile, with bind's reason)
   dropped incorrect | uninformative | memcheck | cuda_error | illegal_address | timeout | crash | too_slow
   dropped out_of_bounds   a write changed a guard region, or the result depended on one's contents
   dropped racecheck | synccheck   compute-sanitizer's finding on shared-memory code (sampled with memcheck)
@@ -56,10 +56,10 @@ def run(ctx: Context) -> dict:
         counted = {**dict.fromkeys(run.done(("dropped",)), "dropped"), **dict.fromkeys(run.done(("ok",)), "ok")}
         # a record waiting (for a GPU, or behind its cluster's representative) is looked at again
         todo = [r.id for r in alive if r.id not in counted]
-        rounds = Rounds(ctx.store.clusters(), todo, {k: v for k, v in counted.items() if k in by_id})
         # results are keyed by content, so workspaces may share one cache (the test suite does)
         cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or str((ctx.workspace / "cache" / "compile").resolve())
-        while batch := rounds.next():
+
+        def check(batch):
             for rec, status, reason, payload in pipeline.validate([by_id[i] for i in batch], cfg, ctx.executor,
                                                                   cache, nvcc):
                 env = {**environment(), **(payload.get("env") or {})}
@@ -68,7 +68,17 @@ def run(ctx: Context) -> dict:
                                       detail={**payload, "tried": _tried(payload)},
                                       binding_key=key_of(rec.binding))
                 run.count(status, reason)
-                rounds.record(rec.id, status)
+                yield rec.id, status
+
+        # unbound records first, all at once: dropped without a compile, so no cluster spends rounds on them
+        unbound = [i for i in todo if not by_id[i].binding]
+        if unbound:
+            counted.update(check(unbound))
+            todo = [i for i in todo if i not in counted]
+        rounds = Rounds(ctx.store.clusters(), todo, {k: v for k, v in counted.items() if k in by_id})
+        while batch := rounds.next():
+            for rid, status in check(batch):
+                rounds.record(rid, status)
         for rid, payload in rounds.held().items():
             run.put(rid, "waiting", "duplicate", payload, binding_key=key_of(by_id[rid].binding))
     return run.stats

@@ -69,9 +69,11 @@ def test_bind_stage_binds_what_it_can_says_why_not_and_resumes(ctx, tmp_path):
                                                                                        "op": "mul"}],
                                           include="*.cu*")])
     stats = run(ctx, "bind")
-    assert stats["bound"] >= 1 and stats["unbound"] >= 1
-    # the summary counts the records handled, each either bound or unbound (no `ok=` beside `unbound=`)
-    assert "ok" not in stats and stats["records"] == stats["bound"] + stats.get("bound_by_harvest", 0) + \
+    assert stats["bound"]["inferred"] >= 1 and stats["unbound"] >= 1
+    # the summary counts the records handled, each either bound or unbound (no `ok=` beside `unbound=`), the
+    # bound ones by how, as `sftbuild status` names them
+    assert stats["bound"]["declared"] == 1 and set(stats["bound"]) == set(ctx.store.funnel()["bindings"]["bound"])
+    assert "ok" not in stats and stats["records"] == sum(stats["bound"].values()) + \
         stats["unbound"] == len(ctx.store.alive("bind"))
     sq = by_name(ctx, "square_kernel")
     assert sq.binding["how"] == "inferred" and sq.binding["by"] == "inferred" and sq.binding["op"] == "square"
@@ -193,7 +195,7 @@ def test_a_running_binder_probes_in_a_sandbox_and_keeps_its_evidence(make_ctx, f
     ctx.store.set_stage_config("harvest", "h", {})
     ctx.store.put_results([(r.id, "harvest", "h", "ok", None, None) for r in recs])
     stats = run(ctx, "bind")
-    assert stats.get("bound") == 1 and stats.get("unbound") == 1, [ctx.store.get(r.id).unbound for r in recs]
+    assert stats.get("bound") == {"probed": 1} and stats.get("unbound") == 1, [ctx.store.get(r.id).unbound for r in recs]
     good, bad = (ctx.store.get(r.id) for r in recs)
     assert good.binding["how"] == "probed" and good.binding["by"] == "fake_probe" and good.binding["op"] == "relu"
     assert good.binding["call"]["entry"] == "relu_kernel"  # the launch contract travels to validate
@@ -216,6 +218,7 @@ def test_bindings_command_lists_how_evidence_and_reasons(ctx, tmp_path):
     out = CliRunner().invoke(main, ["bindings", "-w", ws])
     assert out.exit_code == 0, out.output
     lines = {ln.split()[1]: ln for ln in out.output.splitlines()}
+    assert out.output.splitlines()[0].split()[:4] == ["id", "kernel", "target", "how"]
     assert "declared" in lines["scale_kernel"] and "mul" in lines["scale_kernel"]
     assert "inferred" in lines["square_kernel"] and "square" in lines["square_kernel"]
     assert "unbound" in lines["pair_kernel"] and "no binder found a binding" in lines["pair_kernel"]
@@ -223,6 +226,8 @@ def test_bindings_command_lists_how_evidence_and_reasons(ctx, tmp_path):
                                                                "--json"]).output.splitlines()]
     assert rows and all(r["how"] == "unbound" and r["reason"] for r in rows)
     assert "pair_kernel" in {r["kernel"] for r in rows}
+    none = CliRunner().invoke(main, ["bindings", "-w", ws, "--how", "package_reference"])
+    assert none.output == "no binding: no record is bound as 'package_reference'\n"
     bad = CliRunner().invoke(main, ["bindings", "-w", ws, "--how", "guessed"])
     assert bad.exit_code != 0 and "expected one of" in bad.output and "Traceback" not in bad.output
     status = CliRunner().invoke(main, ["status", "-w", ws])

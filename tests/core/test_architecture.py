@@ -28,11 +28,13 @@ def test_stage_commands_start_without_torch():
     """Every stage's module, the validator's pipeline and the plug-in registries import without torch
     (2 s a start): a command with nothing for the op registry to do (dedupe, export, a stage whose
     records are all done, validate's compile gates) never loads it; the registry and the references
-    import it where a record needs them."""
+    import it where a record needs them. `sftbuild list` loads every plug-in without torch or datasets
+    (10 s before)."""
     mods = ["sftbuild.cli", "sftbuild.ops", "sftbuild.ops.binders", "sftbuild.validate.pipeline",
             *(s.module for s in stages.STAGES), *(s.first for s in stages.STAGES if s.first)]
     code = (f"import sys\nfor m in {mods!r}: __import__(m)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])")
+            "from sftbuild import plugins\nplugins.describe(None)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'datasets'))[:3])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
@@ -128,3 +130,13 @@ def test_a_key_that_became_a_plugin_parameter_says_where_it_went(tmp_path):
     p.write_text("dedupe: {min_tokens: 40}")
     with pytest.raises(C.ConfigError, match=r"moved to dedupe\.filters\.too_simple\.min_tokens"):
         C.load(p)
+
+
+def test_the_readme_install_works_on_a_plain_machine():
+    """The first command takes torch's CPU build from PyTorch's public index (PyPI's Linux torch is the CUDA
+    build), and the project's own install brings Triton, which runs Triton kernels without a GPU."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    first = (ROOT / "README.md").read_text().split("```bash\n", 1)[1].splitlines()[0]
+    assert "https://download.pytorch.org/whl/cpu" in first and first.endswith("sftbuild run")
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("triton") and "linux" in d for d in deps), deps

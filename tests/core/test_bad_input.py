@@ -8,6 +8,7 @@ Every case runs the real command line in this process; one runs it as a subproce
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -83,6 +84,11 @@ CONFIG_CASES = [
     ("file_not_mapping", "[1, 2]", ["config", "a mapping"]),
     ("invalid_yaml", "validate: [unclosed", ["not valid YAML"]),
     ("sources_not_list", "harvest: {sources: torch-aten}", ["harvest.sources", "a list"]),
+    ("section_twice", "executor: {gpus: none}\nvalidate: {timing: false}\nexecutor: {cpu_workers: 1}",
+     ["'executor'", "twice", "lines 1 and 3"]),
+    ("key_twice_in_a_section", "validate: {timing: false, timing: true}", ["'timing'", "twice", "line 1"]),
+    ("source_empty", "harvest: {sources: ['']}", ["harvest.sources", "non-empty", "''"]),
+    ("registry_blank", "harvest: {registries: ['  ']}", ["harvest.registries", "non-empty"]),
 ]
 
 
@@ -161,6 +167,10 @@ def test_a_bad_option_is_one_sentence(ws, args, words):
     assert_refused(_invoke([*args, "-w", ws]), words)
 
 
+def test_review_without_a_command_draws_no_sample():
+    assert_refused(_invoke(["review"]), ["`sftbuild review` needs a command", "sample", "status", "draws the sample"])
+
+
 # ---- workspaces ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", [["status"], ["describe"], ["validate"], ["review", "status"], ["export"],
                                      ["bindings"], ["review", "list"], ["dedupe"], ["bind"]])
@@ -216,9 +226,149 @@ def test_read_only_workspace(tmp_path):
         p.chmod(0o400)
     ws.chmod(0o500)
     try:
-        assert_refused(_invoke(["status", "-w", ws]), ["not writable", str(ws)])
+        assert _invoke(["status", "-w", ws]).exit_code == 0
+        assert_refused(_invoke(["describe", "-w", ws]), ["not writable", str(ws), "status"])
     finally:
         ws.chmod(0o700)
+
+
+def _in_mount_namespace(script: str, timeout=120) -> subprocess.CompletedProcess:
+    """`script` (sh) in a private mount namespace, as root there; skips where none can be had."""
+    pre = ["unshare", "--mount"] if ROOT else ["unshare", "--user", "--map-root-user", "--mount"]
+    probe = subprocess.run([*pre, "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here: {probe.stderr.decode()[:200]}")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
+    return subprocess.run([*pre, "sh", "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _harvested(ws: Path) -> None:
+    assert _invoke(["harvest", "-q", "-w", ws, "-c", _light(ws.parent), GOOD_CU.parent]).exit_code == 0
+
+
+def test_a_read_only_workspace_is_inspected_and_only_writes_are_refused(tmp_path):
+    """A read-only mount: root cannot write there either. Reading commands work; a stage says why not."""
+    ws = tmp_path / "ws"
+    _harvested(ws)
+    before = (ws / "sftbuild.db").read_bytes()
+    cli = f"{sys.executable} -m sftbuild.cli"
+    reads = ["status", "bindings", "review status", "review list", "review show zz"]
+    script = (f"mount --bind {ws} {ws} && mount -o remount,bind,ro {ws} || exit 99\n"
+              + "".join(f"echo '== {c}'; {cli} {c} -w {ws}; echo rc=$?\n" for c in [*reads, "describe"]))
+    out = _in_mount_namespace(script)
+    if out.returncode == 99:
+        pytest.skip("no read-only bind mount here")
+    said = dict(part.split("\n", 1) for part in out.stdout.split("== ")[1:])
+    err = out.stderr
+    assert "Traceback" not in out.stdout + err, err
+    assert said["status"].startswith("records: 6") and said["status"].endswith("rc=0\n"), said
+    assert said["bindings"] == "no binding: none stored yet; `sftbuild bind` binds what harvest did not\nrc=0\n"
+    assert "no review sample yet" in said["review list"] and said["review list"].endswith("rc=0\n"), said
+    assert all(said[c].endswith("rc=1\n") for c in ("review status", "review show zz", "describe")), said
+    errors = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert errors == ["Error: no review sample yet: run `sftbuild review sample` first",
+                      "Error: no record matches 'zz'",
+                      f"Error: the workspace {ws} is not writable: this command records its run there "
+                      "(status, bindings and review status, list and show only read it)"], err
+    assert (ws / "sftbuild.db").read_bytes() == before
+
+
+def test_a_full_disk_is_one_sentence_and_the_harvest_resumes(tmp_path):
+    """A real full disk: a tmpfs holds the new store, then a file fills it to 64 KB of the end."""
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    kept = tmp_path / "kept"
+    cli = f"{sys.executable} -m sftbuild.cli harvest -q -w {tiny / 'ws'} -c {_light(tmp_path)} {GOOD_CU.parent}"
+    out = _in_mount_namespace(
+        f"mount -t tmpfs -o size=1m tmpfs {tiny} || exit 99\n"
+        f"{sys.executable} -c 'from sftbuild.store import Store; Store(\"{tiny / 'ws'}\").close()' || exit 98\n"
+        f"head -c $(( $(df --output=avail -B1 {tiny} | tail -1) - 65536 )) /dev/zero > {tiny / 'filler'}\n"
+        f"{cli}; rc=$?; cp -a {tiny / 'ws'} {kept}; exit $rc")
+    if out.returncode == 99:
+        pytest.skip("no tmpfs mount here")
+    assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"Error: the disk holding the workspace {tiny / 'ws'} is full: what was done so far is kept; free some "
+        f"space and run the command again to resume")
+    store = Store(kept)
+    try:
+        assert store.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert [m["finished"] for m in store.manifests()] in ([], [None])  # nothing claims to have finished
+    finally:
+        store.close()
+    r = _invoke(["harvest", "-q", "-w", kept, "-c", _light(tmp_path), GOOD_CU.parent])
+    assert r.exit_code == 0 and "harvest: dropped:trivial=1, ok=5" in r.output, r.output
+    store = Store(kept)
+    try:
+        assert store.count_records() == 6 and store.manifests()[-1]["finished"]
+        assert all(m["finished"] or m["stats"]["interrupted"] for m in store.manifests())
+    finally:
+        store.close()
+
+
+def test_a_store_that_fills_mid_stage_marks_its_run_interrupted(tmp_path, monkeypatch):
+    """SQLite's own limit on the store's size fails as a full disk does, at the stage's first write."""
+    ws = tmp_path / "ws"
+    Store(ws).close()
+    opened = Store.__init__
+
+    def capped(self, *a, **k):
+        opened(self, *a, **k)
+        self.db.execute(f"PRAGMA max_page_count={self.db.execute('PRAGMA page_count').fetchone()[0]}")
+    monkeypatch.setattr(Store, "__init__", capped)
+    r = _invoke(["harvest", "-q", "-w", ws, "-c", _light(tmp_path), GOOD_CU.parent])
+    assert_refused(r, ["the disk holding the workspace", "is full", "run the command again"])
+    monkeypatch.undo()
+    store = Store(ws)
+    try:
+        (m,) = store.manifests()
+        assert m["finished"] is None and "full" in m["stats"]["interrupted"]
+        assert store.db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        store.close()
+
+
+def test_a_second_run_on_a_busy_workspace_is_refused_with_who_runs(tmp_path):
+    ws = tmp_path / "ws"
+    _harvested(ws)
+    running = Store(ws)
+    try:
+        running.lock("validate")
+        run_id = running.start_run("validate", "h", {}, {})
+        for command in (["validate"], ["harvest", GOOD_CU.parent], ["run"], ["review", "sample"], ["export"]):
+            r = _invoke([*command, "-q", "-w", ws, "-c", _light(tmp_path)])
+            assert_refused(r, ["another sftbuild run is writing to the workspace", f"pid {os.getpid()}",
+                               "`sftbuild validate`", "since"])
+        r = _invoke(["status", "-w", ws])
+        assert r.exit_code == 0 and r.output.startswith(f"running: `sftbuild validate` (pid {os.getpid()}, since ")
+        assert "now in validate" in r.output.splitlines()[0]
+    finally:
+        running.close()  # as a kill would: the lock goes with the process
+    r = _invoke(["status", "-w", ws])
+    assert r.output.startswith(f"interrupted: validate run {run_id} ")
+    r = _invoke(["describe", "-q", "-w", ws, "-c", _light(tmp_path)])  # takes the lock: the dead run is marked
+    assert r.exit_code == 0, r.output
+    store = Store(ws)
+    try:
+        assert store.manifests()[run_id - 1]["stats"] == {
+            "interrupted": "the run was killed or lost its machine before it finished"}
+        assert store.lock_holder() is None
+    finally:
+        store.close()
+
+
+def test_a_workspace_lock_that_cannot_be_opened(tmp_path):
+    ws = tmp_path / "ws"
+    Store(ws).close()
+    (ws / "run.lock").mkdir()
+    assert_refused(_invoke(["describe", "-q", "-w", ws]), ["the workspace lock", "run.lock", "cannot be opened"])
+
+
+@pytest.mark.parametrize("prefix", ["%", "_", "%%", "\\", "'"])
+def test_a_record_prefix_is_text_not_a_pattern(tmp_path, prefix):
+    ws = tmp_path / "ws"
+    _harvested(ws)
+    assert_refused(_invoke(["review", "show", prefix, "-w", ws]), ["no record matches", repr(prefix)])
 
 
 def test_export_dir_that_is_a_file(tmp_path, ws):
@@ -235,6 +385,15 @@ def test_export_dir_that_cannot_be_created(tmp_path, ws):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"export: {{out_dir: {blocker / 'sub' / 'out'}}}\n")
     assert_refused(_invoke(["export", "-q", "-w", ws, "-c", cfg]), ["export.out_dir", "cannot create"])
+
+
+@pytest.mark.parametrize("out", ["/proc/sftbuild-export", "/sys/sftbuild-export", "/proc/self/export"])
+def test_export_dir_in_a_kernel_file_system(tmp_path, ws, out):
+    if not Path(out).parent.is_dir():
+        pytest.skip(f"no {Path(out).parent} here")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"export: {{out_dir: {out}}}\n")
+    assert_refused(_invoke(["export", "-q", "-w", ws, "-c", cfg]), ["export.out_dir", out])
 
 
 # ---- sources -------------------------------------------------------------------------------------------
@@ -383,7 +542,10 @@ def test_bad_sources_are_reported_and_the_good_ones_around_them_are_harvested(tm
     specs = [bad[0], DATA / "cuda_tree", *bad[1:6], linked, *bad[6:], DATA / "triton_src"]
     ws = tmp_path / "ws"
     r = _invoke(["harvest", "-q", "-w", ws, "-c", _light(tmp_path), *specs])
-    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    # the good ones are harvested, and the command still fails, saying how many did not and where they are listed
+    assert_refused(r, [f"{len(bad)} of {len(specs)} sources could not be harvested", "harvest_errors.json",
+                       "the other 3 were harvested"])
+    assert set(json.loads((ws / "reports" / "harvest_errors.json").read_text())) == {str(b) for b in bad}
     for spec, (_, words) in zip(bad, SOURCES):
         said = [line for line in r.output.splitlines() if line.startswith(f"harvest: source {spec}:")]
         assert len(said) == 1 and all(w in said[0] for w in words), (spec, r.output)
@@ -400,6 +562,48 @@ def test_bad_sources_are_reported_and_the_good_ones_around_them_are_harvested(tm
         assert set(manifest["stats"]["errors"]) == {str(b) for b in bad}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("command", [["harvest"], ["run"]])
+def test_no_source_configured_and_none_named(tmp_path, command):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(LIGHT + "harvest: {sources: []}\n")
+    assert_refused(_invoke([*command, "-q", "-w", tmp_path / "ws", "-c", cfg]),
+                   ["nothing to harvest", "harvest.sources is empty"])
+
+
+def test_a_source_named_by_an_empty_string(tmp_path):
+    r = _invoke(["harvest", "-q", "-w", tmp_path / "ws", "-c", _light(tmp_path), ""])
+    assert_refused(r, ["no source could be harvested"])
+    assert "a source named by an empty string is refused" in r.output
+
+
+def test_a_registry_folder_with_an_empty_location(tmp_path):
+    reg = tmp_path / "reg.yaml"
+    reg.write_text("sources:\n  - name: mine\n    kind: dir\n    location: ''\n")
+    r = _invoke(["harvest", "-q", "-w", tmp_path / "ws", "-c", _light(tmp_path), reg])
+    assert_refused(r, ["no source could be harvested"])
+    assert "source 'mine': its location is empty" in r.output
+
+
+def test_a_registry_with_a_key_written_twice(tmp_path):
+    reg = tmp_path / "reg.yaml"
+    reg.write_text(f"sources:\n  - name: mine\n    kind: dir\n    location: {DATA / 'cuda_tree'}\n"
+                   f"    kind: git\n")
+    r = _invoke(["harvest", "-q", "-w", tmp_path / "ws", "-c", _light(tmp_path), reg])
+    assert_refused(r, ["no source could be harvested"])
+    assert "key 'kind' is written twice (lines 3 and 5)" in r.output
+
+
+def test_a_file_name_that_is_not_utf8_is_a_skip_row(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.cu").write_bytes(GOOD_CU.read_bytes())
+    with open(os.path.join(os.fsencode(src), b"bad\xff.cu"), "wb") as f:
+        f.write(GOOD_CU.read_bytes())
+    ws = tmp_path / "ws"
+    r = _invoke(["harvest", "-q", "-w", ws, "-c", _light(tmp_path), src])
+    assert r.exit_code == 0 and "Traceback" not in r.output and "not_utf8_name=1" in r.output, r.output
 
 
 def test_a_bad_input_exits_cleanly_as_a_process(tmp_path):

@@ -4,6 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from sftbuild.cli import main
+from sftbuild.context import producers
 from sftbuild.record import Record
 from sftbuild.store import Store
 
@@ -59,14 +60,14 @@ def test_a_stage_command_prepares_its_records_and_says_when_it_has_nothing_to_do
 
 
 def _pipeline_store(ws, n=20):
-    """A store where n records passed harvest..dedupe, as if the stages had run."""
+    """A store where n records passed harvest..dedupe, as if the stages had run (with this code)."""
     s = Store(ws)
     recs = [Record(language="cuda", code=f"__global__ void k{i}(float* x) {{ x[0] = {i}; }}\n", source="src",
                    entry={"kernels": [f"k{i}"]}, binding={"op": "relu" if i % 2 else "exp"},
                    provenance={"license": "MIT", "path": f"f{i}.cu"}) for i in range(n)]
     s.add_records(recs)
     for stage in ("harvest", "bind", "describe", "validate", "dedupe"):
-        s.set_stage_config(stage, "c", {})
+        s.set_stage_config(stage, "c", {}, producers(stage))
         payload = {"instructions": {"en:brief": f"Write k{{}}", "zh:brief": "实现"}} if stage == "describe" else \
             {"env": {"gpu": "test GPU"}} if stage == "validate" else {}
         s.put_results([(r.id, stage, "c", "ok", None, payload) for r in recs])
@@ -101,6 +102,22 @@ def test_review_gate_blocks_export_until_every_verdict(tmp_path):
     assert all(row["output"] == by_id[row["id"]] for row in rows)  # byte-exact code
     assert (out / "README.md").read_text().count("## Funnel") == 1
     assert (out / "data" / "rlvr_verl" / "train-00000-of-00001.parquet").exists()
+
+
+def test_review_status_gate_is_what_export_says(tmp_path):
+    """The sample passed, but the records were checked only in the CPU interpreter: both refuse alike."""
+    ws = str(tmp_path / "ws")
+    recs = _pipeline_store(ws, 4)
+    s = Store(ws)
+    s.put_results([(r.id, "validate", "c", "ok", None, {}) for r in recs])  # no GPU in the payload
+    s.close()
+    assert invoke("review", "sample", "-q", "-w", ws).exit_code == 0
+    for r in recs:
+        assert invoke("review", "verdict", r.id, "accept", "--reviewer", "r1", "-w", ws).exit_code == 0
+    refused = invoke("export", "-q", "-w", ws)
+    assert refused.exit_code != 0 and "CPU Triton interpreter" in refused.output
+    gate = [ln for ln in invoke("review", "status", "-w", ws).output.splitlines() if ln.startswith("export gate:")]
+    assert gate == [f"export gate: {refused.output.strip().removeprefix('Error: ')}"]
 
 
 def test_review_sample_is_seeded(tmp_path):

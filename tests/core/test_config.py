@@ -49,3 +49,12 @@ def test_values_are_typed(tmp_path):
     p.write_text(yaml.safe_dump({"validate": {"max_slowdown": 1.5, "shapes": 4}, "harvest": {"sources": ["a"]}}))
     cfg = C.load(p)
     assert cfg.validate.max_slowdown == 1.5 and cfg.validate.shapes == 4 and cfg.harvest.sources == ["a"]
+
+
+def test_a_key_written_twice_is_refused_anchors_and_merges_are_not(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("harvest:\n  min_kernel_lines: 5\nvalidate: {timing: false}\nharvest:\n  seed: 3\n")
+    with pytest.raises(C.ConfigError, match=r"key 'harvest' is written twice \(lines 1 and 4\)"):
+        C.load(p)
+    assert C.load_yaml("a: &b {x: 1, y: 2}\nc: {<<: *b, y: 3}\n") == {"a": {"x": 1, "y": 2}, "c": {"x": 1, "y": 3}}
+    assert C.load_yaml("{1: a, '1': b}") == {1: "a", "1": "b"}  # an int key and a string key differ

@@ -124,7 +124,7 @@ TECHNIQUES = {"shared_memory", "warp_shuffle", "vectorized_access", "tensor_core
 
 def test_describers_are_listed_and_read_their_own_phrases_back():
     listed = {name: summary for kind, name, summary in plugins.describe("describer")}
-    assert set(listed) == TECHNIQUES and all(listed.values())
+    assert set(listed) >= TECHNIQUES and all(listed.values())
     for d in DESCRIBERS:
         for lang in ("en", "zh"):
             # each phrase is claimed as its own technique and as no other

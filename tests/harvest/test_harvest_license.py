@@ -275,3 +275,45 @@ def test_real_wheels_metadata(tmp_path, whl, spdx):
         z.extractall(tmp_path, [m for m in z.namelist() if ".dist-info/" in m])
     assert L.package_licenses(tmp_path) == [("", spdx)]
 
+
+
+def test_a_licence_added_later_reaches_the_record_and_dedupe(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from sftbuild.cli import main
+    from sftbuild.store import Store
+
+    d = tmp_path / "pkg"
+    d.mkdir()
+    (d / "scale.cu").write_text("__global__ void scale_kernel(float* y, const float* x, int n) {\n"
+                                "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                "  if (i < n) {\n    y[i] = 3.0f * x[i];\n  }\n}\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("executor: {cpu_workers: 1, gpus: none}\n")
+    ws = tmp_path / "ws"
+
+    def cli(*args):
+        r = CliRunner().invoke(main, [*args, "-q", "-w", str(ws), "-c", str(cfg)])
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    def stored():
+        store = Store(ws)
+        try:
+            return {r.provenance["license"] for r in store.records()}
+        finally:
+            store.close()
+
+    def filtered():
+        return json.loads((ws / "reports" / "clusters.json").read_text())["counts"]["filtered"]
+
+    cli("harvest", str(d))
+    cli("dedupe")
+    assert stored() == {"unknown"} and filtered() == {"license": 1}
+    (d / "LICENSE").write_text(MIT)
+    cli("harvest", str(d))
+    assert stored() == {"MIT"}
+    out = cli("dedupe")
+    assert "nothing changed" not in out and filtered() == {}, out

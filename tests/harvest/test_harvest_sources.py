@@ -151,6 +151,37 @@ def test_kernelbench_dir(ctx):
     assert "ModelNew" not in recs["selfcontained"].binding["reference"]
 
 
+def test_kernelbench_dir_keeps_its_plain_kernels(ctx, tmp_path):
+    d = tmp_path / "kb"
+    shutil.copytree(DATA / "kernelbench", d)
+    shutil.copy(DATA / "cuda_tree" / "kernels.cu", d / "kernels.cu")
+    shutil.copy(DATA / "triton_src" / "ops.py", d / "ops.py")
+    stats = stage.run(ctx, [str(d)])
+    assert stats["errors"] == {}
+    by_path: dict = {}
+    for r in records(ctx):
+        by_path.setdefault(r.provenance["path"], []).append(r)
+    assert {r.language for r in by_path["kernels.cu"]} == {"cuda"} and {r.language for r in by_path["ops.py"]} == {
+        "triton"}
+    # each pair is one record, never harvested again as a plain module
+    assert [r.language for r in by_path["relu_new.py"]] == ["kernelbench"] and "relu.py" not in by_path
+
+
+def test_a_name_that_is_not_utf8_is_skipped_and_the_rest_harvested(ctx, tmp_path):
+    d = tmp_path / "src"
+    d.mkdir()
+    for name in (b"good.cu", b"bad\xff.cu", b"sub\xfe/k.cu"):
+        path = os.path.join(os.fsencode(d), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shutil.copy(DATA / "cuda_tree" / "kernels.cu", path)
+    shutil.copy(DATA / "triton_src" / "ops.py", os.path.join(os.fsencode(d), b"tri\xfd.py"))
+    stats = stage.run(ctx, [str(d)])
+    assert stats["errors"] == {} and stats["sources"][str(d)] >= 5
+    assert {r.provenance["path"] for r in records(ctx)} == {"good.cu"}
+    bad = {s["path"] for s in skips(ctx, "not_utf8_name")}
+    assert bad == {"bad\\xff.cu", "sub\\xfe/", "tri\\xfd.py"}, bad
+
+
 def test_datasets_kernelbook_and_ai_cuda_engineer(ctx, tmp_path):
     kb = tmp_path / "kernelbook.jsonl"
     kb.write_text("\n".join(json.dumps(r) for r in [
@@ -236,8 +267,8 @@ def test_cli_exit_codes(tmp_path):
     runner = CliRunner()
     ws = str(tmp_path / "ws")
     res = runner.invoke(main, ["harvest", "-w", ws, "-q", str(tmp_path / "missing"), str(DATA / "cuda_tree")])
-    assert res.exit_code == 0, res.output
-    assert "does not exist" in res.output
+    assert res.exit_code != 0 and "1 of 2 sources could not be harvested" in res.output, res.output
+    assert "does not exist" in res.output and "sources: " + str(DATA / "cuda_tree") in res.output
     res = runner.invoke(main, ["harvest", "-w", ws, "-q", str(tmp_path / "missing")])
     assert res.exit_code != 0 and "no source could be harvested" in res.output
     res = runner.invoke(main, ["harvest", "-w", ws, "-q", f"file://{tmp_path}/nothing"])

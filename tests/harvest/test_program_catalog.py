@@ -222,7 +222,8 @@ def test_programs_command(tmp_path):
     r = CliRunner().invoke(main, ["programs", "--programs", "300", "--limit", "4"])
     assert r.exit_code == 0, r.output
     lines = r.output.strip().splitlines()
-    assert len(lines) == 7 and lines[-2].startswith("programs: 300 (fusions ")
+    assert len(lines) == 8 and lines[-2].startswith("programs: 300 (fusions ")
+    assert lines[0].split() == ["name", "catalog", "family", "or", "op", "input", "shapes", "dtypes", "benchmark"]
     assert "distinct ops among single-op programs" in lines[-2]
     assert lines[-1].startswith("op_db samples (or ops) left out: ") and "sample not renderable" in lines[-1]
 

@@ -8,7 +8,7 @@ a record still waiting for a GPU.
 from __future__ import annotations
 
 from sftbuild.config import Config
-from sftbuild.context import Context
+from sftbuild.context import Context, producers
 from sftbuild.describe import stage as describe_stage
 from sftbuild.executor import LocalExecutor
 from sftbuild.harvest import kernelbench as KB
@@ -139,15 +139,15 @@ def build(ws) -> dict[str, list[Record]]:
     everything = [r for rs in recs.values() for r in rs]
     store = Store(ws)
     store.add_records(everything)
-    store.set_stage_config("harvest", "h", {})
+    store.set_stage_config("harvest", "h", {}, producers("harvest"))
     store.put_results([(r.id, "harvest", "h", "ok", None, {}) for r in everything])
-    store.set_stage_config("bind", "b", {})
+    store.set_stage_config("bind", "b", {}, producers("bind"))
     store.put_results([(r.id, "bind", "b", "ok", None, {}) for r in everything])
     ctx = Context(store=store, config=Config(), executor=LocalExecutor(cpu_workers=1, progress=False),
                   echo=lambda s: None, progress=False)
     describe_stage.run(ctx)
     ctx.executor.close()
-    store.set_stage_config("validate", "v", {})
+    store.set_stage_config("validate", "v", {}, producers("validate"))  # verdicts of this validator
     cuda = recs["cuda"]
     for i, r in enumerate(everything, 1):
         if r is cuda[-1]:
@@ -158,7 +158,7 @@ def build(ws) -> dict[str, list[Record]]:
             store.put_verdict(r.id, "validate", "v", "ok", None, cpu_payload(), {"torch": "2.13.0", "gpus": []})
         else:
             store.put_verdict(r.id, "validate", "v", "ok", None, gpu_payload(i), {"nvcc": "release 12.8, V12.8.93"})
-    store.set_stage_config("dedupe", "d", {})
+    store.set_stage_config("dedupe", "d", {}, producers("dedupe"))
     passed = store.done_ids("validate", "v", statuses=("ok",))
     store.put_results([(r.id, "dedupe", "d", "ok", None, {}) for r in everything if r.id in passed])
     store.close()

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sftbuild import config as C
+from sftbuild.context import producers
 from sftbuild.store import Store
 from tests.core.test_cli import invoke
 from tests.output import fixture
@@ -168,7 +170,7 @@ def test_an_export_is_never_replaced_by_an_empty_or_smaller_one(exported, tmp_pa
     out = ws / "export"
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     s = Store(ws)  # upstream change: validate under a new config, every record waiting for a GPU
-    s.set_stage_config("validate", "v2", {})
+    s.set_stage_config("validate", "v2", {}, producers("validate"))
     s.put_results([(r.id, "validate", "v2", "waiting", "needs_gpu", {}) for r in s.records()])
     s.close()
     r = invoke("export", "-q", "-w", str(ws))
@@ -255,3 +257,81 @@ def test_no_empty_success_on_a_machine_without_a_gpu(tmp_path):
     assert r.exit_code != 0 and "Traceback" not in r.output
     assert "0 records validated: 16 wait for a GPU; run `sftbuild validate` on a GPU machine" in r.output
     assert not (ws / "export").exists()
+
+
+def test_exports_hold_no_local_path_of_the_builder(tmp_path, monkeypatch):
+    """Records of a local folder: every row's fields, the RLVR task and the card name paths relative to
+    the source (the folder itself by its name), never the builder's absolute ones."""
+    src = tmp_path / "home" / "builder" / "llm.c"
+    ws = tmp_path / "ws"
+    made = fixture.records
+
+    def local() -> dict:
+        recs = made()
+        for r in recs["cuda"]:
+            r.source = str(src)
+            r.provenance = {**r.provenance, "url": src.as_uri(), "tree": str(ws / "trees" / "0a1b")}
+            r.binding = {**r.binding, "reference_file": str(src / "dev" / "ref.py")}
+            r.entry = {**r.entry, "module": str(ws / "trees" / "0a1b" / "relu.cu")}
+        return recs
+    monkeypatch.setattr(fixture, "records", local)
+    fixture.build(str(ws))
+    _review_all(str(ws))
+    r = invoke("export", "-q", "-w", str(ws))
+    assert r.exit_code == 0, r.output
+    written = {p: p.read_text(encoding="utf-8") for p in (ws / "export").rglob("*") if p.suffix in (".jsonl", ".md", ".json")}
+    assert len(written) > 5 and not [p for p, text in written.items() if str(tmp_path) in text]
+    rows = [json.loads(x) for x in (ws / "export" / "jsonl" / "rlvr_trl" / "train.jsonl").read_text().splitlines()]
+    cuda = [row for row in rows if row["source"] == "llm.c"]
+    assert cuda and all(row["url"] is None and row["path"].startswith("relu") for row in cuda)
+    task = json.loads(cuda[0]["task"])
+    assert task["binding"]["reference_file"] == "llm.c/dev/ref.py" and task["entry"]["module"] == "trees/0a1b/relu.cu"
+    assert "| llm.c |" in written[ws / "export" / "README.md"]
+
+
+def test_a_check_version_bump_redoes_exactly_its_verdicts_and_export_refuses_the_older_ones(
+        exported, tmp_path, monkeypatch):
+    """A Python-only static check at v2: the Triton and KernelBench verdicts wait and export refuses them,
+    naming how many; validate redoes exactly those (and what still waited), keeps the CUDA ones."""
+    from sftbuild.context import Context, waiting
+    from sftbuild.executor import LocalExecutor
+    from sftbuild.validate import pipeline
+    from sftbuild.validate import stage as validate_stage
+    from sftbuild.validate.static.triton_launch import TritonLaunch
+
+    ws = tmp_path / "ws"
+    shutil.copytree(exported[0], ws)
+    store = Store(ws)
+    ctx = Context(store=store, config=C.Config(), executor=LocalExecutor(cpu_workers=1, progress=False),
+                  echo=lambda s: None, progress=False)
+    first = store.results_for("validate")  # the fixture's verdicts, given again by a validator that logs its work
+    redone: list[str] = []
+
+    def validate(records, *args):
+        for rec in records:
+            redone.append(rec.id)
+            r = first[rec.id]
+            yield rec, r["status"], r["reason"], r["payload"]
+
+    monkeypatch.setattr(pipeline, "validate", validate)
+    validate_stage.run(ctx)  # under this code's key: every record once
+    assert sorted(redone) == sorted(first) and waiting(store) == []
+    waited = {rid for rid, r in first.items() if r["status"] == "waiting"}
+
+    monkeypatch.setattr(TritonLaunch, "version", 2)
+    python = {r.id for r in store.records() if r.language in ("triton", "kernelbench") and r.id not in waited}
+    assert python and waiting(store) == [f"validate: {len(python)} records wait: static_check triton_launch v1→v2"]
+    r = invoke("export", "-q", "-w", str(ws))
+    passed = python & {rec.id for rec in store.alive("export")}
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert f"{len(passed)} verdicts were given by an older validator (static_check triton_launch v1→v2)" in r.output
+    assert "run `sftbuild validate`" in r.output and not (ws / ".export.new").exists()
+
+    redone.clear()
+    validate_stage.run(ctx)
+    assert sorted(redone) == sorted(python | waited)  # the CUDA verdicts stand
+    assert waiting(store) == [] and store.results_for("validate") == first
+    r = invoke("export", "-q", "-w", str(ws))
+    assert r.exit_code == 0, r.output
+    ctx.executor.close()
+    store.close()

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from sftbuild import config as C
 from sftbuild.context import UserError
 from sftbuild.output import stage
 from sftbuild.output.exporters import EXPORTERS
@@ -14,7 +15,9 @@ DEFAULTS = ["sft_messages", "sft_prompt_completion", "sft_alpaca", "rlvr_verl", 
 
 
 def test_formats_name_registered_exporters():
-    assert set(EXPORTERS.names()) == set(DEFAULTS)
+    # every registered exporter runs unless export.formats selects some
+    assert set(DEFAULTS) <= set(EXPORTERS.names()) and C.Config().export.formats == []
+    assert sorted(e.name for e in stage.selected([])) == sorted(EXPORTERS.names())
     assert [e.name for e in stage.selected(["card", "rlvr_trl", "sft_messages", "sft_messages"])] == \
         ["sft_messages", "rlvr_trl", "card"]
     with pytest.raises(UserError, match=r"export\.formats: unknown exporter 'jsonl' \(known: .*sft_messages"):

@@ -1,6 +1,7 @@
 """A fixture workspace for review tests: records that passed harvest..dedupe, with validate evidence."""
 from __future__ import annotations
 
+from sftbuild.context import producers
 from sftbuild.record import Record
 from sftbuild.store import Store
 
@@ -40,7 +41,7 @@ def make(ws, n: int = 80, dedupe_ok=None, **kw) -> list[Record]:
     recs = records(n, **kw)
     s.add_records(recs)
     for stage in ("harvest", "bind", "describe", "validate"):
-        s.set_stage_config(stage, "c", {})
+        s.set_stage_config(stage, "c", {}, producers(stage))  # results of this code
         rows = []
         for r in recs:
             p = {}

@@ -76,7 +76,9 @@ class FakeValidator:
             if self.stop_after is not None and self.seen >= self.stop_after:
                 raise KeyboardInterrupt("killed")
             self.seen += 1
-            if "BROKEN" in r.code or r.id in self.fail:
+            if not r.binding:
+                yield r, "dropped", "unbound", {"detail": r.unbound or "no binder found a binding"}
+            elif "BROKEN" in r.code or r.id in self.fail:
                 yield r, "dropped", "incorrect", {"detail": "wrong values"}
             elif not self.gpu:
                 yield r, "waiting", "needs_gpu", {}
@@ -174,6 +176,8 @@ def test_dedupe_before_validation_clusters_and_says_so(make_ctx):
     ctx, lines = _messages(make_ctx, recs)
     report = dedupe.run(ctx)
     assert report["mode"] == "before validation" and "(before validation)" in lines[-1]
+    assert lines[-2].startswith("dedupe (before validation): clustering 7 records (0 MB of code)")
+    assert lines[-1].endswith(" records/s)") and "clustered in " in lines[-1]
     clusters = ctx.store.clusters()
     by = {k: clusters.get(r.id) for k, r in recs.items()}
     first = recs["sum_declared"].id
@@ -238,6 +242,35 @@ def test_validate_checks_one_record_per_cluster(make_ctx, fake):
     f2 = fake()
     _validate(ctx)
     assert f2.checked == [] and _state(ctx, recs) == state
+
+
+def test_unbound_members_are_dropped_at_once_and_take_no_round(make_ctx, fake):
+    """Unbound copies rank after the bound member they join: dropped before the rounds, not one by one."""
+    recs = corpus()
+    s = recs["sum_declared"].code
+    recs.update({f"sum_unbound{i}": _record(s.replace("// Sum, declared", f"// unbound {i}"), None)
+                 for i in range(4)})
+    recs["sum_declared"] = _record(s.replace("// Sum, declared", "// BROKEN"), "sum")
+    ctx, _ = _messages(make_ctx, recs)
+    dedupe.run(ctx)
+    f = fake()
+    _validate(ctx)
+    unbound = [recs[f"sum_unbound{i}"].id for i in range(4)]
+    # the unbound at once, then each cluster's first, then the member after the broken one
+    assert sorted(f.batches[0]) == sorted(unbound) and len(f.batches) == 3
+    assert not set(unbound) & set(f.checked[4:])
+    state = _state(ctx, recs)
+    assert all(state[f"sum_unbound{i}"] == ("dropped", "unbound") for i in range(4))
+    assert state["sum_inferred"] == ("ok", None) and f.batches[2] == [recs["sum_inferred"].id]
+
+
+def test_an_unbound_record_is_dropped_without_a_compile(ctx, monkeypatch):
+    rec = _record(kernel("sum__shared_tree.cu"), None)
+    rec.unbound = "no binder found a binding: manifest; inferred"
+    compiled = []
+    monkeypatch.setattr(ctx.executor, "map_cpu", lambda fn, items, desc="": compiled.extend(items) or iter(()))
+    (out,) = pipeline.validate([rec], ctx.config.validate, ctx.executor, "/nonexistent", "nvcc")
+    assert out[1:3] == ("dropped", "unbound") and out[3]["detail"] == rec.unbound and compiled == []
 
 
 def test_next_member_is_checked_when_the_first_fails(make_ctx, fake):

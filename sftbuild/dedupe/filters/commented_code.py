@@ -34,6 +34,7 @@ class CommentedCode(Filter):
     """
 
     name = "commented_code"
+    version = 1
     order = 60  # after the older filters, so their drop reasons stay as they were
 
     @dataclasses.dataclass

@@ -18,6 +18,7 @@ class License(Filter):
     """
 
     name = "license"
+    version = 1
     order = 50
 
     @dataclasses.dataclass

@@ -13,6 +13,7 @@ class Malformed(Filter):
     """Minified or broken text: very long lines, undecodable bytes, control characters."""
 
     name = "malformed"
+    version = 1
     order = 10
     _control = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ufffd\ud800-\udfff]")
 

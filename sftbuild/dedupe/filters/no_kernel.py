@@ -11,6 +11,7 @@ class NoKernel(Filter):
     """Nothing to launch: CUDA without __global__, Triton without @triton.jit, KernelBench without ModelNew."""
 
     name = "no_kernel"
+    version = 1
     order = 20
     _triton = re.compile(r"@ (?:triton \. )?jit\b")
 

@@ -14,6 +14,7 @@ class TooSimple(Filter):
     """Too few tokens to teach anything, or kernels whose bodies are all empty."""
 
     name = "too_simple"
+    version = 1
     order = 30
     _triton_def = re.compile(r"@\s*(?:triton\.)?jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+\w+\s*\([^)]*\)[^:\n]*:")
     _trivial = re.compile(r"(?:return\s*;?|pass|\.\.\.)?")

@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class AsyncCopy(Describer):
     """Asynchronous global-to-shared copies: `memcpy_async`, `__pipeline_memcpy_async`, `cp.async` in PTX."""
     name = "async_copy"
+    version = 1
     phrase = {"en": "asynchronous global-to-shared copies", "zh": "异步拷贝"}
     claim = r"asynchronous .*cop|cp\.async|异步拷贝"
 

@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class Atomics(Describer):
     """Atomic operations: `atomic*` (and torch's `gpuAtomic*`), `atom.` / `red.` in PTX, `tl.atomic_*`."""
     name = "atomics"
+    version = 1
     phrase = {"en": "atomic operations", "zh": "原子操作"}
     claim = r"atomic|原子操作"
 

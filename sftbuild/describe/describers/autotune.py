@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class Autotune(Describer):
     """Autotuned launch configurations: `@triton.autotune`."""
     name = "autotune"
+    version = 1
     phrase = {"en": "autotuned launch configurations", "zh": "自动调优的启动配置"}
     claim = r"autotun|自动调优"
 

@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class CooperativeGroups(Describer):
     """Cooperative groups: thread-block, grid or tiled-partition handles."""
     name = "cooperative_groups"
+    version = 1
     phrase = {"en": "cooperative groups", "zh": "cooperative groups"}
     claim = r"cooperative groups"
 

@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class CubPrimitives(Describer):
     """CUB block and warp primitives: reduce, scan, radix and merge sort."""
     name = "cub_primitives"
+    version = 1
     phrase = {"en": "CUB block primitives", "zh": "CUB块级原语"}
     claim = r"(?<![A-Za-z])CUB(?![A-Za-z])"
 

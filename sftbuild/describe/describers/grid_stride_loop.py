@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class GridStrideLoop(Describer):
     """A grid-stride loop: a for loop stepping by `gridDim`, or torch's `CUDA_KERNEL_LOOP`."""
     name = "grid_stride_loop"
+    version = 1
     phrase = {"en": "a grid-stride loop", "zh": "grid-stride循环"}
     claim = r"grid[- ]stride"
 

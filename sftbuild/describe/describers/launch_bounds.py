@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class LaunchBounds(Describer):
     """Launch bounds: `__launch_bounds__` or torch's `C10_LAUNCH_BOUNDS*`."""
     name = "launch_bounds"
+    version = 1
     phrase = {"en": "launch bounds", "zh": "launch bounds限定"}
     claim = r"launch bounds"
 

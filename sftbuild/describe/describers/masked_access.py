@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class MaskedAccess(Describer):
     """Masked loads for the tails: `tl.load(..., mask=...)`."""
     name = "masked_access"
+    version = 1
     phrase = {"en": "masked loads for the tails", "zh": "带掩码的尾部访存"}
     claim = r"masked loads|带掩码"
 

@@ -7,6 +7,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class TensorCores(Describer):
     """Tensor cores: WMMA or `mma` / `wgmma` PTX in CUDA, `tl.dot` in Triton."""
     name = "tensor_cores"
+    version = 1
     phrase = {"en": "tensor cores", "zh": "Tensor Core"}
     claim = r"tensor core|wmma|\b(?:wg)?mma\b"  # not the "mma" ending "gamma"
 

@@ -8,6 +8,7 @@ VECTOR_TYPES = ("float4", "float2", "half2", "__half2", "__nv_bfloat162", "int4"
 class VectorizedAccess(Describer):
     """Vectorised loads and stores: vector types such as `float4`, torch's `aligned_vector`, or `.v4.` in PTX."""
     name = "vectorized_access"
+    version = 1
     phrase = {"en": "vectorised loads and stores", "zh": "向量化访存"}
     claim = r"vectori[sz]ed|float4|half2|向量化"
 

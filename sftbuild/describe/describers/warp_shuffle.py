@@ -5,6 +5,7 @@ from sftbuild.describe.describers import DESCRIBERS, Describer
 class WarpShuffle(Describer):
     """Warp shuffles: `__shfl*_sync`, torch's `WARP_SHFL*`, or `shfl.sync` in PTX."""
     name = "warp_shuffle"
+    version = 1
     phrase = {"en": "warp shuffles", "zh": "warp shuffle指令"}
     claim = r"warp shuffle|__shfl"
 

@@ -5,7 +5,7 @@ module-level size constants, `get_inputs()`, `get_init_inputs()`), the same list
 (count, seed), and other fusions for another seed. Each is a head (Gemm, Linear, BMM, Conv1d/2d/3d,
 ConvTranspose2d, LayerNorm, GroupNorm, InstanceNorm, RMSNorm, a reduction, attention) followed by
 1 to 4 epilogues (elementwise activations and arithmetic, bias and scale parameters, softmax,
-reductions, pooling). Sizes and dtypes come from the fusion pools of sftbuild/ops/pools.py.
+reductions, pooling). Sizes and dtypes come from sftbuild/ops/fusion_sizes.py.
 
 No two programs of one list share a structure (head and epilogue sequence): they differ in code,
 not only in names or constants. Shapes are tracked through the chain, so every program is valid
@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sftbuild.harvest.catalog import CATALOGS, Catalog, Program
-from sftbuild.ops import pools
+from sftbuild.ops import fusion_sizes as pools
 
 MAX_NUMEL = 1 << 21  # elements of any tensor in a program
 MAX_HEAD_MACS = 1 << 28  # multiply-adds of the head (a GPU runs it in well under a millisecond)
@@ -422,6 +422,7 @@ class Fusions(Catalog):
     1 to 4 epilogues, sizes and dtypes from pools, deterministic from the seed (any number)."""
 
     name = "fusions"
+    version = 1
     order = 30
     fixed = False
 

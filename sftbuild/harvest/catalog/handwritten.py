@@ -11,6 +11,7 @@ class Handwritten(Catalog):
     losses and optimiser steps (61, fixed)."""
 
     name = "handwritten"
+    version = 1
     order = 10
 
     def programs(self, count: int, seed: int) -> list[Program]:

@@ -42,6 +42,7 @@ class OpDB(Catalog):
     read from the shipped spec file (no op_db import)."""
 
     name = "opdb"
+    version = 1
     order = 20
 
     def programs(self, count: int, seed: int) -> list[Program]:

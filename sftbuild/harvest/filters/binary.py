@@ -8,6 +8,7 @@ from sftbuild.harvest.filters import FILE_FILTERS, FileFilter
 class Binary(FileFilter):
     """Files with NUL bytes in their first 64 KiB are binary, whatever their name says."""
     name = "binary"
+    version = 1
     order = 30
 
     def check_data(self, rel, data):

@@ -15,6 +15,7 @@ PATTERNS = ("*_hip.cu", "*_hip.cuh", "*.pb.h", "*.pb.cc", "*_pb2.py")
 class Generated(FileFilter):
     """Machine-written files (hipified copies, codegen output), known by name or by a header marker."""
     name = "generated"
+    version = 1
     order = 50
 
     def check_path(self, rel, size):

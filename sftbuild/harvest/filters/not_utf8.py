@@ -8,6 +8,7 @@ from sftbuild.harvest.filters import FILE_FILTERS, FileFilter
 class NotUtf8(FileFilter):
     """Files that do not decode as UTF-8; the detail is the first bad byte's offset."""
     name = "not_utf8"
+    version = 1
     order = 40
 
     def check_data(self, rel, data):

@@ -26,6 +26,7 @@ NAMES = {"ascend", "npu", "cann", "kunlunxin", "xpu", "cambricon", "mlu", "mthre
 class OtherAccelerator(FileFilter):
     """Files under backends/_ascend/, backend/_kunlunxin/, ... are written for another accelerator."""
     name = "other_accelerator"
+    version = 1
     order = 12
 
     @dataclasses.dataclass

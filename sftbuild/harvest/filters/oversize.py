@@ -11,6 +11,7 @@ from sftbuild.harvest.filters import FILE_FILTERS, FileFilter
 class Oversize(FileFilter):
     """Files larger than `max_bytes` are skipped before they are read."""
     name = "oversize"
+    version = 1
     order = 20
 
     @dataclasses.dataclass

@@ -16,6 +16,7 @@ DIRS = {"third_party", "third-party", "thirdparty", "3rdparty", "vendor", "vendo
 class Vendored(FileFilter):
     """Files under third_party/, cutlass/, vendor/, ... are a copy of someone else's kernels, not this source's."""
     name = "vendored"
+    version = 1
     order = 10
 
     @dataclasses.dataclass

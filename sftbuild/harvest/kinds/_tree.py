@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from sftbuild.harvest.sources import Tree
+from sftbuild.harvest.sources import Tree, is_utf8
 
 KEEP_EXT = (".py", ".yaml", ".yml", ".json", ".toml", ".cfg", ".txt")
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -32,7 +32,7 @@ def _files(root: Path) -> list[tuple[str, Path]] | None:
                              and n != "__pycache__")
         for f in sorted(filenames):
             p = d / f
-            if not f.endswith(KEEP_EXT) or p.is_symlink() or not p.is_file():
+            if not f.endswith(KEEP_EXT) or p.is_symlink() or not p.is_file() or not is_utf8(str(p.relative_to(root))):
                 continue
             size = p.stat().st_size
             if size > MAX_FILE_BYTES:

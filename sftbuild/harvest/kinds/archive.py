@@ -13,6 +13,7 @@ class Archive(SourceKind):
     """A local sdist, wheel or zip (any path ending .whl, .zip, .tar.gz, ...), unpacked safely:
     no traversal, no links, size limits. Its licence comes from its own metadata and licence files."""
     name = "archive"
+    version = 1
     order = 40
 
     def recognise(self, spec: str, path: Path) -> Source | None:

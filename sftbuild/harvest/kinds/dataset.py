@@ -19,6 +19,7 @@ class Dataset(SourceKind):
     kept and dropped as `marked_incorrect`.
     """
     name = "dataset"
+    version = 1
     order = 50
 
     def recognise(self, spec: str, path: Path) -> Source | None:

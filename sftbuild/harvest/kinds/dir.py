@@ -14,6 +14,7 @@ class Dir(SourceKind):
     (site-packages/NAME) takes its licence from the dist-info beside it; any other folder from its own
     metadata and licence files."""
     name = "dir"
+    version = 1
     order = 1000  # the last resort for any folder
     url: str | None = None  # provenance URL; None: the folder's file:// URI
     default_include: list[str] = []
@@ -23,6 +24,8 @@ class Dir(SourceKind):
         return Source(name=spec, kind=self.name, location=str(path.resolve())) if path.is_dir() else None
 
     def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
+        if not src.location.strip():  # Path("") is the current folder
+            raise SourceError(f"source {src.name!r}: its location is empty; name the folder to harvest")
         root = Path(src.location).expanduser()
         if not root.is_dir():
             raise SourceError(f"path {src.location} does not exist or is not a folder")

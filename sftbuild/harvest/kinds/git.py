@@ -47,6 +47,7 @@ class Git(SourceKind):
     Unpinned URLs are refused unless `harvest.allow_unpinned`; a pinned commit is checked.
     """
     name = "git"
+    version = 1
     order = 30
 
     def recognise(self, spec: str, path: Path) -> Source | None:

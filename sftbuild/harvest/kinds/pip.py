@@ -11,7 +11,8 @@ from sftbuild import sandbox
 
 from sftbuild.harvest.kinds import KINDS, SourceKind
 from sftbuild.harvest.kinds.wheelhouse import name_version
-from sftbuild.harvest.sources import ARCHIVE_EXT, Source, SourceError, Tree, cache_dir, safe_extract, unpack_cached
+from sftbuild.harvest.sources import (ARCHIVE_EXT, Source, SourceError, SourceMissing, Tree, cache_dir, safe_extract,
+                                      unpack_cached)
 
 PIP_TIMEOUT = 600
 
@@ -26,6 +27,7 @@ class Pip(SourceKind):
     package's own metadata and licence files (`sftbuild.harvest.license`).
     """
     name = "pip"
+    version = 1
     order = 10
 
     def recognise(self, spec: str, path: Path) -> Source | None:
@@ -52,9 +54,9 @@ class Pip(SourceKind):
             shutil.rmtree(base, ignore_errors=True)
             dl.mkdir(parents=True)
             _download(req, dl)
-            archives = sorted(dl.iterdir())
+            archives = sorted(p for p in dl.iterdir() if p.is_file() and p.name.endswith(ARCHIVE_EXT))
             if not archives:
-                raise SourceError(f"pip download {req} produced no archive")
+                raise SourceError(f"pip download {req} produced no package archive")
             safe_extract(archives[0], out)
             (base / ".sftbuild-done").write_text(archives[0].name + "\n")
         archive = (base / ".sftbuild-done").read_text().strip()
@@ -85,21 +87,48 @@ def _local(src: Source, workspace: Path, cfg) -> Tree:
 
 def _download(req: str, dest: Path) -> None:
     """`pip download` in the sandbox, with the network: for an sdist, pip runs the package's build
-    backend to read its metadata, which is the package's own (untrusted) code."""
+    backend to read its metadata, which is the package's own (untrusted) code. `dest` is absolute:
+    pip runs from inside it."""
+    dest = dest.absolute()
     dest.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
     user_conf = [p for p in (Path.home() / ".config" / "pip" / "pip.conf", Path.home() / ".pip" / "pip.conf")
                  if p.is_file()]
     if user_conf and "PIP_CONFIG_FILE" not in env:  # the sandbox's HOME is its scratch folder
         env["PIP_CONFIG_FILE"] = str(user_conf[0])
+    conf = [env["PIP_CONFIG_FILE"]] if os.path.isfile(env.get("PIP_CONFIG_FILE", "")) else []
     try:
         res = sandbox.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                            "--disable-pip-version-check", "-d", str(dest), req], PIP_TIMEOUT, cwd=str(dest),
-                          rw=[str(dest)], ro=[str(p) for p in user_conf], env=env, network=True)
+                          rw=[str(dest)], ro=[*conf, *_local_links(env.get("PIP_FIND_LINKS", ""))], env=env,
+                          network=True)
     except sandbox.SandboxUnavailable as e:
         raise SourceError(f"pip download {req}: {e}") from e
     if res.timed_out:
         raise SourceError(f"pip download {req} timed out")
     if res.code != 0:
-        msg = (res.output.strip().splitlines() or ["(no message)"])[-1]
-        raise SourceError(f"pip download {req} failed: {msg}")
+        raise _failure(req, res.output)
+
+
+def _local_links(links: str) -> list[str]:
+    """The local folders among PIP_FIND_LINKS, which the sandbox must show pip (read-only)."""
+    out = []
+    for link in links.split():
+        path = link[len("file://"):] if link.startswith("file://") else link
+        if "://" not in path and os.path.isdir(path):
+            out.append(os.path.abspath(path))
+    return out
+
+
+def _failure(req: str, output: str) -> SourceError:
+    """pip's own reason, in one sentence; a version the index does not have is no network failure."""
+    lines = [ln.strip().removeprefix("ERROR: ") for ln in output.splitlines() if ln.strip()]
+    missing = [ln for ln in lines if ln.startswith(("Could not find a version", "No matching distribution"))]
+    if missing:
+        return SourceMissing(f"pip download {req}: the index has no such package or version "
+                             f"(pip: {_short(missing[0])})")
+    return SourceError(f"pip download {req} failed: {_short((lines or ['(no message)'])[-1])}")
+
+
+def _short(line: str, n: int = 300) -> str:
+    return line if len(line) <= n else line[:n - 5] + " ...)"

@@ -12,6 +12,7 @@ from sftbuild.harvest.sources import Source
 class PyTorch(Dir):
     """A PyTorch source checkout (aten/src/ATen/native/cuda/*.cu, *.cuh); any folder holding aten/src/ATen."""
     name = "pytorch"
+    version = 1
     order = 70
     url = "https://github.com/pytorch/pytorch"
     default_include = ["aten/src/ATen/native/cuda/*.cu", "aten/src/ATen/native/cuda/*.cuh"]

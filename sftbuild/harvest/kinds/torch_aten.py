@@ -14,6 +14,7 @@ class TorchAten(SourceKind):
     Reached by its registry name `torch-aten`; `location` is ignored.
     """
     name = "torch-aten"
+    version = 1
 
     def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
         import torch

@@ -37,6 +37,7 @@ class TorchInductor(SourceKind):
     harvest.programs) and `seed` (default harvest.seed), e.g. `torch-inductor?programs=300&seed=1`.
     """
     name = "torch-inductor"
+    version = 1
     order = 20
     spec_params = {"programs": int, "seed": int, "benchmark": str}
 

@@ -36,6 +36,7 @@ class Wheelhouse(SourceKind):
     that cannot be unpacked is skipped as `bad_archive`; the others continue.
     """
     name = "wheelhouse"
+    version = 1
     order = 60
 
     def recognise(self, spec: str, path: Path) -> Source | None:

@@ -54,6 +54,7 @@ def device_fields(dev) -> dict:
 class FileReference(Binder):
     """The file's own CPU reference (`*_cpu`, `*_reference`, `ref_*`), called through its host launcher."""
     name = "file_reference"
+    version = 1
     order = 30
 
     def bind(self, record) -> dict | None:

@@ -34,6 +34,7 @@ class Inferred(Binder):
     """Read from the kernel's name and parameters: elementwise unary / binary (`out, in[, in2], n`) and
     row-wise softmax, log-softmax and row sums (`out, in, rows, cols[, stride]`), launched by generic_launch."""
     name = "inferred"
+    version = 1
     order = 50
 
     def bind(self, record) -> dict | None:

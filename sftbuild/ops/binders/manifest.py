@@ -22,6 +22,7 @@ class Manifest(Binder):
     """A row of the declared table ops/aten_bindings.yaml (a source manifest's `bindings:` schema), matched by
     kernel name, path glob and the strings the code must contain."""
     name = "manifest"
+    version = 1
     how = "declared"
     order = 10
     files = (TABLE,)

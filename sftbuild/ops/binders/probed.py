@@ -42,6 +42,7 @@ class Probed(Binder):
     """Call the record's wrapper function or autograd Function on each shortlisted op's inputs and keep
     the op its outputs match over >= 3 shapes and 2 dtypes (Triton records with entry points)."""
     name = "probed"
+    version = 1
     order = 80
     task_fn = "sftbuild.validate.probe:probe"
 

@@ -4,7 +4,7 @@ An exporter subclasses `Exporter`, registers itself with ``@EXPORTERS.register``
 ``name`` (what ``export.formats`` lists), an ``order`` (exporters run by order) and one or
 both of:
 
-  tables(batch) -> {config name: Table}   a dataset config: `datasets` features and rows per split
+  tables(batch) -> {config name: Table}   a dataset config: its schema (sftbuild.output.rows) and rows per split
   files(batch)  -> {relative path: text or bytes}
 
 The base class does the writing. A table's split becomes
@@ -24,9 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import datasets
-
-from sftbuild.output.rows import Sample, features, meta
+from sftbuild.output.rows import Sample, features, meta, to_features
 from sftbuild.plugins import Plugin, Registry
 from sftbuild.record import Record
 from sftbuild.store import Store
@@ -34,9 +32,9 @@ from sftbuild.store import Store
 
 @dataclasses.dataclass
 class Table:
-    """One dataset config: its features and its rows per split."""
+    """One dataset config: its schema (type names, see sftbuild.output.rows) and its rows per split."""
 
-    features: datasets.Features
+    features: dict
     splits: dict[str, list[dict]]
 
 
@@ -102,7 +100,7 @@ def per_instruction(batch: Batch, columns: dict, make) -> Table:
             lang, level = key.split(":")
             splits.setdefault(s.split, []).append({**make(s, s.instructions[key]), "text_lang": lang,
                                                    "level": level, **m})
-    return Table(features(**columns, text_lang=datasets.Value("string"), level=datasets.Value("string")), splits)
+    return Table(features(**columns, text_lang="string", level="string"), splits)
 
 
 EXPORTERS: Registry[Exporter] = Registry("exporter", Exporter, __name__, doc="output formats of the export stage")
@@ -114,7 +112,10 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
                     encoding="utf-8")
 
 
-def _parquet(path: Path, rows: list[dict], features: datasets.Features) -> None:
+def _parquet(path: Path, rows: list[dict], schema: dict) -> None:
+    import datasets
+
     path.parent.mkdir(parents=True, exist_ok=True)
+    features = to_features(schema)
     datasets.disable_progress_bars()  # a progress bar per file is noise in the stage's report
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))

@@ -32,6 +32,7 @@ class Card(Exporter):
     """README.md and plots/*.png: the dataset card with funnel, licences, sources, validation and review."""
 
     name = "card"
+    version = 1
     order = 90  # last: it describes what the others wrote
 
     def files(self, batch: Batch):

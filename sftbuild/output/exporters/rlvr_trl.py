@@ -7,8 +7,6 @@ dataset column passed by name as a list over the batch. The columns here: `task`
 """
 from __future__ import annotations
 
-import datasets
-
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter, Table
 from sftbuild.output.rows import MESSAGE, features, meta, task_json
 
@@ -18,10 +16,11 @@ class RlvrTrl(Exporter):
     """rlvr_trl: {"prompt": [user turn], "task": JSON, "task_id", ...}, one row per record."""
 
     name = "rlvr_trl"
+    version = 1
     order = 31
 
     def tables(self, batch: Batch):
-        text = datasets.Value("string")
+        text = "string"
         feats = features(prompt=MESSAGE, task=text, task_id=text)
         splits = {split: [{"prompt": [{"role": "user", "content": s.prompt()}], "task": task_json(s),
                            "task_id": s.record.id, **meta(s)} for s in samples]

@@ -8,8 +8,6 @@ validation summary, review) sits in `extra_info`, next to verl's own `split` and
 """
 from __future__ import annotations
 
-import datasets
-
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter, Table
 from sftbuild.output.rows import META, MESSAGE, meta, task_json
 
@@ -21,14 +19,15 @@ class RlvrVerl(Exporter):
     """rlvr_verl: one verl row per record: the English detailed instruction as the prompt, the task as ground truth."""
 
     name = "rlvr_verl"
+    version = 1
     order = 30
 
     def tables(self, batch: Batch):
-        text = datasets.Value("string")
-        feats = datasets.Features({
+        text = "string"
+        feats = {
             "data_source": text, "prompt": MESSAGE, "ability": text,
             "reward_model": {"style": text, "ground_truth": text},
-            "extra_info": {"split": text, "index": datasets.Value("int64"), **META}})
+            "extra_info": {"split": text, "index": "int64", **META}}
         splits: dict[str, list[dict]] = {}
         for split, samples in batch.by_split().items():
             splits[split] = [{"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": s.prompt()}],

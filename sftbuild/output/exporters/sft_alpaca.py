@@ -1,8 +1,6 @@
 """SFT rows as instruction / input / output (the Alpaca layout)."""
 from __future__ import annotations
 
-import datasets
-
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter, per_instruction
 
 
@@ -14,9 +12,10 @@ class SftAlpaca(Exporter):
     """
 
     name = "sft_alpaca"
+    version = 1
     order = 12
 
     def tables(self, batch: Batch):
-        text = datasets.Value("string")
+        text = "string"
         return {self.name: per_instruction(batch, {"instruction": text, "input": text, "output": text},
                                            lambda s, t: {"instruction": t, "input": "", "output": s.record.code})}

@@ -10,6 +10,7 @@ class SftMessages(Exporter):
     """sft_messages: {"messages": [user instruction, assistant code], ...}, one row per record and instruction."""
 
     name = "sft_messages"
+    version = 1
     order = 10
 
     def tables(self, batch: Batch):

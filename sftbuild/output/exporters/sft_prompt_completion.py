@@ -1,8 +1,6 @@
 """SFT rows as `prompt` / `completion` strings (TRL's prompt-completion format)."""
 from __future__ import annotations
 
-import datasets
-
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter, per_instruction
 
 
@@ -11,9 +9,10 @@ class SftPromptCompletion(Exporter):
     """sft_prompt_completion: {"prompt": instruction, "completion": code, ...}, one row per record and instruction."""
 
     name = "sft_prompt_completion"
+    version = 1
     order = 11
 
     def tables(self, batch: Batch):
-        text = datasets.Value("string")
+        text = "string"
         return {self.name: per_instruction(batch, {"prompt": text, "completion": text},
                                            lambda s, t: {"prompt": t, "completion": s.record.code})}

@@ -1,8 +1,6 @@
 """degenerate_reference: flag trials whose reference is near zero, constant or input-independent."""
 from __future__ import annotations
 
-import torch
-
 from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
@@ -12,6 +10,7 @@ class DegenerateReference(RuntimeCheck):
     inputs: a pass there says little, so the payload's flags tell reviewers."""
 
     name = "degenerate_reference"
+    version = 1
     order = 90
 
     def after_trial(self, outcome):
@@ -21,6 +20,7 @@ class DegenerateReference(RuntimeCheck):
 
 def degenerate(refs64, independent: bool) -> str:
     """near_zero | constant | input_independent | '' for the first floating reference output that is one."""
+    import torch  # here, not at the top: `sftbuild list` loads this module without torch
     for r in refs64:
         if not isinstance(r, torch.Tensor) or not r.is_floating_point() or r.numel() == 0:
             continue

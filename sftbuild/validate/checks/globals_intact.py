@@ -13,6 +13,7 @@ class GlobalsIntact(RuntimeCheck):
     (sftbuild.validate.pristine)."""
 
     name = "globals_intact"
+    version = 1
     order = 5
 
     def after_call(self, call):

@@ -26,8 +26,6 @@ is 1: constant by nature, and the op's larger trials decide).
 """
 from __future__ import annotations
 
-import torch
-
 from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
 
 UNINFORMATIVE = "uninformative"
@@ -39,9 +37,11 @@ class InputIndependent(RuntimeCheck):
     """Mark (a note, not a drop) a matched trial whose reference was the same for both input sets."""
 
     name = "input_independent"
+    version = 1
     order = 80
 
     def after_trial(self, outcome):
+        import torch  # here, not at the top: `sftbuild list` loads this module without torch
         if outcome.matched and outcome.same_reference and \
                 any(isinstance(r, torch.Tensor) and r.numel() > 1 for r in outcome.references):
             return self.found(UNINFORMATIVE, WHY, note=True)

@@ -1,8 +1,6 @@
 """inputs_unchanged: the candidate leaves its inputs as it found them, except those the op updates."""
 from __future__ import annotations
 
-import torch
-
 from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
@@ -13,6 +11,7 @@ class InputsUnchanged(RuntimeCheck):
     in `Call.before` marks a buffer that is no input (a launcher's output array)."""
 
     name = "inputs_unchanged"
+    version = 1
     order = 40
 
     def after_call(self, call):
@@ -26,6 +25,7 @@ class InputsUnchanged(RuntimeCheck):
 
 def same(now, was) -> bool:
     """Tensors: the same shape, dtype and values (NaN where NaN was); anything else counts as unchanged."""
+    import torch  # here, not at the top: `sftbuild list` loads this module without torch
     if not isinstance(now, torch.Tensor):
         return True
     now = now.detach()

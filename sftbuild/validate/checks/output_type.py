@@ -1,8 +1,6 @@
 """output_type: each output is what the reference's is, besides its values: dtype, shape, device, strides."""
 from __future__ import annotations
 
-import torch
-
 from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck, same_strides
 
 
@@ -17,9 +15,11 @@ class OutputType(RuntimeCheck):
     torch's int64 are fine). Dimensions of size 1 have no stride that matters."""
 
     name = "output_type"
+    version = 1
     order = 50
 
     def after_call(self, call):
+        import torch  # here, not at the top: `sftbuild list` loads this module without torch
         for j, (out, want) in enumerate(zip(call.outputs, call.expected or [])):
             if want is None or not isinstance(out, torch.Tensor):
                 continue

@@ -9,6 +9,7 @@ class OwnKernelsRan(RuntimeCheck):
     """A candidate that defines CUDA kernels but ran only others (a decoy kernel beside torch) is a cheat."""
 
     name = "own_kernels_ran"
+    version = 1
     order = 70
 
     def after_profile(self, profile):

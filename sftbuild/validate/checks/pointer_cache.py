@@ -11,6 +11,7 @@ class PointerCache(RuntimeCheck):
     its answer on where the inputs live, not on what they hold."""
 
     name = "pointer_cache"
+    version = 1
     order = 75
 
     def after_trial(self, outcome):

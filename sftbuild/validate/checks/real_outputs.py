@@ -1,8 +1,6 @@
 """real_outputs: outputs are plain tensors with their own storage, not views of the inputs."""
 from __future__ import annotations
 
-import torch
-
 from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
@@ -12,6 +10,7 @@ class RealOutputs(RuntimeCheck):
     a meta tensor or a view of an input that the op does not update in place is a cheat)."""
 
     name = "real_outputs"
+    version = 1
     order = 30
 
     def after_call(self, call):
@@ -22,6 +21,7 @@ class RealOutputs(RuntimeCheck):
 
 def real_outputs(outs, inputs) -> str:
     """'' when every output is a plain tensor on a real device with its own storage; else why not."""
+    import torch  # here, not at the top: `sftbuild list` loads this module without torch
     for i, o in enumerate(outs):
         if type(o) is not torch.Tensor and type(o) is not torch.nn.Parameter:
             return f"output {i} is a {type(o).__module__}.{type(o).__name__}, not a plain tensor"
@@ -36,6 +36,7 @@ def real_outputs(outs, inputs) -> str:
 
 def view_of(o, t) -> bool:
     """Whether tensor `o`'s elements lie in the storage of tensor `t` (a view of it, or `t` itself)."""
+    import torch  # here, not at the top: `sftbuild list` loads this module without torch
     if not (isinstance(o, torch.Tensor) and isinstance(t, torch.Tensor) and o.numel()) or t.device.type == "meta" \
             or o.device != t.device:
         return False

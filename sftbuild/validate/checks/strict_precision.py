@@ -9,6 +9,7 @@ class StrictPrecision(RuntimeCheck):
     """A call that flips a precision flag (TF32, reduced-precision reductions, autocast) is a cheat."""
 
     name = "strict_precision"
+    version = 1
     order = 10
 
     def after_call(self, call):

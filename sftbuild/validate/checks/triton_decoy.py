@@ -9,6 +9,7 @@ class TritonDecoy(RuntimeCheck):
     """A call of a Triton candidate that launched none of its own Triton kernels computed the result elsewhere."""
 
     name = "triton_decoy"
+    version = 1
     order = 20
 
     def after_call(self, call):

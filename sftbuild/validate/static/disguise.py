@@ -25,6 +25,7 @@ class Disguise(StaticCheck):
     """Name-based lookups that hide which function is really called."""
 
     name = "disguise"
+    version = 1
     order = 70
     languages = PYTHON
 

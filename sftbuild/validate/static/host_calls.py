@@ -22,6 +22,7 @@ class HostCalls(StaticCheck):
     """Process, thread and stream calls in CUDA host code."""
 
     name = "host_calls"
+    version = 1
     order = 10
 
     def check(self, src):

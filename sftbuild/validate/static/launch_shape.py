@@ -12,6 +12,7 @@ class LaunchShape(StaticCheck):
     """Declared block sizes: a multiple of 32 (whole warps) and at most the device limit."""
 
     name = "launch_shape"
+    version = 1
     order = 30
 
     def check(self, src):

@@ -15,6 +15,7 @@ class PrecisionFlags(StaticCheck):
     """Turning on TF32 or reduced-precision reductions lowers an fp32 op's precision."""
 
     name = "precision_flags"
+    version = 1
     order = 80
     languages = PYTHON
 

@@ -25,6 +25,7 @@ class PythonForbidden(StaticCheck):
     """Processes, threads, streams, exits and native calls anywhere in the module."""
 
     name = "python_forbidden"
+    version = 1
     order = 50
     languages = PYTHON
 

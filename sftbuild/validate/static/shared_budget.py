@@ -16,6 +16,7 @@ class SharedBudget(StaticCheck):
     """Static __shared__ arrays must fit the per-block shared memory budget."""
 
     name = "shared_budget"
+    version = 1
     order = 40
 
     def check(self, src):

@@ -56,6 +56,7 @@ class TorchInHost(StaticCheck):
     """ATen ops, cuBLAS or cuDNN doing the work inside the CUDA host code."""
 
     name = "torch_in_host"
+    version = 1
     order = 20
 
     def check(self, src):

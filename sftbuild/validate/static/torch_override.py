@@ -19,6 +19,7 @@ class TorchOverride(StaticCheck):
     At run time sftbuild.validate.pristine sees the Python registrations as well."""
 
     name = "torch_override"
+    version = 1
     order = 75
 
     def check(self, src):

@@ -11,6 +11,7 @@ class TritonLaunch(StaticCheck):
     """Triton num_warps must give a block of at most the device limit."""
 
     name = "triton_launch"
+    version = 1
     order = 90
     languages = PYTHON
 
