@@ -13,6 +13,8 @@ by      who found it: the binder's name, or `source:<name>` for a source manifes
 launch  the launch contract: harness and harness_args for CUDA, the Python entry (`call`) for
         Triton, `reference`/`program` for programs; its keys are spread into `to_dict()`
 evidence shapes and dtypes tried, worst error, candidates rejected, and a `why` sentence
+values  (in the launch, optional) the value classes the binding's domain allows (sftbuild.ops.values);
+        absent: the op's own, [] for its own draw only
 
 `key` hashes everything that changes what validate checks (kind, target, launch, params,
 dtypes, constraints, also), not how it was found nor the evidence: describe and validate key

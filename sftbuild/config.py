@@ -150,6 +150,9 @@ class ValidateConfig:
     shared_memory_budget: int = opt(232448, "shared memory bytes per block (227 KB opt-in on sm_90)", lo=0)
     shapes: int = opt(3, "shapes drawn from each op's shape pool", lo=1)
     seeds: int = opt(2, "random seeds per shape", lo=1)
+    dtypes: str = opt("declared", "dtypes a program (KernelBench pair, Inductor program) runs at: declared (those its "
+                                  "get_inputs() makes, or its binding names) | all (also the other float dtypes where "
+                                  "its reference runs)", choices=("declared", "all"))
     memcheck: str = opt("sample", "compute-sanitizer memcheck on no, a sample of, or all records",
                         choices=("off", "sample", "all"))
     memcheck_fraction: float = opt(0.1, "share of records memchecked when memcheck is 'sample'", lo=0, hi=1)

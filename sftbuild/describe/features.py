@@ -11,6 +11,7 @@ import ast
 import re
 
 from sftbuild.describe.describers import DESCRIBERS, Describer, Source
+from sftbuild.harvest.kernelbench import declared_dtypes
 from sftbuild.parsing import cuda_parser
 
 
@@ -107,6 +108,8 @@ def _dtypes(record) -> list[str]:
     binding = record.binding or {}
     if binding.get("dtypes"):
         return list(binding["dtypes"])
+    if binding.get("kind") == "kernelbench" and binding.get("reference"):  # what its get_inputs() makes
+        return declared_dtypes(binding["reference"])
     params = " ".join(record.entry.get("params") or [])
     found = [d for d, pat in (("float32", r"\bfloat\s*\*"), ("float16", r"\b(__)?half\b|c10::Half|at::Half"),
                               ("bfloat16", r"bfloat16|BFloat16")) if re.search(pat, params)]

@@ -23,6 +23,7 @@ from sftbuild.describe import features as F
 from sftbuild.describe import text as T
 from sftbuild.describe import writes as W
 from sftbuild.describe.describers import DESCRIBERS
+from sftbuild.harvest.kernelbench import declared_dtypes
 
 
 def run(ctx: Context) -> dict:
@@ -84,7 +85,7 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         fused = re.match(r"triton_(poi|red|per|tem)_fused_(.+?)(?:_\d+)?$", rec.name)
         kind_words = T.INDUCTOR_KINDS[fused.group(1)] if fused else ("Triton", "")
         facts.update(kind="program", flavor=binding["kind"], reference=binding["reference"].strip(),
-                     dtypes=binding.get("dtypes") or ["float32"],
+                     dtypes=binding.get("dtypes") or declared_dtypes(binding["reference"]),
                      layouts=binding.get("layouts") or ["contiguous", "transposed", "sliced"],
                      fused=fused.group(2) if fused else "", fused_kind=kind_words[0], fused_kind_zh=kind_words[1])
         if binding["kind"] == "kernelbench":

@@ -66,6 +66,8 @@ class Op:
     # for sizes where the op's trial is ill-posed: {"max_dims": {axis: size}} (the axis neither drawn past
     # that size nor grown, sftbuild.validate.sizes)
     constraints: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the value classes its domain allows beside its own draw (sftbuild.ops.values); None: values.GENERIC
+    values: tuple[str, ...] | None = None
 
     def constraints_with(self, cons: dict | None) -> dict:
         """A check's constraints (a harness's limits, a binding's own) on top of the op's."""

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
+from sftbuild.ops.values import LOGITS
 from sftbuild.ops.pools import ALL_LAYOUTS, ROW_POOL, TORCH_DTYPES, define, rand
 from sftbuild.ops.norm import group_norm_ref
 
@@ -160,7 +161,7 @@ for _name, _red, _ls, _en, _zh in [
 ]:
     define(_name, "loss", _en, _zh, _ce, _ce_inputs, CE_POOL,
            {"inputs": CE_IN, "outputs": ["loss: [rows] float32" if _red == "none" else "loss: [] float32"]},
-           "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL,
+           "tensors", layouts=ALL_LAYOUTS, tolerance=LOSS_TOL, values=LOGITS,
            params={"ignore_index": -100, "label_smoothing": _ls, "reduction": _red})
 
 FLCE_POOL = [(2, 8, 7), (17, 64, 1000), (64, 256, 4099), (32, 512, 32000)]  # (rows, hidden, vocab)
@@ -381,7 +382,7 @@ define("logsumexp", "reduction",
        lambda x: torch.logsumexp(x.to(_acc(x)), -1).to(x.dtype),
        lambda s, d, l, g, p: [rand(s, d, l, g, 3.0)], ROW_POOL,
        {"inputs": ["x: [rows, cols]"], "outputs": ["y: [rows]"]}, "tensors", layouts=ALL_LAYOUTS,
-       tolerance=Tolerance(scale=2.0))
+       tolerance=Tolerance(scale=2.0), values=LOGITS)
 
 
 # ---- attention: masked, grouped-query, variable length ---------------------------------------

@@ -5,7 +5,12 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
+from sftbuild.ops.values import GENERIC
 from sftbuild.ops.pools import ALL_LAYOUTS, FLAT_POOL, ROW_POOL, define, rand, unary, uniform
+
+SATURATING = ("saturating",) + GENERIC  # exp near overflow, tanh and sigmoid flat
+POSITIVE = ("positive_wide",) + GENERIC  # many decades of positive inputs
+PERIODIC = ("small",)  # past a few periods the argument's own rounding decides the value
 
 unary("relu", "ReLU, max(x, 0), elementwise", "逐元素计算ReLU，即max(x, 0)", torch.relu)
 unary("gelu", "GELU with the exact erf formulation, elementwise", "逐元素计算GELU（erf精确形式）",
@@ -14,15 +19,15 @@ unary("gelu_tanh", "GELU with the tanh approximation, elementwise", "逐元素�
       lambda x: F.gelu(x, approximate="tanh"))
 unary("silu", "SiLU, x * sigmoid(x), elementwise", "逐元素计算SiLU，即x * sigmoid(x)", F.silu)
 unary("sigmoid", "the logistic sigmoid 1 / (1 + exp(-x)), elementwise", "逐元素计算sigmoid函数1 / (1 + exp(-x))",
-      torch.sigmoid)
-unary("tanh", "the hyperbolic tangent, elementwise", "逐元素计算双曲正切tanh", torch.tanh)
-unary("exp", "exp(x), elementwise", "逐元素计算exp(x)", torch.exp, scale=2.0)
+      torch.sigmoid, values=SATURATING)
+unary("tanh", "the hyperbolic tangent, elementwise", "逐元素计算双曲正切tanh", torch.tanh, values=SATURATING)
+unary("exp", "exp(x), elementwise", "逐元素计算exp(x)", torch.exp, scale=2.0, values=SATURATING)
 unary("log", "the natural logarithm of positive inputs, elementwise", "对正数输入逐元素计算自然对数",
-      torch.log, lo=0.05, hi=20.0)
+      torch.log, lo=0.05, hi=20.0, values=POSITIVE)
 unary("sqrt", "the square root of non-negative inputs, elementwise", "对非负输入逐元素计算平方根",
-      torch.sqrt, lo=0.0, hi=50.0)
+      torch.sqrt, lo=0.0, hi=50.0, values=POSITIVE)
 unary("rsqrt", "the reciprocal square root 1 / sqrt(x) of positive inputs", "对正数输入逐元素计算1 / sqrt(x)",
-      torch.rsqrt, lo=0.05, hi=50.0)
+      torch.rsqrt, lo=0.05, hi=50.0, values=POSITIVE)
 unary("abs", "the absolute value, elementwise", "逐元素计算绝对值", torch.abs)
 unary("neg", "the negation -x, elementwise", "逐元素取负", torch.neg)
 unary("square", "x * x, elementwise", "逐元素计算平方x * x", torch.square)
@@ -37,8 +42,8 @@ unary("hardswish", "hard-swish, x * relu6(x + 3) / 6, elementwise", "逐元素�
 unary("hardsigmoid", "hard-sigmoid, relu6(x + 3) / 6, elementwise", "逐元素计算hard-sigmoid，即relu6(x + 3) / 6",
       F.hardsigmoid)
 unary("mish", "Mish, x * tanh(softplus(x)), elementwise", "逐元素计算Mish，即x * tanh(softplus(x))", F.mish)
-unary("sin", "sin(x), elementwise", "逐元素计算sin(x)", torch.sin, scale=2.0)
-unary("cos", "cos(x), elementwise", "逐元素计算cos(x)", torch.cos, scale=2.0)
+unary("sin", "sin(x), elementwise", "逐元素计算sin(x)", torch.sin, scale=2.0, values=PERIODIC)
+unary("cos", "cos(x), elementwise", "逐元素计算cos(x)", torch.cos, scale=2.0, values=PERIODIC)
 unary("erf", "the error function erf(x), elementwise", "逐元素计算误差函数erf(x)", torch.erf, scale=1.5)
 unary("log1p", "log(1 + x) for x > -1, elementwise", "对x > -1逐元素计算log(1 + x)", torch.log1p, lo=-0.9, hi=10.0)
 

@@ -55,7 +55,7 @@ def rowwise(name, family, en, zh, ref, layouts=ALL_LAYOUTS, **kw):
                   layouts=layouts, **kw)
 
 
-def unary(name, en, zh, ref, scale=3.0, offset=0.0, tol=None, lo=None, hi=None):
+def unary(name, en, zh, ref, scale=3.0, offset=0.0, tol=None, lo=None, hi=None, values=None):
     def inputs(shape, dtype, layout, gen, params):
         if lo is not None:
             x = uniform(shape, dtype, gen, lo, hi)
@@ -63,4 +63,4 @@ def unary(name, en, zh, ref, scale=3.0, offset=0.0, tol=None, lo=None, hi=None):
         return [rand(shape, dtype, layout, gen, scale, offset)]
     return define(name, "elementwise", en, zh, ref, inputs, FLAT_POOL,
                   {"inputs": ["x: [n]"], "outputs": ["y: [n]"]}, "unary",
-                  layouts=("contiguous", "sliced"), tolerance=tol or Tolerance())
+                  layouts=("contiguous", "sliced"), tolerance=tol or Tolerance(), values=values)

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from sftbuild.ops import Tolerance
+from sftbuild.ops.values import LOGITS
 from sftbuild.ops.pools import ALL_LAYOUTS, CUBE_POOL, ROW_POOL, TORCH_DTYPES, define, rand, rowwise
 
 DIM_PARAMS = {"dim": -1}
@@ -51,11 +52,11 @@ define("row_sum", "reduction", "the sum of each row of a 2-D tensor, kept as a c
 rowwise("softmax", "softmax",
         "softmax over the last dimension of a 2-D tensor",
         "对二维张量的最后一维做softmax",
-        lambda x, dim=-1: torch.softmax(x, dim=dim), params={"dim": -1})
+        lambda x, dim=-1: torch.softmax(x, dim=dim), params={"dim": -1}, values=LOGITS)
 rowwise("log_softmax", "softmax",
         "log-softmax over the last dimension of a 2-D tensor",
         "对二维张量的最后一维做log-softmax",
-        lambda x, dim=-1: torch.log_softmax(x, dim=dim), params={"dim": -1})
+        lambda x, dim=-1: torch.log_softmax(x, dim=dim), params={"dim": -1}, values=LOGITS)
 define("softmax_dim", "softmax", "softmax over dimension `dim` of a 3-D tensor", "对三维张量沿维度dim做softmax",
        lambda x, dim=-1: torch.softmax(x, dim), _cube, CUBE_POOL,
        {"inputs": ["x: [d0, d1, d2]"], "outputs": ["y: [d0, d1, d2]"]}, "tensors", layouts=ALL_LAYOUTS,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from sftbuild.ops import values
+
 SPECIAL_EVERY = 16  # one position in this many gets each of 0, +inf, -inf, NaN
 EQUAL_EVERY = 4  # one position in this many of a later input takes the first input's value
 SPECIALS = (0.0, float("inf"), float("-inf"), float("nan"))
@@ -30,11 +32,13 @@ SALT = 0x5EED  # the special values' generator: seeded from the trial's seed, ap
 _BOOLEAN: dict = {}  # (op name, reference) -> whether the reference returns a bool tensor
 
 
-def trial_inputs(op, shape, dtype: str, seed: int, params: dict, layout: str = "contiguous") -> list:
-    """The op's inputs for trial seed `seed` (its `make_inputs` with a generator seeded so), special
-    values mixed in when its reference returns a bool tensor (see the module doc). CPU tensors."""
+def trial_inputs(op, shape, dtype: str, seed: int, params: dict, layout: str = "contiguous",
+                 value_class: str = "normal") -> list:
+    """The op's inputs for trial seed `seed` (its `make_inputs` with a generator seeded so), redrawn in
+    `value_class` (sftbuild.ops.values), special values mixed in when its reference returns a bool
+    tensor (see the module doc). CPU tensors."""
     gen = torch.Generator().manual_seed(seed)
-    xs = op.make_inputs(shape, dtype, layout, gen, params)
+    xs = values.apply(value_class, op.make_inputs(shape, dtype, layout, gen, params), dtype, seed)
     if boolean_valued(op, xs, params):
         xs = with_specials(xs, seed)
     return xs

@@ -7,6 +7,7 @@ They set up and record; the verdicts on what they record are the run-time checks
   LaunchCounter        count Triton launches of kernels defined in the candidate's own file
   profile_kernel_times()  GPU time per CUDA kernel a call launched (torch.profiler), to spot library kernels
   library_kernels()    which of those names are cuBLAS, cuDNN or ATen compute kernels
+  TorchWork            count the torch compute ops a call dispatched and the largest tensor they touched
   scrub()              fill the allocator's free blocks with NaN so unwritten outputs show
   snapshot()           copies of the inputs, to check them unchanged after the call
 """
@@ -224,6 +225,47 @@ def profile_kernel_times(fn) -> dict[str, float] | None:
             us = getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0) or 0.0
             times[e.name] = times.get(e.name, 0.0) + float(us)
     return times
+
+
+# aten ops that allocate, view, copy, fill or read metadata: no computation of a result
+NOT_WORK = frozenset("""empty empty_like empty_strided zeros zeros_like ones ones_like full full_like new_empty
+new_empty_strided new_zeros new_ones new_full arange fill_ zero_ copy_ clone _to_copy contiguous view _unsafe_view
+reshape t transpose permute expand as_strided slice select unsqueeze squeeze detach alias lift_fresh resize_ split
+split_with_sizes chunk narrow unbind cat stack _local_scalar_dense item is_nonzero sym_size sym_stride sym_numel
+record_stream set_ view_as real imag conj resolve_conj resolve_neg""".split())
+
+
+class TorchWork:
+    """Within the block, the torch compute ops the thread dispatched (those not in NOT_WORK, from Python
+    or from an extension's C++ alike): how many (`ops`) and the most elements one of their tensors, in
+    or out, held (`elements`): bookkeeping on a few partial results stays far below the inputs' size."""
+
+    def __init__(self):
+        self.ops, self.elements = 0, 0
+        self._mode = None
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        work = self
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if func.overloadpacket.__name__.rstrip("_") not in NOT_WORK and \
+                        func.overloadpacket.__name__ not in NOT_WORK:
+                    work.ops += 1
+                    sizes = [t.numel() for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+                    work.elements = max([work.elements, *sizes])
+                return out
+
+        self._mode = Count()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)
 
 
 def library_kernels(names: list[str], own: set[str]) -> list[str]:

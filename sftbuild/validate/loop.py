@@ -18,7 +18,8 @@ A candidate kind supplies an `Adapter`; the loop owns the plan and the verdict:
     `uninformative`, which blames the inputs, not the candidate; then an adapter may still drop
     the record (`verdict`), then each
     adapter's timed call is timed against its reference (sftbuild.validate.timing) when the
-    task asks for timing.
+    task asks for timing; a timing that refuses the candidate (times that disagree with its
+    kernels' own durations, a wrong output on the last timed run) drops the record.
 
 An exception a trial raises (a sticky CUDA fault ends the record) leaves the loop with the trial's
 place on it (`fault_detail`): the verdict built from it starts with the sizes, block size, dtype and
@@ -178,23 +179,31 @@ def run(adapters: Iterable, task: dict) -> dict:
     payload = {"status": "ok", "reason": None, "trials": tally.tried, "errors": tally.worst}
     notes: dict = {}
     for adapter in done:
-        payload.update(adapter.summary())
+        for key, value in adapter.summary().items():  # lists (the value classes each op ran) add up
+            both = isinstance(value, list) and isinstance(payload.get(key), list)
+            payload[key] = sorted(set(payload[key]) | set(value)) if both else value
         for reason, whys in adapter.notes.items():
             notes.setdefault(reason, []).extend(whys)
     if notes:
         payload["flags"] = {k: sorted(set(v)) for k, v in notes.items()}
     if task.get("timing"):
-        _time(done, task, payload)
+        refused = _time(done, task, payload)
+        if refused:
+            return {"status": "dropped", "reason": refused["reason"], "detail": refused["why"],
+                    "trials": tally.tried, "timing": payload.get("timing")}
     return payload
 
 
-def _time(adapters: list, task: dict, payload: dict) -> None:
+def _time(adapters: list, task: dict, payload: dict) -> dict | None:
+    """Each adapter's timing into the payload; the first refusal (sftbuild.validate.timing), if any."""
     measured = dict(t for t in (a.timed() for a in adapters) if t is not None)
+    refused = next((m["refused"] for m in measured.values() if m.get("refused")), None)
     if measured:
         payload["timing"] = measured
         payload["speedup"] = min(m["speedup"] for m in measured.values())
         for m in measured.values():
             payload.setdefault("flags", {}).update(m.get("flags", {}))
+    return refused
 
 
 def second_order(checks: list, notes: dict | None, first: list, outputs: list, first64: list, refs64: list,

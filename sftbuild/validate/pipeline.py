@@ -148,7 +148,8 @@ def _without_gpu(items, cfg, executor):
     tasks = []
     for item in items:
         if item["language"] == "cuda" or not cfg.cpu_interpret or \
-                "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item):
+                "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item) or \
+                item["dtypes"] == ["bfloat16"]:
             yield item, None
             continue
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
@@ -358,6 +359,19 @@ def brief(res) -> dict:
             **{k: res[k] for k in ("aot", "header", "phases") if res.get(k)}}
 
 
+def task_dtypes(binding: dict, mode: str = "declared") -> list[str]:
+    """The dtypes a record's trials may use: its binding's, a KernelBench pair's declared by its
+    get_inputs() (under `validate.dtypes: declared`), else every float dtype (an op's own list, or
+    what the reference runs at, narrows them: pyrun.program_dtypes)."""
+    if binding.get("dtypes"):
+        return list(binding["dtypes"])
+    if binding.get("kind") == "kernelbench" and binding.get("reference") and mode == "declared":
+        from sftbuild.harvest.kernelbench import declared_dtypes
+
+        return declared_dtypes(binding["reference"])
+    return list(ALL_DTYPES)
+
+
 def gpu_task(rec, res, cfg, cache_dir) -> dict:
     binding = rec.binding or {}
     runtime_checks = cfg.runtime_checks
@@ -365,7 +379,8 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
         # one kernel run inside its program: the library calls are the program's host code, not the record's
         runtime_checks = {**(runtime_checks or {}), "library_kernels": False}
     return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
-            "binding": binding, "entry": rec.entry, "dtypes": binding.get("dtypes") or ALL_DTYPES,
+            "binding": binding, "entry": rec.entry, "dtypes": task_dtypes(binding, cfg.dtypes),
+            "program_dtypes": cfg.dtypes,
             "tree": (rec.provenance or {}).get("tree"), "path": (rec.provenance or {}).get("path"),
             "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
             "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": runtime_checks,

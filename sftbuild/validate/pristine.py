@@ -5,8 +5,9 @@ before any candidate code runs; it holds, by identity (objects, not ids, so an i
 reused by a replacement):
 
   callables  every public name of torch, torch.nn.functional, torch.linalg, torch.fft,
-             torch.special, triton, triton.language and builtins; every attribute torch.Tensor
-             (its C base included), torch.nn.Module and Triton's launcher classes resolve;
+             torch.special, torch.cuda, time, triton, triton.language and builtins; every attribute
+             torch.Tensor (its C base included), torch.nn.Module, torch.cuda.Event and Stream and
+             Triton's launcher classes resolve; the timer's captured clocks (timing.CLOCKS);
              the aten overload packets already made; the validator's own modules and their
              functions (rebinding `sftbuild.ops.compare` would forge a verdict). A Python
              function's code and defaults are held too: a swapped `__code__` keeps the identity.
@@ -38,9 +39,9 @@ import types
 
 import torch
 
-MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special",
+MODULES = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch.cuda", "time",
            "triton", "triton.language", "builtins")
-CLASSES = ("torch.Tensor", "torch.nn.Module", "triton.runtime.jit.JITFunction",
+CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "torch.cuda.Stream", "triton.runtime.jit.JITFunction",
            "triton.runtime.autotuner.Autotuner", "triton.runtime.interpreter.InterpretedFunction")
 OWN = "sftbuild."  # the validator's own modules
 
@@ -64,6 +65,10 @@ class Pristine:
             cls = _lookup(path)
             if isinstance(cls, type):
                 self.classes += [(cls, attr, f"{path}.{attr}", _resolve(cls, attr)) for attr in dir(cls)]
+        from sftbuild.validate import timing
+
+        for attr, obj in timing.CLOCKS.items():  # the timer's own copies of the clocks
+            self.bound.append((timing.CLOCKS, attr, f"the timer's {attr}", *_held(obj)))
         aten = torch.ops.aten
         for attr, packet in list(vars(aten).items()):
             if isinstance(packet, torch._ops.OpOverloadPacket):

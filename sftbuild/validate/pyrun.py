@@ -24,7 +24,10 @@ run-time checks (sftbuild.validate.checks) judge what it left (process state, fl
 outputs, inputs unchanged, output dtype, shape, device and memory format), one trial (the largest) is
 profiled for library kernels, and the outputs are compared with the float64 reference and torch's
 own result at the dtype; the same buffers then get new values (both orders), and the checks judge
-whether the results moved with the inputs (`loop.second_order`).
+whether the results moved with the inputs (`loop.second_order`). Inputs are drawn in value classes
+(sftbuild.ops.values, one per input set: the book's); a program runs at the dtypes its get_inputs()
+makes (`program_dtypes`); a module pair whose trials passed gets new parameter values and must follow
+them (`parameters_follow`); timed runs get new values before each run and the last one is checked.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import dataclasses
 import functools
 import importlib.util
 import inspect
+import itertools
 import os
 import random
 import re
@@ -47,9 +51,9 @@ import torch
 
 from sftbuild import ops
 from sftbuild.harvest import inductor_code
-from sftbuild.ops import opdb, special
+from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, deadline, fences, guards, loop, pristine, refbook, sizes
+from sftbuild.validate import checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate.checks.output_type import strides_in_order
 from sftbuild.validate.checks.real_outputs import view_of
@@ -397,8 +401,13 @@ class Problem:
     def variants(self) -> list:
         raise NotImplementedError
 
-    def inputs(self, variant, dtype, seed, dev) -> list:
+    def inputs(self, variant, dtype, seed, dev, value_class: str = "normal") -> list:
+        """The trial's inputs, redrawn in `value_class` (sftbuild.ops.values)."""
         raise NotImplementedError
+
+    def value_classes(self):
+        """The value classes its domain allows (sftbuild.ops.values); None: the generic ones."""
+        return None
 
     def candidate(self, variant, dtype, inputs) -> list:
         raise NotImplementedError
@@ -452,6 +461,7 @@ class OpProblem(Problem):
         allowed = b.get("dtypes") or list(self.op.dtypes)
         self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
         self.layouts = [lay for lay in self.op.layouts if lay in (b.get("layouts") or self.op.layouts)]
+        self.values = b["values"] if "values" in b else self.op.values  # a declared binding's own, else the op's
         cons = self.op.constraints_with(b.get("constraints"))
         pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
         rng = random.Random(task["id"])
@@ -488,7 +498,10 @@ class OpProblem(Problem):
     def variants(self):
         return self.shapes
 
-    def inputs(self, shape, dtype, seed, dev):
+    def value_classes(self):
+        return self.values
+
+    def inputs(self, shape, dtype, seed, dev, value_class="normal"):
         """The op's trial inputs (special values mixed in for a boolean result: sftbuild.ops.special).
         What the op's input generator sets in its params at a variant's first draw (an op_db sample's
         non-tensor arguments, say) is that variant's for every seed: later draws start from it and draw
@@ -496,7 +509,7 @@ class OpProblem(Problem):
         params their inputs were drawn with."""
         key = _variant_key(shape, dtype)
         params = dict(self._made.get(key, self.params))
-        xs = special.trial_inputs(self.op, shape, dtype, seed, params)
+        xs = special.trial_inputs(self.op, shape, dtype, seed, params, value_class=value_class)
         self._made.setdefault(key, params)
         return [t.to(dev) for t in xs]
 
@@ -619,10 +632,11 @@ class ModuleProblem(Problem):
         self.workdir, self.dev = workdir, dev
         self.reference_src = b["reference"]
         self.cand_cls = None
-        self.dtypes = [d for d in (b.get("dtypes") or ["float32"]) if d in task.get("dtypes", [d])] or ["float32"]
+        self.dtypes, self.extra_dtypes = program_dtypes(b, task)
         self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
         self.max_variants = task["shapes"]
         self.sizes = b.get("sizes")  # None: every size constant varies
+        self.declared_values = b.get("values")  # the value classes a binding declares; None: the generic ones
         self.blocks = sizes.block_sizes(task.get("code") or "")
         self.limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
         self._variants = None
@@ -651,10 +665,23 @@ class ModuleProblem(Problem):
                         raise Reject("reference_error", f"the reference does not run: {e!r}"[:400])
                     continue
                 self._variants.append((i, mod, init))
+            if self.extra_dtypes:
+                self.dtypes += [d for d in self.extra_dtypes if self._runs_at(self._variants[0], d)]
             grown = self._grown_variant() if self.max_variants > 1 else None
             if grown:
                 self._variants.append(grown)
         return self._variants
+
+    def _runs_at(self, variant, dtype) -> bool:
+        """The reference runs at `dtype` (`validate.dtypes: all`) and gives finite results there."""
+        try:
+            ins = self.inputs(variant, dtype, 0, self.dev)
+            _, mod, init = variant
+            with torch.no_grad():
+                out = to_list(mod.Model(*init).to(self.dev).eval().to(TORCH_DTYPES[dtype])(*ins))
+            return values.finite(out)
+        except Exception:  # the reference does not support the dtype: not tried
+            return False
 
     def _grown_variant(self):
         """One variant past the fixed-grid caps (sftbuild.validate.sizes): a size constant of the
@@ -718,11 +745,34 @@ class ModuleProblem(Problem):
         self._cands[key] = self.cand_cls(*init).to(self.dev).eval().to(TORCH_DTYPES[dtype])
         return True
 
+    def parameter_changes(self, variant, dtype, inputs) -> list:
+        """[(what, values, reference at the dtype, in float64)] for each change of parameters
+        (sftbuild.validate.parameters), applied in turn to copies of the reference models, on
+        `inputs`; [] where the model has no floating state or the float64 reference is not finite."""
+        ref, ref64 = self.reference_models(variant, dtype)
+        state, deltas = parameters.draw(ref)
+        if not state:
+            return []
+        ref, ref64 = copy.deepcopy(ref), copy.deepcopy(ref64)
+        out = []
+        for what, vals in (("load", state), ("step", deltas)):
+            parameters.change(ref, what, vals)
+            parameters.change(ref64, what, vals)
+            with torch.no_grad():
+                native, double = to_list(ref(*inputs)), to_list(ref64(*ops.upcast(inputs)))
+            if not values.finite(double):
+                return []
+            out.append((what, vals, native, double))
+        return out
+
     def candidate_model(self, variant, dtype):
         self.prepare(variant, dtype)
         return self._cands[(variant[0], dtype)]
 
-    def inputs(self, variant, dtype, seed, dev):
+    def value_classes(self):
+        return self.declared_values
+
+    def inputs(self, variant, dtype, seed, dev, value_class="normal"):
         torch.manual_seed(seed)
         dt = TORCH_DTYPES[dtype]
         out = []
@@ -731,7 +781,7 @@ class ModuleProblem(Problem):
                 t = t.to(dev)
                 t = t.to(dt) if t.is_floating_point() else t
             out.append(t)
-        return out
+        return values.apply(value_class, out, dtype, seed)
 
     def candidate(self, variant, dtype, inputs):
         with torch.no_grad():
@@ -747,6 +797,23 @@ class ModuleProblem(Problem):
 
     def tolerance(self):
         return ops.Tolerance(scale=4.0)  # whole models accumulate more rounding than one op
+
+
+PROGRAM_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def program_dtypes(binding: dict, task: dict) -> tuple[list[str], list[str]]:
+    """(dtypes a program runs at, dtypes to add where its reference supports them): those its binding
+    names, else those its get_inputs() makes (sftbuild.harvest.kernelbench.declared_dtypes), within
+    the task's; with `validate.dtypes: all` (task `program_dtypes`), a KernelBench pair adds the other
+    float dtypes (an Inductor kernel is compiled for its program's dtype alone)."""
+    from sftbuild.harvest.kernelbench import declared_dtypes
+
+    declared = list(binding.get("dtypes") or declared_dtypes(binding.get("reference") or ""))
+    allowed = task.get("dtypes") or PROGRAM_DTYPES
+    extra = [d for d in PROGRAM_DTYPES if d not in declared and d in allowed] \
+        if task.get("program_dtypes") == "all" and binding.get("kind", "kernelbench") == "kernelbench" else []
+    return [d for d in declared if d in allowed], extra
 
 
 def size_variants(src: str, n: int, blocks=(), only=None) -> list[str]:
@@ -854,6 +921,7 @@ class Run(loop.Adapter):
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
     task: dict = dataclasses.field(default_factory=dict)  # the record's task: timing's warm-ups, runs, baselines
     in_place: tuple = ()  # inputs the candidate updates and returns (pyrun.updated_in_place), from its last checked call
+    values: set = dataclasses.field(default_factory=set)  # the value classes its trials ran (sftbuild.ops.values)
 
     @functools.cached_property
     def expects_triton(self) -> bool:
@@ -884,7 +952,13 @@ class Run(loop.Adapter):
         return trial(self, t.variant, t.dtype, t.layout, t.seed, profile=t.profile, vi=t.vi)
 
     def summary(self) -> dict:
-        return {"launches": self.counter.count, "triton_kernels": sorted(self.counter.names)}
+        return {"launches": self.counter.count, "triton_kernels": sorted(self.counter.names),
+                "value_classes": sorted(self.values),
+                **({"value_classes_ill_posed": sorted(self.book.skipped - self.values)}
+                   if self.book.skipped - self.values else {})}
+
+    def verdict(self) -> dict | None:
+        return parameters_follow(self)
 
     def timed(self) -> tuple[str, dict] | None:
         """The first variant at the first dtype, on the GPU only."""
@@ -894,9 +968,33 @@ class Run(loop.Adapter):
 
         prob, variant, dtype = self.prob, self.prob.variants()[0], self.prob.dtypes[0]
         ins = prob.inputs(variant, dtype, 0, self.dev)
-        return "main", timing.compare_times(lambda: prob.candidate(variant, dtype, ins),
+        ref = self.book.get(0, dtype, 0)  # both orders' values of the first trial, with their references
+        given = [_copy(t) for t in ins]  # the candidate's inputs: each timed run gets one order's values in turn
+        orders = [(ref.inputs, ref.double, ref.native), (ref.fresh, ref.double2, ref.native2)]
+        turn = itertools.count()
+        last: list = []
+
+        def prep():
+            last[:] = [orders[next(turn) % 2]]
+            for t, v in zip(given, last[0][0]):
+                if isinstance(t, torch.Tensor):
+                    t.copy_(v)
+
+        def check(out) -> str | None:
+            """The last timed run's output, then one more run's on the other order's values: a result
+            cached in the loop is stale on one of the two."""
+            for again in (False, True):
+                if again:
+                    prep()
+                    out = prob.candidate(variant, dtype, given)
+                    torch.cuda.synchronize()
+                ok, stats = compare_outputs(out, last[0][1], last[0][2], dtype, prob.tolerance())
+                if not ok:
+                    return stats.get("why", "")
+            return None
+        return "main", timing.compare_times(lambda: prob.candidate(variant, dtype, given),
                                             lambda: prob.reference(variant, dtype, ins), ins, self.task,
-                                            _compiled_reference(prob, variant, dtype, self.task))
+                                            _compiled_reference(prob, variant, dtype, self.task), check, prep)
 
 
 def _problem(task, dev, workdir) -> Problem:
@@ -989,6 +1087,7 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     prob, dev = run.prob, run.dev
     tol = prob.tolerance()
     ref = run.book.get(vi, dtype, seed)
+    run.values.update(ref.values)
     fence = fences.Fence([layout_of(_copy(t), layout) for t in ref.inputs])
     inputs = fence.views
     before = guards.snapshot(inputs)
@@ -1002,10 +1101,12 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
         return False, why
     if profile and dev.type == "cuda":
         # not watched: the profiler's own start-up can take seconds; the call itself just finished in time
-        times = guards.profile_kernel_times(lambda: prob.candidate(variant, dtype, inputs))
+        work = guards.TorchWork()
+        times = guards.profile_kernel_times(lambda: _counted(work, lambda: prob.candidate(variant, dtype, inputs)))
         if times is not None:
-            why = checks.judge(run.checks, checks.Profile(list(times), run.own, set(run.counter.names),
-                                                          run.counter.count, times))
+            why = checks.judge(run.checks, checks.Profile(
+                list(times), run.own, set(run.counter.names), run.counter.count, times, work.ops, work.elements,
+                sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))))
             if why:
                 return False, why
     ok, stats = compare_outputs(out, ref.double, ref.native, dtype, tol, ref.sides, ref.spread)
@@ -1014,7 +1115,8 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
         if why:
             return False, {**stats, **why}
         return False, {**stats, "reason": "incorrect",
-                       "why": f"{stats.get('why', '')} at {prob.describe(variant)} {dtype} {layout} seed {seed}"}
+                       "why": f"{stats.get('why', '')} at {prob.describe(variant)} {dtype} {layout} seed {seed}"
+                              + values.on(ref.values[0])}
     # order 2: new values in the same buffers (their references were computed first, before any candidate ran)
     for t, f in zip(inputs, ref.fresh):
         if isinstance(t, torch.Tensor):
@@ -1027,7 +1129,63 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
     ok, more = loop.second_order(run.checks, run.notes, out, out2, ref.double, ref.double2,
                                  compare_outputs(out2, ref.double2, ref.native2, dtype, tol, ref.sides2,
                                                  ref.spread2))
+    if not ok and more.get("reason") == "incorrect":
+        more = {**more, "why": more.get("why", "") + values.on(ref.values[1])}
     return (True, {**stats, **more}) if ok else (False, more)
+
+
+
+def parameters_follow(run: Run) -> dict | None:
+    """After every trial passed: a fresh candidate, given the reference's new parameter values before
+    its first call (`load`) and updated in place after it (`step`, sftbuild.validate.parameters), must
+    still match the book's reference results for each; one that answers from a stale copy of its
+    parameters is `incorrect`. None: passed, or nothing to change (a candidate whose state does not
+    match the reference's is noted in the flags, unchanged)."""
+    plan, prob = run.book.parameters, run.prob
+    if not plan:
+        return None
+    variant, dtype = prob.variants()[plan["vi"]], plan["dtype"]
+    key = (variant[0], dtype)
+    kept = prob._cands.pop(key, None)
+    try:
+        prob.prepare(variant, dtype)  # a fresh ModelNew, not called yet
+        why = checks.judge(run.checks, checks.Call([], [], tampered=run.world.changes()))
+        if why:
+            return {"reason": why["reason"], "detail": why["why"]}
+        cand = prob.candidate_model(variant, dtype)
+        names = parameters.match(plan["changes"][0][1], cand)
+        if names is None:
+            run.notes.setdefault("parameters", []).append(
+                "ModelNew's state does not match Model's by name or shape: changed parameters not tried")
+            return None
+        for what, vals, native, double in plan["changes"]:
+            parameters.change(cand, what, vals, names)
+            inputs = [_copy(t) for t in run.book.get(plan["vi"], dtype, 0).inputs]
+            sizes = [t.numel() * t.element_size() for t in native if isinstance(t, torch.Tensor)]
+            out, why = _call_candidate(run, variant, dtype, inputs, sizes, guards.snapshot(inputs),
+                                       checks.specs(native))
+            if why:
+                return {"reason": why["reason"], "detail": why["why"]}
+            ok, stats = compare_outputs(out, double, native, dtype, prob.tolerance())
+            if not ok:
+                return {"reason": "incorrect", "detail": f"{stats.get('why', '')} after {parameters.CHANGES[what]}: "
+                                                         "the candidate answers from a stale copy of its parameters"}
+    finally:
+        prob._cands.pop(key, None)
+        if kept is not None:
+            prob._cands[key] = kept
+    return None
+
+
+def _counted(work, call):
+    """`call()` with torch's compute ops counted (guards.TorchWork); where the count cannot run (a
+    compiler refusing dispatch modes), the call runs plain and counts nothing (`work.ops` None)."""
+    try:
+        with work:
+            return call()
+    except Exception:
+        work.ops = None
+        return call()
 
 
 def _resized(expected: list, native2: list) -> list:

@@ -4,7 +4,9 @@ A candidate imported into the process can rebind torch (torch.softmax, Tensor.__
 or register its own kernels for torch's operators; a reference computed after that computes
 the candidate's answer. So pyrun fills a `Book` first, while the process is as the worker
 left it: for every (variant, dtype, seed) of the trial plan, the inputs of both orders
-(fresh buffers; new values in the same buffers), the reference's outputs on each at the
+(fresh buffers; new values in the same buffers), each in a value class (sftbuild.ops.values: one
+class per input set by its slot, the problem's own draw for the first order of seed 0 and wherever
+the class is ill-posed at the dtype), the reference's outputs on each at the
 trial's dtype and in float64 (and, where the outputs are gradients, in float64 with its intermediates rounded at the dtype:
 sftbuild.ops.rounding), and, for every layout the plan tries, the specs
 (sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout; outputs the
@@ -24,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from sftbuild.ops import rounding
+from sftbuild.ops import rounding, values
 from sftbuild.validate import checks, deadline
 
 MAX_ON_DEVICE = 8 << 30
@@ -50,6 +52,8 @@ class Entry:
     # dtype (sftbuild.ops.rounding.spread): the reference's own spread where its terms cancel; empty: none
     spread: list = dataclasses.field(default_factory=list)
     spread2: list = dataclasses.field(default_factory=list)
+    # the value class of each order's inputs (sftbuild.ops.values): "normal" is the problem's own draw
+    values: tuple = ("normal", "normal")
 
 
 class Book:
@@ -62,10 +66,13 @@ class Book:
         self.budget = _default_budget(dev) if budget is None else budget
         self.used = 0
         self.entries: dict[tuple, Entry] = {}
+        self.skipped: set[str] = set()  # value classes that were ill-posed somewhere (their trials fell back)
         for vi, variant in enumerate(prob.variants()):
-            for dtype in prob.dtypes:
+            for di, dtype in enumerate(prob.dtypes):
                 for seed in range(1 if prob.grown(variant) else seeds):  # one seed past the caps
-                    self.entries[(vi, dtype, seed)] = self._entry(prob, variant, dtype, seed, arrange)
+                    at = [values.slot(vi, di, len(prob.dtypes), seed, order, seeds) for order in (0, 1)]
+                    self.entries[(vi, dtype, seed)] = self._entry(prob, variant, dtype, seed, arrange, at)
+        self.parameters = self._parameters(prob)
 
     def get(self, vi: int, dtype: str, seed: int) -> Entry:
         """The entry, on the device (copies of anything kept on the host)."""
@@ -74,10 +81,10 @@ class Book:
                                    **{f: [[_to(t, self.dev) for t in side] for side in getattr(e, f)]
                                       for f in _SIDES})
 
-    def _entry(self, prob, variant, dtype, seed, arrange) -> Entry:
-        inputs = prob.inputs(variant, dtype, seed, self.dev)
-        fresh = prob.inputs(variant, dtype, seed + 1000, self.dev)
-        native, seconds = deadline.timed(lambda: prob.reference(variant, dtype, inputs), self.dev.type == "cuda")
+    def _entry(self, prob, variant, dtype, seed, arrange, at=(None, None)) -> Entry:
+        classes = values.schedule(getattr(prob, "value_classes", lambda: None)(), dtype)
+        inputs, native, double, seconds, cls = self._draw(prob, variant, dtype, seed, classes, at[0])
+        fresh, native2, double2, _, cls2 = self._draw(prob, variant, dtype, seed + 1000, classes, at[1])
         plain = checks.specs(native)
         specs = {"contiguous": plain}
         for layout in prob.layouts_for(dtype):
@@ -91,15 +98,43 @@ class Book:
         if hasattr(prob, "expected"):  # a probed entry's own output contract (pyrun.OpProblem.expected)
             specs = {lay: prob.expected(sp, dtype) for lay, sp in specs.items()}
         sides = getattr(prob, "sides", lambda *a: [])
-        double, double2 = (prob.reference(variant, dtype, xs, double=True) for xs in (inputs, fresh))
-        entry = Entry(inputs, fresh, native, double, prob.reference(variant, dtype, fresh), double2,
+        entry = Entry(inputs, fresh, native, double, native2, double2,
                       specs, seconds, sides(variant, dtype, inputs), sides(variant, dtype, fresh),
-                      _spread(prob, variant, dtype, inputs, double), _spread(prob, variant, dtype, fresh, double2))
+                      _spread(prob, variant, dtype, inputs, double), _spread(prob, variant, dtype, fresh, double2),
+                      (cls, cls2))
         for f in _TENSORS:
             setattr(entry, f, [self._keep(t) for t in getattr(entry, f)])
         for f in _SIDES:
             setattr(entry, f, [[self._keep(t) for t in side] for side in getattr(entry, f)])
         return entry
+
+    def _parameters(self, prob) -> dict | None:
+        """The first trial's inputs and the reference's results after each change of its parameters
+        (`prob.parameter_changes`, module pairs): {vi, dtype, changes: [(what, values, native,
+        double)]}, on the inputs of entry (vi, dtype, seed 0); None where the problem has none."""
+        if not hasattr(prob, "parameter_changes") or not prob.dtypes or not self.entries:
+            return None
+        dtype = prob.dtypes[0]
+        inputs = self.entries[(0, dtype, 0)].inputs
+        changes = prob.parameter_changes(prob.variants()[0], dtype, inputs)
+        return {"vi": 0, "dtype": dtype, "changes": changes} if changes else None
+
+    def _draw(self, prob, variant, dtype, seed, classes, at):
+        """(inputs, reference at the dtype, in float64, the reference's seconds, value class) for one
+        input set: in the class slot `at` picks (sftbuild.ops.values) where it is well-posed, else
+        the problem's own draw (and the class is noted in `skipped`)."""
+        name = values.pick(classes, at)
+        xs = prob.inputs(variant, dtype, seed, self.dev, value_class=name)
+        try:
+            native, seconds = deadline.timed(lambda: prob.reference(variant, dtype, xs), self.dev.type == "cuda")
+            double = prob.reference(variant, dtype, xs, double=True)
+            if name == "normal" or values.well_posed(native, double, dtype, prob.tolerance()):
+                return xs, native, double, seconds, name
+        except Exception:  # a reference that refuses the class's values (a domain check): its own draw
+            if name == "normal":
+                raise
+        self.skipped.add(name)
+        return self._draw(prob, variant, dtype, seed, classes, None)
 
     def _keep(self, t):
         if not isinstance(t, torch.Tensor) or t.device.type == "cpu":

@@ -7,7 +7,8 @@ same run-time checks.
 For one bound CUDA record, every check (op) is an adapter (`HarnessOp`) of the one trial loop
 (sftbuild.validate.loop), which runs every drawn (shape, dtype, seed), tallies and times:
   * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.validate.sizes);
-  * inputs are made on the host from a seeded generator and copied to the GPU;
+  * inputs are made on the host from a seeded generator and copied to the GPU, each order's in
+    a value class (sftbuild.ops.values) where it is well-posed for the op at the dtype;
   * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
     with their minimum), so unwritten elements show; inputs an op updates in place
     (`mutates`) are cloned for the kernel and the clones are compared instead;
@@ -39,7 +40,7 @@ import random
 import torch
 
 from sftbuild import ops
-from sftbuild.ops import special
+from sftbuild.ops import special, values
 from sftbuild.validate import checks as C
 from sftbuild.validate import deadline, fences, pristine, sizes
 from sftbuild.validate import harness as H
@@ -109,6 +110,7 @@ class HarnessOp(loop.Adapter):
     def __init__(self, task: dict, i: int, check: dict, dev: torch.device, checks: list):
         self.op = op = ops.get(check["op"])
         self.task, self.check, self.dev, self.checks, self.notes = task, check, dev, checks, {}
+        self.values: dict[str, bool] = {}  # value class -> whether it ran (False: ill-posed wherever drawn)
         self.name = f"op {op.name}"
         self.contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
         self.lib = load_harness(task["sos"][i])
@@ -131,8 +133,17 @@ class HarnessOp(loop.Adapter):
         return {"op": self.op.name, "shape": list(variant)}
 
     def trial(self, t: loop.Trial):
+        declared = self.check.get("values", (self.task.get("binding") or {}).get("values", self.op.values))
+        classes = values.schedule(declared, t.dtype)
+        at = [values.slot(t.vi, self.dtypes.index(t.dtype), len(self.dtypes), t.seed, order, self.task["seeds"])
+              for order in (0, 1)]
         return _trial(self.lib, self.op, self.contract, self.check, t.variant, t.dtype, t.seed, self.dev,
-                      self.checks, self.notes)
+                      self.checks, self.notes, [values.pick(classes, a) for a in at], self.values)
+
+    def summary(self) -> dict:
+        ran = sorted(k for k, v in self.values.items() if v)
+        return {"value_classes": ran, **({"value_classes_ill_posed": sorted(k for k, v in self.values.items()
+                                                                             if not v)} if len(ran) < len(self.values) else {})}
 
     def timed(self) -> tuple[str, dict]:
         """The op's largest pool shape at its first dtype."""
@@ -208,9 +219,28 @@ def _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence
     return fences.blame_reads(fence, rerun)
 
 
-def _inputs(op, shape, dtype, seed, dev, params):
+def _inputs(op, shape, dtype, seed, dev, params, value_class="normal"):
     """The op's trial inputs, as every path draws them (sftbuild.ops.special)."""
-    return [t.to(dev).contiguous() for t in special.trial_inputs(op, shape, dtype, seed, params)]
+    return [t.to(dev).contiguous() for t in special.trial_inputs(op, shape, dtype, seed, params,
+                                                                 value_class=value_class)]
+
+
+def _drawn(op, shape, dtype, seed, dev, params, name, ran) -> tuple:
+    """(inputs, value class, reference at the dtype, in float64, the reference's seconds): the trial's
+    inputs in class `name` (sftbuild.ops.values) where it is well-posed for the op at the dtype, else
+    its own draw; `ran` notes whether each class ran. The references are computed before any launch."""
+    xs = _inputs(op, shape, dtype, seed, dev, params, name)
+    try:
+        native, seconds = deadline.timed(lambda: ops.as_outputs(op.run_reference(xs, params)), dev.type == "cuda")
+        double = ops.as_outputs(op.run_reference(ops.upcast(xs), params))
+        if name == "normal" or values.well_posed(native, double, dtype, op.tolerance):
+            ran[name] = True
+            return xs, name, native, double, seconds
+    except Exception:  # a reference that refuses the class's values (a domain check): its own draw
+        if name == "normal":
+            raise
+    ran.setdefault(name, False)
+    return _drawn(op, shape, dtype, seed, dev, params, "normal", ran)
 
 
 def _launch(lib, dtype, contract, inputs, outputs, params=None) -> int:
@@ -277,15 +307,17 @@ def _compare_index(cand, ref, x, dim) -> tuple[bool, dict]:
                       **({"why": f"{off} indices pick other values than the reference's"} if off else {})}
 
 
-def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes=None):
-    """One (shape, dtype, seed): both orders, every run-time check. Returns (ok, stats)."""
+def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes=None, classes=("normal", "normal"),
+           ran=None):
+    """One (shape, dtype, seed): both orders, every run-time check, each order's inputs in its value
+    class (`classes`; `ran` notes which ran). Returns (ok, stats)."""
     checks = C.selected() if checks is None else checks
     params = {**op.params, **(check.get("params") or {})}
-    fence = fences.Fence(_inputs(op, shape, dtype, seed, dev, params), "input")
+    ran = {} if ran is None else ran
+    first_in, cls, ref_native, ref64, ref_s = _drawn(op, shape, dtype, seed, dev, params, classes[0], ran)
+    fence = fences.Fence(first_in, "input")
     inputs = fence.views
     before = [t.clone() for t in inputs]
-    ref_native, ref_s = deadline.timed(lambda: ops.as_outputs(op.run_reference(inputs, params)),
-                                       dev.type == "cuda")
     kin, outputs = _fenced_buffers(op, fence, ref_native)
     with deadline.watch(ref_s, "a kernel launch"):
         code = _launch(lib, dtype, contract, kin, outputs, params)
@@ -297,20 +329,17 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
                                  expected=C.specs(ref_native)))
     if why:
         return False, why
-    ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
     ok, stats = _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params)
     if not ok:
         why = _reads_outside(lib, op, contract, dtype, inputs, kin, outputs, params, fence, ref64, ref_native)
-        return False, {**stats, "reason": "incorrect", **(why or {})}
+        return False, {**stats, "reason": "incorrect", **(why or {"why": stats.get("why", "") + values.on(cls)})}
     first, first64 = [o.clone() for o in outputs], ref64
     # new values in the same buffers must give new results
-    fresh = special.trial_inputs(op, shape, dtype, seed + 1000, params)
+    fresh, cls, ref_native, ref64, _ = _drawn(op, shape, dtype, seed + 1000, dev, params, classes[1], ran)
     for t, k, f in zip(inputs, kin, fresh):
         t.copy_(f.to(dev))
         if k is not t:
             k.copy_(t)
-    ref_native = ops.as_outputs(op.run_reference(inputs, params))
-    ref64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
     if not op.mutates:
         for o in outputs:
             _poison(o)
@@ -324,6 +353,8 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
         return False, why
     ok, more = loop.second_order(checks, notes, first, outputs, first64, ref64,
                                  _compare_all(op, outputs, inputs, ref64, ref_native, dtype, params))
+    if not ok and more.get("reason") == "incorrect":
+        more = {**more, "why": more.get("why", "") + values.on(cls)}
     return (True, {**stats, **more}) if ok else (False, more)
 
 

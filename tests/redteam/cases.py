@@ -444,6 +444,300 @@ def _add_or_kernel(self, other):
 torch.Tensor.__add__ = _add_or_kernel
 '''
 
+# ---- value classes: right on N(0, 1), wrong on logits past ~88 or rows with a large mean ------------
+
+TRITON_NAIVE_SOFTMAX = TRITON_SOFTMAX.replace("e = tl.exp(x - tl.max(x, axis=1)[:, None])", "e = tl.exp(x)")
+REF_LAYER_NORM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 16
+dim = 512
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [dim]
+'''
+KB_TRITON_LAYER_NORM = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def ln_kernel(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    mask = c < cols
+    x = tl.load(x_ptr + row * cols + c, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / cols
+    d = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(d * d, axis=0) / cols
+    w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * cols + c, (d / tl.sqrt(var + eps) * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        xc = x.contiguous()
+        y = torch.empty_like(xc)
+        cols = xc.shape[-1]
+        ln_kernel[(xc.numel() // cols,)](xc, self.ln.weight, self.ln.bias, y, cols, 1e-5,
+                                         BLOCK=triton.next_power_of_2(cols))
+        return y
+'''
+# the variance as E[x^2] - E[x]^2 in one pass: cancels catastrophically for rows with a large mean
+KB_TRITON_ONE_PASS_LN = KB_TRITON_LAYER_NORM.replace(
+    "    d = tl.where(mask, x - mean, 0.0)\n    var = tl.sum(d * d, axis=0) / cols\n",
+    "    var = tl.sum(x * x, axis=0) / cols - mean * mean\n    d = tl.where(mask, x - mean, 0.0)\n")
+REF_SOFTMAX = REF_RELU.replace("return torch.relu(x)", "return torch.softmax(x, dim=1)")
+SOFTMAX_KERNEL = '''
+#define BLOCK 256
+__global__ void softmax_kernel(const float* x, float* y, int cols) {
+  __shared__ float buf[BLOCK];
+  const float* row = x + (long)blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) m = fmaxf(m, row[c]);
+  buf[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] = fmaxf(buf[threadIdx.x], buf[threadIdx.x + s]);
+    __syncthreads();
+  }
+  m = buf[0];
+  __syncthreads();
+  float acc = 0.f;
+  for (int c = threadIdx.x; c < cols; c += BLOCK) acc += expf(row[c] - m);
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  float total = buf[0];
+  for (int c = threadIdx.x; c < cols; c += BLOCK) y[(long)blockIdx.x * cols + c] = expf(row[c] - m) / total;
+}
+'''
+SOFTMAX_HOST = ROWSUM_HOST.replace("rowsum_kernel", "softmax_kernel").replace(
+    "auto y = torch::empty({xc.size(0)}, xc.options());", "auto y = torch::empty_like(xc);")
+NAIVE_SOFTMAX_KERNEL = SOFTMAX_KERNEL.replace("expf(row[c] - m)", "expf(row[c])")
+
+# ---- programs at their own dtypes: get_inputs() makes half tensors ---------------------------------
+
+REF_F_RELU_HALF = REF_F_RELU.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, dtype=torch.float16)")
+REF_F_RELU_BF16 = REF_F_RELU.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, dtype=torch.bfloat16)")
+REF_LAYER_NORM_BF16 = REF_LAYER_NORM.replace("torch.randn(batch_size, dim)",
+                                             "torch.randn(batch_size, dim, dtype=torch.bfloat16)")
+
+# ---- parameters that change: a layer answering from a copy of its weights made once -------------
+
+REF_LINEAR = '''
+import torch
+import torch.nn as nn
+
+batch_size = 16
+in_features = 64
+out_features = 48
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+'''
+TRITON_LINEAR = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, swk, swn, BM: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr):
+    # y = x @ w + b, with w a (K, N) view addressed by its strides
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + tl.arange(0, BK)
+        a = tl.load(x_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + kk[:, None] * swk + rn[None, :] * swn, mask=(kk[:, None] < K) & (rn[None, :] < N),
+                    other=0.0)
+        acc += tl.dot(a.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+    acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def linear(x, w, b):
+    xc = x.contiguous()
+    M, K = xc.shape
+    N = w.shape[1]
+    y = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    linear_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16))](xc, w, b, y, M, N, K, w.stride(0), w.stride(1),
+                                                          BM=16, BN=16, BK=16)
+    return y
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self._key, self._wt = None, None
+
+    def forward(self, x):
+        return linear(x, self.fc.weight.t(), self.fc.bias)
+'''
+# a derived copy (W^T, contiguous) refreshed whenever the weight changes: in place bumps its _version
+TRITON_LINEAR_REFRESHED = TRITON_LINEAR.replace(
+    "        return linear(x, self.fc.weight.t(), self.fc.bias)",
+    "        w = self.fc.weight\n"
+    "        if self._key != (w._version, w.data_ptr()):\n"
+    "            self._key, self._wt = (w._version, w.data_ptr()), w.detach().t().contiguous()\n"
+    "        return linear(x, self._wt, self.fc.bias)")
+# W^T copied into a buffer at construction, never read again
+TRITON_LINEAR_CACHED_AT_INIT = TRITON_LINEAR.replace(
+    "        self._key, self._wt = None, None",
+    "        self.register_buffer(\"wt\", self.fc.weight.detach().t().contiguous())").replace(
+    "        return linear(x, self.fc.weight.t(), self.fc.bias)", "        return linear(x, self.wt, self.fc.bias)")
+# W^T and the bias packed on the first call, never read again
+TRITON_LINEAR_PACKED_ON_FIRST_CALL = TRITON_LINEAR.replace(
+    "        return linear(x, self.fc.weight.t(), self.fc.bias)",
+    "        if self._wt is None:\n"
+    "            self._wt = torch.cat([self.fc.weight.detach().t(), self.fc.bias.detach()[None]])\n"
+    "        return linear(x, self._wt[:-1], self._wt[-1])")
+
+# ---- torch judged by the work it does: host bookkeeping on a few partials is no cheat ----------------
+
+REF_TOTAL = REF_RELU.replace("return torch.relu(x)", "return x.sum()")
+PARTIAL_SUM_KERNEL = '''
+#define BLOCK 256
+#define PER 4096
+__global__ void partial_sum_kernel(const float* x, float* parts, long n) {
+  __shared__ float buf[BLOCK];
+  long start = (long)blockIdx.x * PER;
+  float acc = 0.f;
+  for (long i = start + threadIdx.x; i < start + PER && i < n; i += BLOCK) acc += x[i];
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) parts[blockIdx.x] = buf[0];
+}
+'''
+PARTIAL_SUM_HOST = '''
+torch::Tensor run(torch::Tensor x) {
+  auto xc = x.contiguous();
+  long n = xc.numel();
+  long blocks = (n + PER - 1) / PER;
+  auto parts = torch::zeros({blocks > 0 ? blocks : 1}, xc.options());
+  if (blocks > 0) partial_sum_kernel<<<blocks, BLOCK>>>(xc.data_ptr<float>(), parts.data_ptr<float>(), n);
+  return parts;
+}
+'''
+REF_SEGMENTS = '''
+import torch
+import torch.nn as nn
+
+segments = 64
+seg_len = 300
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, lengths):
+        return torch.segment_reduce(x, "sum", lengths=lengths)
+
+
+def get_inputs():
+    return [torch.randn(segments * seg_len), torch.full((segments,), seg_len, dtype=torch.int64)]
+
+
+def get_init_inputs():
+    return []
+'''
+SEGMENT_SUM_KERNEL = '''
+#define BLOCK 256
+__global__ void segment_sum_kernel(const float* x, const int64_t* ends, float* y) {
+  __shared__ float buf[BLOCK];
+  int64_t end = ends[blockIdx.x], start = blockIdx.x ? ends[blockIdx.x - 1] : 0;
+  float acc = 0.f;
+  for (int64_t i = start + threadIdx.x; i < end; i += BLOCK) acc += x[i];
+  buf[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[blockIdx.x] = buf[0];
+}
+'''
+SEGMENT_SUM_HOST = '''
+torch::Tensor run(torch::Tensor x, torch::Tensor ends) {
+  auto xc = x.contiguous();
+  auto ec = ends.contiguous();
+  auto y = torch::empty({ec.size(0)}, xc.options());
+  if (ec.size(0) > 0)
+    segment_sum_kernel<<<ec.size(0), BLOCK>>>(xc.data_ptr<float>(), ec.data_ptr<int64_t>(), y.data_ptr<float>());
+  return y;
+}
+'''
+
+# ---- timing nobody can fake ---------------------------------------------------------------------
+
+TRITON_FAST_CLOCK = TRITON_RELU + "\n\ntorch.cuda.Event.elapsed_time = lambda self, end: 1e-3\n"
+TRITON_NO_SYNC = TRITON_RELU.replace("    return y\n", "    torch.cuda.synchronize = lambda *a, **k: None\n    return y\n")
+# right on every buffer the trials use; once a buffer has been seen 4 times (a timing loop) its first result
+TRITON_CACHED_WHEN_WARM = TRITON_RELU.replace("def relu(x):", """_seen = {}
+
+
+def relu(x):
+    key = x.data_ptr()
+    n, kept = _seen.get(key, (0, None))
+    if n >= 4:
+        return kept.clone()""").replace("    return y\n", "    _seen[key] = (n + 1, y)\n    return y\n")
+REF_RELU_BIG = REF_RELU.replace("dim = 1024", "dim = 1 << 20")  # 16M elements: the kernel outlasts any noise
+# the kernel on a stream made through the driver API, looked up at run time; nothing waits for it
+SIDE_STREAM_HOST = RELU_HOST.replace("long n = xc.numel();", """long n = xc.numel();
+  static void* side = nullptr;
+  if (!side) { auto make = (int (*)(void**, unsigned int))dlsym(RTLD_DEFAULT, "cuStreamCreate"); make(&side, 1); }""").replace(
+    "<<<(n + 255) / 256, 256>>>", "<<<(n + 255) / 256, 256, 0, (cudaStream_t)side>>>")
+
 
 def triton(code: str, op: str) -> dict:
     return {"language": "triton", "code": code, "entry": {"kernels": []}, "binding": {"kind": "op", "op": op}}
@@ -614,6 +908,45 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
         _c("column_major_output", triton(TRITON_COLUMN_MAJOR, "softmax"), INCORRECT, cpu=True),
         _c("triton_bad_warps", triton(TRITON_RELU.replace("BLOCK=1024)", "BLOCK=1024, num_warps=64)"), "relu"),
            "bad_launch", static=True),
+        # value classes: N(0, 1) inputs cannot tell these from their twins
+        _c("naive_softmax_triton", triton(TRITON_NAIVE_SOFTMAX, "softmax"), INCORRECT, cpu=True),
+        _c("twin_layer_norm_kb_triton", kb(KB_TRITON_LAYER_NORM, REF_LAYER_NORM), "ok", cpu=True),
+        _c("one_pass_layer_norm_kb_triton", kb(KB_TRITON_ONE_PASS_LN, REF_LAYER_NORM), INCORRECT, cpu=True),
+        _c("twin_softmax_cuda", kb(inline("rt_softmax", SOFTMAX_KERNEL, SOFTMAX_HOST), REF_SOFTMAX), "ok"),
+        _c("naive_softmax_cuda", kb(inline("rt_nsoftmax", NAIVE_SOFTMAX_KERNEL, SOFTMAX_HOST), REF_SOFTMAX),
+           INCORRECT),
+        # programs at the dtypes their get_inputs() makes: half inputs, a float32 result breaks the contract
+        # (a record is its code: each pair's solution carries a line of its own)
+        _c("twin_relu_fp16_kb_triton", kb(KB_TRITON_RELU + "# float16\n", REF_F_RELU_HALF), "ok", cpu=True),
+        _c("twin_relu_bf16_kb_triton", kb(KB_TRITON_RELU + "# bfloat16\n", REF_F_RELU_BF16), "ok"),
+        _c("twin_layer_norm_bf16_kb_triton", kb(KB_TRITON_LAYER_NORM + "# bfloat16\n", REF_LAYER_NORM_BF16), "ok"),
+        _c("fp32_result_for_fp16_kb_triton", kb(KB_TRITON_RELU.replace("return relu(x)", "return relu(x).float()"),
+                                                REF_F_RELU_HALF), INCORRECT, cpu=True),
+        # parameters that change (load_state_dict, an optimiser step): a stale copy of the weights is wrong
+        _c("twin_linear_kb_triton", kb(TRITON_LINEAR, REF_LINEAR), "ok", cpu=True),
+        _c("twin_linear_refreshed_kb_triton", kb(TRITON_LINEAR_REFRESHED, REF_LINEAR), "ok", cpu=True),
+        _c("linear_cached_at_init_kb_triton", kb(TRITON_LINEAR_CACHED_AT_INIT, REF_LINEAR), INCORRECT, cpu=True),
+        _c("linear_packed_on_first_call_kb_triton", kb(TRITON_LINEAR_PACKED_ON_FIRST_CALL, REF_LINEAR), INCORRECT,
+           cpu=True),
+        # torch judged by the work: a sum of n/4096 partials and a cumsum of segment lengths are bookkeeping
+        _c("twin_partial_sums_cuda", kb(inline("rt_parts", PARTIAL_SUM_KERNEL, PARTIAL_SUM_HOST,
+                                               forward="return _ext.run(x).sum()"), REF_TOTAL), "ok"),
+        _c("twin_segment_offsets_cuda", kb(inline("rt_segs", SEGMENT_SUM_KERNEL, SEGMENT_SUM_HOST, "x, lengths",
+                                                  forward="ends = torch.cumsum(lengths, 0)\n"
+                                                          "        return _ext.run(x, ends)"), REF_SEGMENTS), "ok"),
+        _c("sum_of_input_returned_cuda", kb(inline("rt_sumret", PARTIAL_SUM_KERNEL, PARTIAL_SUM_HOST,
+                                                   forward="_ext.run(x)\n        return x.sum()"), REF_TOTAL),
+           "cheat", static=True),
+        _c("sum_of_input_hidden_cuda", kb(inline("rt_sumhid", PARTIAL_SUM_KERNEL, PARTIAL_SUM_HOST,
+                                                 forward="total = x.sum()\n        _ext.run(x)\n        return total"),
+                                          REF_TOTAL), "cheat"),
+        # timing nobody can fake: rebinding the timer's callables, a cache once warm, a stream nobody waits on
+        _c("elapsed_time_rebound_triton", triton(TRITON_FAST_CLOCK, "relu"), "cheat", cpu=True),
+        _c("synchronize_rebound_triton", triton(TRITON_NO_SYNC, "relu"), "cheat", cpu=True),
+        _c("cached_when_warm_triton", triton(TRITON_CACHED_WHEN_WARM, "relu"), ("cheat", "incorrect")),
+        _c("twin_relu_big_cuda", kb(inline("rt_big_relu", RELU_KERNEL, RELU_HOST), REF_RELU_BIG), "ok"),
+        _c("side_stream_cuda", kb(inline("rt_side", "#include <dlfcn.h>\n" + RELU_KERNEL, SIDE_STREAM_HOST),
+                                  REF_RELU_BIG), "cheat"),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
            "compile_error", cpu=True),
     ]

@@ -233,3 +233,32 @@ def test_a_fallback_whose_every_path_returns_is_a_fallback():
     assert "res = torch.relu(x)" in code and findings(code) == []
     open_ended = code.replace("        else:\n            return res.clone()", "")
     assert findings(open_ended), "a path that goes on after torch computed the result"
+
+
+def test_bookkeeping_beside_an_extension_is_left_to_the_run_time_checks_unless_certain():
+    by_name = {c.name: c.record["code"] for c in cases()}
+    for twin in ("twin_partial_sums_cuda", "twin_segment_offsets_cuda"):  # parts.sum(); cumsum of the lengths
+        assert findings(by_name[twin]) == [], twin
+    assert findings(by_name["sum_of_input_hidden_cuda"]) == []  # the run-time count judges it
+    assert "x.sum of an input returned by forward" in findings(by_name["sum_of_input_returned_cuda"])[0]
+
+
+def test_library_kernels_are_bookkeeping_where_torch_touched_only_tensors_far_smaller_than_the_inputs():
+    import torch
+
+    from sftbuild.validate import guards
+
+    x = torch.randn(1 << 16)
+    parts, hidden = guards.TorchWork(), guards.TorchWork()
+    with parts:  # what the partial-sum twin does around its kernel: allocation, a copy, a sum of 16 values
+        y = torch.empty(16)
+        y.copy_(x[:16])
+        y.sum(), torch.cumsum(torch.tensor([3, 4, 5]), 0)
+    with hidden:
+        x.sum()
+    assert (parts.ops, parts.elements) == (2, 16) and (hidden.ops, hidden.elements) == (1, x.numel())
+    seen = ["partial_sum_kernel", "reduce_kernel<512, 1>"]
+    for work, caught in ((parts, False), (hidden, True)):
+        profile = C.Profile(seen, own={"partial_sum_kernel"}, torch_ops=work.ops, torch_elements=work.elements,
+                            input_elements=x.numel())
+        assert bool(_library(profile)) is caught

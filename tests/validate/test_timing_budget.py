@@ -6,7 +6,7 @@ from sftbuild.validate import timing
 def _loop(monkeypatch, ms: float, warmup: int = 10, runs: int = 100):
     calls = {"untimed": 0, "timed": 0}
 
-    def timed(fn, flush):
+    def timed(fn, flush, prep=None):
         calls["timed"] += 1
         return ms
 

@@ -296,7 +296,7 @@ def test_input_gradients_may_come_back_contiguous_whatever_autograds_layout():
         def layouts_for(self, dtype):
             return ["contiguous"]
 
-        def inputs(self, v, dtype, seed, dev):
+        def inputs(self, v, dtype, seed, dev, value_class="normal"):
             return [torch.randn(v, generator=torch.Generator().manual_seed(seed))]
 
         def reference(self, v, dtype, inputs, double=False):

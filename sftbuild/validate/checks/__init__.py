@@ -77,6 +77,11 @@ class Profile:
     triton: set[str] = dataclasses.field(default_factory=set)  # the candidate's Triton kernels seen launching
     triton_launches: int = 0  # its Triton launches so far in this record
     times: dict[str, float] = dataclasses.field(default_factory=dict)  # GPU us per kernel name, when measured
+    # the torch compute ops the call dispatched (guards.TorchWork): how many, the most elements one touched,
+    # and the elements of the call's inputs; torch_ops None: not counted
+    torch_ops: int | None = None
+    torch_elements: int = 0
+    input_elements: int = 0
 
     def ask(self, check: "RuntimeCheck") -> Finding | None:
         return check.after_profile(self)

@@ -4,11 +4,14 @@ A wrapper's early-return branch that launches none of its kernels is a fallback 
 return torch.nn.functional.one_hot(x)`): the run-time checks judge whether a call took it, since
 every call must launch one of the candidate's own kernels there (triton_decoy).
 
-Host-side bookkeeping in a Triton wrapper is not the work: reductions (`.sum()` of a buffer of
-partial results the kernel wrote, a handful of elements), scans and sorts of indices, in a
-record whose functions launch its kernels. Those calls are left to the run-time checks, which
-see whose kernels took the GPU time
-(sftbuild.validate.checks.library_kernels, own_kernels_ran). So is a branch beside one that
+Host-side bookkeeping beside the record's own kernels is not the work: reductions (`.sum()` of a
+buffer of partial results the kernel wrote, a handful of elements), scans and sorts of indices (a
+`cumsum` of segment lengths), in a Triton wrapper or a ModelNew.forward whose record launches its
+kernels (Triton launches, or calls into its load_inline extension). Those calls are left to the
+run-time checks, which measure the elements torch's ops touched and whose kernels took the GPU time
+(sftbuild.validate.checks.library_kernels, own_kernels_ran). Only where it is certain does this rule
+stop such a call: the op applied to one of the function's own arguments (the full input) in the
+value it returns. So is a branch beside one that
 launches the kernels (another activation, chosen by name), which launches none. A package's reference
 function (`*_ref`, `naive_*`, `torch_*`, ...) that the record calls nowhere, or only where it falls
 back, is not a wrapper at all.
@@ -44,13 +47,14 @@ class TorchDoesTheWork(StaticCheck):
     """ModelNew.forward or a Triton wrapper calling torch ops, nn layers or `@` to compute the result."""
 
     name = "torch_does_the_work"
-    version = 1
+    version = 2  # bookkeeping beside load_inline extensions and in ModelNew too; certain only on a returned input
     order = 60
     languages = PYTHON
 
     def check(self, src):
         layers = _layers(src)
-        jits = _jit_names(src) if src.language == "triton" else set()
+        jits = _jit_names(src)
+        exts = _extensions(src)
         launching = _launching(src, jits) if jits else set()
         reaching = _reaching(src, launching) if launching else set()
         # what launches a kernel: the kernels and the functions that reach a launch (not the helpers a
@@ -62,8 +66,10 @@ class TorchDoesTheWork(StaticCheck):
         for fn in src.forward:
             if src.language == "triton" and REFERENCE_NAME.search(fn.name) and fn.name not in called:
                 continue  # the package's own reference, kept beside the wrapper: called only where it falls back
-            lenient = bool(launching)
+            lenient = bool(launching) or _launches_own(fn, jits, exts)
             deferred = fallbacks.get(fn.name, set())
+            returned = {id(x) for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value for x in ast.walk(r.value)}
+            args = {a.arg for a in fn.args.args + fn.args.kwonlyargs if a.arg != "self"}
             for n in ast.walk(fn):
                 if id(n) in deferred:
                     continue
@@ -75,6 +81,10 @@ class TorchDoesTheWork(StaticCheck):
                 name = full_name(n.func, src.aliases)
                 last = n.func.attr if isinstance(n.func, ast.Attribute) else name.rsplit(".", 1)[-1]
                 if lenient and last in BOOKKEEPING and not name.startswith("torch.ops."):
+                    if id(n) in returned and _on_argument(n, args):  # the op on the input makes the result
+                        yield self.found("cheat", f"{name} of an input returned by {fn.name} (line {n.lineno}): "
+                                                  "torch does the work")
+                        return
                     continue
                 if TORCH_COMPUTE.match(name):
                     yield self.found("cheat", f"{name} in {fn.name} (line {n.lineno}): torch does the work")
@@ -145,6 +155,33 @@ def _layers(src) -> dict[str, str]:
                             if isinstance(t, ast.Attribute) and dotted(t.value) == "self":
                                 out[t.attr] = name
     return out
+
+
+def _extensions(src) -> set[str]:
+    """Names bound to a load_inline / load extension module (`_ext = load_inline(...)`)."""
+    out = set()
+    for n in ast.walk(src.tree):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+            name = full_name(n.value.func, src.aliases)
+            if name.endswith(("load_inline", "cpp_extension.load")):
+                out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    return out
+
+
+def _launches_own(fn, jits: set[str], exts: set[str]) -> bool:
+    """`fn` launches one of the record's kernels: a Triton launch or a call into its extension."""
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and (launched_name(n) in jits or (
+                isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id in exts)):
+            return True
+    return False
+
+
+def _on_argument(call: ast.Call, args: set[str]) -> bool:
+    """The call applies to one of `args`: `x.sum()` or `torch.sum(x)`."""
+    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id in args:
+        return True
+    return bool(call.args) and isinstance(call.args[0], ast.Name) and call.args[0].id in args
 
 
 def _receiver_is_tensorish(node) -> bool:
