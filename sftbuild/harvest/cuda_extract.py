@@ -82,6 +82,7 @@ class Unit:
     line_end: int
     include: bool = False
     origin: bytes = b""  # the text the offsets point into (the file, or its includer's prelude)
+    function: bool = False  # a function definition with a body (templates included)
 
 
 @dataclasses.dataclass
@@ -98,6 +99,8 @@ class Kernel:
     instantiations: list[str] = dataclasses.field(default_factory=list)
     # the file's CPU reference and the host launcher the code then includes (see `file_reference`)
     file_reference: dict | None = None
+    # the host function that launches this kernel and no other: {name, params, code} (see `_launcher`)
+    launcher: dict | None = None
 
 
 def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = frozenset()
@@ -140,6 +143,7 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             found = file_reference(units, src, i, kname, sites, by_name)
             ref, need = found if found else (None, _closure(i, units, by_name))
             code = _emit(src, _head(units, need | config, early))
+            launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname)
             text = _text(src, u)
             head = text.split("{", 1)[0]
             defined = set().union(*(units[j].defines for j in need))
@@ -152,6 +156,7 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
                 launch_sites=sites,
                 instantiations=_instantiations(units, src, kname),
                 file_reference=ref,
+                launcher=launcher,
             ))
     return kernels, _unaccounted(tree.root_node, src, kernels, dead)
 
@@ -391,8 +396,11 @@ def _unit(node, src, scopes) -> Unit:
         if _is_global(node) and defines:
             kernels = sorted(defines)[:1]
     uses |= {w for opener, _ in scopes if opener.startswith("#") for w in WORD.findall(opener)}  # macros in #if
+    inner = [c for c in node.named_children if c.type != "template_parameter_list"] \
+        if node.type == "template_declaration" else [node]
+    function = any(c.type == "function_definition" for c in inner)
     return Unit(node.start_byte, node.end_byte, scopes, defines, uses - defines, kernels,
-                node.start_point[0] + 1, node.end_point[0] + 1)
+                node.start_point[0] + 1, node.end_point[0] + 1, function=function)
 
 
 def _defined_names(node) -> set[str]:
@@ -1022,3 +1030,82 @@ def _closure_of(starts: list[int], units, by_name, launcher: int | None = None, 
             if u.kernels and j not in need and any(_launch_pattern(k).search(text) for k in u.kernels):
                 need |= _closure(j, units, by_name)
     return need
+
+
+# ---- the kernel's host launcher, and its headers cut to what the kernel and launcher use --------
+
+def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], by_name, kname: str) -> dict | None:
+    """The first host function launching `kname` and no other kernel: {name, params, code}, where
+    `code` is the launcher and what it needs beyond `have` (the kernel's closure), in file order."""
+    hosts = _host_functions(units, src)
+    for site in sites:
+        i = hosts.get(site["function"])
+        if i is None or site.get("macro"):
+            continue
+        text = _text(src, units[i])
+        if any(_launch_pattern(k).search(text) for u in units for k in u.kernels if k != kname):
+            continue  # launches other kernels too: its harness would need their closures
+        need = _closure(i, units, by_name) - have
+        code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
+        return {"name": site["function"], "params": _params(text.split("{", 1)[0], site["function"]),
+                "code": code}
+    return None
+
+
+def prune_headers(headers: dict[str, str], used: str) -> dict[str, str]:
+    """`headers` with each function definition that `used` (a closure's text) never reaches blanked.
+
+    Types, macros and declarations stay; a function stays when it is named by `used`, by a kept
+    type or declaration, or by a function or macro that stays. Blanked text keeps its newlines,
+    so a compiler's line numbers still point into the original header. Why: a header's unrelated
+    host code (llm.c's `cudaMemAdvise` with an `int` device, which CUDA 13 changed) must not fail
+    a kernel that never calls it."""
+    units, owner, reached = _header_reach(headers, used)
+    texts = {rel: text.encode() for rel, text in headers.items()}
+    cut: dict[str, bytearray] = {}
+    for i, u in enumerate(units):
+        if u.function and i not in reached and u.defines and not any(d.startswith("operator") for d in u.defines):
+            _blank(cut.setdefault(owner[i], bytearray(texts[owner[i]])), u.start, u.end)
+    return {rel: (bytes(cut[rel]).decode("utf-8", "replace") if rel in cut else text)
+            for rel, text in headers.items()}
+
+
+def _header_reach(headers: dict[str, str], used: str) -> tuple[list[Unit], list[str], set[int]]:
+    """The headers' units, the header of each, and the indices of those `used` reaches by name
+    (through the uses of every type and declaration, which are always kept, and of what it reaches)."""
+    units: list[Unit] = []
+    owner: list[str] = []  # the header of each unit
+    for rel, text in headers.items():
+        data = text.encode()
+        start = len(units)
+        _collect(cuda_parser().parse(mask_attributes(data)).root_node, data, (), units, [], top=True)
+        for u in units[start:]:
+            u.origin = data
+        owner += [rel] * (len(units) - start)
+    by_name: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        for name in u.defines:
+            by_name.setdefault(name, []).append(i)
+    macro = {i for i, u in enumerate(units) if DEFINE_LINE.match(_text(u.origin, u))}
+    seeds = set(WORD.findall(used))
+    for i, u in enumerate(units):
+        if not u.function and i not in macro:
+            seeds |= u.uses
+    reached = {j for name in seeds for j in by_name.get(name, ())}
+    todo = list(reached)
+    while todo:
+        for name in units[todo.pop()].uses:
+            for j in by_name.get(name, ()):
+                if j not in reached:
+                    reached.add(j)
+                    todo.append(j)
+    return units, owner, reached
+
+
+def unused_at(headers: dict[str, str], used: str, rel: str, line: int) -> str:
+    """The names defined by the unit at `line` of header `rel` when `used` never reaches it, else ''."""
+    units, owner, reached = _header_reach(headers, used)
+    for i, u in enumerate(units):
+        if owner[i] == rel and u.line_start <= line <= u.line_end and u.defines:
+            return "" if i in reached else ", ".join(sorted(u.defines))
+    return ""

@@ -59,3 +59,11 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
 #ifdef __cplusplus
 }
 #endif
+// cuBLAS's own header names these `<name>_v2` and defines the short names to them; code that calls
+// the `_v2` names directly (C APIs wrapping cuBLAS) reads the same prototypes
+#define cublasCreate_v2 cublasCreate
+#define cublasDestroy_v2 cublasDestroy
+#define cublasSetStream_v2 cublasSetStream
+#define cublasSetPointerMode_v2 cublasSetPointerMode
+#define cublasSgemm_v2 cublasSgemm
+#define cublasSgemv_v2 cublasSgemv
