@@ -1042,12 +1042,12 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
         i = hosts.get(site["function"])
         if i is None or site.get("macro"):
             continue
-        text = _text(src, units[i])
-        if any(_launch_pattern(k).search(text) for u in units for k in u.kernels if k != kname):
-            continue  # launches other kernels too: its harness would need their closures
         need = _closure(i, units, by_name) - have
         code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
-        return {"name": site["function"], "params": _params(text.split("{", 1)[0], site["function"]),
+        named = set(WORD.findall(code))
+        if any(k in named for u in units for k in u.kernels if k != kname):
+            continue  # it (or a host function it calls) runs other kernels too: not this record's launch
+        return {"name": site["function"], "params": _params(_text(src, units[i]).split("{", 1)[0], site["function"]),
                 "code": code}
     return None
 

@@ -1,0 +1,107 @@
+"""The host-launcher binder's CPU half: roles, shortlists, mappings and the harnesses it builds.
+
+Test data: an excerpt of llm.c's train_gpt2_fp32.cu (tests/data/harvest/launchers/llmc, MIT), whose
+launchers take raw pointers and B, T, C / N sizes and whose layer norm writes mean and rstd too."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sftbuild.harvest.cuda_extract import extract_kernels
+from sftbuild.ops.binders import BINDERS
+from sftbuild.ops.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
+                                           size_value, unprobeable, written)
+from sftbuild.record import Record
+from tests.conftest import HAS_NVCC
+
+LLMC = Path(__file__).resolve().parents[1] / "data" / "harvest" / "launchers" / "llmc" / "train_gpt2_fp32_excerpt.cu"
+
+
+@pytest.fixture(scope="module")
+def records() -> dict[str, Record]:
+    """The excerpt's kernels as records, by launcher name."""
+    out = {}
+    for k in extract_kernels(LLMC.read_bytes())[0]:
+        entry = {"kernels": [k.name], "params": k.params, "launch_sites": k.launch_sites, "includes": k.includes,
+                 "include_sets": [], "template": k.template, "launcher": k.launcher}
+        out[k.launcher["name"]] = Record(language="cuda", code=k.code, source="t", entry=entry,
+                                         provenance={"path": "train_gpt2_fp32.cu"})
+    return out
+
+
+def test_every_written_pointer_is_an_output_and_read_ones_are_inputs_const_or_not(records):
+    rec = records["layernorm_forward"]
+    # llm.c's fp32 launcher takes `float* inp`: not const, yet only read by the kernel
+    assert written(rec) == {"out", "mean", "rstd"}
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    assert [(r["name"], r["role"]) for r in found] == [
+        ("out", "out"), ("mean", "out"), ("rstd", "out"), ("inp", "in"), ("weight", "in"), ("bias", "in"),
+        ("B", "size"), ("T", "size"), ("C", "size")]
+    assert written(records["residual_forward"]) == {"out"}
+
+
+def test_shortlists_come_from_names_and_data_flow(records):
+    def ops_for(name):
+        rec = records[name]
+        return shortlist(rec, roles(rec.entry["launcher"]["params"], written(rec)))
+
+    assert ops_for("layernorm_forward")[0] == "layer_norm"
+    assert "gelu_tanh" in ops_for("gelu_forward")
+    assert "add" in ops_for("residual_forward")  # no name says add: one size over flat buffers, two inputs
+
+
+def test_mappings_put_tensors_on_pointers_and_dimensions_on_sizes_best_first(records):
+    rec = records["layernorm_forward"]
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    x, w, b = {"name": "x", "shape": [6, 10]}, {"name": "w", "shape": [10]}, {"name": "b", "shape": [10]}
+    maps = list(mappings(found, [x, w, b], [{"shape": [6, 10]}], {}))
+    first = maps[0]
+    # out is the op's output (t:0), mean and rstd are written scratch, inp/weight/bias the inputs
+    assert first["ptrs"] == ["t:0", "scratch", "scratch", "t:1", "t:2", "t:3"]
+    assert [size_value(e, [_S([6, 10]), _S([6, 10]), _S([10]), _S([10])]) for e in first["ints"]] == [6, 1, 10]
+    # sizes covering a tensor exactly come first (B=T=rows, 6 x 6 x 10, only after every one of those),
+    # and none runs past every buffer (a wrong guess there could fault the GPU for every later trial)
+    tensors = [_S([6, 10]), _S([6, 10]), _S([10]), _S([10])]
+    totals = [size_value(m["ints"][0], tensors) * size_value(m["ints"][1], tensors)
+              * size_value(m["ints"][2], tensors) for m in maps]
+    later = [t not in (60, 10) for t in totals]
+    assert later == sorted(later) and any(later) and max(totals) <= 60 * 10
+    assert dimension_values("C", [6, 10], 1, [x], [{"shape": [6, 10]}])[0] == "dim:1:-1"
+    args = call_args(rec.entry["launcher"]["params"], first)
+    assert args[0] == "(float*)ptrs[0]" and "scratch_bytes" in args[1] and args[3] == "(float*)ptrs[1]"
+
+
+class _S:
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def test_the_binder_plans_one_probe_per_record_and_says_why_not_elsewhere(records):
+    binder = BINDERS.get("host_launcher")()
+    assert binder.version and binder.runs_code and binder.bind(records["gelu_forward"]) is None
+    task = binder.plan(records["gelu_forward"])
+    assert task["dtypes"] == ["float32"] and task["shortlist"][0].startswith("gelu")
+    assert "sftbuild_raw_call" in task["harness"] and "gelu_forward((float*)ptrs[0], (const float*)ptrs[1]" \
+        not in task["harness"]  # pointers go in as the launcher declares them, not re-qualified
+    assert unprobeable({"name": "f", "params": ["float* out", "ptrdiff_t stride"], "code": ""}) \
+        == "launcher f takes a parameter with no role: stride"
+    assert HostLauncher().why_not(Record(language="cuda", code="", source="t", entry={"kernels": ["k"]})) \
+        == "no host function launches this kernel alone"
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
+def test_the_validate_harness_of_a_probed_launcher_compiles(records, compile_cache):
+    from sftbuild.validate import harness
+    from sftbuild.validate.compile import compile_task
+
+    rec = records["layernorm_forward"]
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    first = next(mappings(found, [{"name": "x", "shape": [6, 10]}, {"name": "w", "shape": [10]},
+                                  {"name": "b", "shape": [10]}], [{"shape": [6, 10]}], {}))
+    rec.binding = {"kind": "op", "op": "layer_norm", "harness": "host_launcher", "harness_args": first}
+    src = harness.render(rec, {"op": "layer_norm"}, ["float32"])
+    res = compile_task({"id": "t", "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
+                        "timeout": 120, "cache_dir": str(compile_cache), "link": False})
+    assert res["ok"], res.get("log")
