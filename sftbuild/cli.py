@@ -11,7 +11,7 @@ import click
 from sftbuild import config as C
 from sftbuild import plugins, sandbox, serving, stages
 from sftbuild.context import Context, UserError, Waiting, make_executor
-from sftbuild.funnel import format_funnel
+from sftbuild.funnel import blockers, format_funnel
 from sftbuild.store import Store, StoreError
 
 
@@ -482,7 +482,7 @@ def status(ctx, as_json, dropped_at):
         return
     funnel = ctx.store.funnel()
     if as_json:
-        click.echo(json.dumps(funnel, indent=2, sort_keys=True))
+        click.echo(json.dumps({**funnel, "blockers": blockers(funnel)}, indent=2, sort_keys=True))
     else:
         click.echo(format_funnel(funnel))
 
