@@ -682,12 +682,13 @@ def safe_rel(path: str) -> str | None:
 
 def include_dirs(root, rel: str, extra: list[str] = ()) -> list[str]:
     """Folders (relative to `root`, '.' for the root) searched for the includes of file `rel`:
-    its own folder, the root, the usual include/ and csrc/, then `extra`, those that exist."""
+    its own folder, the root, the usual include/ and csrc/, then `extra`, then every folder of the
+    tree named like an include folder (DeepSpeed's csrc/includes), those that exist."""
     import os
 
     own = rel.rsplit("/", 1)[0] if "/" in rel else "."
     out: list[str] = []
-    for d in (own, ".", *STANDARD_INCLUDE_DIRS, *extra):
+    for d in (own, ".", *STANDARD_INCLUDE_DIRS, *extra, *_include_folders(str(root))):
         d = safe_rel(d)
         if d is None or d in out:
             continue
@@ -695,6 +696,25 @@ def include_dirs(root, rel: str, extra: list[str] = ()) -> list[str]:
         if os.path.isdir(full) and not os.path.islink(full) and _inside_real(root, full):
             out.append(d)
     return out
+
+
+INCLUDE_FOLDER_NAMES = ("include", "includes", "inc")
+INCLUDE_FOLDER_DEPTH = 5
+
+
+@functools.lru_cache(maxsize=16)
+def _include_folders(root: str) -> tuple[str, ...]:
+    """The tree's folders named like include folders, at most INCLUDE_FOLDER_DEPTH deep (a build's
+    `-Icsrc/includes`, which the tree itself does not state), in sorted order."""
+    import os
+
+    out = []
+    for here, dirs, _ in os.walk(root):
+        depth = os.path.relpath(here, root).count(os.sep) + (here != root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if depth < INCLUDE_FOLDER_DEPTH else []
+        if here != root and os.path.basename(here) in INCLUDE_FOLDER_NAMES:
+            out.append(os.path.relpath(here, root).replace(os.sep, "/"))
+    return tuple(out)
 
 
 def local_headers(root, rel: str, dirs: list[str], src: bytes) -> dict[str, str]:
@@ -1047,8 +1067,14 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
         named = set(WORD.findall(code))
         if any(k in named for u in units for k in u.kernels if k != kname):
             continue  # it (or a host function it calls) runs other kernels too: not this record's launch
-        return {"name": site["function"], "params": _params(_text(src, units[i]).split("{", 1)[0], site["function"]),
-                "code": code}
+        head = _text(src, units[i]).split("{", 1)[0]
+        found = {"name": site["function"], "params": _params(head, site["function"]), "code": code}
+        tparams = _type_template(head)
+        if tparams:  # a template over types: the types the file instantiates it with, where it says
+            found["template"] = tparams
+            found["instantiated"] = sorted({m.group(1) for inst in _instantiations(units, src, site["function"])
+                                            for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m})
+        return found
     return None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -299,10 +300,26 @@ class Harvest:
                 # what the code, its launcher and its file reference's steps name (a json dump holds each word)
                 used = k["code"] + json.dumps([k.get("launcher"), k.get("file_reference")])
                 entry["headers"] = prune_headers(local["headers"], used)
+                entry["include_sets"] = header_sets(entry["include_sets"], entry["headers"])
             records.append(Record(language=res["language"], code=k["code"], source=self.src.name, entry=entry,
                                   binding=self.binding(rel, k["name"]), provenance=prov))
             spans.append(tuple(k["lines"]))
         return records, spans
+
+
+def header_sets(sets: list[str], headers: dict[str, str]) -> list[str]:
+    """`sets` with those the record's own headers need: torch's where one includes torch's headers
+    (DeepSpeed's context.h includes <ATen/cuda/CUDAContext.h>), python's where one includes Python's."""
+    names = [m.group(2) for text in headers.values() for m in INCLUDE_LINE.finditer(text)]
+    out = list(sets)
+    for name, prefixes in (("torch", TORCH_INCLUDES), ("python", PYTHON_INCLUDES)):
+        bare = tuple(p.lstrip('<"') for p in prefixes)
+        if name not in out and any(n.startswith(bare) for n in names):
+            out.append(name)
+    return out
+
+
+INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 
 
 def _merge_same_code(kernels: list[dict]) -> list[dict]:

@@ -68,7 +68,7 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     if harness == "host_launcher":  # the probe's mapping, as the launcher's C arguments
         from sftbuild.ops.binders.launched import call_args
 
-        args = {**args, "args": call_args(launcher["params"], args)}
+        args = {**args, "args": call_args(launcher["params"], args, launcher.get("template") or [])}
     return env().get_template(f"{harness}.cu.j2").render(launcher=launcher,
         kernel=kernel, tparams=template_params(record.code, kernel), torch_types=torch_types, params=params,
         dtypes=[(d, ctypes[d]) for d in dtypes], mentions=functools.partial(mentions, record.code), **args)

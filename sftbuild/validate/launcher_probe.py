@@ -2,9 +2,10 @@
 
 `probe(task)` is a task function (`sftbuild.ops.binders.launched.HostLauncher`'s): it runs only in a
 sandboxed GPU worker. Invariants:
-  * one build per record: the task's harness (the record's code, its launcher, and a C entry taking
-    pointers, sizes and float scalars in the launcher's order) is compiled by the compile gate
-    (cached by content), then loaded with ctypes; nothing is built per op or per mapping;
+  * one build per record: the task's harness (the record's code, its launcher, and a C entry per
+    dtype taking pointers, sizes and float scalars in the launcher's order) is compiled by the compile
+    gate (cached by content), then loaded with ctypes; nothing is built per op or per mapping (a
+    template launcher whose every instantiation does not compile is built once per dtype instead);
   * for each shortlisted op, the op's own inputs (special.trial_inputs) and float64 reference;
     mappings of tensors onto pointers and dimensions onto sizes are tried best named first
     (launched.mappings) on the first shape; one that matches is confirmed over at least 3 shapes at
@@ -39,8 +40,8 @@ def probe(task: dict) -> dict:
     deadline = start + float(task.get("time_limit", launched.PROBE_SECONDS))
     if task.get("device", "cuda") != "cuda" or not torch.cuda.is_available():
         return {"unbound": "probing a host launcher needs a GPU", "evidence": {}}
-    fn, why = _build(task)
-    if fn is None:
+    fns, why = _build(task)
+    if not fns:
         return {"unbound": why, "evidence": {}}
     tried, rejected = [], []
     for name in task["shortlist"]:
@@ -53,7 +54,7 @@ def probe(task: dict) -> dict:
         except KeyError as e:
             rejected.append({"op": name, "why": str(e)[:200]})
             continue
-        found, why = _try_op(fn, op, task, deadline)
+        found, why = _try_op(fns, op, task, deadline)
         if found:
             ev = {**found.pop("evidence"), "candidates_tried": tried, "candidates_rejected": rejected,
                   "seconds": round(time.monotonic() - start, 2)}
@@ -65,26 +66,34 @@ def probe(task: dict) -> dict:
                          "seconds": round(time.monotonic() - start, 2)}}
 
 
-def _build(task: dict):
-    """The harness's `sftbuild_raw_call`, or (None, why)."""
+def _build(task: dict) -> tuple[dict, str]:
+    """{dtype: the harness's `sftbuild_raw_call_<dtype>`} for the dtypes whose instantiation compiles,
+    and why none did. One build of every dtype first; where it fails, one per dtype."""
     from sftbuild.validate.compile import compile_task
 
     major, minor = torch.cuda.get_device_capability()
     cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or os.path.join(tempfile.gettempdir(), "sftbuild-probe-cache")
-    res = compile_task({"id": task["id"], "code": task["code"], "harness": task["harness"],
-                        "include_sets": task.get("include_sets") or [], "arch": f"sm_{major}{minor}",
-                        "timeout": 120, "cache_dir": cache, "headers": task.get("headers") or {},
-                        "include_dirs": task.get("include_dirs") or []})
-    if not res.get("ok"):
-        return None, f"the launcher's harness did not compile ({res.get('reason')}): {res.get('where', '')}"[:400]
-    lib = ctypes.CDLL(res["so"])
-    fn = lib.sftbuild_raw_call
-    fn.restype = ctypes.c_int
-    return fn, ""
+    base = {"id": task["id"], "code": task["code"], "include_sets": task.get("include_sets") or [],
+            "arch": f"sm_{major}{minor}", "timeout": 120, "cache_dir": cache, "headers": task.get("headers") or {},
+            "include_dirs": task.get("include_dirs") or []}
+    builds = [(task["dtypes"], task["harness"])] + [([d], src) for d, src in (task.get("harnesses") or {}).items()]
+    fns, why = {}, ""
+    for dtypes, src in builds:
+        if fns:
+            break
+        res = compile_task({**base, "harness": src})
+        if not res.get("ok"):
+            why = why or f"the launcher's harness did not compile ({res.get('reason')}): {res.get('where', '')}"[:400]
+            continue
+        lib = ctypes.CDLL(res["so"])
+        for d in dtypes:
+            fns[d] = getattr(lib, f"sftbuild_raw_call_{d}")
+            fns[d].restype = ctypes.c_int
+    return fns, why
 
 
-def _try_op(fn, op, task, deadline) -> tuple[dict | None, str]:
-    dtypes = [d for d in task["dtypes"] if d in op.dtypes]
+def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
+    dtypes = [d for d in task["dtypes"] if d in op.dtypes and d in fns]
     if not dtypes:
         return None, "the op takes none of the launcher's dtypes"
     shapes = probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU)
@@ -102,13 +111,14 @@ def _try_op(fn, op, task, deadline) -> tuple[dict | None, str]:
         for mapping in launched.mappings(found, meta_in, meta_out, params):
             if time.monotonic() > deadline:
                 return None, "the probe's time ran out"
-            ok, err, why = _trial(fn, op, mapping, shapes[0], dtype, 0, dict(op.params))
+            ok, err, why = _trial(fns[dtype], op, mapping, shapes[0], dtype, 0, dict(op.params))
             if not ok:
                 last = why or last
                 continue
             worst, passed = err, []
             for s, shape in enumerate(shapes):
-                good = all(_trial(fn, op, mapping, shape, dtype, seed, dict(op.params))[0] for seed in (s, s + 7))
+                good = all(_trial(fns[dtype], op, mapping, shape, dtype, seed, dict(op.params))[0]
+                           for seed in (s, s + 7))
                 if not good:
                     break
                 passed.append(list(shape))
@@ -116,7 +126,7 @@ def _try_op(fn, op, task, deadline) -> tuple[dict | None, str]:
                 last = f"the mapping held at {len(passed)} of {len(shapes)} shapes"
                 continue
             agreed = [d for d in dtypes if d == dtype or all(
-                _trial(fn, op, mapping, shape, d, 1, dict(op.params))[0] for shape in shapes)]
+                _trial(fns[d], op, mapping, shape, d, 1, dict(op.params))[0] for shape in shapes)]
             return {"kind": "op", "op": op.name, "params": {k: v for k, v in params.items() if k in op.params},
                     "dtypes": agreed, "harness": "host_launcher", "harness_args": mapping,
                     "evidence": {"shapes": passed, "dtypes": agreed, "worst_error": worst}}, ""

@@ -105,3 +105,24 @@ def test_the_validate_harness_of_a_probed_launcher_compiles(records, compile_cac
     res = compile_task({"id": "t", "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
                         "timeout": 120, "cache_dir": str(compile_cache), "link": False})
     assert res["ok"], res.get("log")
+
+
+DEEPSPEED = LLMC.parents[1] / "deepspeed" / "gelu_kernels.cu"  # DeepSpeed's, Apache-2.0
+
+
+def test_a_template_launcher_is_instantiated_at_the_types_its_file_instantiates():
+    kernels = extract_kernels(DEEPSPEED.read_bytes())[0]
+    launcher = next(k.launcher for k in kernels if k.name == "fused_bias_gelu")
+    assert launcher["name"] == "launch_bias_gelu" and launcher["template"] == ["T"]
+    assert launcher["instantiated"] == ["__half", "float"] and unprobeable(launcher) is None
+    rec = Record(language="cuda", code="", source="t", entry={"kernels": ["fused_bias_gelu"], "launcher": launcher})
+    task = HostLauncher().plan(rec)
+    assert task["dtypes"] == ["float32", "float16"] and set(task["harnesses"]) == {"float32", "float16"}
+    assert "launch_bias_gelu<__half>((__half*)ptrs[0]" in task["harness"]
+    assert "sftbuild_raw_call_float32" in task["harness"] and "bias_gelu" in task["shortlist"]
+    found = task["roles"]
+    assert [r["role"] for r in found] == ["in", "in", "out", "size", "size", "stream"]
+    maps = list(mappings(found, [{"name": "x", "shape": [4, 8]}, {"name": "b", "shape": [8]}], [{"shape": [4, 8]}], {}))
+    assert maps[0]["ptrs"] == ["t:1", "t:2", "t:0"] and maps[0]["ints"][0] == "dim:1:-1"
+    args = call_args(launcher["params"], maps[0], launcher["template"])
+    assert args[:3] == ["(T*)ptrs[1]", "(T*)ptrs[2]", "(T*)ptrs[0]"] and args[-1] == "stream"

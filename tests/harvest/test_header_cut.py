@@ -64,3 +64,16 @@ def test_a_cut_header_compiles_where_the_whole_one_fails_on_code_the_kernel_neve
     assert whole["reason"] == "closure_error" and "util.cuh(9)" in whole["where"] and "advise" in whole["where"]
     cut = prune_headers({"util.cuh": HEADER}, k.code)
     assert compile_task({**task, "headers": cut})["ok"]
+
+
+def test_include_folders_anywhere_in_the_tree_are_searched(tmp_path):
+    from sftbuild.harvest.cuda_extract import include_dirs, local_headers
+
+    (tmp_path / "csrc" / "includes").mkdir(parents=True)
+    (tmp_path / "csrc" / "ops").mkdir()
+    (tmp_path / "csrc" / "includes" / "layers.h").write_text("#pragma once\n#define WIDTH 4\n")
+    src = b'#include "layers.h"\n__global__ void k(float* x) { x[0] = WIDTH; }\n'
+    (tmp_path / "csrc" / "ops" / "k.cu").write_bytes(src)
+    dirs = include_dirs(tmp_path, "csrc/ops/k.cu")
+    assert "csrc/includes" in dirs  # a build's -Icsrc/includes, which the tree does not state
+    assert list(local_headers(tmp_path, "csrc/ops/k.cu", dirs, src)) == ["csrc/includes/layers.h"]

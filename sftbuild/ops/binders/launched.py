@@ -29,7 +29,8 @@ FLAT_FAMILIES = ("elementwise", "binary")
 MAX_SIZE_MAPPINGS = 48  # size assignments tried per op and tensor mapping, best named first
 # size parameters by the dimension they usually name; `rows` is every dimension but the last
 SIZE_ROLES = [
-    (re.compile(r"^(c|channels?|cols|n_?cols|d|dim|d_?model|hidden(_size)?|k|in_features)$", re.I), ("last",)),
+    (re.compile(r"^(c|channels?|cols|n_?cols|d|dim|d_?model|hidden(_size|_dim)?|k|in_features|head_dim|"
+                r"intermediate(_size)?|features?)$", re.I), ("last",)),
     (re.compile(r"^(b|batch(_size)?|bs)$", re.I), ("first", "one")),
     (re.compile(r"^(t|seq(_len)?|l|len)$", re.I), ("second_last", "rows", "one")),
     (re.compile(r"^(v|vocab(_size)?|oc|out_features|p)$", re.I), ("out_last", "w_first", "last")),
@@ -69,8 +70,11 @@ class HostLauncher(Binder):
         if not candidates:
             return None
         entry = record.entry
-        return {"id": record.id, "code": record.code, "harness": probe_harness(launcher, found),
-                "roles": found, "shortlist": candidates, "dtypes": dtypes_of(found), "shapes": 3,
+        dtypes = dtypes_of(found, launcher)
+        # one harness for every dtype, and one per dtype for where not every instantiation compiles
+        harnesses = {d: probe_harness(launcher, found, [d]) for d in dtypes} if len(dtypes) > 1 else {}
+        return {"id": record.id, "code": record.code, "harness": probe_harness(launcher, found, dtypes),
+                "harnesses": harnesses, "roles": found, "shortlist": candidates, "dtypes": dtypes, "shapes": 3,
                 "time_limit": seconds, "kernels": entry.get("kernels") or [],
                 "headers": entry.get("headers") or {}, "include_dirs": entry.get("include_dirs") or [],
                 "include_sets": entry.get("include_sets") or []}
@@ -151,20 +155,28 @@ def unprobeable(launcher: dict) -> str | None:
         return f"launcher {launcher['name']} takes a parameter with no role: {other[0]}"
     if not any(r["role"] == "out" for r in found):
         return f"launcher {launcher['name']} writes no pointer it is given"
-    if re.search(r"^\s*template\b", launcher.get("code") or "", re.M) and \
+    if not launcher.get("template") and \
             re.search(rf"template\s*<[^>]*>\s*[\w:<>\s*]*\b{re.escape(launcher['name'])}\s*\(", launcher["code"]):
-        return f"launcher {launcher['name']} is a template"
+        return f"launcher {launcher['name']} is a template over values"
     return None
 
 
-def dtypes_of(found: list[dict]) -> list[str]:
-    """The dtypes the launcher's pointers allow: their one floating type's, or each float dtype where
-    the type is the file's own name (`floatX`) or the pointers mix types (the probe finds out)."""
+def dtypes_of(found: list[dict], launcher: dict | None = None) -> list[str]:
+    """The dtypes the launcher's pointers allow: their one floating type's; for a template over types,
+    those it is instantiated with in its file (else each float dtype); each float dtype where the type
+    is the file's own name (`floatX`) or the pointers mix types (the probe finds out)."""
+    tparams = set((launcher or {}).get("template") or ())
     types = {r["type"] for r in found if r["role"] in ("in", "out") and r["type"] not in ("int", "long", "int64_t")}
+    if tparams and types & tparams:
+        made = [d for t in (launcher or {}).get("instantiated") or () for d in DTYPES.get(t, ())]
+        return [d for d in ANY_FLOAT if d in made] or ANY_FLOAT
     known = [DTYPES[t] for t in types if t in DTYPES]
     if len(types) == 1 and known:
         return known[0]
     return ANY_FLOAT
+
+
+CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
 def shortlist(record, found: list[dict], k: int = SHORTLIST) -> list[str]:
@@ -199,27 +211,33 @@ def fits_flow(op, found: list[dict]) -> bool:
     return not op.mutates and ins == n_in and op.outputs <= n_out
 
 
-def probe_harness(launcher: dict, found: list[dict]) -> str:
+def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
     """C++ that includes the record's code (`kernel.cuh`), then its launcher, and exports
-    `sftbuild_raw_call(ptrs, ints, floats)`: the launcher called with its pointers, sizes (and block
-    sizes) and float scalars in its own parameter order; the stream is the default one."""
-    args, n = [], {"p": 0, "i": 0, "f": 0}
-    for r in found:
-        if r["role"] in ("in", "out"):
-            args.append(f"({r['type']}*)ptrs[{n['p']}]")  # a const parameter takes it as it is
-            n["p"] += 1
-        elif r["role"] in ("size", "block"):
-            args.append(f"({r['type']})ints[{n['i']}]")
-            n["i"] += 1
-        elif r["role"] == "float":
-            args.append(f"({r['type']})floats[{n['f']}]")
-            n["f"] += 1
-        else:
-            args.append("(cudaStream_t)0")
-    return ('#include "kernel.cuh"\n' + launcher["code"] + "\n"
-            'extern "C" int sftbuild_raw_call(void** ptrs, const long long* ints, const double* floats) {\n'
-            f"  {launcher['name']}({', '.join(args)});\n"
-            "  return (int)cudaGetLastError();\n}\n")
+    `sftbuild_raw_call_<dtype>(ptrs, ints, floats)` for each of `dtypes`: the launcher (instantiated at
+    the dtype's C type, for a template over types) called with its pointers, sizes (and block sizes)
+    and float scalars in its own parameter order; the stream is the default one."""
+    tparams = launcher.get("template") or []
+    out = ['#include "kernel.cuh"', launcher["code"]]
+    for dtype in dtypes:
+        ctype = CTYPES[dtype]
+        args, n = [], {"p": 0, "i": 0, "f": 0}
+        for r in found:
+            if r["role"] in ("in", "out"):  # a const parameter takes the pointer as it is
+                args.append(f"({ctype if r['type'] in tparams else r['type']}*)ptrs[{n['p']}]")
+                n["p"] += 1
+            elif r["role"] in ("size", "block"):
+                args.append(f"({r['type']})ints[{n['i']}]")
+                n["i"] += 1
+            elif r["role"] == "float":
+                args.append(f"({r['type']})floats[{n['f']}]")
+                n["f"] += 1
+            else:
+                args.append("(cudaStream_t)0")
+        inst = f"<{', '.join([ctype] * len(tparams))}>" if tparams else ""
+        out.append(f'extern "C" int sftbuild_raw_call_{dtype}(void** ptrs, const long long* ints, '
+                   f"const double* floats) {{\n  {launcher['name']}{inst}({', '.join(args)});\n"
+                   "  return (int)cudaGetLastError();\n}")
+    return "\n".join(out) + "\n"
 
 
 def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params: dict):
@@ -327,16 +345,18 @@ def size_value(expr: str, tensors: list) -> int:
     return n
 
 
-def call_args(params: list[str], mapping: dict) -> list[str]:
+def call_args(params: list[str], mapping: dict, tparams: list[str] = ()) -> list[str]:
     """The launcher's arguments in C for the `host_launcher` harness: pointers from the `tensors`
     contract's `ptrs` (outputs then inputs) or the harness's scratch buffer, sizes from its `ints`
     (`sftbuild_size`), float scalars as literals, the stream the harness is given. Scratch buffers
-    are `scratch_bytes` apart in one allocation of `len(scratch) * scratch_bytes`."""
+    are `scratch_bytes` apart in one allocation of `len(scratch) * scratch_bytes`. The launcher's own
+    template parameters (`tparams`) read as the harness's `T`."""
     ptrs, ints, floats = iter(mapping["ptrs"]), iter(mapping["ints"]), iter(mapping["floats"])
     out, slot = [], 0
     for r in roles(params):
         if r["role"] in ("in", "out"):
             p = next(ptrs)
+            r = {**r, "type": "T" if r["type"] in tparams else r["type"]}
             if p == "scratch":  # each in its own part of the scratch buffer (`scratch_bytes` apart)
                 out.append(f"({r['type']}*)((char*)scratch + {slot} * scratch_bytes)")
                 slot += 1
