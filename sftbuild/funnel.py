@@ -14,7 +14,7 @@ COMPILE_CAUSES = {"toolchain": "toolchain", "closure_error": "toolchain", "missi
 UNBOUND_CAUSES = [
     (re.compile(r"needs a GPU"), "needs_gpu_to_probe"),
     (re.compile(r"did not compile|incompatible_toolchain|import failed"), "toolchain"),
-    (re.compile(r"no (host )?function (in the record )?launches|no kernel entry|takes a parameter with no role|"
+    (re.compile(r"no (host )?function (in the record )?launches|no kernel entry|takes a parameter with no role|takes tensors|"
                 r"is a template|writes no pointer|launched from another module"), "no_entry_point"),
 ]
 

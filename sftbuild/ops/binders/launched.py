@@ -151,6 +151,8 @@ def unprobeable(launcher: dict) -> str | None:
     """Why a launcher's signature cannot be called from generated tensors, or None."""
     found = roles(launcher.get("params") or [])
     other = [r["name"] or r["type"] for r in found if r["role"] == "other"]
+    if any("Tensor" in r["type"] for r in found if r["role"] == "other"):
+        return f"launcher {launcher['name']} takes tensors (an extension function): not called as a raw launcher"
     if other:
         return f"launcher {launcher['name']} takes a parameter with no role: {other[0]}"
     if not any(r["role"] == "out" for r in found):
