@@ -9,13 +9,14 @@ import re
 
 # validate's drop reasons for a compile that failed, by whose failure it was
 COMPILE_CAUSES = {"toolchain": "toolchain", "closure_error": "toolchain", "missing_header": "missing_header",
-                  "compile_error": "compile_error", "compile_timeout": "compile_error", "unsafe_include": "compile_error"}
+                  "compile_error": "compile_error", "compile_timeout": "compile_error",
+                  "unsafe_include": "compile_error"}
 # an unbound record's reason (each binder's phrase) -> cause; the first that matches wins
 UNBOUND_CAUSES = [
     (re.compile(r"needs a GPU"), "needs_gpu_to_probe"),
     (re.compile(r"did not compile|incompatible_toolchain|import failed"), "toolchain"),
-    (re.compile(r"no (host )?function (in the record )?launches|no kernel entry|takes a parameter with no role|takes tensors|"
-                r"is a template|writes no pointer|launched from another module"), "no_entry_point"),
+    (re.compile(r"no (host )?function (in the record )?launches|no kernel entry|takes a parameter with no role|"
+                r"takes tensors|is a template|writes no pointer|launched from another module"), "no_entry_point"),
 ]
 
 
