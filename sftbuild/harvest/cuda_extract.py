@@ -143,8 +143,9 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             found = file_reference(units, src, i, kname, sites, by_name)
             ref, need = found if found else (None, _closure(i, units, by_name))
             code = _emit(src, _head(units, need | config, early))
-            launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname)
             text = _text(src, u)
+            launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname,
+                                                  _params(text.split("{", 1)[0], kname))
             head = text.split("{", 1)[0]
             defined = set().union(*(units[j].defines for j in need))
             kernels.append(Kernel(
@@ -1054,20 +1055,43 @@ def _closure_of(starts: list[int], units, by_name, launcher: int | None = None, 
 
 # ---- the kernel's host launcher, and its headers cut to what the kernel and launcher use --------
 
-def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], by_name, kname: str) -> dict | None:
+CONCRETE_TYPES = {"float", "double", "half", "__half", "__nv_bfloat16", "nv_bfloat16", "int", "int8_t", "uint8_t"}
+
+
+def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], by_name, kname: str,
+              kparams: list[str] = ()) -> dict | None:
     """The first host function launching `kname` and no other kernel: {name, params, code}, where
-    `code` is the launcher and what it needs beyond `have` (the kernel's closure), in file order."""
-    hosts = _host_functions(units, src)
+    `code` is the launcher and what it needs beyond `have` (the kernel's closure), in file order. A
+    template over types adds `template` (its parameters) and `instantiated` (the first type of each
+    explicit instantiation in the file: `template void launch_gelu<__half>(...)`); a full
+    specialization (`template <> void launch_fused_add2<float>(...)`) adds `call`, its name as called,
+    and is taken only where its pointers' types are among the kernel's (`kparams`): an overloaded
+    kernel's float record is launched by the float specialization."""
+    hosts = set(_host_functions(units, src).values())
+    ktypes = set(WORD.findall(" ".join(kparams)))
     for site in sites:
-        i = hosts.get(site["function"])
+        i = next((j for j, u in enumerate(units) if u.line_start == site["lines"][0] and u.origin is src
+                  and site["function"] in u.defines), None)
         if i is None or site.get("macro"):
+            continue
+        head = _text(src, units[i]).split("{", 1)[0]
+        special = re.match(r"\s*template\s*<\s*>", head) and not re.search(r"__(?:device|global)__", head) and \
+            re.search(rf"\b{re.escape(site['function'])}\s*(<[^(){{}};]*>)\s*\(", head)
+        if i not in hosts and not special:
             continue
         need = _closure(i, units, by_name) - have
         code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
         named = set(WORD.findall(code))
         if any(k in named for u in units for k in u.kernels if k != kname):
             continue  # it (or a host function it calls) runs other kernels too: not this record's launch
-        head = _text(src, units[i]).split("{", 1)[0]
+        if special:
+            ptr_types = {w for p in split_args(head, special.end(), "(<[", ")>]") or [] if "*" in p
+                         for w in WORD.findall(p.split("*")[0]) if w not in ("const", "volatile")}
+            if ktypes & CONCRETE_TYPES and not ptr_types <= ktypes:
+                continue  # an overload of the kernel for other types (a template kernel takes any)
+            found = {"name": site["function"], "call": site["function"] + "".join(special.group(1).split()),
+                     "params": split_args(head, special.end(), "(<[", ")>]") or [], "code": code}
+            return found
         found = {"name": site["function"], "params": _params(head, site["function"]), "code": code}
         tparams = _type_template(head)
         if tparams:  # a template over types: the types the file instantiates it with, where it says

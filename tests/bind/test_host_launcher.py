@@ -127,3 +127,35 @@ def test_a_template_launcher_is_instantiated_at_the_types_its_file_instantiates(
     assert maps[0]["ptrs"] == ["t:1", "t:2", "t:0"] and maps[0]["ints"][0] == "dim:1:-1"
     args = call_args(launcher["params"], maps[0], launcher["template"])
     assert args[:3] == ["(T*)ptrs[1]", "(T*)ptrs[2]", "(T*)ptrs[0]"] and args[-1] == "stream"
+
+
+SPECIALIZED = b"""#include <cuda_fp16.h>
+template <typename T> void launch_add(T* out, const T* a, const T* b, int n, cudaStream_t& stream);
+__global__ void add_kernel(float* out, const float* a, const float* b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a[i] + b[i];
+}
+__global__ void add_kernel(__half* out, const __half* a, const __half* b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = __hadd(a[i], b[i]);
+}
+template <>
+void launch_add<float>(float* out, const float* a, const float* b, int n, cudaStream_t& stream) {
+  add_kernel<<<(n + 255) / 256, 256, 0, stream>>>(out, a, b, n);
+}
+template <>
+void launch_add<__half>(__half* out, const __half* a, const __half* b, int n, cudaStream_t& stream) {
+  add_kernel<<<(n + 255) / 256, 256, 0, stream>>>(out, a, b, n);
+}
+"""
+
+
+def test_each_overload_of_a_kernel_is_launched_by_the_specialization_of_its_types():
+    kernels = extract_kernels(SPECIALIZED)[0]
+    calls = {k.params[0]: k.launcher["call"] for k in kernels}
+    assert calls == {"float* out": "launch_add<float>", "__half* out": "launch_add<__half>"}
+    half = next(k for k in kernels if k.params[0] == "__half* out")
+    rec = Record(language="cuda", code=half.code, source="t", entry={"kernels": ["add_kernel"], "launcher": half.launcher})
+    task = HostLauncher().plan(rec)
+    assert task["dtypes"] == ["float16"] and "add" in task["shortlist"]
+    # a stream taken by reference gets a variable of the harness's
+    assert "launch_add<__half>((__half*)ptrs[0], (__half*)ptrs[1], (__half*)ptrs[2], (int)ints[0], sftbuild_stream)" \
+        in task["harness"]

@@ -94,7 +94,7 @@ def roles(params: list[str], writes: set[str] | None = None) -> list[dict]:
     holds it, else when it is not `const`."""
     out = []
     for decl in params:
-        words_ = decl.replace("*", " * ").split()
+        words_ = decl.replace("*", " * ").replace("&", " ").split()
         if words_ and words_[-2:-1] and words_[-2] in STREAM_TYPES or (words_ and words_[0] in STREAM_TYPES):
             out.append({"name": words_[-1], "type": "cudaStream_t", "role": "stream"})
             continue
@@ -157,7 +157,7 @@ def unprobeable(launcher: dict) -> str | None:
         return f"launcher {launcher['name']} takes a parameter with no role: {other[0]}"
     if not any(r["role"] == "out" for r in found):
         return f"launcher {launcher['name']} writes no pointer it is given"
-    if not launcher.get("template") and \
+    if not launcher.get("template") and not launcher.get("call") and \
             re.search(rf"template\s*<[^>]*>\s*[\w:<>\s*]*\b{re.escape(launcher['name'])}\s*\(", launcher["code"]):
         return f"launcher {launcher['name']} is a template over values"
     return None
@@ -234,10 +234,12 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
                 args.append(f"({r['type']})floats[{n['f']}]")
                 n["f"] += 1
             else:
-                args.append("(cudaStream_t)0")
+                args.append("sftbuild_stream")
         inst = f"<{', '.join([ctype] * len(tparams))}>" if tparams else ""
+        name = launcher.get("call") or launcher["name"]  # a full specialization is called by its own name
         out.append(f'extern "C" int sftbuild_raw_call_{dtype}(void** ptrs, const long long* ints, '
-                   f"const double* floats) {{\n  {launcher['name']}{inst}({', '.join(args)});\n"
+                   f"const double* floats) {{\n  cudaStream_t sftbuild_stream = 0;\n"
+                   f"  {name}{inst}({', '.join(args)});\n"
                    "  return (int)cudaGetLastError();\n}")
     return "\n".join(out) + "\n"
 
