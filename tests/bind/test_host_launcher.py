@@ -153,7 +153,8 @@ def test_each_overload_of_a_kernel_is_launched_by_the_specialization_of_its_type
     calls = {k.params[0]: k.launcher["call"] for k in kernels}
     assert calls == {"float* out": "launch_add<float>", "__half* out": "launch_add<__half>"}
     half = next(k for k in kernels if k.params[0] == "__half* out")
-    rec = Record(language="cuda", code=half.code, source="t", entry={"kernels": ["add_kernel"], "launcher": half.launcher})
+    rec = Record(language="cuda", code=half.code, source="t",
+                 entry={"kernels": ["add_kernel"], "launcher": half.launcher})
     task = HostLauncher().plan(rec)
     assert task["dtypes"] == ["float16"] and "add" in task["shortlist"]
     # a stream taken by reference gets a variable of the harness's
