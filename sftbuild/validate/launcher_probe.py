@@ -142,9 +142,10 @@ def _inputs(op, shape, dtype, seed, params) -> list:
 
 
 def _padded(t: torch.Tensor) -> torch.Tensor:
-    """`t` at the start of a buffer 4x its size: a wrong size mapping reads or writes past the tensor
-    into memory of ours, not past the allocation (a CUDA fault would end every later trial)."""
-    room = torch.zeros(4 * t.numel() + 256, dtype=t.dtype, device=t.device)
+    """`t` at the start of a buffer PADDING times its size: a wrong size mapping (whose sizes
+    `launched.mappings` keeps within it) reads or writes past the tensor into memory of ours, not
+    past the allocation (a CUDA fault would end every later trial)."""
+    room = torch.zeros(launched.PADDING * t.numel() + 256, dtype=t.dtype, device=t.device)
     view = room[:t.numel()].view(t.shape)
     view.copy_(t)
     return view
@@ -163,7 +164,7 @@ def _trial(fn, op, mapping, shape, dtype, seed, params) -> tuple[bool, float, st
     tensors = outs + inputs
     before = [t.clone() for t in inputs]
     most = max(t.numel() * t.element_size() for t in tensors)
-    size = max(SCRATCH_MIN_BYTES, 4 * most)
+    size = max(SCRATCH_MIN_BYTES, launched.PADDING * most)
     scratch = [torch.zeros(size, dtype=torch.uint8, device="cuda") for p in mapping["ptrs"] if p == "scratch"]
     free = iter(scratch)
     ptrs = [next(free).data_ptr() if p == "scratch" else tensors[int(p.split(":")[1])].data_ptr()

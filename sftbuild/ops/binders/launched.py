@@ -26,7 +26,8 @@ from sftbuild.parsing import param_info, split_args
 PROBE_SECONDS = 180
 SHORTLIST = 12
 FLAT_FAMILIES = ("elementwise", "binary")
-MAX_SIZE_MAPPINGS = 48  # size assignments tried per op and tensor mapping, best named first
+MAX_SIZE_MAPPINGS = 48
+PADDING = 4  # how many times its tensor's size the probe allocates each buffer: sizes stay within it  # size assignments tried per op and tensor mapping, best named first
 # size parameters by the dimension they usually name; `rows` is every dimension but the last
 SIZE_ROLES = [
     (re.compile(r"^(c|channels?|cols|n_?cols|d|dim|d_?model|hidden(_size|_dim)?|k|in_features|head_dim|"
@@ -248,7 +249,9 @@ def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params:
     """Ways to call the launcher with an op's tensors, best named first: dicts of
     {ptrs: ["t:k" | "scratch"], ints: [size expressions], floats: [values]}, where k counts the op's
     outputs then inputs (the `tensors` contract's order) and "scratch" is a written buffer the op
-    does not define. Sizes past every buffer are left out; those covering a tensor exactly come first.
+    does not define. Sizes whose product runs past PADDING times the largest tensor are left out
+    (a launch past its buffers may fault the GPU for every later trial); those covering a tensor
+    exactly come first.
 
     `inputs` and `outputs`: {name, shape} of the op's tensors (outputs unnamed); sizes are read from
     them (`dimension_values`), block sizes take 256, float scalars the op's parameter of their name."""
@@ -265,7 +268,7 @@ def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params:
     out_slot = {i: f"t:{n}" for n, i in enumerate(out_order[:len(outputs)])}
     shapes = [_Shape(t["shape"]) for t in [*outputs, *inputs]]
     numels = {_numel(t.shape) for t in shapes}
-    bound = max(numels, default=1) * max((d for t in shapes for d in t.shape), default=1)
+    bound = PADDING * max(numels, default=1)  # the probe's buffers are PADDING times their tensors' size
     found_maps = []
     for rank, perm in enumerate(_input_orders(ins, inputs)):
         ptr_of = {}
