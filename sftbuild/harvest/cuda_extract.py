@@ -142,6 +142,11 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             sites = _launch_sites(tree.root_node, units, src, kname, exclude=i)
             found = file_reference(units, src, i, kname, sites, by_name)
             ref, need = found if found else (None, _closure(i, units, by_name))
+            # an explicit specialization (`template <> __global__ void k<float>(...)`) needs the
+            # primary template's declaration, which shares its name (so is no use of it)
+            for j in by_name.get(kname, ()):
+                if j != i and not units[j].kernels and not units[j].function and j not in need:
+                    need |= _closure(j, units, by_name)
             code = _emit(src, _head(units, need | config, early))
             text = _text(src, u)
             launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname,

@@ -77,3 +77,10 @@ def test_include_folders_anywhere_in_the_tree_are_searched(tmp_path):
     dirs = include_dirs(tmp_path, "csrc/ops/k.cu")
     assert "csrc/includes" in dirs  # a build's -Icsrc/includes, which the tree does not state
     assert list(local_headers(tmp_path, "csrc/ops/k.cu", dirs, src)) == ["csrc/includes/layers.h"]
+
+
+def test_an_explicit_specialization_keeps_its_primary_templates_declaration():
+    src = (b"template <typename T>\n__global__ void scale(T* x, int n);\n\n"
+           b"template <>\n__global__ void scale<float>(float* x, int n) { x[threadIdx.x] *= 2.f; }\n")
+    (k,), _ = extract_kernels(src)
+    assert k.code.index("__global__ void scale(T* x, int n);") < k.code.index("scale<float>")
