@@ -86,6 +86,10 @@ def test_the_binder_plans_one_probe_per_record_and_says_why_not_elsewhere(record
         not in task["harness"]  # pointers go in as the launcher declares them, not re-qualified
     assert unprobeable({"name": "f", "params": ["float* out", "ptrdiff_t stride"], "code": ""}) \
         == "launcher f takes a parameter with no role: stride"
+    flagged = roles(["float* out", "const float* x", "bool pre_ln", "int n"])
+    assert [r["role"] for r in flagged] == ["out", "in", "flag", "size"]
+    flags = [m["ints"][0] for m in mappings(flagged, [{"name": "x", "shape": [8]}], [{"shape": [8]}], {})]
+    assert flags[0] == "const:0" and "const:1" in flags
     assert "an extension function" in unprobeable({"name": "f", "params": ["torch::Tensor x", "float* y"], "code": ""})
     assert HostLauncher().why_not(Record(language="cuda", code="", source="t", entry={"kernels": ["k"]})) \
         == "no host function launches this kernel alone"

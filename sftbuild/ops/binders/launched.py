@@ -26,8 +26,8 @@ from sftbuild.parsing import param_info, split_args
 PROBE_SECONDS = 180
 SHORTLIST = 12
 FLAT_FAMILIES = ("elementwise", "binary")
-MAX_SIZE_MAPPINGS = 48
-PADDING = 4  # how many times its tensor's size the probe allocates each buffer: sizes stay within it  # size assignments tried per op and tensor mapping, best named first
+MAX_SIZE_MAPPINGS = 48  # size assignments tried per op and tensor mapping, best named first
+PADDING = 4  # how many times its tensor's size the probe allocates each buffer: sizes stay within it
 # size parameters by the dimension they usually name; `rows` is every dimension but the last
 SIZE_ROLES = [
     (re.compile(r"^(c|channels?|cols|n_?cols|d|dim|d_?model|hidden(_size|_dim)?|k|in_features|head_dim|"
@@ -66,7 +66,7 @@ class HostLauncher(Binder):
         launcher = (record.entry or {}).get("launcher")
         if record.language != "cuda" or not launcher or unprobeable(launcher):
             return None
-        found = roles(launcher["params"], written(record))
+        found = roles(launcher["params"], written(record) or None)  # none seen: const-ness decides
         candidates = shortlist(record, found)
         if not candidates:
             return None
@@ -90,7 +90,7 @@ class HostLauncher(Binder):
 
 
 def roles(params: list[str], writes: set[str] | None = None) -> list[dict]:
-    """One role per launcher parameter: {name, type, role: in|out|size|block|float|stream|other}. A
+    """One role per launcher parameter: {name, type, role: in|out|size|block|flag|float|stream|other}. A
     pointer is an output when `writes` (the launcher's pointers its kernel writes, None when unknown)
     holds it, else when it is not `const`."""
     out = []
@@ -98,6 +98,9 @@ def roles(params: list[str], writes: set[str] | None = None) -> list[dict]:
         words_ = decl.replace("*", " * ").replace("&", " ").split()
         if words_ and words_[-2:-1] and words_[-2] in STREAM_TYPES or (words_ and words_[0] in STREAM_TYPES):
             out.append({"name": words_[-1], "type": "cudaStream_t", "role": "stream"})
+            continue
+        if len(words_) >= 2 and [w for w in words_[:-1] if w != "const"] == ["bool"]:
+            out.append({"name": words_[-1], "type": "bool", "role": "flag"})  # tried false, then true
             continue
         p = param_info(decl)
         if p is None:
@@ -136,14 +139,15 @@ def stores_to(code: str, name: str) -> bool:
     names, todo = {name}, [name]
     while todo:  # `T* o = name + k;`, `auto* row = (T*)name;`: derived pointers
         n = todo.pop()
-        for m in re.finditer(rf"\*\s*(\w+)\s*=\s*(?:\([^()]*\)\s*)*\(?\s*{re.escape(n)}\b", code):
+        for m in re.finditer(rf"(?:\*|\bauto)\s*(\w+)\s*=\s*(?:(?:reinterpret|static|const)_cast\s*<[^;]*?>\s*)?"
+                             rf"(?:\([^()]*\)\s*)*\(?\s*{re.escape(n)}\b", code):
             if m.group(1) not in names:
                 names.add(m.group(1))
                 todo.append(m.group(1))
     alt = "|".join(map(re.escape, names))
     store = (rf"\b(?:{alt})\s*\[[^;]*?\]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)"  # p[i] = / p[i] +=
              rf"|(?:^|[;{{}})])\s*\*\s*\(?\s*(?:{alt})\b[^;=(){{}}]*\)?\s*[-+*/]?=(?!=)"  # *p = / *(p + i) =
-             rf"|\b(?:__stcs|__stcg|__stwt|__stwb|__stcg|atomic\w+|store\w*|memcpy\w*)\s*\(\s*&?\s*\(?\s*(?:{alt})\b"
+             rf"|\b(?:__st\w+|atomic\w+|\w*store\w*|memcpy\w*)\s*(?:<[^;()]*>)?\s*\(\s*&?\s*\(?\s*(?:{alt})\b"
              rf"|\b(?:{alt})\s*\[[^;]*?\]\s*\.\s*\w+\s*=(?!=)")
     return re.search(store, code) is not None
 
@@ -183,8 +187,8 @@ CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
 def shortlist(record, found: list[dict], k: int = SHORTLIST) -> list[str]:
-    """Candidate ops, best first: named like the launcher or kernel (torch's aliases followed), then the
-    registry's ranking by names and parameters; kept only where the data flow fits (`fits_flow`)."""
+    """Candidate ops, best first: named like the launcher or kernel, then the registry's ranking by
+    names and parameters, then the elementwise ops; kept only where the data flow fits (`fits_flow`)."""
     launcher = record.entry["launcher"]
     names = [launcher["name"], *(record.entry.get("kernels") or [])]
     path = ((record.provenance or {}).get("path") or "").rsplit("/", 1)[-1].split(".")[0]
@@ -195,13 +199,13 @@ def shortlist(record, found: list[dict], k: int = SHORTLIST) -> list[str]:
             ranked += [n for n in ops.shortlist(query, params, k * 3, opdb=False) if n not in ranked]
         except Exception:
             continue
-    have = set().union(*(words(n) for n in names))
+    have = {re.sub(r"\d+$", "", w) for n in names for w in words(n)}  # `fused_add2` names add
     named = [n for n in ops.all_ops() if words(n) and words(n) <= have]
     order = [n for n in dict.fromkeys(sorted(named, key=lambda n: -len(words(n))) + ranked)
              if fits_flow(ops.get(n), found)][:k // 2]
-    if sum(r["role"] == "size" for r in found) == 1:  # one size over flat buffers: elementwise by data flow
-        order += [n for n, op in ops.all_ops().items() if op.family in FLAT_FAMILIES and n not in order
-                  and fits_flow(op, found)]
+    # then by data flow alone: the elementwise ops whose inputs and outputs fit the pointers
+    order += [n for n, op in ops.all_ops().items() if op.family in FLAT_FAMILIES and n not in order
+              and fits_flow(op, found)]
     return order[:k]
 
 
@@ -228,7 +232,7 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
             if r["role"] in ("in", "out"):  # a const parameter takes the pointer as it is
                 args.append(f"({ctype if r['type'] in tparams else r['type']}*)ptrs[{n['p']}]")
                 n["p"] += 1
-            elif r["role"] in ("size", "block"):
+            elif r["role"] in ("size", "block", "flag"):
                 args.append(f"({r['type']})ints[{n['i']}]")
                 n["i"] += 1
             elif r["role"] == "float":
@@ -277,9 +281,9 @@ def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params:
         for r, j in zip(ins, perm):
             ptr_of[id(r)] = f"t:{len(outputs) + j}"
         ptrs = [ptr_of[id(r)] for r in found if r["role"] in ("in", "out")]
-        sizes = [r for r in found if r["role"] in ("size", "block")]
+        sizes = [r for r in found if r["role"] in ("size", "block", "flag")]
         first = inputs[perm[0]]["shape"] if perm else []
-        choices = [["const:256"] if r["role"] == "block" else
+        choices = [["const:256"] if r["role"] == "block" else ["const:0", "const:1"] if r["role"] == "flag" else
                    dimension_values(r["name"], first, len(outputs) + (perm[0] if perm else 0), inputs, outputs)
                    for r in sizes]
         for n, ints in enumerate(itertools.islice(itertools.product(*choices), MAX_SIZE_MAPPINGS)):
@@ -369,7 +373,7 @@ def call_args(params: list[str], mapping: dict, tparams: list[str] = ()) -> list
                 slot += 1
             else:
                 out.append(f"({r['type']}*)ptrs[{int(p.split(':')[1])}]")
-        elif r["role"] in ("size", "block"):
+        elif r["role"] in ("size", "block", "flag"):
             kind, *rest = next(ints).split(":")
             code = {"const": 0, "dim": 1, "rows": 2, "numel": 3}[kind]
             a = int(rest[0]) if rest else 0
