@@ -94,30 +94,29 @@ def _build(task: dict) -> tuple[dict, str]:
 
 def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
     dtypes = [d for d in task["dtypes"] if d in op.dtypes and d in fns]
+    dev = task.get("device", "cuda")
     if not dtypes:
         return None, "the op takes none of the launcher's dtypes"
     shapes = probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU)
     found = task["roles"]
-    last = "no mapping of its tensors fits the launcher"
+    last = ""  # why the best-named mapping failed, the one most likely meant
     for dtype in dtypes:  # a launcher of the file's own float type (`floatX`) agrees at one of them
         params = dict(op.params)
-        try:
-            inputs = _inputs(op, shapes[0], dtype, 0, params)
-            refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
-        except Exception as e:
-            return None, f"the reference fails: {type(e).__name__}: {str(e)[:120]}"
-        meta_in = [{"name": n, "shape": list(t.shape)} for n, t in zip(_names(op), inputs)]
-        meta_out = [{"shape": list(r.shape)} for r in refs64]
+        case = _case(op, shapes[0], dtype, 0, params, dev)
+        if isinstance(case, str):
+            return None, case
+        meta_in = [{"name": n, "shape": list(t.shape)} for n, t in zip(_names(op), case[0])]
+        meta_out = [{"shape": list(r.shape)} for r in case[1]]
         for mapping in launched.mappings(found, meta_in, meta_out, params):
             if time.monotonic() > deadline:
                 return None, "the probe's time ran out"
-            ok, err, why = _trial(fns[dtype], op, mapping, shapes[0], dtype, 0, dict(op.params))
+            ok, err, why = _trial(fns[dtype], op, mapping, shapes[0], dtype, 0, params, dev, case)
             if not ok:
-                last = why or last
+                last = last or why
                 continue
             worst, passed = err, []
             for s, shape in enumerate(shapes):
-                good = all(_trial(fns[dtype], op, mapping, shape, dtype, seed, dict(op.params))[0]
+                good = all(_trial(fns[dtype], op, mapping, shape, dtype, seed, dict(op.params), dev)[0]
                            for seed in (s, s + 7))
                 if not good:
                     break
@@ -126,19 +125,19 @@ def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
                 last = f"the mapping held at {len(passed)} of {len(shapes)} shapes"
                 continue
             agreed = [d for d in dtypes if d == dtype or all(
-                _trial(fns[d], op, mapping, shape, d, 1, dict(op.params))[0] for shape in shapes)]
+                _trial(fns[d], op, mapping, shape, d, 1, dict(op.params), dev)[0] for shape in shapes)]
             return {"kind": "op", "op": op.name, "params": {k: v for k, v in params.items() if k in op.params},
                     "dtypes": agreed, "harness": "host_launcher", "harness_args": mapping,
                     "evidence": {"shapes": passed, "dtypes": agreed, "worst_error": worst}}, ""
-    return None, last
+    return None, last or "no mapping of its tensors fits the launcher"
 
 
 def _names(op) -> list[str]:
     return [s.split(":")[0].strip() for s in op.io.get("inputs") or []]
 
 
-def _inputs(op, shape, dtype, seed, params) -> list:
-    return [_padded(t.to("cuda").contiguous()) for t in special.trial_inputs(op, shape, dtype, seed, params)]
+def _inputs(op, shape, dtype, seed, params, dev="cuda") -> list:
+    return [_padded(t.to(dev).contiguous()) for t in special.trial_inputs(op, shape, dtype, seed, params)]
 
 
 def _padded(t: torch.Tensor) -> torch.Tensor:
@@ -151,21 +150,31 @@ def _padded(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
-def _trial(fn, op, mapping, shape, dtype, seed, params) -> tuple[bool, float, str]:
-    """One call of the launcher on the op's inputs at `shape`: (agrees, worst error, why not)."""
+def _case(op, shape, dtype, seed, params, dev) -> tuple | str:
+    """(inputs, float64 references, native references) of one trial, or why the reference fails."""
     try:
-        inputs = _inputs(op, shape, dtype, seed, params)
-        refs64 = ops.as_outputs(op.run_reference(ops.upcast(inputs), params))
-        natives = ops.as_outputs(op.run_reference(inputs, params))
+        inputs = _inputs(op, shape, dtype, seed, params, dev)
+        return inputs, ops.as_outputs(op.run_reference(ops.upcast(inputs), params)), \
+            ops.as_outputs(op.run_reference(inputs, params))
     except Exception as e:
-        return False, 0.0, f"the reference fails: {type(e).__name__}: {str(e)[:120]}"
+        return f"the reference fails: {type(e).__name__}: {str(e)[:120]}"
+
+
+def _trial(fn, op, mapping, shape, dtype, seed, params, dev="cuda", case=None) -> tuple[bool, float, str]:
+    """One call of the launcher on the op's inputs at `shape` (or on `case`, drawn once for the
+    mappings tried on it): (agrees, worst error, why not). `dev` is cuda but where a test emulates the
+    launcher on the CPU."""
+    case = case or _case(op, shape, dtype, seed, params, dev)
+    if isinstance(case, str):
+        return False, 0.0, case
+    inputs, refs64, natives = case
     outs = [_padded(torch.full_like(r, float("nan")) if r.is_floating_point() else torch.zeros_like(r))
             for r in natives]
     tensors = outs + inputs
     before = [t.clone() for t in inputs]
     most = max(t.numel() * t.element_size() for t in tensors)
     size = max(SCRATCH_MIN_BYTES, launched.PADDING * most)
-    scratch = [torch.zeros(size, dtype=torch.uint8, device="cuda") for p in mapping["ptrs"] if p == "scratch"]
+    scratch = [torch.zeros(size, dtype=torch.uint8, device=dev) for p in mapping["ptrs"] if p == "scratch"]
     free = iter(scratch)
     ptrs = [next(free).data_ptr() if p == "scratch" else tensors[int(p.split(":")[1])].data_ptr()
             for p in mapping["ptrs"]]
@@ -177,10 +186,14 @@ def _trial(fn, op, mapping, shape, dtype, seed, params) -> tuple[bool, float, st
     iarr = (ctypes.c_longlong * max(1, len(ints)))(*ints)
     farr = (ctypes.c_double * max(1, len(mapping["floats"])))(*mapping["floats"])
     code = fn(parr, iarr, farr)
-    torch.cuda.synchronize()
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    changed = any(not torch.equal(a, b) for a, b in zip(before, inputs))
+    for a, b in zip(inputs, before):  # the next mapping tried on this case gets the inputs unchanged
+        a.copy_(b)
     if code != 0:
         return False, 0.0, f"the launch failed (CUDA error {code})"
-    if any(not torch.equal(a, b) for a, b in zip(before, inputs)):
+    if changed:
         return False, 0.0, "the launcher changed an input"
     ok, stats = pyrun.compare_outputs(outs, refs64, natives, dtype, op.tolerance)
     err = max([stats.get(k) or 0.0 for k in ("norm_rel", "max_rel")] + [0.0])

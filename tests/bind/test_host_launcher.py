@@ -164,3 +164,44 @@ def test_each_overload_of_a_kernel_is_launched_by_the_specialization_of_its_type
     # a stream taken by reference gets a variable of the harness's
     assert "launch_add<__half>((__half*)ptrs[0], (__half*)ptrs[1], (__half*)ptrs[2], (int)ints[0], sftbuild_stream)" \
         in task["harness"]
+
+
+def _emulated_layernorm(broken: bool = False):
+    """llm.c's layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C) on the CPU, reading and
+    writing the probe's buffers by address as the compiled launcher would (`broken`: forgets the bias)."""
+    import ctypes
+
+    import numpy as np
+
+    def at(addr, n):
+        return np.ctypeslib.as_array((ctypes.c_float * n).from_address(addr))
+
+    def fn(ptrs, ints, floats):
+        n, c = ints[0] * ints[1], ints[2]
+        x = at(ptrs[3], n * c).reshape(n, c).astype(np.float64)
+        m, s = x.mean(1), 1 / np.sqrt(x.var(1) + 1e-5)
+        y = (x - m[:, None]) * s[:, None] * at(ptrs[4], c) + (0 if broken else at(ptrs[5], c))
+        at(ptrs[0], n * c)[:] = y.reshape(-1)
+        at(ptrs[1], n)[:], at(ptrs[2], n)[:] = m, s
+        return 0
+    return fn
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_probe_finds_layer_norm_through_the_launcher_and_rejects_its_broken_twin(records, broken):
+    import time
+
+    from sftbuild.validate import launcher_probe
+
+    task = HostLauncher().plan(records["layernorm_forward"])
+    task["device"] = "cpu"
+    from sftbuild import ops
+
+    found, why = launcher_probe._try_op({"float32": _emulated_layernorm(broken)}, ops.get("layer_norm"), task,
+                                        time.monotonic() + 60)
+    if broken:
+        assert found is None and "worst error" in why
+    else:
+        assert found["op"] == "layer_norm" and found["harness"] == "host_launcher" and found["dtypes"] == ["float32"]
+        assert found["harness_args"]["ptrs"] == ["t:0", "scratch", "scratch", "t:1", "t:2", "t:3"]
+        assert len(found["evidence"]["shapes"]) >= 3
