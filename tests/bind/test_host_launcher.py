@@ -130,7 +130,7 @@ def test_a_template_launcher_is_instantiated_at_the_types_its_file_instantiates(
     maps = list(mappings(found, [{"name": "x", "shape": [4, 8]}, {"name": "b", "shape": [8]}], [{"shape": [4, 8]}], {}))
     assert maps[0]["ptrs"] == ["t:1", "t:2", "t:0"] and maps[0]["ints"][0] == "dim:1:-1"
     args = call_args(launcher["params"], maps[0], launcher["template"])
-    assert args[:3] == ["(T*)ptrs[1]", "(T*)ptrs[2]", "(T*)ptrs[0]"] and args[-1] == "stream"
+    assert args[:3] == ["(U*)ptrs[1]", "(U*)ptrs[2]", "(U*)ptrs[0]"] and args[-1] == "stream"
 
 
 SPECIALIZED = b"""#include <cuda_fp16.h>

@@ -361,13 +361,13 @@ def call_args(params: list[str], mapping: dict, tparams: list[str] = ()) -> list
     contract's `ptrs` (outputs then inputs) or the harness's scratch buffer, sizes from its `ints`
     (`sftbuild_size`), float scalars as literals, the stream the harness is given. Scratch buffers
     are `scratch_bytes` apart in one allocation of `len(scratch) * scratch_bytes`. The launcher's own
-    template parameters (`tparams`) read as the harness's `T`."""
+    template parameters (`tparams`) read as the harness's `U` (the dtype's CUDA type)."""
     ptrs, ints, floats = iter(mapping["ptrs"]), iter(mapping["ints"]), iter(mapping["floats"])
     out, slot = [], 0
     for r in roles(params):
         if r["role"] in ("in", "out"):
             p = next(ptrs)
-            r = {**r, "type": "T" if r["type"] in tparams else r["type"]}
+            r = {**r, "type": "U" if r["type"] in tparams else r["type"]}
             if p == "scratch":  # each in its own part of the scratch buffer (`scratch_bytes` apart)
                 out.append(f"({r['type']}*)((char*)scratch + {slot} * scratch_bytes)")
                 slot += 1
