@@ -12,7 +12,7 @@ import click
 from sftbuild import config as C
 from sftbuild import plugins, sandbox, serving, stages
 from sftbuild.context import Context, UserError, Waiting, make_executor, waiting
-from sftbuild.funnel import format_funnel, format_runs
+from sftbuild.funnel import blockers, format_funnel, format_runs
 from sftbuild.store import Store, StoreError, write_failure
 
 
@@ -523,7 +523,8 @@ def status(ctx, as_json, dropped_at):
     funnel, runs = ctx.store.funnel(), ctx.store.runs()
     rerun = waiting(ctx.store)  # results whose plug-ins, templates, tables or project version changed
     if as_json:
-        click.echo(json.dumps({**funnel, "runs": runs, "rerun": rerun}, indent=2, sort_keys=True))
+        click.echo(json.dumps({**funnel, "runs": runs, "rerun": rerun, "blockers": blockers(funnel)}, indent=2,
+                              sort_keys=True))
     else:
         click.echo("\n".join([*format_runs(runs), format_funnel(funnel), *rerun]))
 

@@ -1,10 +1,24 @@
 """The funnel as text: counts per stage and drop reason, overall and per source.
 
-Printed by `status` and `run`, and written into the dataset card.
+Printed by `status` and `run`, and written into the dataset card. `blockers` counts what stops the
+records that did not pass, by cause, so a user sees what blocks yield in their own repository.
 """
 from __future__ import annotations
 
+import re
 import time
+
+# validate's drop reasons for a compile that failed, by whose failure it was
+COMPILE_CAUSES = {"toolchain": "toolchain", "closure_error": "toolchain", "missing_header": "missing_header",
+                  "compile_error": "compile_error", "compile_timeout": "compile_error",
+                  "unsafe_include": "compile_error"}
+# an unbound record's reason (each binder's phrase) -> cause; the first that matches wins
+UNBOUND_CAUSES = [
+    (re.compile(r"needs a GPU"), "needs_gpu_to_probe"),
+    (re.compile(r"did not compile|incompatible_toolchain|import failed"), "toolchain"),
+    (re.compile(r"no (host )?function (in the record )?launches|no kernel entry|takes a parameter with no role|"
+                r"takes tensors|is a template|writes no pointer|launched from another module"), "no_entry_point"),
+]
 
 
 def format_runs(runs: dict) -> list[str]:
@@ -36,6 +50,9 @@ def format_funnel(funnel: dict) -> str:
         lines.append(f"  {stage:<9} " + "  ".join(parts))
         if stage == "bind" and funnel.get("bindings"):
             lines.append("            " + _bindings(funnel["bindings"]))
+    stops = blockers(funnel)
+    if stops:
+        lines.append("blockers: " + "  ".join(f"{k}={v}" for k, v in sorted(stops.items(), key=lambda kv: -kv[1])))
     if len(funnel["by_source"]) > 0:
         lines.append("by source:")
         for src, s in sorted(funnel["by_source"].items()):
@@ -54,3 +71,23 @@ def _bindings(counts: dict) -> str:
     unbound = sum(counts.get("unbound", {}).values())
     return "bound: " + (" ".join(parts) or "none") + f"  unbound={unbound}"
 
+
+
+def blockers(funnel: dict) -> dict[str, int]:
+    """What stops records, by cause: a failed compile (toolchain, missing_header, compile_error), no
+    entry point a binder can call (no_entry_point), a probe that found no op (no_op_matched), probing
+    that waits for a GPU, and every other validate drop under its own reason."""
+    out: dict[str, int] = {}
+    validate = funnel["stages"].get("validate") or {"dropped": {}}
+    for reason, n in validate["dropped"].items():
+        if reason == "unbound":
+            continue  # counted by the binders' reasons below
+        cause = COMPILE_CAUSES.get(reason, reason)
+        out[cause] = out.get(cause, 0) + n
+    unbound = funnel.get("unbound_at_validate")
+    if unbound is None:  # validate has not run: every unbound record is stopped there
+        unbound = (funnel.get("bindings") or {}).get("unbound", {})
+    for reason, n in unbound.items():
+        cause = next((c for pattern, c in UNBOUND_CAUSES if pattern.search(reason or "")), "no_op_matched")
+        out[cause] = out.get(cause, 0) + n
+    return out

@@ -801,6 +801,12 @@ class Store:
             skips[reason] = n
         out["harvest_skips"] = dict(skips)
         out["bindings"] = self.binding_counts()
+        chash = self.stage_config("validate")
+        if chash is not None:  # why the records validate dropped as unbound found no binding
+            out["unbound_at_validate"] = dict(self.db.execute(
+                "SELECT COALESCE(b.reason, ''), COUNT(*) FROM results s JOIN bindings b ON b.record_id = s.record_id "
+                "WHERE s.stage='validate' AND s.config_hash=? AND s.status='dropped' AND s.reason='unbound' "
+                "GROUP BY b.reason", (chash,)).fetchall())
         return out
 
     def binding_counts(self) -> dict:

@@ -82,6 +82,7 @@ class Unit:
     line_end: int
     include: bool = False
     origin: bytes = b""  # the text the offsets point into (the file, or its includer's prelude)
+    function: bool = False  # a function definition with a body (templates included)
 
 
 @dataclasses.dataclass
@@ -98,6 +99,8 @@ class Kernel:
     instantiations: list[str] = dataclasses.field(default_factory=list)
     # the file's CPU reference and the host launcher the code then includes (see `file_reference`)
     file_reference: dict | None = None
+    # the host function that launches this kernel and no other: {name, params, code} (see `_launcher`)
+    launcher: dict | None = None
 
 
 def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = frozenset()
@@ -139,8 +142,15 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             sites = _launch_sites(tree.root_node, units, src, kname, exclude=i)
             found = file_reference(units, src, i, kname, sites, by_name)
             ref, need = found if found else (None, _closure(i, units, by_name))
+            # an explicit specialization (`template <> __global__ void k<float>(...)`) needs the
+            # primary template's declaration, which shares its name (so is no use of it)
+            for j in by_name.get(kname, ()):
+                if j != i and not units[j].kernels and not units[j].function and j not in need:
+                    need |= _closure(j, units, by_name)
             code = _emit(src, _head(units, need | config, early))
             text = _text(src, u)
+            launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname,
+                                                  _params(text.split("{", 1)[0], kname))
             head = text.split("{", 1)[0]
             defined = set().union(*(units[j].defines for j in need))
             kernels.append(Kernel(
@@ -152,6 +162,7 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
                 launch_sites=sites,
                 instantiations=_instantiations(units, src, kname),
                 file_reference=ref,
+                launcher=launcher,
             ))
     return kernels, _unaccounted(tree.root_node, src, kernels, dead)
 
@@ -391,8 +402,11 @@ def _unit(node, src, scopes) -> Unit:
         if _is_global(node) and defines:
             kernels = sorted(defines)[:1]
     uses |= {w for opener, _ in scopes if opener.startswith("#") for w in WORD.findall(opener)}  # macros in #if
+    inner = [c for c in node.named_children if c.type != "template_parameter_list"] \
+        if node.type == "template_declaration" else [node]
+    function = any(c.type == "function_definition" for c in inner)
     return Unit(node.start_byte, node.end_byte, scopes, defines, uses - defines, kernels,
-                node.start_point[0] + 1, node.end_point[0] + 1)
+                node.start_point[0] + 1, node.end_point[0] + 1, function=function)
 
 
 def _defined_names(node) -> set[str]:
@@ -674,12 +688,13 @@ def safe_rel(path: str) -> str | None:
 
 def include_dirs(root, rel: str, extra: list[str] = ()) -> list[str]:
     """Folders (relative to `root`, '.' for the root) searched for the includes of file `rel`:
-    its own folder, the root, the usual include/ and csrc/, then `extra`, those that exist."""
+    its own folder, the root, the usual include/ and csrc/, then `extra`, then every folder of the
+    tree named like an include folder (DeepSpeed's csrc/includes), those that exist."""
     import os
 
     own = rel.rsplit("/", 1)[0] if "/" in rel else "."
     out: list[str] = []
-    for d in (own, ".", *STANDARD_INCLUDE_DIRS, *extra):
+    for d in (own, ".", *STANDARD_INCLUDE_DIRS, *extra, *_include_folders(str(root))):
         d = safe_rel(d)
         if d is None or d in out:
             continue
@@ -687,6 +702,25 @@ def include_dirs(root, rel: str, extra: list[str] = ()) -> list[str]:
         if os.path.isdir(full) and not os.path.islink(full) and _inside_real(root, full):
             out.append(d)
     return out
+
+
+INCLUDE_FOLDER_NAMES = ("include", "includes", "inc")
+INCLUDE_FOLDER_DEPTH = 5
+
+
+@functools.lru_cache(maxsize=16)
+def _include_folders(root: str) -> tuple[str, ...]:
+    """The tree's folders named like include folders, at most INCLUDE_FOLDER_DEPTH deep (a build's
+    `-Icsrc/includes`, which the tree itself does not state), in sorted order."""
+    import os
+
+    out = []
+    for here, dirs, _ in os.walk(root):
+        depth = os.path.relpath(here, root).count(os.sep) + (here != root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if depth < INCLUDE_FOLDER_DEPTH else []
+        if here != root and os.path.basename(here) in INCLUDE_FOLDER_NAMES:
+            out.append(os.path.relpath(here, root).replace(os.sep, "/"))
+    return tuple(out)
 
 
 def local_headers(root, rel: str, dirs: list[str], src: bytes) -> dict[str, str]:
@@ -1022,3 +1056,111 @@ def _closure_of(starts: list[int], units, by_name, launcher: int | None = None, 
             if u.kernels and j not in need and any(_launch_pattern(k).search(text) for k in u.kernels):
                 need |= _closure(j, units, by_name)
     return need
+
+
+# ---- the kernel's host launcher, and its headers cut to what the kernel and launcher use --------
+
+CONCRETE_TYPES = {"float", "double", "half", "__half", "__nv_bfloat16", "nv_bfloat16", "int", "int8_t", "uint8_t"}
+
+
+def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], by_name, kname: str,
+              kparams: list[str] = ()) -> dict | None:
+    """The first host function launching `kname` and no other kernel: {name, params, code}, where
+    `code` is the launcher and what it needs beyond `have` (the kernel's closure), in file order. A
+    template over types adds `template` (its parameters) and `instantiated` (the first type of each
+    explicit instantiation in the file: `template void launch_gelu<__half>(...)`); a full
+    specialization (`template <> void launch_fused_add2<float>(...)`) adds `call`, its name as called,
+    and is taken only where its pointers' types are among the kernel's (`kparams`): an overloaded
+    kernel's float record is launched by the float specialization."""
+    hosts = set(_host_functions(units, src).values())
+    ktypes = set(WORD.findall(" ".join(kparams)))
+    for site in sites:
+        i = next((j for j, u in enumerate(units) if u.line_start == site["lines"][0] and u.origin is src
+                  and site["function"] in u.defines), None)
+        if i is None or site.get("macro"):
+            continue
+        head = _text(src, units[i]).split("{", 1)[0]
+        special = re.match(r"\s*template\s*<\s*>", head) and not re.search(r"__(?:device|global)__", head) and \
+            re.search(rf"\b{re.escape(site['function'])}\s*(<[^(){{}};]*>)\s*\(", head)
+        if i not in hosts and not special:
+            continue
+        need = _closure(i, units, by_name) - have
+        code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
+        named = set(WORD.findall(code))
+        if any(k in named for u in units for k in u.kernels if k != kname):
+            continue  # it (or a host function it calls) runs other kernels too: not this record's launch
+        if special:
+            ptr_types = {w for p in split_args(head, special.end(), "(<[", ")>]") or [] if "*" in p
+                         for w in WORD.findall(p.split("*")[0]) if w not in ("const", "volatile")}
+            if ktypes & CONCRETE_TYPES and not ptr_types <= ktypes:
+                continue  # an overload of the kernel for other types (a template kernel takes any)
+            found = {"name": site["function"], "call": site["function"] + "".join(special.group(1).split()),
+                     "params": split_args(head, special.end(), "(<[", ")>]") or [], "code": code}
+            return found
+        found = {"name": site["function"], "params": _params(head, site["function"]), "code": code}
+        tparams = _type_template(head)
+        if tparams:  # a template over types: the types the file instantiates it with, where it says
+            found["template"] = tparams
+            found["instantiated"] = sorted({m.group(1) for inst in _instantiations(units, src, site["function"])
+                                            for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m})
+        return found
+    return None
+
+
+def prune_headers(headers: dict[str, str], used: str) -> dict[str, str]:
+    """`headers` with each function definition that `used` (a closure's text) never reaches blanked.
+
+    Types, macros and declarations stay; a function stays when it is named by `used`, by a kept
+    type or declaration, or by a function or macro that stays. Blanked text keeps its newlines,
+    so a compiler's line numbers still point into the original header. Why: a header's unrelated
+    host code (llm.c's `cudaMemAdvise` with an `int` device, which CUDA 13 changed) must not fail
+    a kernel that never calls it."""
+    units, owner, reached = _header_reach(headers, used)
+    texts = {rel: text.encode() for rel, text in headers.items()}
+    cut: dict[str, bytearray] = {}
+    for i, u in enumerate(units):
+        if u.function and i not in reached and u.defines and not any(d.startswith("operator") for d in u.defines):
+            _blank(cut.setdefault(owner[i], bytearray(texts[owner[i]])), u.start, u.end)
+    return {rel: (bytes(cut[rel]).decode("utf-8", "replace") if rel in cut else text)
+            for rel, text in headers.items()}
+
+
+def _header_reach(headers: dict[str, str], used: str) -> tuple[list[Unit], list[str], set[int]]:
+    """The headers' units, the header of each, and the indices of those `used` reaches by name
+    (through the uses of every type and declaration, which are always kept, and of what it reaches)."""
+    units: list[Unit] = []
+    owner: list[str] = []  # the header of each unit
+    for rel, text in headers.items():
+        data = text.encode()
+        start = len(units)
+        _collect(cuda_parser().parse(mask_attributes(data)).root_node, data, (), units, [], top=True)
+        for u in units[start:]:
+            u.origin = data
+        owner += [rel] * (len(units) - start)
+    by_name: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        for name in u.defines:
+            by_name.setdefault(name, []).append(i)
+    macro = {i for i, u in enumerate(units) if DEFINE_LINE.match(_text(u.origin, u))}
+    seeds = set(WORD.findall(used))
+    for i, u in enumerate(units):
+        if not u.function and i not in macro:
+            seeds |= u.uses
+    reached = {j for name in seeds for j in by_name.get(name, ())}
+    todo = list(reached)
+    while todo:
+        for name in units[todo.pop()].uses:
+            for j in by_name.get(name, ()):
+                if j not in reached:
+                    reached.add(j)
+                    todo.append(j)
+    return units, owner, reached
+
+
+def unused_at(headers: dict[str, str], used: str, rel: str, line: int) -> str:
+    """The names defined by the unit at `line` of header `rel` when `used` never reaches it, else ''."""
+    units, owner, reached = _header_reach(headers, used)
+    for i, u in enumerate(units):
+        if owner[i] == rel and u.line_start <= line <= u.line_end and u.defines:
+            return "" if i in reached else ", ".join(sorted(u.defines))
+    return ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import json
+import re
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -25,7 +26,7 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest import specs
-from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers, macros_tested
+from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers, macros_tested, prune_headers
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.triton_extract import module_of
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, parse_files
@@ -34,6 +35,8 @@ from sftbuild.record import Record
 ERRORS_REPORT = "reports/harvest_errors.json"  # under the workspace: the sources that failed the last harvest, and why
 MAX_FOREIGN_LAUNCHERS = 3  # launchers from other modules appended to one record
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
+PYTHON_INCLUDES = ("<Python.h", '"Python.h', "<torch/extension.h", "<torch/python.h", '"torch/extension.h',
+                   "<pybind11/")
 
 
 def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[S.Source]:
@@ -319,10 +322,30 @@ class Harvest:
             prov.setdefault("version", None)
             entry = _entry(res["language"], k, tree.torch_headers)
             entry.update(local)
+            if local.get("headers"):  # each record carries its headers cut to what its code uses
+                # what the code, its launcher and its file reference's steps name (a json dump holds each word)
+                used = k["code"] + json.dumps([k.get("launcher"), k.get("file_reference")])
+                entry["headers"] = prune_headers(local["headers"], used)
+                entry["include_sets"] = header_sets(entry["include_sets"], entry["headers"])
             records.append(Record(language=res["language"], code=k["code"], source=self.src.name, entry=entry,
                                   binding=self.binding(rel, k["name"]), provenance=prov))
             spans.append(tuple(k["lines"]))
         return records, spans
+
+
+def header_sets(sets: list[str], headers: dict[str, str]) -> list[str]:
+    """`sets` with those the record's own headers need: torch's where one includes torch's headers
+    (DeepSpeed's context.h includes <ATen/cuda/CUDAContext.h>), python's where one includes Python's."""
+    names = [m.group(2) for text in headers.values() for m in INCLUDE_LINE.finditer(text)]
+    out = list(sets)
+    for name, prefixes in (("torch", TORCH_INCLUDES), ("python", PYTHON_INCLUDES)):
+        bare = tuple(p.lstrip('<"') for p in prefixes)
+        if name not in out and any(n.startswith(bare) for n in names):
+            out.append(name)
+    return out
+
+
+INCLUDE_LINE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 
 
 def _merge_same_code(kernels: list[dict]) -> list[dict]:
@@ -349,8 +372,10 @@ def _entry(language: str, k: dict, torch_headers: bool) -> dict:
         return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": k["template"],
                 "launch_bounds": k["launch_bounds"], "launch_sites": k["launch_sites"],
                 "instantiations": k["instantiations"], "includes": k["includes"], "needs": k["needs"],
-                "include_sets": ["torch"] if torch_set else [],
-                **({"file_reference": k["file_reference"]} if k.get("file_reference") else {})}
+                "include_sets": (["torch"] if torch_set else [])
+                + (["python"] if any(i.split()[-1].startswith(PYTHON_INCLUDES) for i in k["includes"]) else []),
+                **({"file_reference": k["file_reference"]} if k.get("file_reference") else {}),
+                **({"launcher": k["launcher"]} if k.get("launcher") else {})}
     return {"kernels": [k["name"], *k.get("also", [])], "params": k["params"], "template": False,
             "launch_bounds": None,
             "launch_sites": k["launch_sites"], "includes": k["imports"], "needs": k["needs"],

@@ -77,8 +77,12 @@ def compile_task(task: dict) -> dict:
     key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version(), headers]
                                     + ([host] if host else [])).encode()).hexdigest()[:24]
     out_dir = Path(task["cache_dir"]) / key
-    return once(out_dir, lambda: _compile(task, out_dir, nvcc, flags, link, key),
-                valid=lambda res: not res.get("so") or Path(res["so"]).exists())
+    res = once(out_dir, lambda: _compile(task, out_dir, nvcc, flags, link, key),
+               valid=lambda res: not res.get("so") or Path(res["so"]).exists())
+    if res.get("reason") == "compile_error":  # judged on reading, so a cached failure gets today's judgement
+        reason, where = blame(res.get("log", ""), task["code"] + (task.get("harness") or ""), headers)
+        res = {**res, "reason": reason, **({"where": where} if where else {})}
+    return res
 
 
 def once(out_dir: Path, build, valid=lambda res: True) -> dict:
@@ -133,6 +137,37 @@ def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key:
            "so": str(out_dir / "harness.so") if task.get("harness") and link and code == 0 else None,
            "seconds": round(time.monotonic() - start, 3), "key": key}
     return res, True
+
+
+# the first error nvcc's front end (`file(line): error`) or the host compiler (`file:line:col: error`) reports
+ERROR_AT = re.compile(r"^(?P<file>[^\s:(][^:(\n]*?)(?:\((?P<line>\d+)\)|:(?P<line2>\d+)(?::\d+)?):\s*"
+                      r"(?:catastrophic |fatal )?error\b:?\s*(?P<msg>[^\n]*)", re.M)
+MISSING = re.compile(r'cannot open source file "([^"]+)"|^([^:\s]+): No such file or directory')
+
+
+def blame(log: str, used: str, headers: dict) -> tuple[str, str]:
+    """Whose failure a compile error is, and the error's line: `missing_header` (a header found
+    neither in the record's tree, the toolkit nor the stand-ins), `toolchain` (an error inside the
+    toolkit's or system's own headers, not reached from the record's code), `closure_error` (in a
+    part of the record's headers that its code never uses: the extraction's fault), else
+    `compile_error` (the kernel's)."""
+    m = ERROR_AT.search(log)
+    if not m:
+        return "compile_error", ""
+    file, line = m["file"], int(m["line"] or m["line2"])
+    where = f"{file}({line}): {m['msg']}"[:300]
+    if MISSING.search(m["msg"]):
+        return "missing_header", where
+    if file.startswith("/") and "instantiation of" not in log[m.end():m.end() + 2000]:
+        return "toolchain", where
+    from sftbuild.harvest.cuda_extract import safe_rel, unused_at
+
+    rel = safe_rel(file[len(TREE) + 1:]) if file.startswith(TREE + "/") else None
+    if rel in headers:
+        names = unused_at(headers, used, rel, line)
+        if names:
+            return "closure_error", f"{where} (in {names}, which the kernel never uses)"[:400]
+    return "compile_error", where
 
 
 TREE = "tree"  # the build folder's copy of a record's own headers

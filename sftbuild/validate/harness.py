@@ -20,7 +20,8 @@ what the launcher needs besides its text:
 
 Besides its header's values a template gets: `kernel` (the entry's first kernel), `tparams` (its
 template parameters by name), `torch_types`, `params`, `dtypes` and `mentions(name)` (whether the
-record's code names `name`: torch releases differ in the helpers their kernels call).
+record's code names `name`: torch releases differ in the helpers their kernels call) and `launcher`
+(the record's host launcher, `entry["launcher"]`, for `host_launcher`).
 Templates whose names start with `_` are partials included by the others.
 """
 from __future__ import annotations
@@ -63,7 +64,12 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     args = {**get(harness).defaults, **(binding.get("harness_args") or {}), **(check.get("harness_args") or {})}
     params = {**(binding.get("params") or {}), **(check.get("params") or {})}
     kernel = record.entry["kernels"][0]
-    return env().get_template(f"{harness}.cu.j2").render(
+    launcher = record.entry.get("launcher")
+    if harness == "host_launcher":  # the probe's mapping, as the launcher's C arguments
+        from sftbuild.ops.binders.launched import call_args
+
+        args = {**args, "args": call_args(launcher["params"], args, launcher.get("template") or [])}
+    return env().get_template(f"{harness}.cu.j2").render(launcher=launcher,
         kernel=kernel, tparams=template_params(record.code, kernel), torch_types=torch_types, params=params,
         dtypes=[(d, ctypes[d]) for d in dtypes], mentions=functools.partial(mentions, record.code), **args)
 

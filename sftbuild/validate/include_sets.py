@@ -2,7 +2,8 @@
 
 A record lists the sets it needs in `entry["include_sets"]`; `nvcc_args` turns
 them into flags. The torch set is the installed torch's headers, with the
-define that torch's own build passes for its wrapped copy of CUB.
+define that torch's own build passes for its wrapped copy of CUB; the python set is the running
+interpreter's headers (`Python.h`), for extension code that includes them.
 
 Every compile also searches, after the toolkit's own folders, the headers of the CUDA
 libraries pip installs with torch (`site-packages/nvidia/*/include`: cuBLAS, cuDNN, ...),
@@ -36,6 +37,10 @@ def include_set(name: str) -> dict:
         return {"include_dirs": [str(inc), str(inc / "torch" / "csrc" / "api" / "include")],
                 "fallback_dirs": [str(SHIM)],
                 "defines": ["CUB_WRAPPED_NAMESPACE=at_cuda_detail"]}
+    if name == "python":  # an extension's module code: <Python.h> (pybind11 comes with torch's headers)
+        import sysconfig
+
+        return {"include_dirs": [sysconfig.get_paths()["include"]], "defines": []}
     raise KeyError(f"unknown include set {name!r}")
 
 

@@ -332,7 +332,8 @@ def after_compile(rec, res, cfg):
         if res.get("harness_failed") and reason != "compile_timeout":
             reason = "harness_error"
         log = res.get("log", "")
-        first = next((ln.strip() for ln in log.splitlines() if "error" in ln.lower()), log.strip()[:300])
+        first = res.get("where") or next((ln.strip() for ln in log.splitlines() if "error" in ln.lower()),
+                                         log.strip()[:300])
         return ("dropped", reason, {"log": log[-4000:], "detail": ("harness: " if res.get("harness_failed") else "")
                                     + first[:300]})
     r = res.get("resources") or {}

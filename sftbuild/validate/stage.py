@@ -7,7 +7,10 @@ candidates (see pipeline.py, trials.py and pyrun.py).
 Outcome per record (status, reason):
   ok                      compiled, bound, correct on every trial (and fast enough)
   dropped cheat | forbidden_call | bad_launch     static or run-time cheat detection
-  dropped compile_error   nvcc or Triton failed; compile_timeout past the limit
+  dropped compile_error   nvcc or Triton failed on the kernel's code; compile_timeout past the limit
+  dropped missing_header | toolchain | closure_error   the compile failed, not on the kernel's code: a
+                          header nowhere to be found, the toolkit's own headers, or a part of the
+                          record's headers the kernel never uses (the first error's line is named)
   dropped resources       registers, spills, shared memory or stack over the limits
   dropped unbound         nothing to check it against (dropped before the compile, with bind's reason)
   dropped incorrect | uninformative | memcheck | cuda_error | illegal_address | timeout | crash | too_slow

@@ -21,7 +21,7 @@ def _rec(code, name, params, path="k.cu"):
 
 
 def test_binders_run_in_order_and_are_listed():
-    builtin = ["manifest", "file_reference", "inferred", "probed"]
+    builtin = ["manifest", "file_reference", "inferred", "probed", "host_launcher"]
     assert [n for n in (b.name for b in B.BINDERS.configured({})) if n in builtin] == builtin
     listed = {name: summary for kind, name, summary in plugins.describe("binder")}
     assert set(listed) == set(B.BINDERS.names()) >= set(builtin) and all(listed.values())

@@ -1,0 +1,36 @@
+"""One row of the CUDA yield table for a workspace: records, compiled, bound, validated ok, and what
+stops the rest (each drop reason and unbound cause, counted).
+
+    python bench/cuda_yield_row.py WORKSPACE NAME
+"""
+from __future__ import annotations
+
+import collections
+import sys
+
+from sftbuild.store import Store
+
+# validate's reasons for a record that did not compile (the kernel's fault or the toolchain's)
+NOT_COMPILED = ("compile_error", "compile_timeout", "unsafe_include", "compiled_out", "missing_header", "toolchain",
+                "closure_error")
+
+
+def main(ws: str, name: str) -> None:
+    s = Store(ws)
+    recs = list(s.records())
+    res = s.results_for("validate")
+    compiled = [r for r in recs if r.id in res and res[r.id].get("reason") not in NOT_COMPILED]
+    bound = [r for r in recs if r.binding]
+    ok = [r for r in recs if res.get(r.id, {}).get("status") == "ok"]
+    how = collections.Counter((r.binding or {}).get("by") for r in bound)
+    stops = collections.Counter(res[r.id].get("reason") for r in recs
+                                if r.id in res and res[r.id].get("status") != "ok")
+    n = max(1, len(recs))
+    print(f"| {name} | {len(recs)} | {len(compiled)} ({100 * len(compiled) / n:.0f}%) | {len(bound)} "
+          f"({100 * len(bound) / n:.0f}%; {', '.join(f'{h} {c}' for h, c in how.most_common())}) | {len(ok)} "
+          f"({100 * len(ok) / n:.0f}%) | {', '.join(f'{k} {c}' for k, c in stops.most_common())} |")
+    s.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,386 @@
+"""Bindings found by probing a CUDA record's host launcher: raw pointers and sizes, called from a harness.
+
+Invariants:
+  * `bind` answers None: only agreement on a GPU makes a binding (plan -> probe -> accept).
+  * A launcher is probed when harvest found one that launches the record's kernel and no other
+    (`entry["launcher"]`), and each of its parameters has a role (`roles`): a pointer (an input when
+    `const`, else a written buffer: an output), a size, a float scalar, a stream or a block size.
+  * Every written buffer is an output: the op's outputs are compared where the op defines them, the
+    rest get scratch buffers (llm.c's `layernorm_forward` writes mean and rstd beside `out`).
+  * The probe harness (`probe_harness`) calls the launcher with the pointers, sizes and scalars in
+    its own order; which tensor and dimension each takes is decided by the probe (`mappings`), by
+    name and role first, and kept as the binding's `harness_args` for the `host_launcher` harness.
+  * The shortlist comes from the launcher's, kernel's and file's names, the registry's op names and
+    aliases, and the data flow (an op is kept only when its inputs and outputs fit the pointers).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+
+from sftbuild import ops
+from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.ops.binders.probed import words
+from sftbuild.parsing import param_info, split_args
+
+PROBE_SECONDS = 180
+SHORTLIST = 12
+FLAT_FAMILIES = ("elementwise", "binary")
+MAX_SIZE_MAPPINGS = 48  # size assignments tried per op and tensor mapping, best named first
+PADDING = 4  # how many times its tensor's size the probe allocates each buffer: sizes stay within it
+# size parameters by the dimension they usually name; `rows` is every dimension but the last
+SIZE_ROLES = [
+    (re.compile(r"^(c|channels?|cols|n_?cols|d|dim|d_?model|hidden(_size|_dim)?|k|in_features|head_dim|"
+                r"intermediate(_size)?|features?)$", re.I), ("last",)),
+    (re.compile(r"^(b|batch(_size)?|bs)$", re.I), ("first", "one")),
+    (re.compile(r"^(t|seq(_len)?|l|len)$", re.I), ("second_last", "rows", "one")),
+    (re.compile(r"^(v|vocab(_size)?|oc|out_features|p)$", re.I), ("out_last", "w_first", "last")),
+    (re.compile(r"^(rows|n_?rows|m|num_rows|bt)$", re.I), ("rows",)),
+    (re.compile(r"^(n|numel|count|size|num_elements|n_elements|total|len)$", re.I), ("numel", "rows", "last")),
+]
+BLOCK = re.compile(r"block", re.I)
+STREAM_TYPES = {"cudaStream_t"}
+OUT_NAMES = re.compile(r"^(out|output|y|dst|res|result)\w*$", re.I)
+DTYPES = {"float": ["float32"], "__half": ["float16"], "half": ["float16"], "__nv_bfloat16": ["bfloat16"],
+          "nv_bfloat16": ["bfloat16"]}
+ANY_FLOAT = ["float32", "bfloat16", "float16"]  # a type the launcher's file names (`floatX`): the probe tries each
+
+
+@BINDERS.register
+class HostLauncher(Binder):
+    """Call the record's host launcher (raw pointers and sizes) on each shortlisted op's inputs and keep
+    the op its outputs match over >= 3 shapes (and every dtype its pointer types allow)."""
+    name = "host_launcher"
+    version = 1
+    order = 85
+    languages = ("cuda",)
+    task_fn = "sftbuild.validate.launcher_probe:probe"
+
+    def why_not(self, record) -> str:
+        launcher = (record.entry or {}).get("launcher")
+        if not launcher:
+            return "no host function launches this kernel alone"
+        return unprobeable(launcher) or ""
+
+    def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
+        launcher = (record.entry or {}).get("launcher")
+        if record.language != "cuda" or not launcher or unprobeable(launcher):
+            return None
+        found = roles(launcher["params"], written(record) or None)  # none seen: const-ness decides
+        candidates = shortlist(record, found)
+        if not candidates:
+            return None
+        entry = record.entry
+        dtypes = dtypes_of(found, launcher)
+        # one harness for every dtype, and one per dtype for where not every instantiation compiles
+        harnesses = {d: probe_harness(launcher, found, [d]) for d in dtypes} if len(dtypes) > 1 else {}
+        return {"id": record.id, "code": record.code, "harness": probe_harness(launcher, found, dtypes),
+                "harnesses": harnesses, "roles": found, "shortlist": candidates, "dtypes": dtypes, "shapes": 3,
+                "time_limit": seconds, "kernels": entry.get("kernels") or [],
+                "headers": entry.get("headers") or {}, "include_dirs": entry.get("include_dirs") or [],
+                "include_sets": entry.get("include_sets") or []}
+
+    def accept(self, record, result) -> dict | None:
+        if not isinstance(result, dict) or not result.get("binding"):
+            return None
+        ev = result.get("evidence") or {}
+        return {**result["binding"], "how": "probed",
+                "evidence": {k: ev.get(k) for k in ("shapes", "dtypes", "worst_error", "candidates_tried",
+                                                    "candidates_rejected", "seconds") if ev.get(k) is not None}}
+
+
+def roles(params: list[str], writes: set[str] | None = None) -> list[dict]:
+    """One role per launcher parameter: {name, type, role: in|out|size|block|flag|float|stream|other}. A
+    pointer is an output when `writes` (the launcher's pointers its kernel writes, None when unknown)
+    holds it, else when it is not `const`."""
+    out = []
+    for decl in params:
+        words_ = decl.replace("*", " * ").replace("&", " ").split()
+        if words_ and words_[-2:-1] and words_[-2] in STREAM_TYPES or (words_ and words_[0] in STREAM_TYPES):
+            out.append({"name": words_[-1], "type": "cudaStream_t", "role": "stream"})
+            continue
+        if len(words_) >= 2 and [w for w in words_[:-1] if w != "const"] == ["bool"]:
+            out.append({"name": words_[-1], "type": "bool", "role": "flag"})  # tried false, then true
+            continue
+        p = param_info(decl)
+        if p is None:
+            out.append({"name": decl.split()[-1] if decl.split() else "", "type": decl, "role": "other"})
+        elif p["ptr"]:
+            wrote = not p["const"] if writes is None else p["name"] in writes
+            out.append({"name": p["name"], "type": p["type"], "role": "out" if wrote else "in"})
+        elif p["kind"] == "int":
+            out.append({"name": p["name"], "type": p["type"], "role": "block" if BLOCK.search(p["name"]) else "size"})
+        else:
+            out.append({"name": p["name"], "type": p["type"], "role": "float"})
+    return out
+
+
+def written(record) -> set[str] | None:
+    """The launcher's parameters that its kernel writes through: each argument of the launch, by the
+    kernel parameter it lands in, which the kernel stores to (directly, or through a pointer it derives
+    from it: llm.c's `floatX* o = out + idx * C; __stcs(o + c, ...)`). None when the launch is not found."""
+    launcher, entry = record.entry["launcher"], record.entry
+    kname = (entry.get("kernels") or [""])[0]
+    m = re.search(rf"\b{re.escape(kname)}\s*(?:<[^;]*?>)?\s*<<<.*?>>>\s*\(", launcher["code"], re.S)
+    args = split_args(launcher["code"], m.end(), "(<[", ")>]") if m else None
+    kparams = [param_info(d) for d in entry.get("params") or []]
+    if not args or len(args) != len(kparams) or any(p is None for p in kparams):
+        return None
+    mine = {r["name"] for r in roles(launcher["params"])}
+    out = set()
+    for arg, p in zip(args, kparams):
+        if p["ptr"] and stores_to(record.code, p["name"]):
+            out |= set(re.findall(r"[A-Za-z_]\w*", arg)) & mine
+    return out
+
+
+def stores_to(code: str, name: str) -> bool:
+    """Whether `code` stores through pointer `name` or a pointer derived from it."""
+    names, todo = {name}, [name]
+    while todo:  # `T* o = name + k;`, `auto* row = (T*)name;`: derived pointers
+        n = todo.pop()
+        for m in re.finditer(rf"(?:\*|\bauto)\s*(\w+)\s*=\s*(?:(?:reinterpret|static|const)_cast\s*<[^;]*?>\s*)?"
+                             rf"(?:\([^()]*\)\s*)*\(?\s*{re.escape(n)}\b", code):
+            if m.group(1) not in names:
+                names.add(m.group(1))
+                todo.append(m.group(1))
+    alt = "|".join(map(re.escape, names))
+    store = (rf"\b(?:{alt})\s*\[[^;]*?\]\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)"  # p[i] = / p[i] +=
+             rf"|(?:^|[;{{}})])\s*\*\s*\(?\s*(?:{alt})\b[^;=(){{}}]*\)?\s*[-+*/]?=(?!=)"  # *p = / *(p + i) =
+             rf"|\b(?:__st\w+|atomic\w+|\w*store\w*|memcpy\w*)\s*(?:<[^;()]*>)?\s*\(\s*&?\s*\(?\s*(?:{alt})\b"
+             rf"|\b(?:{alt})\s*\[[^;]*?\]\s*\.\s*\w+\s*=(?!=)")
+    return re.search(store, code) is not None
+
+
+def unprobeable(launcher: dict) -> str | None:
+    """Why a launcher's signature cannot be called from generated tensors, or None."""
+    found = roles(launcher.get("params") or [])
+    other = [r["name"] or r["type"] for r in found if r["role"] == "other"]
+    if any("Tensor" in r["type"] for r in found if r["role"] == "other"):
+        return f"launcher {launcher['name']} takes tensors (an extension function): not called as a raw launcher"
+    if other:
+        return f"launcher {launcher['name']} takes a parameter with no role: {other[0]}"
+    if not any(r["role"] == "out" for r in found):
+        return f"launcher {launcher['name']} writes no pointer it is given"
+    if not launcher.get("template") and not launcher.get("call") and \
+            re.search(rf"template\s*<[^>]*>\s*[\w:<>\s*]*\b{re.escape(launcher['name'])}\s*\(", launcher["code"]):
+        return f"launcher {launcher['name']} is a template over values"
+    return None
+
+
+def dtypes_of(found: list[dict], launcher: dict | None = None) -> list[str]:
+    """The dtypes the launcher's pointers allow: their one floating type's; for a template over types,
+    those it is instantiated with in its file (else each float dtype); each float dtype where the type
+    is the file's own name (`floatX`) or the pointers mix types (the probe finds out)."""
+    tparams = set((launcher or {}).get("template") or ())
+    types = {r["type"] for r in found if r["role"] in ("in", "out") and r["type"] not in ("int", "long", "int64_t")}
+    if tparams and types & tparams:
+        made = [d for t in (launcher or {}).get("instantiated") or () for d in DTYPES.get(t, ())]
+        return [d for d in ANY_FLOAT if d in made] or ANY_FLOAT
+    known = [DTYPES[t] for t in types if t in DTYPES]
+    if len(types) == 1 and known:
+        return known[0]
+    return ANY_FLOAT
+
+
+CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+
+
+def shortlist(record, found: list[dict], k: int = SHORTLIST) -> list[str]:
+    """Candidate ops, best first: named like the launcher or kernel, then the registry's ranking by
+    names and parameters, then the elementwise ops; kept only where the data flow fits (`fits_flow`)."""
+    launcher = record.entry["launcher"]
+    names = [launcher["name"], *(record.entry.get("kernels") or [])]
+    path = ((record.provenance or {}).get("path") or "").rsplit("/", 1)[-1].split(".")[0]
+    params = [r["name"] for r in found]
+    ranked: list[str] = []
+    for query in (launcher["name"], " ".join(names), " ".join([*names, path])):
+        try:
+            ranked += [n for n in ops.shortlist(query, params, k * 3, opdb=False) if n not in ranked]
+        except Exception:
+            continue
+    have = {re.sub(r"\d+$", "", w) for n in names for w in words(n)}  # `fused_add2` names add
+    named = [n for n in ops.all_ops() if words(n) and words(n) <= have]
+    order = [n for n in dict.fromkeys(sorted(named, key=lambda n: -len(words(n))) + ranked)
+             if fits_flow(ops.get(n), found)][:k // 2]
+    # then by data flow alone: the elementwise ops whose inputs and outputs fit the pointers
+    order += [n for n, op in ops.all_ops().items() if op.family in FLAT_FAMILIES and n not in order
+              and fits_flow(op, found)]
+    return order[:k]
+
+
+def fits_flow(op, found: list[dict]) -> bool:
+    """Whether the op's tensors can fill the launcher's pointers: as many inputs as const pointers, and
+    no more outputs than written ones."""
+    n_in = sum(r["role"] == "in" for r in found)
+    n_out = sum(r["role"] == "out" for r in found)
+    ins = len(op.io.get("inputs") or ())
+    return not op.mutates and ins == n_in and op.outputs <= n_out
+
+
+def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
+    """C++ that includes the record's code (`kernel.cuh`), then its launcher, and exports
+    `sftbuild_raw_call_<dtype>(ptrs, ints, floats)` for each of `dtypes`: the launcher (instantiated at
+    the dtype's C type, for a template over types) called with its pointers, sizes (and block sizes)
+    and float scalars in its own parameter order; the stream is the default one."""
+    tparams = launcher.get("template") or []
+    out = ['#include "kernel.cuh"', launcher["code"]]
+    for dtype in dtypes:
+        ctype = CTYPES[dtype]
+        args, n = [], {"p": 0, "i": 0, "f": 0}
+        for r in found:
+            if r["role"] in ("in", "out"):  # a const parameter takes the pointer as it is
+                args.append(f"({ctype if r['type'] in tparams else r['type']}*)ptrs[{n['p']}]")
+                n["p"] += 1
+            elif r["role"] in ("size", "block", "flag"):
+                args.append(f"({r['type']})ints[{n['i']}]")
+                n["i"] += 1
+            elif r["role"] == "float":
+                args.append(f"({r['type']})floats[{n['f']}]")
+                n["f"] += 1
+            else:
+                args.append("sftbuild_stream")
+        inst = f"<{', '.join([ctype] * len(tparams))}>" if tparams else ""
+        name = launcher.get("call") or launcher["name"]  # a full specialization is called by its own name
+        out.append(f'extern "C" int sftbuild_raw_call_{dtype}(void** ptrs, const long long* ints, '
+                   f"const double* floats) {{\n  cudaStream_t sftbuild_stream = 0;\n"
+                   f"  {name}{inst}({', '.join(args)});\n"
+                   "  return (int)cudaGetLastError();\n}")
+    return "\n".join(out) + "\n"
+
+
+def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params: dict):
+    """Ways to call the launcher with an op's tensors, best named first: dicts of
+    {ptrs: ["t:k" | "scratch"], ints: [size expressions], floats: [values]}, where k counts the op's
+    outputs then inputs (the `tensors` contract's order) and "scratch" is a written buffer the op
+    does not define. Sizes whose product runs past PADDING times the largest tensor are left out
+    (a launch past its buffers may fault the GPU for every later trial); those covering a tensor
+    exactly come first.
+
+    `inputs` and `outputs`: {name, shape} of the op's tensors (outputs unnamed); sizes are read from
+    them (`dimension_values`), block sizes take 256, float scalars the op's parameter of their name."""
+    outs = [r for r in found if r["role"] == "out"]
+    ins = [r for r in found if r["role"] == "in"]
+    floats = []
+    for r in found:
+        if r["role"] == "float":
+            if r["name"] not in params:
+                return
+            floats.append(float(params[r["name"]]))
+    # the op's first output goes to the written pointer named like an output, then in order
+    out_order = sorted(range(len(outs)), key=lambda i: (not OUT_NAMES.match(outs[i]["name"]), i))
+    out_slot = {i: f"t:{n}" for n, i in enumerate(out_order[:len(outputs)])}
+    shapes = [_Shape(t["shape"]) for t in [*outputs, *inputs]]
+    numels = {_numel(t.shape) for t in shapes}
+    bound = PADDING * max(numels, default=1)  # the probe's buffers are PADDING times their tensors' size
+    found_maps = []
+    for rank, perm in enumerate(_input_orders(ins, inputs)):
+        ptr_of = {}
+        for i, r in enumerate(outs):
+            ptr_of[id(r)] = out_slot.get(i, "scratch")
+        for r, j in zip(ins, perm):
+            ptr_of[id(r)] = f"t:{len(outputs) + j}"
+        ptrs = [ptr_of[id(r)] for r in found if r["role"] in ("in", "out")]
+        sizes = [r for r in found if r["role"] in ("size", "block", "flag")]
+        first = inputs[perm[0]]["shape"] if perm else []
+        choices = [["const:256"] if r["role"] == "block" else ["const:0", "const:1"] if r["role"] == "flag" else
+                   dimension_values(r["name"], first, len(outputs) + (perm[0] if perm else 0), inputs, outputs)
+                   for r in sizes]
+        for n, ints in enumerate(itertools.islice(itertools.product(*choices), MAX_SIZE_MAPPINGS)):
+            total = _numel([size_value(e, shapes) for e, r in zip(ints, sizes) if r["role"] == "size"])
+            if total > bound:
+                continue  # sizes past every buffer: the launcher would run off its memory
+            # sizes that cover a tensor exactly first: a wrong guess past the buffers may fault the GPU
+            found_maps.append(((total not in numels, rank, n), {"ptrs": ptrs, "ints": list(ints), "floats": floats}))
+    for _, m in sorted(found_maps, key=lambda x: x[0]):
+        yield m
+
+
+class _Shape:
+    def __init__(self, shape):
+        self.shape = list(shape)
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _input_orders(ins: list[dict], inputs: list[dict]):
+    """Permutations of the op's inputs onto the const pointers: by shared name first, then the rest."""
+    def named(r, t):
+        return r["name"].lower() == t["name"].lower() or r["name"].lower().startswith(t["name"].lower())
+
+    perms = list(itertools.permutations(range(len(inputs)))) if len(inputs) <= 4 else [tuple(range(len(inputs)))]
+    perms.sort(key=lambda p: (-sum(named(r, inputs[j]) for r, j in zip(ins, p)), p))
+    return perms
+
+
+def dimension_values(name: str, shape: list[int], t: int, inputs: list[dict], outputs: list[dict]) -> list[str]:
+    """Size expressions for a size parameter, best named first: `dim:t:k` (tensor t's dimension k, t
+    counting outputs then inputs as the `tensors` contract does; `t` here is the first pointer's
+    input, of `shape`), `rows:t`, `numel:t`, `const:1`."""
+    nd = len(shape)
+    by_role = {"last": [f"dim:{t}:-1"], "first": [f"dim:{t}:0"] if nd >= 2 else [],
+               "second_last": [f"dim:{t}:-2"] if nd >= 2 else [], "rows": [f"rows:{t}"], "numel": [f"numel:{t}"],
+               "one": ["const:1"], "out_last": [f"dim:0:-1"] if outputs else [],
+               "w_first": [f"dim:{t + 1}:0"] if len(inputs) > 1 else []}
+    out: list[str] = []
+    for pattern, wanted in SIZE_ROLES:
+        if pattern.match(name):
+            for role in wanted:
+                out += [v for v in by_role[role] if v not in out]
+            break
+    rest = [f"numel:{t}", f"rows:{t}", *(f"dim:{t}:{k}" for k in range(nd)), "const:1"]
+    return out + [v for v in rest if v not in out]
+
+
+def size_value(expr: str, tensors: list) -> int:
+    """The value of a size expression on the outputs-then-inputs tensors (anything with `.shape`)."""
+    kind, *rest = expr.split(":")
+    if kind == "const":
+        return int(rest[0])
+    shape = list(tensors[int(rest[0])].shape)
+    if kind == "dim":
+        return shape[int(rest[1])]
+    if kind == "rows":
+        n = 1
+        for d in shape[:-1]:
+            n *= d
+        return n
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def call_args(params: list[str], mapping: dict, tparams: list[str] = ()) -> list[str]:
+    """The launcher's arguments in C for the `host_launcher` harness: pointers from the `tensors`
+    contract's `ptrs` (outputs then inputs) or the harness's scratch buffer, sizes from its `ints`
+    (`sftbuild_size`), float scalars as literals, the stream the harness is given. Scratch buffers
+    are `scratch_bytes` apart in one allocation of `len(scratch) * scratch_bytes`. The launcher's own
+    template parameters (`tparams`) read as the harness's `U` (the dtype's CUDA type)."""
+    ptrs, ints, floats = iter(mapping["ptrs"]), iter(mapping["ints"]), iter(mapping["floats"])
+    out, slot = [], 0
+    for r in roles(params):
+        if r["role"] in ("in", "out"):
+            p = next(ptrs)
+            r = {**r, "type": "U" if r["type"] in tparams else r["type"]}
+            if p == "scratch":  # each in its own part of the scratch buffer (`scratch_bytes` apart)
+                out.append(f"({r['type']}*)((char*)scratch + {slot} * scratch_bytes)")
+                slot += 1
+            else:
+                out.append(f"({r['type']}*)ptrs[{int(p.split(':')[1])}]")
+        elif r["role"] in ("size", "block", "flag"):
+            kind, *rest = next(ints).split(":")
+            code = {"const": 0, "dim": 1, "rows": 2, "numel": 3}[kind]
+            a = int(rest[0]) if rest else 0
+            b = int(rest[1]) if len(rest) > 1 else 0
+            out.append(f"({r['type']})sftbuild_size(ints, n_ints, {code}, {a}, {b})")
+        elif r["role"] == "float":
+            out.append(f"({r['type']}){float(next(floats))!r}")
+        else:
+            out.append("stream")
+    return out

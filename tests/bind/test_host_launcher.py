@@ -1,0 +1,207 @@
+"""The host-launcher binder's CPU half: roles, shortlists, mappings and the harnesses it builds.
+
+Test data: an excerpt of llm.c's train_gpt2_fp32.cu (tests/data/harvest/launchers/llmc, MIT), whose
+launchers take raw pointers and B, T, C / N sizes and whose layer norm writes mean and rstd too."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sftbuild.harvest.cuda_extract import extract_kernels
+from sftbuild.ops.binders import BINDERS
+from sftbuild.ops.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
+                                           size_value, unprobeable, written)
+from sftbuild.record import Record
+from tests.conftest import HAS_NVCC
+
+LLMC = Path(__file__).resolve().parents[1] / "data" / "harvest" / "launchers" / "llmc" / "train_gpt2_fp32_excerpt.cu"
+
+
+@pytest.fixture(scope="module")
+def records() -> dict[str, Record]:
+    """The excerpt's kernels as records, by launcher name."""
+    out = {}
+    for k in extract_kernels(LLMC.read_bytes())[0]:
+        entry = {"kernels": [k.name], "params": k.params, "launch_sites": k.launch_sites, "includes": k.includes,
+                 "include_sets": [], "template": k.template, "launcher": k.launcher}
+        out[k.launcher["name"]] = Record(language="cuda", code=k.code, source="t", entry=entry,
+                                         provenance={"path": "train_gpt2_fp32.cu"})
+    return out
+
+
+def test_every_written_pointer_is_an_output_and_read_ones_are_inputs_const_or_not(records):
+    rec = records["layernorm_forward"]
+    # llm.c's fp32 launcher takes `float* inp`: not const, yet only read by the kernel
+    assert written(rec) == {"out", "mean", "rstd"}
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    assert [(r["name"], r["role"]) for r in found] == [
+        ("out", "out"), ("mean", "out"), ("rstd", "out"), ("inp", "in"), ("weight", "in"), ("bias", "in"),
+        ("B", "size"), ("T", "size"), ("C", "size")]
+    assert written(records["residual_forward"]) == {"out"}
+
+
+def test_shortlists_come_from_names_and_data_flow(records):
+    def ops_for(name):
+        rec = records[name]
+        return shortlist(rec, roles(rec.entry["launcher"]["params"], written(rec)))
+
+    assert ops_for("layernorm_forward")[0] == "layer_norm"
+    assert "gelu_tanh" in ops_for("gelu_forward")
+    assert "add" in ops_for("residual_forward")  # no name says add: one size over flat buffers, two inputs
+
+
+def test_mappings_put_tensors_on_pointers_and_dimensions_on_sizes_best_first(records):
+    rec = records["layernorm_forward"]
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    x, w, b = {"name": "x", "shape": [6, 10]}, {"name": "w", "shape": [10]}, {"name": "b", "shape": [10]}
+    maps = list(mappings(found, [x, w, b], [{"shape": [6, 10]}], {}))
+    first = maps[0]
+    # out is the op's output (t:0), mean and rstd are written scratch, inp/weight/bias the inputs
+    assert first["ptrs"] == ["t:0", "scratch", "scratch", "t:1", "t:2", "t:3"]
+    assert [size_value(e, [_S([6, 10]), _S([6, 10]), _S([10]), _S([10])]) for e in first["ints"]] == [6, 1, 10]
+    # sizes covering a tensor exactly come first (B=T=rows, 6 x 6 x 10, only after every one of those),
+    # and none runs past every buffer (a wrong guess there could fault the GPU for every later trial)
+    tensors = [_S([6, 10]), _S([6, 10]), _S([10]), _S([10])]
+    totals = [size_value(m["ints"][0], tensors) * size_value(m["ints"][1], tensors)
+              * size_value(m["ints"][2], tensors) for m in maps]
+    later = [t not in (60, 10) for t in totals]
+    assert later == sorted(later) and any(later) and max(totals) <= 4 * 60
+    assert dimension_values("C", [6, 10], 1, [x], [{"shape": [6, 10]}])[0] == "dim:1:-1"
+    args = call_args(rec.entry["launcher"]["params"], first)
+    assert args[0] == "(float*)ptrs[0]" and "scratch_bytes" in args[1] and args[3] == "(float*)ptrs[1]"
+
+
+class _S:
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def test_the_binder_plans_one_probe_per_record_and_says_why_not_elsewhere(records):
+    binder = BINDERS.get("host_launcher")()
+    assert binder.version and binder.runs_code and binder.bind(records["gelu_forward"]) is None
+    task = binder.plan(records["gelu_forward"])
+    assert task["dtypes"] == ["float32"] and task["shortlist"][0].startswith("gelu")
+    assert "sftbuild_raw_call" in task["harness"] and "gelu_forward((float*)ptrs[0], (const float*)ptrs[1]" \
+        not in task["harness"]  # pointers go in as the launcher declares them, not re-qualified
+    assert unprobeable({"name": "f", "params": ["float* out", "ptrdiff_t stride"], "code": ""}) \
+        == "launcher f takes a parameter with no role: stride"
+    flagged = roles(["float* out", "const float* x", "bool pre_ln", "int n"])
+    assert [r["role"] for r in flagged] == ["out", "in", "flag", "size"]
+    flags = [m["ints"][0] for m in mappings(flagged, [{"name": "x", "shape": [8]}], [{"shape": [8]}], {})]
+    assert flags[0] == "const:0" and "const:1" in flags
+    assert "an extension function" in unprobeable({"name": "f", "params": ["torch::Tensor x", "float* y"], "code": ""})
+    assert HostLauncher().why_not(Record(language="cuda", code="", source="t", entry={"kernels": ["k"]})) \
+        == "no host function launches this kernel alone"
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
+def test_the_validate_harness_of_a_probed_launcher_compiles(records, compile_cache):
+    from sftbuild.validate import harness
+    from sftbuild.validate.compile import compile_task
+
+    rec = records["layernorm_forward"]
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    first = next(mappings(found, [{"name": "x", "shape": [6, 10]}, {"name": "w", "shape": [10]},
+                                  {"name": "b", "shape": [10]}], [{"shape": [6, 10]}], {}))
+    rec.binding = {"kind": "op", "op": "layer_norm", "harness": "host_launcher", "harness_args": first}
+    src = harness.render(rec, {"op": "layer_norm"}, ["float32"])
+    res = compile_task({"id": "t", "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
+                        "timeout": 120, "cache_dir": str(compile_cache), "link": False})
+    assert res["ok"], res.get("log")
+
+
+DEEPSPEED = LLMC.parents[1] / "deepspeed" / "gelu_kernels.cu"  # DeepSpeed's, Apache-2.0
+
+
+def test_a_template_launcher_is_instantiated_at_the_types_its_file_instantiates():
+    kernels = extract_kernels(DEEPSPEED.read_bytes())[0]
+    launcher = next(k.launcher for k in kernels if k.name == "fused_bias_gelu")
+    assert launcher["name"] == "launch_bias_gelu" and launcher["template"] == ["T"]
+    assert launcher["instantiated"] == ["__half", "float"] and unprobeable(launcher) is None
+    rec = Record(language="cuda", code="", source="t", entry={"kernels": ["fused_bias_gelu"], "launcher": launcher})
+    task = HostLauncher().plan(rec)
+    assert task["dtypes"] == ["float32", "float16"] and set(task["harnesses"]) == {"float32", "float16"}
+    assert "launch_bias_gelu<__half>((__half*)ptrs[0]" in task["harness"]
+    assert "sftbuild_raw_call_float32" in task["harness"] and "bias_gelu" in task["shortlist"]
+    found = task["roles"]
+    assert [r["role"] for r in found] == ["in", "in", "out", "size", "size", "stream"]
+    maps = list(mappings(found, [{"name": "x", "shape": [4, 8]}, {"name": "b", "shape": [8]}], [{"shape": [4, 8]}], {}))
+    assert maps[0]["ptrs"] == ["t:1", "t:2", "t:0"] and maps[0]["ints"][0] == "dim:1:-1"
+    args = call_args(launcher["params"], maps[0], launcher["template"])
+    assert args[:3] == ["(U*)ptrs[1]", "(U*)ptrs[2]", "(U*)ptrs[0]"] and args[-1] == "stream"
+
+
+SPECIALIZED = b"""#include <cuda_fp16.h>
+template <typename T> void launch_add(T* out, const T* a, const T* b, int n, cudaStream_t& stream);
+__global__ void add_kernel(float* out, const float* a, const float* b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a[i] + b[i];
+}
+__global__ void add_kernel(__half* out, const __half* a, const __half* b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = __hadd(a[i], b[i]);
+}
+template <>
+void launch_add<float>(float* out, const float* a, const float* b, int n, cudaStream_t& stream) {
+  add_kernel<<<(n + 255) / 256, 256, 0, stream>>>(out, a, b, n);
+}
+template <>
+void launch_add<__half>(__half* out, const __half* a, const __half* b, int n, cudaStream_t& stream) {
+  add_kernel<<<(n + 255) / 256, 256, 0, stream>>>(out, a, b, n);
+}
+"""
+
+
+def test_each_overload_of_a_kernel_is_launched_by_the_specialization_of_its_types():
+    kernels = extract_kernels(SPECIALIZED)[0]
+    calls = {k.params[0]: k.launcher["call"] for k in kernels}
+    assert calls == {"float* out": "launch_add<float>", "__half* out": "launch_add<__half>"}
+    half = next(k for k in kernels if k.params[0] == "__half* out")
+    rec = Record(language="cuda", code=half.code, source="t",
+                 entry={"kernels": ["add_kernel"], "launcher": half.launcher})
+    task = HostLauncher().plan(rec)
+    assert task["dtypes"] == ["float16"] and "add" in task["shortlist"]
+    # a stream taken by reference gets a variable of the harness's
+    assert "launch_add<__half>((__half*)ptrs[0], (__half*)ptrs[1], (__half*)ptrs[2], (int)ints[0], sftbuild_stream)" \
+        in task["harness"]
+
+
+def _emulated_layernorm(broken: bool = False):
+    """llm.c's layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C) on the CPU, reading and
+    writing the probe's buffers by address as the compiled launcher would (`broken`: forgets the bias)."""
+    import ctypes
+
+    import numpy as np
+
+    def at(addr, n):
+        return np.ctypeslib.as_array((ctypes.c_float * n).from_address(addr))
+
+    def fn(ptrs, ints, floats):
+        n, c = ints[0] * ints[1], ints[2]
+        x = at(ptrs[3], n * c).reshape(n, c).astype(np.float64)
+        m, s = x.mean(1), 1 / np.sqrt(x.var(1) + 1e-5)
+        y = (x - m[:, None]) * s[:, None] * at(ptrs[4], c) + (0 if broken else at(ptrs[5], c))
+        at(ptrs[0], n * c)[:] = y.reshape(-1)
+        at(ptrs[1], n)[:], at(ptrs[2], n)[:] = m, s
+        return 0
+    return fn
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_probe_finds_layer_norm_through_the_launcher_and_rejects_its_broken_twin(records, broken):
+    import time
+
+    from sftbuild.validate import launcher_probe
+
+    task = HostLauncher().plan(records["layernorm_forward"])
+    task["device"] = "cpu"
+    from sftbuild import ops
+
+    found, why = launcher_probe._try_op({"float32": _emulated_layernorm(broken)}, ops.get("layer_norm"), task,
+                                        time.monotonic() + 60)
+    if broken:
+        assert found is None and "worst error" in why
+    else:
+        assert found["op"] == "layer_norm" and found["harness"] == "host_launcher" and found["dtypes"] == ["float32"]
+        assert found["harness_args"]["ptrs"] == ["t:0", "scratch", "scratch", "t:1", "t:2", "t:3"]
+        assert len(found["evidence"]["shapes"]) >= 3

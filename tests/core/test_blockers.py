@@ -1,0 +1,17 @@
+"""`sftbuild status` counts what stops records, by cause."""
+from __future__ import annotations
+
+from sftbuild.funnel import blockers, format_funnel
+
+
+def test_blockers_count_what_stops_records_by_cause():
+    funnel = {"records": 9, "by_source": {}, "stages": {"validate": {"ok": 1, "waiting": {}, "dropped": {
+        "closure_error": 2, "missing_header": 1, "compile_error": 1, "unbound": 4, "incorrect": 1}}},
+        "bindings": {"bound": {"probed": 2}, "unbound": {"x": 9}},  # stale: validate's own count wins
+        "unbound_at_validate": {
+            "no binder found a binding: manifest; host_launcher: no host function launches this kernel alone": 2,
+            "no binder found a binding: host_launcher: no shortlisted op matched the launcher's outputs": 1,
+            "no binder found a binding: host_launcher: probing this kernel needs a GPU": 1}}
+    assert blockers(funnel) == {"toolchain": 2, "missing_header": 1, "compile_error": 1, "incorrect": 1,
+                                "no_entry_point": 2, "no_op_matched": 1, "needs_gpu_to_probe": 1}
+    assert "blockers: toolchain=2  no_entry_point=2" in format_funnel(funnel)
