@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
-from sftbuild import sandbox
+from sftbuild import sandbox, stages
 from sftbuild.config import Config, ConfigError
 from sftbuild.executor import Executor, LocalExecutor, missing_gpus
 from sftbuild.record import config_hash
@@ -94,8 +94,11 @@ class StageRun:
         self._pending: list[tuple] = []
 
     def __enter__(self) -> "StageRun":
-        self.ctx.store.set_stage_config(self.stage, self.chash, self.config)
         say_sandbox_once(self.ctx.echo)
+        why = sandbox.refusal() if stages.get(self.stage).untrusted else None
+        if why:
+            raise UserError(f"{self.stage}: {why}")
+        self.ctx.store.set_stage_config(self.stage, self.chash, self.config)
         env = {**environment(), "sandbox": sandbox.layers()}
         self.run_id = self.ctx.store.start_run(self.stage, self.chash, self.config, env)
         return self

@@ -270,16 +270,18 @@ def unavailable(pol: Policy | None = None) -> list[str]:
     if iso == "none" and pol.isolation == "none":
         out.append("sandbox: OS isolation is off (sandbox.isolation: none); untrusted code can read and write this "
                    "user's files and reach the network, under rlimits and a scrubbed environment only")
-    elif fs == "host view":
+    elif fs == "host view" and pol.allow_unconfined:  # else refusal() says why nothing runs
         out.append(f"sandbox: no layer confines files ({lay.get('why', 'unavailable')}); untrusted code can read and "
                    "write this user's files" + (" and reach the network" if lay["network"] == "open" else "")
-                   + (", as sandbox.allow_unconfined allows" if pol.allow_unconfined else ", so none runs"))
-    elif iso == "unshare":
-        out.append(f"sandbox: bubblewrap is unavailable ({lay.get('why', '')}); unshare isolates the network and "
+                   + ", as sandbox.allow_unconfined allows")
+    elif iso == "unshare" and fs != "host view":
+        why = f"bubblewrap is unavailable ({lay['why']})" if lay.get("why") else "sandbox.isolation is unshare"
+        out.append(f"sandbox: {why}; unshare isolates the network and "
                    f"processes, and a {fs} lets untrusted code read only the system, Python and the toolchain, "
                    "and write only its own scratch and cache folders")
     elif iso == "landlock":
-        out.append(f"sandbox: no namespaces ({lay.get('why', '')}); a {fs} lets untrusted code read only the "
+        why = f"no namespaces ({lay['why']})" if lay.get("why") else "sandbox.isolation is landlock"
+        out.append(f"sandbox: {why}; a {fs} lets untrusted code read only the "
                    "system, Python and the toolchain, and write only its own scratch and cache folders, but it "
                    f"shares the host's processes, and the network is {lay['network']}")
     if os.geteuid() == 0:

@@ -25,16 +25,18 @@ class Stage:
     prepares: bool = False
     keyed_on_binding: bool = False
     first: str = ""
+    untrusted: bool = False  # runs harvested code (in the sandbox): refused where nothing confines its files
 
 
 STAGES = (
-    Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence"),
+    Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence",
+          untrusted=True),
     Stage("bind", "sftbuild.bind.stage", "tie each kernel to a reference and a launch, or say why not",
-          prepares=True),
+          prepares=True, untrusted=True),
     Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese",
           keyed_on_binding=True, prepares=True),
     Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing",
-          keyed_on_binding=True, first="sftbuild.dedupe.prevalidate"),
+          keyed_on_binding=True, first="sftbuild.dedupe.prevalidate", untrusted=True),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters"),
     Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),
     Stage("export", "sftbuild.output.stage", "SFT tables, RLVR tasks (verl, TRL) and the dataset card"),
