@@ -35,7 +35,7 @@ def test_static_checks_are_plugins_one_file_each():
     assert {c.__module__.rsplit(".", 1)[1] for c in static.STATIC_CHECKS} == modules
     assert [c.name for c in static.STATIC_CHECKS.configured({})] == [
         "host_calls", "torch_in_host", "launch_shape", "shared_budget", "python_forbidden",
-        "torch_does_the_work", "disguise", "torch_override", "precision_flags", "triton_launch"]
+        "torch_does_the_work", "disguise", "python_effects", "torch_override", "precision_flags", "triton_launch"]
 
 
 def test_overriding_torchs_own_operators_is_a_cheat_but_an_own_namespace_is_not():
