@@ -39,7 +39,7 @@ import os
 from sftbuild.binding import key_of
 from sftbuild.context import Context, StageRun, UserError, environment
 from sftbuild.validate import compile as C
-from sftbuild.validate import pipeline
+from sftbuild.validate import pipeline, static
 from sftbuild.validate.clusters import Rounds
 
 
@@ -50,7 +50,7 @@ def run(ctx: Context) -> dict:
     except C.NvccMissing as e:
         raise UserError(str(e)) from e
     conf = dataclasses.asdict(cfg)
-    with StageRun(ctx, "validate", conf) as run:
+    with StageRun(ctx, "validate", conf, extra_key=static.versions()) as run:
         alive = ctx.store.alive("validate")
         by_id = {r.id: r for r in alive}
         counted = {**dict.fromkeys(run.done(("dropped",)), "dropped"), **dict.fromkeys(run.done(("ok",)), "ok")}

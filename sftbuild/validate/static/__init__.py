@@ -115,3 +115,9 @@ def scan(code: str, language: str, budget: dict | None = None, checks: dict | No
         return [Finding("compile_error", "parse", f"Python syntax error, {src.syntax_error}")]
     return [f for c in STATIC_CHECKS.configured(checks, "validate.static_checks")
             if language in c.languages for f in c.check(src)]
+
+
+def versions() -> dict[str, int]:
+    """The versions of the checks that declare one: part of validate's run key, so a check's new version
+    judges again the records an older one passed."""
+    return {c.name: c.version for c in STATIC_CHECKS if getattr(c, "version", None)}
