@@ -522,6 +522,8 @@ class Proc:
         full = wrap(list(cmd), cwd=cwd, scratch=self.scratch, rw=rw, ro=ro, gpu=gpu, pol=pol, network=network)
         if network:
             env = {**{k: v for k, v in os.environ.items() if k in NET_ENV}, **(env or {})}
+        # what the sandbox made writable, for the audit hook of the process that runs a candidate
+        env = {**(env or {}), "SFTBUILD_RW": os.pathsep.join(os.path.abspath(p) for p in [self.scratch, *rw])}
         self.proc = subprocess.Popen(full, cwd=cwd, env=scrubbed_env(self.scratch, env), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                                      preexec_fn=_preexec(pol, gpu, memory_gb, cpu_limit), start_new_session=True,
