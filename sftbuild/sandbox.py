@@ -139,6 +139,9 @@ class SandboxUnavailable(Exception):
 
 # ---- detection -----------------------------------------------------------------------------------
 
+PROBE = [sys.executable, "-I", "-S", "-c", "pass"]  # a command every confinement must still let run
+
+
 @functools.lru_cache(maxsize=None)
 def _probe(kind: str) -> str | None:
     """None when `kind` works here (bwrap, unshare, landlock, or `mounts`: a read-only mount view inside
@@ -155,12 +158,12 @@ def _probe(kind: str) -> str | None:
     if kind == "landlock":
         if confine.landlock_abi() < 1:
             return "the kernel has no Landlock"
-        cmd = supervised(["true"], spec)
+        cmd = supervised(PROBE, spec)
     elif kind in ("unshare", "mounts"):
         exe = shutil.which("unshare")
         if not exe:
             return "unshare is not installed"
-        cmd = _unshare(supervised(["true"], spec if kind == "mounts" else None), net=False)
+        cmd = _unshare(supervised(PROBE, spec if kind == "mounts" else None), net=False)
     else:
         return None
     try:
