@@ -139,6 +139,7 @@ class SandboxUnavailable(Exception):
 
 # ---- detection -----------------------------------------------------------------------------------
 
+WITHOUT_ENV = "SFTBUILD_SANDBOX_WITHOUT"  # layers to treat as missing (bwrap,landlock,mounts): tests of the fallbacks
 PROBE = [sys.executable, "-I", "-S", "-c", "pass"]  # a command every confinement must still let run
 
 
@@ -146,6 +147,8 @@ PROBE = [sys.executable, "-I", "-S", "-c", "pass"]  # a command every confinemen
 def _probe(kind: str) -> str | None:
     """None when `kind` works here (bwrap, unshare, landlock, or `mounts`: a read-only mount view inside
     unshare's namespaces), else why not (one sentence)."""
+    if kind in os.environ.get(WITHOUT_ENV, "").split(","):
+        return f"{WITHOUT_ENV} leaves {kind} out"
     if kind == "bwrap":
         exe = shutil.which("bwrap")
         if not exe:
