@@ -11,6 +11,7 @@ hostile_table.py (the table, on any machine).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -145,18 +146,22 @@ def contain(plan: Plan, layer: str, listener: Listener) -> dict:
         os.environ.pop(sandbox.WITHOUT_ENV, None)
         sandbox._probe.cache_clear()
     exported = [p.read_bytes() for p in (ws / "export").rglob("*") if p.is_file()] if (ws / "export").is_dir() else []
-    rows = [ln for data in exported for ln in data.splitlines()]
+    rows = [ln for p in (ws / "export").rglob("*.jsonl") for ln in p.read_bytes().splitlines()] \
+        if (ws / "export").is_dir() else []
     store_bytes = b"".join(p.read_bytes() for p in ws.iterdir() if p.is_file() and p.name.startswith("sftbuild.db"))
     canary, marks = plan.canary.encode(), _payload_marks(plan)
     row.update(host_files_written=sorted(host_files(plan) - before), connections=listener.connections - conns,
                signals=listener.signals - sigs, secret_in_store=store_bytes.count(canary),
                secret_in_status=status.count(plan.canary), secret_in_export=sum(d.count(canary) for d in exported),
-               rows_exported=sum(1 for ln in rows if ln.startswith(b"{")),
+               records_exported=len({json.loads(ln).get("id") or json.loads(ln).get("extra_info", {}).get("id")
+                                     for ln in rows if ln.strip()}),
                payload_rows_exported=sum(1 for ln in rows if any(m in ln for m in marks)),
                status=status, log=log)
     return row
 
 
 def _payload_marks(plan: Plan) -> list[bytes]:
-    """Text only a payload holds: this run's paths, mark, port and process id."""
-    return [str(plan.root).encode(), plan.mark.encode(), f", {plan.port})".encode(), f"kill({os.getpid()},".encode()]
+    """Text only a payload holds: the planted paths, this run's mark, the listener, what payloads name
+    their files (the exported rows hold the fixtures' own file names and folders, which are no payload)."""
+    return [str(plan.root / "home").encode(), str(plan.root / "etc").encode(), plan.mark.encode(),
+            b"-pwned", b"-spawned", b"-copied", b"127.0.0.1", b"os.kill("]

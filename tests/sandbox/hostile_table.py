@@ -49,8 +49,11 @@ def main() -> int:
     listener = hostile.Listener()
     plan = hostile.prepare(root, listener.port)
     os.environ["HOME"] = str(root / "home")  # the planted secrets are this user's
+    # what this process itself writes under HOME (matplotlib's font cache, for the dataset card's plots)
+    os.environ["MPLCONFIGDIR"] = str(root / "mpl")
+    os.environ["XDG_CACHE_HOME"] = str(root / "xdg-cache")
     print(hostile.harvest(plan).strip().splitlines()[-2:], f"in {root}")
-    print("| layer | filesystem | " + " | ".join(COLUMNS) + " | rows exported |")
+    print("| layer | filesystem | " + " | ".join(COLUMNS) + " | records exported |")
     print("|" + "---|" * (len(COLUMNS) + 3))
     bad = 0
     for layer in args.layers.split(","):
@@ -61,7 +64,7 @@ def main() -> int:
         row = hostile.contain(plan, layer, listener)
         cells = [len(row[c]) if isinstance(row[c], list) else row[c] for c in COLUMNS]
         bad += sum(1 for c in cells if c)
-        print(f"| {layer} | {row['filesystem']} | " + " | ".join(map(str, cells)) + f" | {row['rows_exported']} |")
+        print(f"| {layer} | {row['filesystem']} | " + " | ".join(map(str, cells)) + f" | {row['records_exported']} |")
         if row["host_files_written"]:
             print("   written:", ", ".join(row["host_files_written"]))
         if args.verbose:

@@ -120,3 +120,21 @@ def scratch_files(x):
     with tempfile.NamedTemporaryFile(dir=os.environ["TMPDIR"]) as f:
         f.write(b"x")
     return {"tmpdir": os.environ["TMPDIR"], "home_is_dir": os.path.isdir(os.environ["HOME"])}
+
+
+def write_in(task):
+    """Writes a file in a folder the call made writable, and says what the scratch folder held before."""
+    import os
+
+    held = sorted(os.listdir(os.environ["TMPDIR"]))
+    pathlib.Path(task["cache_dir"], f"{os.getpid()}.out").write_text("x")
+    pathlib.Path(os.environ["TMPDIR"], "left.txt").write_text("x")
+    return {"held": held}
+
+
+def signal_pid(task):
+    try:
+        os.kill(task["pid"], task["sig"])
+        return {"signalled": True}
+    except OSError as e:
+        return {"signalled": False, "why": e.strerror}
