@@ -400,7 +400,8 @@ def _confinement(layers: list[str], *, scratch: str, rw, ro, gpu: bool, pol: Pol
     if not (mounts or landlock):
         return None
     etc = [*ETC_RO, *(NET_ETC if network else ())]
-    read = [*SYSTEM_RO, *etc, *_python_paths(), *_toolchain_paths(), host_cache(), *pol.read_only, *ro]
+    libs = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isabs(p)]
+    read = [*SYSTEM_RO, *etc, *_python_paths(), *_toolchain_paths(), *libs, host_cache(), *pol.read_only, *ro]
     dev = list(DEV_RW)
     if gpu:
         read += ["/proc/driver/nvidia", "/run/nvidia-persistenced"]
