@@ -139,6 +139,7 @@ class SandboxUnavailable(Exception):
 
 # ---- detection -----------------------------------------------------------------------------------
 
+RW_ENV = "SFTBUILD_RW"  # in a sandboxed process: the folders it may write (sftbuild.validate.audit reads it)
 WITHOUT_ENV = "SFTBUILD_SANDBOX_WITHOUT"  # layers to treat as missing (bwrap,landlock,mounts): tests of the fallbacks
 PROBE = [sys.executable, "-I", "-S", "-c", "pass"]  # a command every confinement must still let run
 
@@ -203,9 +204,10 @@ def isolation(pol: Policy | None = None) -> str:
         return "none"
     if pol.isolation in ISOLATIONS:
         why = _probe(pol.isolation)
-        if why:
+        if why is None:
+            return pol.isolation
+        if not os.environ.get(RW_ENV):  # inside a sandbox, one that cannot nest leaves the outer one in force
             raise SandboxUnavailable(f"sandbox.isolation is {pol.isolation}, but {why}")
-        return pol.isolation
     if _probe("bwrap") is None:
         return "bwrap"
     if _probe("unshare") is None and (_probe("mounts") is None or _probe("landlock") is None):
@@ -229,6 +231,8 @@ def refusal(pol: Policy | None = None) -> str | None:
     """Why untrusted code may not run here (no layer confines its files, and the config does not allow
     that), or None when it may."""
     pol = pol or policy()
+    if os.environ.get(RW_ENV):  # inside a sandbox already (a GPU worker's compute-sanitizer run): it still holds
+        return None
     try:
         if filesystem(pol) or pol.isolation == "none" or pol.allow_unconfined:
             return None
@@ -411,8 +415,9 @@ def _confinement(layers: list[str], *, scratch: str, rw, ro, gpu: bool, pol: Pol
     write = [os.path.abspath(p) for p in [scratch, *rw]]
     for p in write:
         Path(p).mkdir(parents=True, exist_ok=True)
-    hide = [f"/{e}" for e in sorted(os.listdir("/")) if e not in KEEP_TOP] + ["/dev/shm"]
+    hide = []
     if mounts:
+        hide = [f"/{e}" for e in sorted(os.listdir("/")) if e not in KEEP_TOP] + ["/dev/shm"]
         dev.append("/dev/shm")  # the mount view's own tmpfs: private
     return {"mounts": mounts, "landlock": landlock, "network": network, "hide": hide,
             "ro": _outermost(os.path.realpath(p) for p in read if os.path.exists(p)) + [
@@ -530,7 +535,7 @@ class Proc:
         if network:
             env = {**{k: v for k, v in os.environ.items() if k in NET_ENV}, **(env or {})}
         # what the sandbox made writable, for the audit hook of the process that runs a candidate
-        env = {**(env or {}), "SFTBUILD_RW": os.pathsep.join(os.path.abspath(p) for p in [self.scratch, *rw])}
+        env = {**(env or {}), RW_ENV: os.pathsep.join(os.path.abspath(p) for p in [self.scratch, *rw])}
         self.proc = subprocess.Popen(full, cwd=cwd, env=scrubbed_env(self.scratch, env), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                                      preexec_fn=_preexec(pol, gpu, memory_gb, cpu_limit), start_new_session=True,

@@ -19,7 +19,8 @@ import os
 import sys
 import sysconfig
 
-RW_ENV = "SFTBUILD_RW"  # set by sftbuild.sandbox.Proc: the folders the sandbox made writable
+from sftbuild.sandbox import RW_ENV  # set by sandbox.Proc: the folders the sandbox made writable
+
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 # events that change a file: the positions of the paths they change
 CHANGES = {"os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.mkdir": (0,), "os.link": (1,),

@@ -138,3 +138,11 @@ def signal_pid(task):
         return {"signalled": True}
     except OSError as e:
         return {"signalled": False, "why": e.strerror}
+
+
+def nested(task):
+    """A sandbox started inside a sandboxed process (as a GPU worker starts compute-sanitizer's)."""
+    from sftbuild import sandbox
+
+    res = sandbox.run_isolated("tests.sandbox.payloads:scratch_files", None, 60)
+    return res if isinstance(res, dict) else {"failure": f"{res.kind}: {res.detail}"}

@@ -57,6 +57,11 @@ def test_a_kept_worker_and_its_forks_keep_their_writable_folders(layer, tmp_path
     assert len(list(cache.glob("*.out"))) == 2 and held[1]["held"] == [], held
 
 
+def test_a_sandbox_nests_inside_each_fallback(layer):
+    res = run("nested", None)
+    assert isinstance(res, dict) and res.get("home_is_dir"), res
+
+
 def test_a_sandboxed_process_cannot_signal_the_run(layer):
     got = []
     old = signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
