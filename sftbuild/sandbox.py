@@ -12,8 +12,10 @@ and recorded in every run manifest (`sftbuild.context.StageRun`):
   isolation  bubblewrap: user, mount, pid, network, IPC and UTS namespaces; the system, Python and
              the toolchain bound read-only; a private scratch folder as HOME and /tmp; only the
              folders a call names writable; /dev/nvidia* bound in when the call needs a GPU.
-             Else `unshare`: user, pid and network namespaces only (the filesystem stays visible).
-             Else none.
+             Else `unshare`: user, pid, mount and network namespaces, in which sftbuild.confine
+             lays a read-only view (`mounts`) and Landlock over the same allowlist (`filesystem()`);
+             else Landlock alone. Where no layer confines files, untrusted code does not run
+             (`refusal()`) unless sandbox.allow_unconfined (or isolation: none) says it may.
   rlimits    CPU seconds, address space and process count (neither for GPU runs: CUDA reserves far
              more address space than it uses, and the count is of all this user's threads), file
              size, no core files; the kernel does not enforce the process count for root
@@ -22,7 +24,7 @@ and recorded in every run manifest (`sftbuild.context.StageRun`):
   hygiene    each command leads its own process group; a timeout kills the group (compiler front
              ends, cc1plus, ptxas and their children), and so does the end of the command; each
              command dies with the process that started it (PR_SET_PDEATHSIG), and its namespace
-             with it; without namespaces a supervisor (`SUPERVISOR`) ends the command's group then
+             with it; without bubblewrap a supervisor (sftbuild.confine) ends the command's group then
 
 The policy comes from the config's `sandbox` section (`configure`), and travels to worker
 processes through the environment variable SFTBUILD_SANDBOX. The threat model this serves is in
@@ -40,6 +42,7 @@ import io
 import json
 import os
 import pickle
+import re
 import resource
 import select
 import shutil
@@ -449,6 +452,48 @@ def inductor_cache() -> str:
     d = os.path.join(host_cache(), "inductor")
     os.makedirs(d, exist_ok=True)
     return d
+
+
+SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "~/.ssh", "~/.netrc", "~/.pgpass", "~/.git-credentials", "~/.pypirc",
+                "~/.aws", "~/.docker/config.json", "~/.kube/config", "~/.config/gcloud", "~/.gnupg",
+                "~/.config/gh/hosts.yml", "~/.cache/huggingface/token", "~/.huggingface/token")
+SECRET_MIN = 10  # shorter text is too common to withhold
+
+
+@functools.lru_cache(maxsize=4)
+def _secret_pattern(home: str):
+    found = set()
+    for entry in SECRET_FILES:
+        top = Path(entry.replace("~", home, 1))
+        try:
+            files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()][:200] if top.is_dir() else []
+        except OSError:
+            continue
+        for f in files:
+            try:
+                if f.stat().st_size <= 1 << 16:
+                    found |= {ln.strip() for ln in f.read_text(errors="replace").splitlines()}
+            except OSError:
+                continue
+    found |= {v.strip() for k, v in os.environ.items() if k not in ENV_ALLOW and not k.startswith(ENV_PREFIX_ALLOW)
+              and not v.startswith(("/", "~"))}  # paths are no secret, and logs name them
+    found = sorted((x for x in found if len(x) >= SECRET_MIN), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, found))) if found else None
+
+
+def without_secrets(obj):
+    """`obj` (text, or plain data holding text) without the lines that hold text of this user's
+    well-known secret files (/etc/shadow, ~/.ssh, ~/.netrc, cloud credentials) or the value of an
+    environment variable the sandbox withholds: what untrusted code read and raised or printed."""
+    if isinstance(obj, dict):
+        return {k: without_secrets(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(without_secrets(v) for v in obj)
+    pat = _secret_pattern(os.path.expanduser("~"))
+    if not isinstance(obj, str) or pat is None or not pat.search(obj):
+        return obj
+    return "\n".join("[a line withheld: it holds text of a host secret]" if pat.search(ln) else ln
+                     for ln in obj.splitlines())
 
 
 def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:

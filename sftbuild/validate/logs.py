@@ -6,10 +6,9 @@ naming the file, and the lines after it (a compiler quotes the offending source 
 dropped up to the next diagnostic. So a log never carries the contents of a host file, whatever
 the compiler or the candidate printed. The result is capped to its last `cap` characters.
 
-`without_secrets(text)` drops every line holding text of this user's well-known secret files
-(/etc/shadow, ~/.ssh, ~/.netrc, cloud credentials) or the value of an environment variable the
-sandbox withholds: a second net, for content a candidate read and printed or raised, behind the
-sandbox that hides those files (a line that names no file is not withheld by `scrub`).
+The result also loses every line holding text of a host secret (sftbuild.sandbox.without_secrets):
+a second net, for content a candidate read and printed or raised, behind the sandbox that hides
+those files (such a line names no file, so the path rule alone would keep it).
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sftbuild.sandbox import ENV_ALLOW, ENV_PREFIX_ALLOW, within
+from sftbuild.sandbox import within, without_secrets
 
 # a path, not a URL's "//host/..." (CUDA's and torch's errors end with a link to their docs)
 PATH = re.compile(r"(?<![\w.:/])((?:/|\.\./)[^\s:()\"'<>,;]+)")
@@ -59,42 +58,6 @@ def allowed(path: str, roots) -> bool:
         return not path.startswith("../")
     p = os.path.normpath(path)
     return any(within(p, r) for r in (*trusted_roots(), *roots))
-
-
-SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "~/.ssh", "~/.netrc", "~/.pgpass", "~/.git-credentials", "~/.pypirc",
-                "~/.aws", "~/.docker/config.json", "~/.kube/config", "~/.config/gcloud", "~/.gnupg",
-                "~/.config/gh/hosts.yml", "~/.cache/huggingface/token", "~/.huggingface/token")
-SECRET_MIN = 10  # shorter text is too common to withhold
-
-
-@functools.lru_cache(maxsize=4)
-def _secret_pattern(home: str) -> re.Pattern | None:
-    found = set()
-    for entry in SECRET_FILES:
-        top = Path(entry.replace("~", home, 1))
-        try:
-            files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()][:200] if top.is_dir() else []
-        except OSError:
-            continue
-        for f in files:
-            try:
-                if f.stat().st_size <= 1 << 16:
-                    found |= {ln.strip() for ln in f.read_text(errors="replace").splitlines()}
-            except OSError:
-                continue
-    found |= {v.strip() for k, v in os.environ.items() if k not in ENV_ALLOW and not k.startswith(ENV_PREFIX_ALLOW)
-              and not v.startswith(("/", "~"))}  # paths are no secret, and logs name them
-    found = sorted((x for x in found if len(x) >= SECRET_MIN), key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, found))) if found else None
-
-
-def without_secrets(text: str) -> str:
-    """`text` without the lines that hold a host secret (see the module's docstring)."""
-    pat = _secret_pattern(os.path.expanduser("~"))
-    if not text or pat is None or not pat.search(text):
-        return text
-    return "\n".join("[a line withheld: it holds text of a host secret]" if pat.search(ln) else ln
-                     for ln in text.splitlines())
 
 
 def scrub(log: str, roots=(), cap: int = 4000) -> str:

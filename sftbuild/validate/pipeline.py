@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 
+from sftbuild import sandbox
 from sftbuild.executor import WorkerFailure
 from sftbuild.validate import compile as C
 from sftbuild.validate import logs, memcheck, static
@@ -44,9 +45,9 @@ def scrub_payload(payload, roots, depth: int = 0):
         elif isinstance(v, list):
             out[k] = [scrub_payload(x, roots, depth + 1) if isinstance(x, dict) else
                       logs.scrub(x, roots, cap=2000) if isinstance(x, str) and k in LOG_KEYS else
-                      logs.without_secrets(x) if isinstance(x, str) else x for x in v]
+                      sandbox.without_secrets(x) if isinstance(x, str) else x for x in v]
         else:  # any text may carry what the record's code read and raised
-            out[k] = logs.without_secrets(v) if isinstance(v, str) else v
+            out[k] = sandbox.without_secrets(v) if isinstance(v, str) else v
     return out
 
 

@@ -4,7 +4,7 @@ export under one sandbox layer, and what reached the host: the rows of the conta
 Each fixture tries one thing: write the user's home, the workspace, the system's temporary folder or
 the working folder; dump the environment; read a planted secret (a canary in a fake HOME, an
 /etc-like shadow file) and raise or print it; connect out; start a process; signal this process.
-`prepare(root)` writes them with this run's paths filled in; `contain(root, layer)` runs the stages
+`prepare(root, port)` writes them with this run's paths filled in; `contain(plan, layer, listener)` runs the stages
 on a copy of one harvested workspace and returns what escaped. Run by test_hostile.py and by
 hostile_table.py (the table, on any machine).
 """
@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent / "hostile"
 # each layer `auto` can pick, as the policy and the layers left out that make auto pick it
 LAYERS = {"bwrap": ("auto", ""), "unshare+mounts+landlock": ("auto", "bwrap"),
           "unshare+mounts": ("auto", "bwrap,landlock"), "landlock": ("auto", "bwrap,mounts,unshare")}
+CONTROL = {"none": ("none", "")}  # no isolation: shows what the payloads do where nothing stops them
 
 
 @dataclasses.dataclass
@@ -119,14 +120,15 @@ def harvest(plan: Plan) -> str:
 def contain(plan: Plan, layer: str, listener: Listener) -> dict:
     """One row of the table: bind, validate, dedupe, review (all accepted) and export under `layer`,
     on a copy of the harvested workspace, from the fixtures' working folder."""
-    _, without = LAYERS[layer]
+    isolation, without = {**LAYERS, **CONTROL}[layer]
     os.environ[sandbox.WITHOUT_ENV] = without
     sandbox._probe.cache_clear()
-    ws, conf = plan.root / "ws", str(plan.root / "sftbuild.yaml")
+    ws, conf = plan.root / "ws", str(plan.root / f"{layer}.yaml")
+    Path(conf).write_text((plan.root / "sftbuild.yaml").read_text() + f"sandbox:\n  isolation: {isolation}\n")
     shutil.rmtree(ws, ignore_errors=True)
     shutil.copytree(plan.root / "base", ws)
     before, conns, sigs = host_files(plan), listener.connections, listener.signals
-    row = {"layer": layer, "filesystem": sandbox.layers()["filesystem"]}
+    row = {"layer": layer, "filesystem": sandbox.layers(sandbox.Policy(isolation=isolation))["filesystem"]}
     here = os.getcwd()
     os.chdir(plan.root / "cwd")
     try:

@@ -152,15 +152,16 @@ def test_python_effects_passes_plain_kernel_code():
 
 
 def test_stored_text_loses_lines_that_hold_a_host_secret(tmp_path, monkeypatch):
-    from sftbuild.validate import logs, pipeline
+    from sftbuild.validate import pipeline
 
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "id_ed25519").write_text("AAAAC3NzaC1lZDI1NTE5-canary-key\n")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SOME_TOKEN", "tok-canary-0123456789")
-    logs._secret_pattern.cache_clear()
+    sandbox._secret_pattern.cache_clear()
     payload = {"detail": "candidate raised ValueError: AAAAC3NzaC1lZDI1NTE5-canary-key", "other": {
         "note": "ok line\nleak tok-canary-0123456789"}, "list": ["x AAAAC3NzaC1lZDI1NTE5-canary-key"]}
     text = json.dumps(pipeline.scrub_payload(payload, []))
     assert "canary" not in text and "ok line" in text
-    logs._secret_pattern.cache_clear()
+    assert "canary" not in json.dumps(sandbox.without_secrets(payload))  # what bind stores from a probe
+    sandbox._secret_pattern.cache_clear()
