@@ -18,6 +18,7 @@ import ctypes
 import json
 import os
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -128,6 +129,11 @@ def _mounts() -> list[tuple[str, int]]:
     return sorted(out, key=lambda m: m[0].count("/") if m[0] != "/" else 0)
 
 
+def _is_device(path: str) -> bool:
+    mode = os.stat(path).st_mode
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
 def _under(path: str, roots) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -142,8 +148,8 @@ def read_only_view(ro, rw, hide) -> None:
     hide = [h for h in hide if os.path.isdir(h) and not os.path.islink(h)]
     hidden = [h for h in hide if not _under(os.path.dirname(h), [x for x in hide if x != h])]
     for point, flags in _mounts():
-        if _under(point, hidden) or not os.path.exists(point):
-            continue
+        if _under(point, hidden) or not os.path.exists(point) or _is_device(point):
+            continue  # a device bound in on its own (a container's /dev/nvidia0) stays as it is
         try:
             _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
         except OSError:
