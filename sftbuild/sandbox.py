@@ -512,7 +512,7 @@ def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = No
 def _preexec(pol: Policy, gpu: bool, memory_gb: float | None, cpu_limit: bool = True):
     parent = os.getpid()
 
-    supervised_here = isolation(pol) == "none"
+    supervised_here = isolation(pol) in ("landlock", "none")  # no pid namespace ends the command's group
 
     def limits():
         # a supervisor is told by SIGTERM, so that it can end its group; bwrap and unshare by SIGKILL
