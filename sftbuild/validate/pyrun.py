@@ -53,7 +53,7 @@ from sftbuild import ops
 from sftbuild.harvest import inductor_code
 from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
+from sftbuild.validate import audit, checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate.checks.output_type import strides_in_order
 from sftbuild.validate.checks.real_outputs import view_of
@@ -867,6 +867,7 @@ def run_python(task: dict) -> dict:
     deadline.lift_while_compiling(cuda=dev.type == "cuda")
     pristine.warm(compiler=bool(task.get("compile_baseline")) or _uses_compiler(task["code"]))
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
+    audit.watch([workdir, task.get("tree")])  # before any of the record's code is imported
     left: dict = {}
     try:
         with package_tree(task.get("tree"), task.get("path")) as package:
@@ -877,7 +878,9 @@ def run_python(task: dict) -> dict:
         verdict = {"status": "dropped", "reason": "oom", **loop.fault_detail(e), "recycle": True}
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
-        if type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
+        if audit.os_refusal(e):
+            verdict = audit.verdict([audit.os_refusal(e)])
+        elif type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
             verdict = {"status": "dropped", "reason": "compile_error", "detail": msg[:2000]}
         elif dev.type == "cuda" and ("CUDA" in msg or "cuda" in msg or "illegal" in msg):
             reason = "illegal_address" if "illegal" in msg else "cuda_error"
@@ -886,6 +889,8 @@ def run_python(task: dict) -> dict:
         else:
             verdict = {"status": "dropped", "reason": "incorrect", "detail": ("candidate raised " + msg)[:800],
                        "recycle": True}
+    if audit.refused():  # whatever the candidate made of the refusal (caught it, passed anyway)
+        verdict = audit.verdict(audit.refused())
     return _left_behind(verdict, left)
 
 

@@ -34,7 +34,7 @@ def test_static_checks_are_plugins_one_file_each():
     modules = {m.name for m in pkgutil.iter_modules(static.__path__) if not m.name.startswith("_")}
     assert {c.__module__.rsplit(".", 1)[1] for c in static.STATIC_CHECKS} == modules
     builtin = ["host_calls", "torch_in_host", "launch_shape", "shared_budget", "python_forbidden",
-               "torch_does_the_work", "disguise", "torch_override", "precision_flags", "triton_launch"]
+               "torch_does_the_work", "disguise", "python_effects", "torch_override", "precision_flags", "triton_launch"]
     assert [n for n in (c.name for c in static.STATIC_CHECKS.configured({})) if n in builtin] == builtin
 
 
