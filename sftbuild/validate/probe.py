@@ -104,8 +104,7 @@ def probe(task: dict) -> dict:
             try:
                 mod, path = pyrun.load_module(task["code"], "cand", workdir, package)
             except Exception as e:
-                return {"unbound": f"import failed: {type(e).__name__}: {str(e)[:300]}",
-                        "evidence": {"candidates_tried": tried}}
+                return {"unbound": import_failed(e, task.get("path")), "evidence": {"candidates_tried": tried}}
             with guards.LaunchCounter(path) as counter:
                 _LAUNCHES[:] = [counter, set((task.get("entry") or {}).get("kernels") or ())]
                 try:
@@ -121,6 +120,21 @@ def probe(task: dict) -> dict:
     if dev.type == "cuda" and any(w in said for w in ("CUDA", "illegal memory")):
         out["recycle"] = True  # CUDA errors are sticky: the GPU worker is replaced before the next task
     return out
+
+
+def import_failed(exc: BaseException, rel: str | None) -> str:
+    """Why the record's code did not import: `incompatible_toolchain` with the name the installed
+    Triton or torch lacks (in its own imports or its package's), else the error itself."""
+    package = ".".join((rel or "").split("/")[:1])  # a relative import fails where the package did not import
+    causes = [exc] + [e for name, e in pyrun.PACKAGE_ERRORS.items() if name.split(".")[0] == package]
+    for e in causes:
+        gap = pyrun.toolchain_gap(e)
+        if gap:
+            return f"incompatible_toolchain: {gap} is missing from the installed {pyrun.toolchain_versions()}"
+    said = f"import failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if len(causes) > 1:
+        said += f" (the package did not import: {type(causes[1]).__name__}: {str(causes[1])[:200]})"
+    return said
 
 
 def _search(task, mod, dev, deadline, tried) -> dict:
