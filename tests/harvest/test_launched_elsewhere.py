@@ -94,3 +94,76 @@ def test_harvest_appends_the_launcher_and_the_probe_binds_through_it(tmp_path):
     found = b.accept(rec, out)
     assert found is not None, out.get("unbound")
     assert found["op"] == "neg" and found["call"]["entry"] == "negate"
+
+
+CHOOSING = '''
+from __future__ import annotations
+
+import torch
+
+import negpkg.kernels as K
+from negpkg import kernels
+from negpkg.kernels import _helper
+
+
+def negate(x: torch.Tensor, fast: bool = True) -> torch.Tensor:
+    out = torch.empty_like(x)
+    fn = K._neg_kernel if fast else kernels._neg_kernel.fn
+    fn[(1,)](x, out, x.numel(), BLOCK=256)
+    return out
+
+
+def zero(x):
+    kernels._orphan_kernel[(1,)](x, x.numel(), BLOCK=256)
+    return x
+'''
+DEVICE_USER = '''
+import triton
+from .kernels import _helper
+
+
+@triton.jit
+def _twice_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    _helper(x_ptr)
+'''
+
+
+def test_launchers_reach_kernels_through_modules_and_run_time_choices():
+    found = {(f["kernel"], f.get("device", False)): f for f in foreign_launchers(CHOOSING, "negpkg/api.py")}
+    neg = found[("_neg_kernel", False)]
+    assert neg["module"] == "negpkg.kernels" and "def negate" in neg["code"] and "def zero" not in neg["code"]
+    assert found[("_orphan_kernel", False)]["module"] == "negpkg.kernels"
+    (helper,) = [f for f in foreign_launchers(DEVICE_USER, "negpkg/twice.py") if f.get("device")]
+    assert (helper["module"], helper["kernel"]) == ("negpkg.kernels", "_helper")
+
+
+def test_a_launcher_appended_keeps_future_imports_first():
+    from sftbuild.harvest.triton_extract import attach_launchers
+
+    code, entries = attach_launchers(KERNELS, [foreign_launchers(CHOOSING, "negpkg/api.py")[0]["code"]])
+    assert code.startswith("from __future__ import annotations\n") and code.count("from __future__") == 1
+    assert {e["qualname"] for e in entries} >= {"negate"}
+
+
+def test_a_kernel_reexported_by_its_package_and_a_jit_helper_of_another_module(tmp_path):
+    src = tmp_path / "src" / "negpkg"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("from .kernels import _neg_kernel\n")
+    (src / "kernels.py").write_text(KERNELS + '''
+
+@triton.jit
+def _helper(x_ptr):
+    pass
+''')
+    (src / "api.py").write_text(API.replace("from .kernels import _neg_kernel as negk", "from negpkg import _neg_kernel as negk"))
+    (src / "twice.py").write_text(DEVICE_USER.replace("import triton\n", "import triton\nimport triton.language as tl\n"))
+    ws = tmp_path / "ws"
+    res = CliRunner().invoke(main, ["harvest", "-w", str(ws), "-q", str(tmp_path / "src")])
+    assert res.exit_code == 0, res.output
+    store = Store(ws)
+    try:
+        recs = {r.name: r for r in store.records()}
+    finally:
+        store.close()
+    assert [e["qualname"] for e in recs["_neg_kernel"].entry["entry_points"]] == ["negate"]
+    assert "_helper" not in recs and "device_helper" in res.output
