@@ -144,6 +144,9 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
     names = task.get("shortlist") or []
+    specs = {r["name"]: r for r in task.get("package_refs") or []}
+    for r in specs.values():  # the package's own references, imported from its tree when first run
+        ops.package_op(r["module"], r["func"], r["like"], name=r["name"])
     known: dict[str, bool] = {}  # asked as the search reaches each name: an op_db name loads op_db (seconds)
     dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
     best = None  # a binding that agreed at only some of the dtypes tried: a later candidate may agree at all
@@ -163,6 +166,8 @@ def _search(task, mod, dev, deadline, tried) -> dict:
             tried.append({"entry": entry["qualname"], "op": name, **{k: v for k, v in result.items()
                                                                     if k != "binding"}})
             if result.get("binding"):
+                if name in specs:
+                    result["binding"]["package_reference"] = specs[name]
                 found = {"binding": result["binding"], "evidence": {**result["evidence"], "candidates_tried": tried}}
                 agreed = set(result["evidence"]["dtypes"])
                 if agreed >= {d for d in dtypes if d in op.dtypes}:

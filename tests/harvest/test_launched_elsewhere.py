@@ -167,3 +167,59 @@ def _helper(x_ptr):
         store.close()
     assert [e["qualname"] for e in recs["_neg_kernel"].entry["entry_points"]] == ["negate"]
     assert "_helper" not in recs and "device_helper" in res.output
+
+
+SQUARE_KERNELS = KERNELS.replace("-tl.load(x_ptr + offs, mask=m)", "-(tl.load(x_ptr + offs, mask=m) * tl.load(x_ptr + offs, mask=m))") \
+    .replace("_neg_kernel", "_negsquare_kernel")
+NAIVE = '''
+import torch
+
+
+def naive_negsquare(x):
+    return -(x * x)
+
+
+def naive_wrong(x):
+    from negpkg.api import negsquare
+    return negsquare(x)
+'''
+
+
+def test_a_packages_own_naive_reference_binds_a_kernel_the_registry_lacks(tmp_path):
+    from pathlib import Path
+
+    from sftbuild.ops.package_refs import plain_torch
+
+    src = tmp_path / "src" / "negpkg"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "kernels.py").write_text(SQUARE_KERNELS)
+    (src / "api.py").write_text(API.replace("_neg_kernel", "_negsquare_kernel").replace("def negate", "def negsquare"))
+    (src / "util.py").write_text(UTIL)
+    (src / "naive.py").write_text(NAIVE.replace("    from negpkg.api import negsquare\n", "") +
+                                  "\n\nfrom negpkg.api import negsquare as _kernel_path\n\n\n"
+                                  "def naive_negsquare_kernel(x):\n    return _kernel_path(x)\n")
+    assert plain_torch(Path(src / "naive.py"), "naive_negsquare") is None
+    assert "negpkg.api.negsquare" in plain_torch(Path(src / "naive.py"), "naive_negsquare_kernel")
+    ws = tmp_path / "ws"
+    res = CliRunner().invoke(main, ["harvest", "-w", str(ws), "-q", str(tmp_path / "src")])
+    assert res.exit_code == 0, res.output
+    store = Store(ws)
+    try:
+        rec = {r.name: r for r in store.records()}["_negsquare_kernel"]
+    finally:
+        store.close()
+
+    pytest.importorskip("triton")
+    from sftbuild.executor import INTERPRETER_ENV
+    from sftbuild.ops.binders.probed import Probed
+    from sftbuild.sandbox import run_isolated
+
+    b = Probed()
+    plan = b.plan(rec, seconds=60)
+    assert [r["func"] for r in plan["package_refs"]] == ["naive_negsquare"]  # the one that calls the kernel is not
+    out = run_isolated(b.task_fn, plan, 120, env=INTERPRETER_ENV)
+    found = b.accept(rec, out)
+    assert found is not None, (plan["shortlist"], out.get("unbound"), out.get("evidence"))
+    assert found["op"] == "pkg.negpkg.naive.naive_negsquare" and found["how"] == "package_reference"
+    assert found["package_reference"]["func"] == "naive_negsquare"
