@@ -38,7 +38,7 @@ TENSOR_COMPUTE = {"matmul", "mm", "bmm", "addmm", "softmax", "log_softmax", "rel
                   "amax", "norm", "cumsum", "logsumexp", "conv2d", "einsum", "exp", "var", "std", "prod"}
 # host-side bookkeeping a Triton wrapper may do around its launches (the run-time checks judge it)
 BOOKKEEPING = {"sum", "mean", "amax", "amin", "max", "min", "prod", "cumsum", "sort", "argsort", "topk", "norm",
-               "count_nonzero", "any", "all", "clamp"}
+               "count_nonzero", "any", "all", "clamp", "logsumexp"}  # logsumexp: of per-block partials
 # torch calls beside a launching wrapper's own kernels that may be honest setup (a mask from `where`, the
 # logits a fused linear-cross-entropy's kernels take the loss of): the run-time work check judges them
 SETUP = {"where", "linear"}
@@ -52,7 +52,7 @@ class TorchDoesTheWork(StaticCheck):
     """ModelNew.forward or a Triton wrapper calling torch ops, nn layers or `@` to compute the result."""
 
     name = "torch_does_the_work"
-    version = 3  # `where` and `linear` beside Triton launches are judged at run time, as bookkeeping is
+    version = 3  # `where`, `linear` and a `logsumexp` of partials beside Triton launches are judged at run time
     order = 60
     languages = PYTHON
 
