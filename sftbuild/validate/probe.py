@@ -35,7 +35,12 @@ binding that agrees at only some of the task's dtypes is kept while the rest of 
 is tried: a candidate that agrees at all of them wins (tanh-approximated GELU passes for erf GELU in
 half precision only). Anything less stays unbound.
 
-Task: {id, code, entry, tree?, path?, shortlist: [op names], dtypes, device?, shapes (>= 3),
+The package's own references in the task (`package_refs`, sftbuild.ops.binders.probed) are registered
+as ops first; a binding to one carries its spec (`package_reference`). A record whose import fails
+on a name the installed Triton or torch lacks, in its code or its package's, is unbound as
+`incompatible_toolchain` with that name.
+
+Task: {id, code, entry, tree?, path?, shortlist: [op names], package_refs?, dtypes, device?, shapes (>= 3),
 time_limit (s)}. Returns
   {"binding": {"kind": "op", "op", "params", "dtypes", "layouts", "how": "probed",
                "call": {"entry", "kind", "args", "outputs"}},
@@ -144,9 +149,13 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
     names = task.get("shortlist") or []
-    specs = {r["name"]: r for r in task.get("package_refs") or []}
-    for r in specs.values():  # the package's own references, imported from its tree when first run
-        ops.package_op(r["module"], r["func"], r["like"], name=r["name"])
+    specs = {}
+    for r in task.get("package_refs") or []:  # the package's own references, imported from its tree when first run
+        try:
+            ops.package_op(r["module"], r["func"], r["like"], name=r["name"])
+            specs[r["name"]] = r
+        except (KeyError, ValueError, TypeError):  # its `like` is no op here: the rest of the shortlist stands
+            continue
     known: dict[str, bool] = {}  # asked as the search reaches each name: an op_db name loads op_db (seconds)
     dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
     best = None  # a binding that agreed at only some of the dtypes tried: a later candidate may agree at all
