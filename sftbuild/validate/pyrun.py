@@ -79,6 +79,33 @@ def load_module(code: str, name: str, workdir: str, package: str = ""):
 
 
 _KEPT: dict = {"tree": None, "paths": []}  # the package tree a probe worker keeps imported (package_tree keep=)
+PACKAGE_ERRORS: dict[str, BaseException] = {}  # package -> why it did not import (package_tree), read by a probe
+TOOLCHAIN = ("triton", "torch")
+MISSING = [re.compile(p) for p in (r"cannot import name '(?P<name>\w+)' from '(?P<mod>[\w.]+)'",
+                                   r"module '(?P<mod>[\w.]+)' has no attribute '(?P<name>\w+)'",
+                                   r"No module named '(?P<mod>[\w.]+)'")]
+
+
+def toolchain_gap(exc: BaseException) -> str | None:
+    """The dotted name the installed Triton or torch lacks, where that is why an import failed
+    (`triton.language.math.tanh`, `torch.distributed.ProcessGroup`), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:  # the package's own error may be the cause of ours
+        seen.add(id(exc))
+        if isinstance(exc, (ImportError, AttributeError)):
+            for pattern in MISSING:
+                m = pattern.search(str(exc))
+                if m and m.group("mod").split(".")[0] in TOOLCHAIN:
+                    return m.group("mod") + ("." + m.group("name") if "name" in m.groupdict()
+                                             and m.group("name") else "")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def toolchain_versions() -> str:
+    import triton
+
+    return f"triton {getattr(triton, '__version__', '?')}, torch {torch.__version__}"
 
 
 @contextlib.contextmanager
@@ -118,7 +145,9 @@ def package_tree(tree: str | None, rel: str | None, keep: bool = False):
         if package:
             try:
                 importlib.import_module(package)
-            except Exception:  # the package itself does not import here: absolute imports may still work
+                PACKAGE_ERRORS.pop(package, None)
+            except Exception as e:  # the package itself does not import here: absolute imports may still work
+                PACKAGE_ERRORS[package] = e
                 package = ""
         yield package
     finally:
@@ -454,6 +483,9 @@ class OpProblem(Problem):
 
     def __init__(self, task, dev):
         b = task["binding"]
+        ref = b.get("package_reference")
+        if ref:  # the package's own reference, registered in this worker as the probe registered it
+            ops.package_op(ref["module"], ref["func"], ref["like"], root=task.get("tree"), name=b["op"])
         self.op = ops.get(b["op"])
         self.params = {**self.op.params, **(b.get("params") or {})}
         self._made: dict = {}  # (shape, dtype) -> the params its input generator left (`params_for`)

@@ -236,3 +236,36 @@ def test_the_gate_process_starts_only_for_top_level_jit_kernels(monkeypatch):
     for i, code in enumerate([twin, solution, "import torch\n", "def broken(:\n  jit"]):
         pipeline.compile_any({"id": i, "language": "triton", "code": code})
     assert started == [0, 3]  # the kernel module, and the unparsable one (the gate names its error)
+
+
+HONEST_TRITON = '''
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _ce_kernel(logits, loss, n, BLOCK: tl.constexpr):
+    pass
+
+
+def _mask(x, lengths):
+    return torch.where(torch.arange(x.shape[-1]) < lengths[:, None], x, 0.0)
+
+
+def fused_linear_cross_entropy(x, w, target):
+    low = torch.is_autocast_enabled()
+    logits = F.linear(x, w)
+    loss = torch.empty(x.shape[0], dtype=torch.float32)
+    _ce_kernel[(x.shape[0],)](logits, loss, logits.shape[-1], BLOCK=1024)
+    return loss
+'''
+
+
+def test_reading_autocast_a_mask_helper_and_a_fused_wrappers_linear_are_left_to_the_work_check():
+    assert static.scan(HONEST_TRITON, "triton") == []
+    switched = HONEST_TRITON.replace("low = torch.is_autocast_enabled()", "torch.set_autocast_enabled(True)")
+    assert [f.check for f in static.scan(switched, "triton")] == ["precision_flags"]
+    matmul = HONEST_TRITON.replace("F.linear(x, w)", "torch.matmul(x, w.t())")
+    assert [f.check for f in static.scan(matmul, "triton")] == ["torch_does_the_work"]
