@@ -32,9 +32,43 @@ def test_a_refused_timing_drops_the_record_with_its_reason():
     assert loop.run([Fake()], {"seeds": 1, "timing": True})["status"] == "ok"
 
 
+MARK = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+
+
+def _calls(*calls):
+    """A GPU timeline of bracketed calls, each [(name, start us, end us)] of its own work from t=0, with
+    the end marker where the caller's stream finished (`finish`); calls 1 ms apart."""
+    work = []
+    for i, (finish, mine) in enumerate(calls):
+        t = i * 1000.0
+        work += [(MARK, t, t + 1), (MARK, t + finish, t + finish + 1)]
+        work += [(n, t + a, t + b) for n, a, b in mine]
+    return work
+
+
+def test_the_gpu_timeline_refuses_work_the_caller_never_waited_for():
+    honest = _calls((60, [("relu", 10, 55)]), (58, [("relu", 9, 54)]))
+    assert timing.judge(honest, [0.05, 0.05]) is None
+    # a side stream the caller waited on, overlapping its own kernel: sums would pass the events, spans do not
+    waited = _calls((260, [("a", 10, 250), ("b_on_side", 12, 255)]))
+    assert timing.judge(waited, [0.25]) is None
+    # launched on a stream nobody waits for: the events (host launch overhead) see 20 us, the kernel runs 400
+    hidden = _calls((30, [("relu_on_side", 12, 412)]))
+    assert "never waits on" in timing.judge(hidden, [0.02])
+    # an honest first call, then a hidden kernel in the second: blamed on the call that launched it
+    assert "call 2's kernel late" in timing.judge(_calls((60, [("relu", 10, 55)]), (30, [("late", 10, 450)])),
+                                                  [0.05, 0.02])
+    # the events saw less than the kernels took (a clock the candidate reached): the two clocks disagree
+    assert "events saw 0.010 ms" in timing.judge(_calls((500, [("k", 5, 495)])), [0.01])
+    # kernels named like the timer's markers: nothing can be attributed
+    forged = _calls((60, [(MARK, 10, 55)]))
+    assert "cannot be told apart" in timing.judge(forged, [0.05])
+    assert timing.judge([], [0.05]) is None  # a profiler blind to the GPU: no second clock
+
+
 @pytest.mark.gpu
 def test_work_on_a_stream_the_caller_never_waits_on_disagrees_with_the_events():
-    x = torch.randn(1 << 24, device="cuda")
+    x = torch.randn(1 << 26, device="cuda")  # 256 MB: each kernel runs far past any launch's host overhead
     y = torch.empty_like(x)
     side = torch.cuda.Stream()
 
@@ -42,6 +76,13 @@ def test_work_on_a_stream_the_caller_never_waits_on_disagrees_with_the_events():
         with torch.cuda.stream(side):  # the caller's stream never waits for it
             torch.mul(x, 2.0, out=y)
 
+    def waited():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.mul(x, 2.0, out=y)
+        torch.cuda.current_stream().wait_stream(side)
+
     assert timing.disagreement(lambda: torch.mul(x, 2.0, out=y)) is None
+    assert timing.disagreement(waited) is None
     assert "never waits on" in timing.disagreement(hidden)
     torch.cuda.synchronize()
