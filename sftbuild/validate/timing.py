@@ -42,7 +42,7 @@ CLOCKS = {"Event": torch.cuda.Event, "record": torch.cuda.Event.record, "elapsed
           "event_synchronize": torch.cuda.Event.synchronize, "synchronize": torch.cuda.synchronize,
           "perf_counter": time.perf_counter, "profile": torch.profiler.profile, "sleep": torch.cuda._sleep}
 AGREE, AGREE_MS, PROFILED = 1.5, 0.02, 3  # a call's kernels may span its events' time x 1.5 + 20 us
-SLACK_MS = 0.01  # a call's kernel may end this long after the caller's stream finished it: timestamps' jitter
+SLACK_MS = 0.005  # a call's kernel may end this long after the caller's stream finished it: timestamps' jitter
 MARK_CYCLES = 1000  # a marker kernel spins ~1 us
 
 L2_FLUSH_BYTES = 256 << 20
