@@ -2,7 +2,9 @@
 candidate rebinding one is a cheat, and a refused timing drops the record."""
 from __future__ import annotations
 
+import contextlib
 import time
+import types
 
 import pytest
 import torch
@@ -66,11 +68,50 @@ def test_the_gpu_timeline_refuses_work_the_caller_never_waited_for():
     assert timing.judge([], [0.05]) is None  # a profiler blind to the GPU: no second clock
 
 
+class _Gpu:
+    """A GPU's timeline in us for `disagreement`'s clocks: the caller's stream runs in order at `now`,
+    a side stream's kernel runs from its launch; the profiler reports every kernel."""
+
+    def __init__(self):
+        self.now, self.work = 0.0, []
+
+    def launch(self, name, us, side=False):
+        self.work.append(types.SimpleNamespace(name=name, device_type="DeviceType.CUDA",
+                                               time_range=types.SimpleNamespace(start=self.now, end=self.now + us)))
+        self.now += 2.0 if side else us  # the caller's stream moves on at once past a side stream's launch
+
+    def clocks(self):
+        gpu = self
+
+        @contextlib.contextmanager
+        def profile(activities):
+            gpu.work = []  # a session sees what ran within it
+            yield types.SimpleNamespace(events=lambda: list(gpu.work))
+
+        def synchronize():
+            gpu.now = max([gpu.now] + [w.time_range.end for w in gpu.work]) + 5
+
+        return {"Event": lambda enable_timing: types.SimpleNamespace(t=None),
+                "record": lambda e: setattr(e, "t", gpu.now), "event_synchronize": lambda e: None,
+                "elapsed_time": lambda a, b: (b.t - a.t) / 1e3, "synchronize": synchronize, "profile": profile,
+                "sleep": lambda cycles: gpu.launch(MARK, 1.0)}
+
+
+def test_disagreement_brackets_each_call_with_markers_on_the_callers_stream(monkeypatch):
+    gpu = _Gpu()
+    monkeypatch.setattr(timing, "CLOCKS", {**timing.CLOCKS, **gpu.clocks()})
+    assert timing.disagreement(lambda: gpu.launch("relu", 50)) is None
+    assert "call 1's kernel relu ended" in timing.disagreement(lambda: gpu.launch("relu", 400, side=True))
+
+
 @pytest.mark.gpu
-def test_work_on_a_stream_the_caller_never_waits_on_disagrees_with_the_events():
+def test_work_on_a_stream_the_caller_never_waits_on_disagrees_with_the_events(monkeypatch):
     x = torch.randn(1 << 26, device="cuda")  # 256 MB: each kernel runs far past any launch's host overhead
     y = torch.empty_like(x)
     side = torch.cuda.Stream()
+    seen = []  # each judged timeline, for the failure's message
+    judge = timing.judge
+    monkeypatch.setattr(timing, "judge", lambda work, times: seen.append((work, times)) or judge(work, times))
 
     def hidden():
         with torch.cuda.stream(side):  # the caller's stream never waits for it
@@ -82,7 +123,7 @@ def test_work_on_a_stream_the_caller_never_waits_on_disagrees_with_the_events():
             torch.mul(x, 2.0, out=y)
         torch.cuda.current_stream().wait_stream(side)
 
-    assert timing.disagreement(lambda: torch.mul(x, 2.0, out=y)) is None
-    assert timing.disagreement(waited) is None
-    assert "never waits on" in timing.disagreement(hidden)
+    assert timing.disagreement(lambda: torch.mul(x, 2.0, out=y)) is None, seen[-1]
+    assert timing.disagreement(waited) is None, seen[-1]
+    assert "never waits on" in (timing.disagreement(hidden) or ""), seen[-1]
     torch.cuda.synchronize()
