@@ -687,9 +687,7 @@ class ModuleProblem(Problem):
                 try:
                     mod, _ = load_module(src, f"ref{i}", self.workdir)
                     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
-                    torch.manual_seed(0)
-                    ins = [t.to(self.dev) if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
-                    model = mod.Model(*init).to(self.dev).eval()
+                    model, ins = self._as_trials_run(mod, init)
                     with torch.no_grad():
                         model(*ins)
                 except Exception as e:  # the reference cannot run this size: not a variant
@@ -703,6 +701,22 @@ class ModuleProblem(Problem):
             if grown:
                 self._variants.append(grown)
         return self._variants
+
+    def _as_trials_run(self, mod, init):
+        """(the reference Model, its get_inputs()) on this device at the program's first dtype, cast as
+        the trials cast both models and their inputs (`reference_models`, `prepare`, `inputs`): floating
+        parameters and inputs follow the program's dtype, as KernelBench's harness casts each model to
+        its inputs' precision (a bf16 program's nn.LayerNorm is built in float32)."""
+        torch.manual_seed(0)
+        dt = TORCH_DTYPES[self.dtypes[0]] if self.dtypes else None
+        ins = []
+        for t in mod.get_inputs():
+            if isinstance(t, torch.Tensor):
+                t = t.to(self.dev)
+                t = t.to(dt) if dt is not None and t.is_floating_point() else t
+            ins.append(t)
+        model = mod.Model(*init).to(self.dev).eval()
+        return (model.to(dt) if dt is not None else model), ins
 
     def _runs_at(self, variant, dtype) -> bool:
         """The reference runs at `dtype` (`validate.dtypes: all`) and gives finite results there."""
@@ -738,10 +752,9 @@ class ModuleProblem(Problem):
         try:
             mod, _ = load_module(src, "ref_grown", self.workdir)
             init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
-            torch.manual_seed(0)
-            ins = [t.to(self.dev) if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
+            model, ins = self._as_trials_run(mod, init)
             with torch.no_grad():
-                outs = to_list(mod.Model(*init).to(self.dev).eval()(*ins))
+                outs = to_list(model(*ins))
         except Exception:  # the reference cannot run this size: no grown variant
             return None
         if max(numels(ins) + numels(outs), default=0) > sizes.MAX_ELEMENTS:
