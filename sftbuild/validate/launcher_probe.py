@@ -54,7 +54,10 @@ def probe(task: dict) -> dict:
         except KeyError as e:
             rejected.append({"op": name, "why": str(e)[:200]})
             continue
-        found, why = _try_op(fns, op, task, deadline)
+        try:
+            found, why = _try_op(fns, op, task, deadline)
+        except Exception as e:  # one op's failure is its rejection, not the end of the probe
+            found, why = None, f"{type(e).__name__}: {str(e)[:200]}"
         if found:
             ev = {**found.pop("evidence"), "candidates_tried": tried, "candidates_rejected": rejected,
                   "seconds": round(time.monotonic() - start, 2)}

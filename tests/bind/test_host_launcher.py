@@ -205,3 +205,13 @@ def test_the_probe_finds_layer_norm_through_the_launcher_and_rejects_its_broken_
         assert found["op"] == "layer_norm" and found["harness"] == "host_launcher" and found["dtypes"] == ["float32"]
         assert found["harness_args"]["ptrs"] == ["t:0", "scratch", "scratch", "t:1", "t:2", "t:3"]
         assert len(found["evidence"]["shapes"]) >= 3
+
+
+def test_sizes_are_read_only_from_dimensions_the_ops_tensors_have(records):
+    # poly_norm's bias is 0-d: neither C (a last dimension) nor any size may be read from it
+    rec = records["layernorm_forward"]
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    ins = [{"name": "x", "shape": [6, 10]}, {"name": "w", "shape": [3]}, {"name": "b", "shape": []}]
+    tensors = [_S([6, 10]), _S([6, 10]), _S([3]), _S([])]
+    maps = list(mappings(found, ins, [{"shape": [6, 10]}], {}))
+    assert maps and all(size_value(e, tensors) >= 0 for m in maps for e in m["ints"])

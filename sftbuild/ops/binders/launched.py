@@ -284,7 +284,8 @@ def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params:
         sizes = [r for r in found if r["role"] in ("size", "block", "flag")]
         first = inputs[perm[0]]["shape"] if perm else []
         choices = [["const:256"] if r["role"] == "block" else ["const:0", "const:1"] if r["role"] == "flag" else
-                   dimension_values(r["name"], first, len(outputs) + (perm[0] if perm else 0), inputs, outputs)
+                   [e for e in dimension_values(r["name"], first, len(outputs) + (perm[0] if perm else 0), inputs,
+                                                outputs) if _names_a_dimension(e, shapes)]
                    for r in sizes]
         for n, ints in enumerate(itertools.islice(itertools.product(*choices), MAX_SIZE_MAPPINGS)):
             total = _numel([size_value(e, shapes) for e, r in zip(ints, sizes) if r["role"] == "size"])
@@ -299,6 +300,15 @@ def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params:
 class _Shape:
     def __init__(self, shape):
         self.shape = list(shape)
+
+
+def _names_a_dimension(expr: str, shapes: list) -> bool:
+    """Whether a size expression reads a tensor and dimension there are (a 0-d input has no last one)."""
+    try:
+        size_value(expr, shapes)
+        return True
+    except (IndexError, ValueError):
+        return False
 
 
 def _numel(dims) -> int:
