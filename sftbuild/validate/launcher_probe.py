@@ -108,7 +108,8 @@ def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
         case = _case(op, shapes[0], dtype, 0, params, dev)
         if isinstance(case, str):
             return None, case
-        meta_in = [{"name": n, "shape": list(t.shape)} for n, t in zip(_names(op), case[0])]
+        meta_in = [{"name": n, "shape": list(t.shape), "int": not t.is_floating_point()}
+                   for n, t in zip(_names(op), case[0])]
         meta_out = [{"shape": list(r.shape)} for r in case[1]]
         for mapping in launched.mappings(found, meta_in, meta_out, params):
             if time.monotonic() > deadline:
@@ -140,14 +141,18 @@ def _names(op) -> list[str]:
 
 
 def _inputs(op, shape, dtype, seed, params, dev="cuda") -> list:
-    return [_padded(t.to(dev).contiguous()) for t in special.trial_inputs(op, shape, dtype, seed, params)]
+    drawn = [t.to(dev).contiguous() for t in special.trial_inputs(op, shape, dtype, seed, params)]
+    most = max((t.numel() for t in drawn), default=1)
+    return [_padded(t, most) for t in drawn]
 
 
-def _padded(t: torch.Tensor) -> torch.Tensor:
-    """`t` at the start of a buffer PADDING times its size: a wrong size mapping (whose sizes
-    `launched.mappings` keeps within it) reads or writes past the tensor into memory of ours, not
-    past the allocation (a CUDA fault would end every later trial)."""
-    room = torch.zeros(launched.PADDING * t.numel() + 256, dtype=t.dtype, device=t.device)
+def _padded(t: torch.Tensor, most: int) -> torch.Tensor:
+    """`t` at the start of a buffer of PADDING times `most` elements of 8 bytes (`most`: the trial's
+    largest tensor): a wrong size mapping (whose sizes `launched.mappings` keeps within PADDING times
+    the largest tensor), through any pointer type, reads or writes past the tensor into memory of
+    ours, not past the allocation (a CUDA fault would end every later trial)."""
+    nbytes = 8 * (launched.PADDING * max(most, t.numel()) + 256)
+    room = torch.zeros(nbytes // t.element_size(), dtype=t.dtype, device=t.device)
     view = room[:t.numel()].view(t.shape)
     view.copy_(t)
     return view
@@ -171,7 +176,8 @@ def _trial(fn, op, mapping, shape, dtype, seed, params, dev="cuda", case=None) -
     if isinstance(case, str):
         return False, 0.0, case
     inputs, refs64, natives = case
-    outs = [_padded(torch.full_like(r, float("nan")) if r.is_floating_point() else torch.zeros_like(r))
+    most = max(t.numel() for t in [*inputs, *natives])
+    outs = [_padded(torch.full_like(r, float("nan")) if r.is_floating_point() else torch.zeros_like(r), most)
             for r in natives]
     tensors = outs + inputs
     before = [t.clone() for t in inputs]
@@ -194,6 +200,8 @@ def _trial(fn, op, mapping, shape, dtype, seed, params, dev="cuda", case=None) -
     changed = any(not torch.equal(a, b) for a, b in zip(before, inputs))
     for a, b in zip(inputs, before):  # the next mapping tried on this case gets the inputs unchanged
         a.copy_(b)
+    if code == launched.REFUSED:
+        return False, 0.0, f"the launcher's own assert refused sizes {ints}"
     if code != 0:
         return False, 0.0, f"the launch failed (CUDA error {code})"
     if changed:

@@ -215,3 +215,34 @@ def test_sizes_are_read_only_from_dimensions_the_ops_tensors_have(records):
     tensors = [_S([6, 10]), _S([6, 10]), _S([3]), _S([])]
     maps = list(mappings(found, ins, [{"shape": [6, 10]}], {}))
     assert maps and all(size_value(e, tensors) >= 0 for m in maps for e in m["ints"])
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
+def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_process(records, compile_cache):
+    import ctypes
+
+    from sftbuild.ops.binders.launched import REFUSED
+    from sftbuild.validate.compile import compile_task
+
+    # as llm.c's gelu_forward asserts `N % (block_size * x128::size) == 0`; the assert fails before any
+    # CUDA call, so the entry answers without a GPU
+    rec = records["layernorm_forward"]
+    launcher = {**rec.entry["launcher"], "code": rec.entry["launcher"]["code"].replace(
+        "const int N = B * T;", "const int N = B * T; assert(N % 2 == 0);")}
+    task = HostLauncher().plan(Record(language="cuda", code=rec.code, source="t",
+                                      entry={**rec.entry, "launcher": launcher}))
+    res = compile_task({"id": "t", "code": task["code"], "harness": task["harness"], "include_sets": [],
+                        "arch": "sm_90", "timeout": 120, "cache_dir": str(compile_cache), "link": True})
+    assert res["ok"], res.get("log")
+    call = ctypes.CDLL(res["so"]).sftbuild_raw_call_float32
+    odd = (ctypes.c_longlong * 3)(3, 1, 8)
+    assert call((ctypes.c_void_p * 6)(), odd, (ctypes.c_double * 1)()) == REFUSED
+
+
+def test_token_ids_go_only_to_an_integer_pointer_and_values_to_float_ones():
+    # llm.c's encoder_forward(out, inp, wte, B, T, C): a float table read as ids would index far past it
+    found = roles(["float* out", "const int* inp", "const float* wte", "int B", "int T", "int C"])
+    ins = [{"name": "weight", "shape": [50, 8], "int": False}, {"name": "ids", "shape": [12], "int": True}]
+    maps = list(mappings(found, ins, [{"shape": [12, 8]}], {}))
+    assert maps and {tuple(m["ptrs"]) for m in maps} == {("t:0", "t:2", "t:1")}

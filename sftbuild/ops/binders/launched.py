@@ -40,9 +40,11 @@ SIZE_ROLES = [
 ]
 BLOCK = re.compile(r"block", re.I)
 STREAM_TYPES = {"cudaStream_t"}
+INT_TYPES = {"int", "int32_t", "int64_t", "long", "unsigned", "uint32_t", "int8_t", "uint8_t", "short", "size_t"}
 OUT_NAMES = re.compile(r"^(out|output|y|dst|res|result)\w*$", re.I)
 DTYPES = {"float": ["float32"], "__half": ["float16"], "half": ["float16"], "__nv_bfloat16": ["bfloat16"],
           "nv_bfloat16": ["bfloat16"]}
+REFUSED = -2  # a probe entry's answer where the launcher's own assert refused the sizes
 ANY_FLOAT = ["float32", "bfloat16", "float16"]  # a type the launcher's file names (`floatX`): the probe tries each
 
 
@@ -224,7 +226,10 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
     the dtype's C type, for a template over types) called with its pointers, sizes (and block sizes)
     and float scalars in its own parameter order; the stream is the default one."""
     tparams = launcher.get("template") or []
-    out = ['#include "kernel.cuh"', launcher["code"]]
+    # the launcher's own asserts (llm.c's `assert(N % (block_size * x128::size) == 0)`) refuse one try of
+    # sizes (the entry returns REFUSED) rather than abort the probe's worker
+    out = ['#include "kernel.cuh"', "struct sftbuild_refused {};", "#undef assert",
+           "#define assert(e) ((e) ? (void)0 : throw sftbuild_refused())", launcher["code"], "#undef assert"]
     for dtype in dtypes:
         ctype = CTYPES[dtype]
         args, n = [], {"p": 0, "i": 0, "f": 0}
@@ -244,7 +249,7 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
         name = launcher.get("call") or launcher["name"]  # a full specialization is called by its own name
         out.append(f'extern "C" int sftbuild_raw_call_{dtype}(void** ptrs, const long long* ints, '
                    f"const double* floats) {{\n  cudaStream_t sftbuild_stream = 0;\n"
-                   f"  {name}{inst}({', '.join(args)});\n"
+                   f"  try {{ {name}{inst}({', '.join(args)}); }} catch (sftbuild_refused&) {{ return {REFUSED}; }}\n"
                    "  return (int)cudaGetLastError();\n}")
     return "\n".join(out) + "\n"
 
@@ -323,7 +328,11 @@ def _input_orders(ins: list[dict], inputs: list[dict]):
     def named(r, t):
         return r["name"].lower() == t["name"].lower() or r["name"].lower().startswith(t["name"].lower())
 
+    def typed(r, t):  # token ids go to an integer pointer, values to a float one
+        return "int" not in t or t["int"] == (r["type"] in INT_TYPES)
+
     perms = list(itertools.permutations(range(len(inputs)))) if len(inputs) <= 4 else [tuple(range(len(inputs)))]
+    perms = [p for p in perms if all(typed(r, inputs[j]) for r, j in zip(ins, p))]
     perms.sort(key=lambda p: (-sum(named(r, inputs[j]) for r, j in zip(ins, p)), p))
     return perms
 
