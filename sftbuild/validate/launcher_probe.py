@@ -30,6 +30,7 @@ from sftbuild.ops import special
 from sftbuild.ops.binders import launched
 from sftbuild.validate import pyrun
 from sftbuild.validate.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
+from sftbuild.validate.trials import load_file_harness
 
 MIN_SHAPES = 3
 SCRATCH_MIN_BYTES = 1 << 20
@@ -88,7 +89,11 @@ def _build(task: dict) -> tuple[dict, str]:
         if not res.get("ok"):
             why = why or f"the launcher's harness did not compile ({res.get('reason')}): {res.get('where', '')}"[:400]
             continue
-        lib = ctypes.CDLL(res["so"])
+        try:  # lazily bound, as validation loads it: helpers the launcher never calls may name cuBLAS
+            lib = load_file_harness(res["so"])
+        except OSError as e:  # named as the harness, not by our build folder (a log scrubs that path away)
+            why = why or f"the launcher's harness does not load: {str(e).replace(res['so'], 'harness.so')}"[:400]
+            continue
         for d in dtypes:
             fns[d] = getattr(lib, f"sftbuild_raw_call_{d}")
             fns[d].restype = ctypes.c_int

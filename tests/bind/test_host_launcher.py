@@ -225,17 +225,23 @@ def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_proc
     from sftbuild.ops.binders.launched import REFUSED
     from sftbuild.validate.compile import compile_task
 
+    from sftbuild.validate.trials import load_file_harness
+
     # as llm.c's gelu_forward asserts `N % (block_size * x128::size) == 0`; the assert fails before any
-    # CUDA call, so the entry answers without a GPU
+    # CUDA call, so the entry answers without a GPU. A helper it never calls names a library function
+    # nothing links (DeepSpeed's context.h creates a cuBLAS handle): the harness still loads.
     rec = records["layernorm_forward"]
     launcher = {**rec.entry["launcher"], "code": rec.entry["launcher"]["code"].replace(
-        "const int N = B * T;", "const int N = B * T; assert(N % 2 == 0);")}
+        "const int N = B * T;", "const int N = B * T; assert(N % 2 == 0);")
+        + '\nextern "C" int sftbuild_absent(void);\nint never_called() { return sftbuild_absent(); }\n'}
     task = HostLauncher().plan(Record(language="cuda", code=rec.code, source="t",
                                       entry={**rec.entry, "launcher": launcher}))
     res = compile_task({"id": "t", "code": task["code"], "harness": task["harness"], "include_sets": [],
                         "arch": "sm_90", "timeout": 120, "cache_dir": str(compile_cache), "link": True})
     assert res["ok"], res.get("log")
-    call = ctypes.CDLL(res["so"]).sftbuild_raw_call_float32
+    with pytest.raises(OSError, match="sftbuild_absent"):
+        ctypes.CDLL(res["so"])
+    call = load_file_harness(res["so"]).sftbuild_raw_call_float32
     odd = (ctypes.c_longlong * 3)(3, 1, 8)
     assert call((ctypes.c_void_p * 6)(), odd, (ctypes.c_double * 1)()) == REFUSED
 
