@@ -84,8 +84,13 @@ def test_the_binder_plans_one_probe_per_record_and_says_why_not_elsewhere(record
     assert task["dtypes"] == ["float32"] and task["shortlist"][0].startswith("gelu")
     assert "sftbuild_raw_call" in task["harness"] and "gelu_forward((float*)ptrs[0], (const float*)ptrs[1]" \
         not in task["harness"]  # pointers go in as the launcher declares them, not re-qualified
-    assert unprobeable({"name": "f", "params": ["float* out", "ptrdiff_t stride"], "code": ""}) \
-        == "launcher f takes a parameter with no role: stride"
+    assert unprobeable({"name": "f", "params": ["float* out", "std::pair<int, int> shape"], "code": ""}) \
+        == "launcher f takes a parameter with no role: shape"
+    # a slice's stride (llm.c's adamw_update) is a size: the whole buffer first, then a row
+    strided = roles(["float* out", "const float* x", "size_t count", "ptrdiff_t w_stride"])
+    assert [r["role"] for r in strided] == ["out", "in", "size", "size"]
+    assert dimension_values("w_stride", [4, 8], 1, [{"shape": [4, 8]}], [{"shape": [4, 8]}])[:2] == \
+        ["numel:1", "dim:1:-1"]
     flagged = roles(["float* out", "const float* x", "bool pre_ln", "int n"])
     assert [r["role"] for r in flagged] == ["out", "in", "flag", "size"]
     flags = [m["ints"][0] for m in mappings(flagged, [{"name": "x", "shape": [8]}], [{"shape": [8]}], {})]

@@ -37,7 +37,10 @@ SIZE_ROLES = [
     (re.compile(r"^(v|vocab(_size)?|oc|out_features|p)$", re.I), ("out_last", "w_first", "last")),
     (re.compile(r"^(rows|n_?rows|m|num_rows|bt)$", re.I), ("rows",)),
     (re.compile(r"^(n|numel|count|size|num_elements|n_elements|total|len)$", re.I), ("numel", "rows", "last")),
+    # a slice's stride (llm.c's `ptrdiff_t w_stride`): the whole buffer is one slice, or a row is one
+    (re.compile(r"^(\w+_)?stride$", re.I), ("numel", "last")),
 ]
+STRIDE_TYPES = {"ptrdiff_t", "ssize_t", "intptr_t", "std::ptrdiff_t"}  # integer sizes parsing does not know
 BLOCK = re.compile(r"block", re.I)
 STREAM_TYPES = {"cudaStream_t"}
 INT_TYPES = {"int", "int32_t", "int64_t", "long", "unsigned", "uint32_t", "int8_t", "uint8_t", "short", "size_t"}
@@ -105,7 +108,9 @@ def roles(params: list[str], writes: set[str] | None = None) -> list[dict]:
             out.append({"name": words_[-1], "type": "bool", "role": "flag"})  # tried false, then true
             continue
         p = param_info(decl)
-        if p is None:
+        if p is None and len(words_) == 2 and words_[0] in STRIDE_TYPES:
+            out.append({"name": words_[1], "type": words_[0], "role": "size"})
+        elif p is None:
             out.append({"name": decl.split()[-1] if decl.split() else "", "type": decl, "role": "other"})
         elif p["ptr"]:
             wrote = not p["const"] if writes is None else p["name"] in writes
