@@ -18,8 +18,10 @@ sandboxed GPU worker. Invariants:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
+import re
 import tempfile
 import time
 
@@ -33,6 +35,8 @@ from sftbuild.validate.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
 from sftbuild.validate.trials import load_file_harness
 
 MIN_SHAPES = 3
+ALIGNS = (4, 8)  # last-dimension multiples tried where a launcher leaves elements unwritten at the others
+UNALIGNED = re.compile(r"NaN where|refused")
 SCRATCH_MIN_BYTES = 1 << 20
 
 
@@ -101,11 +105,32 @@ def _build(task: dict) -> tuple[dict, str]:
 
 
 def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
+    """The op's binding through the launcher, or why not; where the launcher left outputs unwritten or
+    its assert refused the sizes, again on the op's shapes whose last dimension is a multiple of each
+    of ALIGNS (DeepSpeed's float4 loads), which the binding then keeps as a constraint for validation."""
+    found, why = _try_shapes(fns, op, task, deadline, probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU))
+    for align in ALIGNS:
+        if found or not UNALIGNED.search(why):
+            break
+        cons = {"multiple": {"-1": align}}
+        pool = [s for s in op.shape_pool if ops.fits(s, cons)]
+        if len(pool) < MIN_SHAPES:
+            break
+        found, why_aligned = _try_shapes(fns, op, task, deadline,
+                                         probe_shapes(dataclasses.replace(op, shape_pool=pool), MIN_SHAPES,
+                                                      MAX_PROBE_NUMEL_GPU))
+        if found:
+            found["constraints"] = cons
+        else:
+            why = f"{why}; at a last dimension a multiple of {align}: {why_aligned}"
+    return found, why
+
+
+def _try_shapes(fns, op, task, deadline, shapes) -> tuple[dict | None, str]:
     dtypes = [d for d in task["dtypes"] if d in op.dtypes and d in fns]
     dev = task.get("device", "cuda")
     if not dtypes:
         return None, "the op takes none of the launcher's dtypes"
-    shapes = probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU)
     found = task["roles"]
     last = ""  # why the best-named mapping failed, the one most likely meant
     for dtype in dtypes:  # a launcher of the file's own float type (`floatX`) agrees at one of them

@@ -171,9 +171,10 @@ def test_each_overload_of_a_kernel_is_launched_by_the_specialization_of_its_type
         in task["harness"]
 
 
-def _emulated_layernorm(broken: bool = False):
+def _emulated_layernorm(broken: bool = False, vector: int = 1):
     """llm.c's layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C) on the CPU, reading and
-    writing the probe's buffers by address as the compiled launcher would (`broken`: forgets the bias)."""
+    writing the probe's buffers by address as the compiled launcher would (`broken`: forgets the bias;
+    `vector`: writes each row in vectors of that many elements, leaving a shorter tail unwritten)."""
     import ctypes
 
     import numpy as np
@@ -186,7 +187,7 @@ def _emulated_layernorm(broken: bool = False):
         x = at(ptrs[3], n * c).reshape(n, c).astype(np.float64)
         m, s = x.mean(1), 1 / np.sqrt(x.var(1) + 1e-5)
         y = (x - m[:, None]) * s[:, None] * at(ptrs[4], c) + (0 if broken else at(ptrs[5], c))
-        at(ptrs[0], n * c)[:] = y.reshape(-1)
+        at(ptrs[0], n * c).reshape(n, c)[:, :c - c % vector] = y[:, :c - c % vector]
         at(ptrs[1], n)[:], at(ptrs[2], n)[:] = m, s
         return 0
     return fn
@@ -257,3 +258,18 @@ def test_token_ids_go_only_to_an_integer_pointer_and_values_to_float_ones():
     ins = [{"name": "weight", "shape": [50, 8], "int": False}, {"name": "ids", "shape": [12], "int": True}]
     maps = list(mappings(found, ins, [{"shape": [12, 8]}], {}))
     assert maps and {tuple(m["ptrs"]) for m in maps} == {("t:0", "t:2", "t:1")}
+
+
+def test_a_launcher_that_leaves_a_rows_tail_unwritten_binds_at_aligned_shapes_kept_as_a_constraint(records):
+    # DeepSpeed's kernels load float4s: at a last dimension of 33 the tail stays NaN
+    import time
+
+    from sftbuild import ops
+    from sftbuild.validate import launcher_probe
+
+    task = {**HostLauncher().plan(records["layernorm_forward"]), "device": "cpu"}
+    found, why = launcher_probe._try_op({"float32": _emulated_layernorm(vector=4)}, ops.get("layer_norm"), task,
+                                        time.monotonic() + 60)
+    assert found and found["constraints"] == {"multiple": {"-1": 4}}, why
+    assert all(s[-1] % 4 == 0 for s in found["evidence"]["shapes"])
+    assert ops.fits((7, 1024), found["constraints"]) and not ops.fits((3, 33), found["constraints"])
