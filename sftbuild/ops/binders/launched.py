@@ -43,7 +43,9 @@ SIZE_ROLES = [
 STRIDE_TYPES = {"ptrdiff_t", "ssize_t", "intptr_t", "std::ptrdiff_t"}  # integer sizes parsing does not know
 BLOCK = re.compile(r"block", re.I)
 STREAM_TYPES = {"cudaStream_t"}
-INT_TYPES = {"int", "int32_t", "int64_t", "long", "unsigned", "uint32_t", "int8_t", "uint8_t", "short", "size_t"}
+# pointer types that take an op's integer or bool tensor (token ids, masks), by any word of the type
+INT_TYPES = {"int", "int32_t", "int64_t", "long", "unsigned", "uint32_t", "uint64_t", "int8_t", "uint8_t", "int16_t",
+             "uint16_t", "short", "size_t", "char", "bool"}
 OUT_NAMES = re.compile(r"^(out|output|y|dst|res|result)\w*$", re.I)
 DTYPES = {"float": ["float32"], "__half": ["float16"], "half": ["float16"], "__nv_bfloat16": ["bfloat16"],
           "nv_bfloat16": ["bfloat16"]}
@@ -334,7 +336,7 @@ def _input_orders(ins: list[dict], inputs: list[dict]):
         return r["name"].lower() == t["name"].lower() or r["name"].lower().startswith(t["name"].lower())
 
     def typed(r, t):  # token ids go to an integer pointer, values to a float one
-        return "int" not in t or t["int"] == (r["type"] in INT_TYPES)
+        return "int" not in t or t["int"] == bool(set(r["type"].split()) & INT_TYPES)
 
     perms = list(itertools.permutations(range(len(inputs)))) if len(inputs) <= 4 else [tuple(range(len(inputs)))]
     perms = [p for p in perms if all(typed(r, inputs[j]) for r, j in zip(ins, p))]
