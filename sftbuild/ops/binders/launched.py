@@ -58,7 +58,7 @@ class HostLauncher(Binder):
     """Call the record's host launcher (raw pointers and sizes) on each shortlisted op's inputs and keep
     the op its outputs match over >= 3 shapes (and every dtype its pointer types allow)."""
     name = "host_launcher"
-    version = 1
+    version = 2
     order = 85
     languages = ("cuda",)
     task_fn = "sftbuild.validate.launcher_probe:probe"
