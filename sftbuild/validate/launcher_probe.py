@@ -232,6 +232,8 @@ def _trial(fn, op, mapping, shape, dtype, seed, params, dev="cuda", case=None) -
         a.copy_(b)
     if code == launched.REFUSED:
         return False, 0.0, f"the launcher's own assert refused sizes {ints}"
+    if code == launched.DIVIDED_BY_ZERO:
+        return False, 0.0, f"the launcher divided by zero at sizes {ints}"
     if code != 0:
         return False, 0.0, f"the launch failed (CUDA error {code})"
     if changed:

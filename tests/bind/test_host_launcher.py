@@ -228,7 +228,7 @@ def test_sizes_are_read_only_from_dimensions_the_ops_tensors_have(records):
 def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_process(records, compile_cache):
     import ctypes
 
-    from sftbuild.ops.binders.launched import REFUSED
+    from sftbuild.ops.binders.launched import DIVIDED_BY_ZERO, REFUSED
     from sftbuild.validate.compile import compile_task
 
     from sftbuild.validate.trials import load_file_harness
@@ -238,7 +238,7 @@ def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_proc
     # nothing links (DeepSpeed's context.h creates a cuBLAS handle): the harness still loads.
     rec = records["layernorm_forward"]
     launcher = {**rec.entry["launcher"], "code": rec.entry["launcher"]["code"].replace(
-        "const int N = B * T;", "const int N = B * T; assert(N % 2 == 0);")
+        "const int N = B * T;", "const int N = B * T; assert(N % 2 == 0); volatile int g = 64 / (C - 8);")
         + '\nextern "C" int sftbuild_absent(void);\nint never_called() { return sftbuild_absent(); }\n'}
     task = HostLauncher().plan(Record(language="cuda", code=rec.code, source="t",
                                       entry={**rec.entry, "launcher": launcher}))
@@ -250,6 +250,9 @@ def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_proc
     call = load_file_harness(res["so"]).sftbuild_raw_call_float32
     odd = (ctypes.c_longlong * 3)(3, 1, 8)
     assert call((ctypes.c_void_p * 6)(), odd, (ctypes.c_double * 1)()) == REFUSED
+    # a host division by zero at a size guess (DeepSpeed's attn_softmax grid) answers too, twice over
+    zero = (ctypes.c_longlong * 3)(2, 1, 8)
+    assert [call((ctypes.c_void_p * 6)(), zero, (ctypes.c_double * 1)()) for _ in range(2)] == [DIVIDED_BY_ZERO] * 2
 
 
 def test_token_ids_go_only_to_an_integer_pointer_and_values_to_float_ones():

@@ -50,6 +50,19 @@ OUT_NAMES = re.compile(r"^(out|output|y|dst|res|result)\w*$", re.I)
 DTYPES = {"float": ["float32"], "__half": ["float16"], "half": ["float16"], "__nv_bfloat16": ["bfloat16"],
           "nv_bfloat16": ["bfloat16"]}
 REFUSED = -2  # a probe entry's answer where the launcher's own assert refused the sizes
+DIVIDED_BY_ZERO = -3  # ... where the launcher's host code divided by zero at the sizes (SIGFPE)
+# a host integer division by zero at a size guess (DeepSpeed's attn_softmax grid at a sequence of 1)
+# answers DIVIDED_BY_ZERO instead of killing the probe's worker: the handler jumps back to the entry
+FPE_GUARD = """#include <csetjmp>
+#include <csignal>
+static sigjmp_buf sftbuild_fpe_at;
+static void sftbuild_on_fpe(int) { siglongjmp(sftbuild_fpe_at, 1); }
+static void sftbuild_fpe_guard(struct sigaction* old) {
+  struct sigaction sa = {};
+  sa.sa_handler = sftbuild_on_fpe;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGFPE, &sa, old);
+}"""
 ANY_FLOAT = ["float32", "bfloat16", "float16"]  # a type the launcher's file names (`floatX`): the probe tries each
 
 
@@ -236,7 +249,8 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
     # the launcher's own asserts (llm.c's `assert(N % (block_size * x128::size) == 0)`) refuse one try of
     # sizes (the entry returns REFUSED) rather than abort the probe's worker
     out = ['#include "kernel.cuh"', "struct sftbuild_refused {};", "#undef assert",
-           "#define assert(e) ((e) ? (void)0 : throw sftbuild_refused())", launcher["code"], "#undef assert"]
+           "#define assert(e) ((e) ? (void)0 : throw sftbuild_refused())", launcher["code"], "#undef assert",
+           FPE_GUARD]
     for dtype in dtypes:
         ctype = CTYPES[dtype]
         args, n = [], {"p": 0, "i": 0, "f": 0}
@@ -256,7 +270,11 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
         name = launcher.get("call") or launcher["name"]  # a full specialization is called by its own name
         out.append(f'extern "C" int sftbuild_raw_call_{dtype}(void** ptrs, const long long* ints, '
                    f"const double* floats) {{\n  cudaStream_t sftbuild_stream = 0;\n"
-                   f"  try {{ {name}{inst}({', '.join(args)}); }} catch (sftbuild_refused&) {{ return {REFUSED}; }}\n"
+                   f"  if (sigsetjmp(sftbuild_fpe_at, 1)) return {DIVIDED_BY_ZERO};\n"
+                   "  struct sigaction sftbuild_old;\n  sftbuild_fpe_guard(&sftbuild_old);\n"
+                   f"  try {{ {name}{inst}({', '.join(args)}); }} catch (sftbuild_refused&) {{\n"
+                   f"    sigaction(SIGFPE, &sftbuild_old, nullptr);\n    return {REFUSED};\n  }}\n"
+                   "  sigaction(SIGFPE, &sftbuild_old, nullptr);\n"
                    "  return (int)cudaGetLastError();\n}")
     return "\n".join(out) + "\n"
 
