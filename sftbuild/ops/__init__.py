@@ -37,6 +37,9 @@ def fits(shape, cons: dict, max_numel: int | None = None) -> bool:
     # {axis: size}: the most an axis may hold (the op's inputs are ill-posed past it)
     if any(int(a) < len(shape) and shape[int(a)] > n for a, n in (cons.get("max_dims") or {}).items()):
         return False
+    # {axis: k}: dims a launcher needs a multiple of k (vector loads; its own asserts), axis < 0 from the end
+    if any(not -len(shape) <= int(a) < len(shape) or shape[int(a)] % k for a, k in (cons.get("multiple") or {}).items()):
+        return False
     # {axis: size}: dims the harness fixes (keys may come back from JSON as strings)
     return all(int(a) < len(shape) and shape[int(a)] == n for a, n in (cons.get("dims") or {}).items())
 

@@ -18,8 +18,10 @@ sandboxed GPU worker. Invariants:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
+import re
 import tempfile
 import time
 
@@ -30,8 +32,11 @@ from sftbuild.ops import special
 from sftbuild.ops.binders import launched
 from sftbuild.validate import pyrun
 from sftbuild.validate.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
+from sftbuild.validate.trials import load_file_harness
 
 MIN_SHAPES = 3
+ALIGNS = (4, 8)  # last-dimension multiples tried where a launcher leaves elements unwritten at the others
+UNALIGNED = re.compile(r"NaN where|refused")
 SCRATCH_MIN_BYTES = 1 << 20
 
 
@@ -54,7 +59,10 @@ def probe(task: dict) -> dict:
         except KeyError as e:
             rejected.append({"op": name, "why": str(e)[:200]})
             continue
-        found, why = _try_op(fns, op, task, deadline)
+        try:
+            found, why = _try_op(fns, op, task, deadline)
+        except Exception as e:  # one op's failure is its rejection, not the end of the probe
+            found, why = None, f"{type(e).__name__}: {str(e)[:200]}"
         if found:
             ev = {**found.pop("evidence"), "candidates_tried": tried, "candidates_rejected": rejected,
                   "seconds": round(time.monotonic() - start, 2)}
@@ -85,7 +93,11 @@ def _build(task: dict) -> tuple[dict, str]:
         if not res.get("ok"):
             why = why or f"the launcher's harness did not compile ({res.get('reason')}): {res.get('where', '')}"[:400]
             continue
-        lib = ctypes.CDLL(res["so"])
+        try:  # lazily bound, as validation loads it: helpers the launcher never calls may name cuBLAS
+            lib = load_file_harness(res["so"])
+        except OSError as e:  # named as the harness, not by our build folder (a log scrubs that path away)
+            why = why or f"the launcher's harness does not load: {str(e).replace(res['so'], 'harness.so')}"[:400]
+            continue
         for d in dtypes:
             fns[d] = getattr(lib, f"sftbuild_raw_call_{d}")
             fns[d].restype = ctypes.c_int
@@ -93,11 +105,32 @@ def _build(task: dict) -> tuple[dict, str]:
 
 
 def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
+    """The op's binding through the launcher, or why not; where the launcher left outputs unwritten or
+    its assert refused the sizes, again on the op's shapes whose last dimension is a multiple of each
+    of ALIGNS (DeepSpeed's float4 loads), which the binding then keeps as a constraint for validation."""
+    found, why = _try_shapes(fns, op, task, deadline, probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU))
+    for align in ALIGNS:
+        if found or not UNALIGNED.search(why):
+            break
+        cons = {"multiple": {"-1": align}}
+        pool = [s for s in op.shape_pool if ops.fits(s, cons)]
+        if len(pool) < MIN_SHAPES:
+            break
+        found, why_aligned = _try_shapes(fns, op, task, deadline,
+                                         probe_shapes(dataclasses.replace(op, shape_pool=pool), MIN_SHAPES,
+                                                      MAX_PROBE_NUMEL_GPU))
+        if found:
+            found["constraints"] = cons
+        else:
+            why = f"{why}; at a last dimension a multiple of {align}: {why_aligned}"
+    return found, why
+
+
+def _try_shapes(fns, op, task, deadline, shapes) -> tuple[dict | None, str]:
     dtypes = [d for d in task["dtypes"] if d in op.dtypes and d in fns]
     dev = task.get("device", "cuda")
     if not dtypes:
         return None, "the op takes none of the launcher's dtypes"
-    shapes = probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU)
     found = task["roles"]
     last = ""  # why the best-named mapping failed, the one most likely meant
     for dtype in dtypes:  # a launcher of the file's own float type (`floatX`) agrees at one of them
@@ -105,7 +138,8 @@ def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
         case = _case(op, shapes[0], dtype, 0, params, dev)
         if isinstance(case, str):
             return None, case
-        meta_in = [{"name": n, "shape": list(t.shape)} for n, t in zip(_names(op), case[0])]
+        meta_in = [{"name": n, "shape": list(t.shape), "int": not t.is_floating_point()}
+                   for n, t in zip(_names(op), case[0])]
         meta_out = [{"shape": list(r.shape)} for r in case[1]]
         for mapping in launched.mappings(found, meta_in, meta_out, params):
             if time.monotonic() > deadline:
@@ -137,14 +171,18 @@ def _names(op) -> list[str]:
 
 
 def _inputs(op, shape, dtype, seed, params, dev="cuda") -> list:
-    return [_padded(t.to(dev).contiguous()) for t in special.trial_inputs(op, shape, dtype, seed, params)]
+    drawn = [t.to(dev).contiguous() for t in special.trial_inputs(op, shape, dtype, seed, params)]
+    most = max((t.numel() for t in drawn), default=1)
+    return [_padded(t, most) for t in drawn]
 
 
-def _padded(t: torch.Tensor) -> torch.Tensor:
-    """`t` at the start of a buffer PADDING times its size: a wrong size mapping (whose sizes
-    `launched.mappings` keeps within it) reads or writes past the tensor into memory of ours, not
-    past the allocation (a CUDA fault would end every later trial)."""
-    room = torch.zeros(launched.PADDING * t.numel() + 256, dtype=t.dtype, device=t.device)
+def _padded(t: torch.Tensor, most: int) -> torch.Tensor:
+    """`t` at the start of a buffer of PADDING times `most` elements of 8 bytes (`most`: the trial's
+    largest tensor): a wrong size mapping (whose sizes `launched.mappings` keeps within PADDING times
+    the largest tensor), through any pointer type, reads or writes past the tensor into memory of
+    ours, not past the allocation (a CUDA fault would end every later trial)."""
+    nbytes = 8 * (launched.PADDING * max(most, t.numel()) + 256)
+    room = torch.zeros(nbytes // t.element_size(), dtype=t.dtype, device=t.device)
     view = room[:t.numel()].view(t.shape)
     view.copy_(t)
     return view
@@ -168,7 +206,8 @@ def _trial(fn, op, mapping, shape, dtype, seed, params, dev="cuda", case=None) -
     if isinstance(case, str):
         return False, 0.0, case
     inputs, refs64, natives = case
-    outs = [_padded(torch.full_like(r, float("nan")) if r.is_floating_point() else torch.zeros_like(r))
+    most = max(t.numel() for t in [*inputs, *natives])
+    outs = [_padded(torch.full_like(r, float("nan")) if r.is_floating_point() else torch.zeros_like(r), most)
             for r in natives]
     tensors = outs + inputs
     before = [t.clone() for t in inputs]
@@ -191,6 +230,10 @@ def _trial(fn, op, mapping, shape, dtype, seed, params, dev="cuda", case=None) -
     changed = any(not torch.equal(a, b) for a, b in zip(before, inputs))
     for a, b in zip(inputs, before):  # the next mapping tried on this case gets the inputs unchanged
         a.copy_(b)
+    if code == launched.REFUSED:
+        return False, 0.0, f"the launcher's own assert refused sizes {ints}"
+    if code == launched.DIVIDED_BY_ZERO:
+        return False, 0.0, f"the launcher divided by zero at sizes {ints}"
     if code != 0:
         return False, 0.0, f"the launch failed (CUDA error {code})"
     if changed:

@@ -84,8 +84,13 @@ def test_the_binder_plans_one_probe_per_record_and_says_why_not_elsewhere(record
     assert task["dtypes"] == ["float32"] and task["shortlist"][0].startswith("gelu")
     assert "sftbuild_raw_call" in task["harness"] and "gelu_forward((float*)ptrs[0], (const float*)ptrs[1]" \
         not in task["harness"]  # pointers go in as the launcher declares them, not re-qualified
-    assert unprobeable({"name": "f", "params": ["float* out", "ptrdiff_t stride"], "code": ""}) \
-        == "launcher f takes a parameter with no role: stride"
+    assert unprobeable({"name": "f", "params": ["float* out", "std::pair<int, int> shape"], "code": ""}) \
+        == "launcher f takes a parameter with no role: shape"
+    # a slice's stride (llm.c's adamw_update) is a size: the whole buffer first, then a row
+    strided = roles(["float* out", "const float* x", "size_t count", "ptrdiff_t w_stride"])
+    assert [r["role"] for r in strided] == ["out", "in", "size", "size"]
+    assert dimension_values("w_stride", [4, 8], 1, [{"shape": [4, 8]}], [{"shape": [4, 8]}])[:2] == \
+        ["numel:1", "dim:1:-1"]
     flagged = roles(["float* out", "const float* x", "bool pre_ln", "int n"])
     assert [r["role"] for r in flagged] == ["out", "in", "flag", "size"]
     flags = [m["ints"][0] for m in mappings(flagged, [{"name": "x", "shape": [8]}], [{"shape": [8]}], {})]
@@ -166,9 +171,10 @@ def test_each_overload_of_a_kernel_is_launched_by_the_specialization_of_its_type
         in task["harness"]
 
 
-def _emulated_layernorm(broken: bool = False):
+def _emulated_layernorm(broken: bool = False, vector: int = 1):
     """llm.c's layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C) on the CPU, reading and
-    writing the probe's buffers by address as the compiled launcher would (`broken`: forgets the bias)."""
+    writing the probe's buffers by address as the compiled launcher would (`broken`: forgets the bias;
+    `vector`: writes each row in vectors of that many elements, leaving a shorter tail unwritten)."""
     import ctypes
 
     import numpy as np
@@ -181,7 +187,7 @@ def _emulated_layernorm(broken: bool = False):
         x = at(ptrs[3], n * c).reshape(n, c).astype(np.float64)
         m, s = x.mean(1), 1 / np.sqrt(x.var(1) + 1e-5)
         y = (x - m[:, None]) * s[:, None] * at(ptrs[4], c) + (0 if broken else at(ptrs[5], c))
-        at(ptrs[0], n * c)[:] = y.reshape(-1)
+        at(ptrs[0], n * c).reshape(n, c)[:, :c - c % vector] = y[:, :c - c % vector]
         at(ptrs[1], n)[:], at(ptrs[2], n)[:] = m, s
         return 0
     return fn
@@ -205,3 +211,68 @@ def test_the_probe_finds_layer_norm_through_the_launcher_and_rejects_its_broken_
         assert found["op"] == "layer_norm" and found["harness"] == "host_launcher" and found["dtypes"] == ["float32"]
         assert found["harness_args"]["ptrs"] == ["t:0", "scratch", "scratch", "t:1", "t:2", "t:3"]
         assert len(found["evidence"]["shapes"]) >= 3
+
+
+def test_sizes_are_read_only_from_dimensions_the_ops_tensors_have(records):
+    # poly_norm's bias is 0-d: neither C (a last dimension) nor any size may be read from it
+    rec = records["layernorm_forward"]
+    found = roles(rec.entry["launcher"]["params"], written(rec))
+    ins = [{"name": "x", "shape": [6, 10]}, {"name": "w", "shape": [3]}, {"name": "b", "shape": []}]
+    tensors = [_S([6, 10]), _S([6, 10]), _S([3]), _S([])]
+    maps = list(mappings(found, ins, [{"shape": [6, 10]}], {}))
+    assert maps and all(size_value(e, tensors) >= 0 for m in maps for e in m["ints"])
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
+def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_process(records, compile_cache):
+    import ctypes
+
+    from sftbuild.ops.binders.launched import DIVIDED_BY_ZERO, REFUSED
+    from sftbuild.validate.compile import compile_task
+
+    from sftbuild.validate.trials import load_file_harness
+
+    # as llm.c's gelu_forward asserts `N % (block_size * x128::size) == 0`; the assert fails before any
+    # CUDA call, so the entry answers without a GPU. A helper it never calls names a library function
+    # nothing links (DeepSpeed's context.h creates a cuBLAS handle): the harness still loads.
+    rec = records["layernorm_forward"]
+    launcher = {**rec.entry["launcher"], "code": rec.entry["launcher"]["code"].replace(
+        "const int N = B * T;", "const int N = B * T; assert(N % 2 == 0); volatile int g = 64 / (C - 8);")
+        + '\nextern "C" int sftbuild_absent(void);\nint never_called() { return sftbuild_absent(); }\n'}
+    task = HostLauncher().plan(Record(language="cuda", code=rec.code, source="t",
+                                      entry={**rec.entry, "launcher": launcher}))
+    res = compile_task({"id": "t", "code": task["code"], "harness": task["harness"], "include_sets": [],
+                        "arch": "sm_90", "timeout": 120, "cache_dir": str(compile_cache), "link": True})
+    assert res["ok"], res.get("log")
+    with pytest.raises(OSError, match="sftbuild_absent"):
+        ctypes.CDLL(res["so"])
+    call = load_file_harness(res["so"]).sftbuild_raw_call_float32
+    odd = (ctypes.c_longlong * 3)(3, 1, 8)
+    assert call((ctypes.c_void_p * 6)(), odd, (ctypes.c_double * 1)()) == REFUSED
+    # a host division by zero at a size guess (DeepSpeed's attn_softmax grid) answers too, twice over
+    zero = (ctypes.c_longlong * 3)(2, 1, 8)
+    assert [call((ctypes.c_void_p * 6)(), zero, (ctypes.c_double * 1)()) for _ in range(2)] == [DIVIDED_BY_ZERO] * 2
+
+
+def test_token_ids_go_only_to_an_integer_pointer_and_values_to_float_ones():
+    # llm.c's encoder_forward(out, inp, wte, B, T, C): a float table read as ids would index far past it
+    found = roles(["float* out", "const int* inp", "const float* wte", "int B", "int T", "int C"])
+    ins = [{"name": "weight", "shape": [50, 8], "int": False}, {"name": "ids", "shape": [12], "int": True}]
+    maps = list(mappings(found, ins, [{"shape": [12, 8]}], {}))
+    assert maps and {tuple(m["ptrs"]) for m in maps} == {("t:0", "t:2", "t:1")}
+
+
+def test_a_launcher_that_leaves_a_rows_tail_unwritten_binds_at_aligned_shapes_kept_as_a_constraint(records):
+    # DeepSpeed's kernels load float4s: at a last dimension of 33 the tail stays NaN
+    import time
+
+    from sftbuild import ops
+    from sftbuild.validate import launcher_probe
+
+    task = {**HostLauncher().plan(records["layernorm_forward"]), "device": "cpu"}
+    found, why = launcher_probe._try_op({"float32": _emulated_layernorm(vector=4)}, ops.get("layer_norm"), task,
+                                        time.monotonic() + 60)
+    assert found and found["constraints"] == {"multiple": {"-1": 4}}, why
+    assert all(s[-1] % 4 == 0 for s in found["evidence"]["shapes"])
+    assert ops.fits((7, 1024), found["constraints"]) and not ops.fits((3, 33), found["constraints"])

@@ -37,12 +37,32 @@ SIZE_ROLES = [
     (re.compile(r"^(v|vocab(_size)?|oc|out_features|p)$", re.I), ("out_last", "w_first", "last")),
     (re.compile(r"^(rows|n_?rows|m|num_rows|bt)$", re.I), ("rows",)),
     (re.compile(r"^(n|numel|count|size|num_elements|n_elements|total|len)$", re.I), ("numel", "rows", "last")),
+    # a slice's stride (llm.c's `ptrdiff_t w_stride`): the whole buffer is one slice, or a row is one
+    (re.compile(r"^(\w+_)?stride$", re.I), ("numel", "last")),
 ]
+STRIDE_TYPES = {"ptrdiff_t", "ssize_t", "intptr_t", "std::ptrdiff_t"}  # integer sizes parsing does not know
 BLOCK = re.compile(r"block", re.I)
 STREAM_TYPES = {"cudaStream_t"}
+# pointer types that take an op's integer or bool tensor (token ids, masks), by any word of the type
+INT_TYPES = {"int", "int32_t", "int64_t", "long", "unsigned", "uint32_t", "uint64_t", "int8_t", "uint8_t", "int16_t",
+             "uint16_t", "short", "size_t", "char", "bool"}
 OUT_NAMES = re.compile(r"^(out|output|y|dst|res|result)\w*$", re.I)
 DTYPES = {"float": ["float32"], "__half": ["float16"], "half": ["float16"], "__nv_bfloat16": ["bfloat16"],
           "nv_bfloat16": ["bfloat16"]}
+REFUSED = -2  # a probe entry's answer where the launcher's own assert refused the sizes
+DIVIDED_BY_ZERO = -3  # ... where the launcher's host code divided by zero at the sizes (SIGFPE)
+# a host integer division by zero at a size guess (DeepSpeed's attn_softmax grid at a sequence of 1)
+# answers DIVIDED_BY_ZERO instead of killing the probe's worker: the handler jumps back to the entry
+FPE_GUARD = """#include <csetjmp>
+#include <csignal>
+static sigjmp_buf sftbuild_fpe_at;
+static void sftbuild_on_fpe(int) { siglongjmp(sftbuild_fpe_at, 1); }
+static void sftbuild_fpe_guard(struct sigaction* old) {
+  struct sigaction sa = {};
+  sa.sa_handler = sftbuild_on_fpe;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGFPE, &sa, old);
+}"""
 ANY_FLOAT = ["float32", "bfloat16", "float16"]  # a type the launcher's file names (`floatX`): the probe tries each
 
 
@@ -51,7 +71,7 @@ class HostLauncher(Binder):
     """Call the record's host launcher (raw pointers and sizes) on each shortlisted op's inputs and keep
     the op its outputs match over >= 3 shapes (and every dtype its pointer types allow)."""
     name = "host_launcher"
-    version = 1
+    version = 2
     order = 85
     languages = ("cuda",)
     task_fn = "sftbuild.validate.launcher_probe:probe"
@@ -103,7 +123,9 @@ def roles(params: list[str], writes: set[str] | None = None) -> list[dict]:
             out.append({"name": words_[-1], "type": "bool", "role": "flag"})  # tried false, then true
             continue
         p = param_info(decl)
-        if p is None:
+        if p is None and len(words_) == 2 and words_[0] in STRIDE_TYPES:
+            out.append({"name": words_[1], "type": words_[0], "role": "size"})
+        elif p is None:
             out.append({"name": decl.split()[-1] if decl.split() else "", "type": decl, "role": "other"})
         elif p["ptr"]:
             wrote = not p["const"] if writes is None else p["name"] in writes
@@ -224,7 +246,11 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
     the dtype's C type, for a template over types) called with its pointers, sizes (and block sizes)
     and float scalars in its own parameter order; the stream is the default one."""
     tparams = launcher.get("template") or []
-    out = ['#include "kernel.cuh"', launcher["code"]]
+    # the launcher's own asserts (llm.c's `assert(N % (block_size * x128::size) == 0)`) refuse one try of
+    # sizes (the entry returns REFUSED) rather than abort the probe's worker
+    out = ['#include "kernel.cuh"', "struct sftbuild_refused {};", "#undef assert",
+           "#define assert(e) ((e) ? (void)0 : throw sftbuild_refused())", launcher["code"], "#undef assert",
+           FPE_GUARD]
     for dtype in dtypes:
         ctype = CTYPES[dtype]
         args, n = [], {"p": 0, "i": 0, "f": 0}
@@ -244,7 +270,11 @@ def probe_harness(launcher: dict, found: list[dict], dtypes: list[str]) -> str:
         name = launcher.get("call") or launcher["name"]  # a full specialization is called by its own name
         out.append(f'extern "C" int sftbuild_raw_call_{dtype}(void** ptrs, const long long* ints, '
                    f"const double* floats) {{\n  cudaStream_t sftbuild_stream = 0;\n"
-                   f"  {name}{inst}({', '.join(args)});\n"
+                   f"  if (sigsetjmp(sftbuild_fpe_at, 1)) return {DIVIDED_BY_ZERO};\n"
+                   "  struct sigaction sftbuild_old;\n  sftbuild_fpe_guard(&sftbuild_old);\n"
+                   f"  try {{ {name}{inst}({', '.join(args)}); }} catch (sftbuild_refused&) {{\n"
+                   f"    sigaction(SIGFPE, &sftbuild_old, nullptr);\n    return {REFUSED};\n  }}\n"
+                   "  sigaction(SIGFPE, &sftbuild_old, nullptr);\n"
                    "  return (int)cudaGetLastError();\n}")
     return "\n".join(out) + "\n"
 
@@ -284,7 +314,8 @@ def mappings(found: list[dict], inputs: list[dict], outputs: list[dict], params:
         sizes = [r for r in found if r["role"] in ("size", "block", "flag")]
         first = inputs[perm[0]]["shape"] if perm else []
         choices = [["const:256"] if r["role"] == "block" else ["const:0", "const:1"] if r["role"] == "flag" else
-                   dimension_values(r["name"], first, len(outputs) + (perm[0] if perm else 0), inputs, outputs)
+                   [e for e in dimension_values(r["name"], first, len(outputs) + (perm[0] if perm else 0), inputs,
+                                                outputs) if _names_a_dimension(e, shapes)]
                    for r in sizes]
         for n, ints in enumerate(itertools.islice(itertools.product(*choices), MAX_SIZE_MAPPINGS)):
             total = _numel([size_value(e, shapes) for e, r in zip(ints, sizes) if r["role"] == "size"])
@@ -301,6 +332,15 @@ class _Shape:
         self.shape = list(shape)
 
 
+def _names_a_dimension(expr: str, shapes: list) -> bool:
+    """Whether a size expression reads a tensor and dimension there are (a 0-d input has no last one)."""
+    try:
+        size_value(expr, shapes)
+        return True
+    except (IndexError, ValueError):
+        return False
+
+
 def _numel(dims) -> int:
     n = 1
     for d in dims:
@@ -313,7 +353,11 @@ def _input_orders(ins: list[dict], inputs: list[dict]):
     def named(r, t):
         return r["name"].lower() == t["name"].lower() or r["name"].lower().startswith(t["name"].lower())
 
+    def typed(r, t):  # token ids go to an integer pointer, values to a float one
+        return "int" not in t or t["int"] == bool(set(r["type"].split()) & INT_TYPES)
+
     perms = list(itertools.permutations(range(len(inputs)))) if len(inputs) <= 4 else [tuple(range(len(inputs)))]
+    perms = [p for p in perms if all(typed(r, inputs[j]) for r, j in zip(ins, p))]
     perms.sort(key=lambda p: (-sum(named(r, inputs[j]) for r, j in zip(ins, p)), p))
     return perms
 
