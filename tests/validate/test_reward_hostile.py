@@ -89,9 +89,8 @@ def test_hostile_runs_end_in_their_sandbox_and_the_worker_serves_on(tmp_path):
 def test_filling_the_gpu_memory_scores_zero_and_the_next_candidate_runs(tmp_path):
     fill = ("import torch\n_held = []\nwhile True:\n    _held.append(torch.empty(1 << 30, dtype=torch.uint8, "
             "device='cuda'))\n")
-    codes = [fill + TRITON_RELU, TRITON_RELU.replace("return y", "_held = [torch.empty(1 << 30, dtype=torch.uint8, "
-                                                                  "device='cuda') for _ in range(1 << 10)]\n    return y"),
-             TRITON_RELU]
+    at_call = "_held = [torch.empty(1 << 30, dtype=torch.uint8, device='cuda') for _ in range(1 << 10)]\n    return y"
+    codes = [fill + TRITON_RELU, TRITON_RELU.replace("return y", at_call), TRITON_RELU]
     cfg = ValidateConfig(shapes=1, seeds=1, memcheck="off", runs=5, warmup=1)
     out = R.reward_batch([TASK] * 3, codes, config=cfg, cache_dir=str(tmp_path))
     assert [r.score for r in out[:2]] == [0.0, 0.0] and all(r.reason for r in out[:2]), out

@@ -81,4 +81,5 @@ class Git(SourceKind):
 
 
 def _clone_dir(src: Source, workspace: Path, cfg) -> Path:
-    return cache_dir(workspace, cfg) / "git" / hashlib.sha256(f"{src.location}@{src.revision}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{src.location}@{src.revision}".encode()).hexdigest()[:16]
+    return cache_dir(workspace, cfg) / "git" / key
