@@ -385,7 +385,7 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
                     yield p, Compiled(**c) if isinstance(c, dict) else c
 
 
-def compile_cached(progs: list[Program], cache: Path, device: str = "cuda", processes: int = 0):
+def compile_cached(progs: list[Program], cache: Path, device: str = "cuda"):
     """As `compile_isolated`, kept by content under `cache`: a program compiled before with the same
     source, device, torch, Triton and compile code comes from there, so a harvest cut anywhere resumes
     with the programs it had not reached. A compile process that died or hung is not kept (it may
@@ -411,7 +411,7 @@ def compile_cached(progs: list[Program], cache: Path, device: str = "cuda", proc
             continue
         yield p, Compiled(**got) if isinstance(got, dict) else str(got)
     cache.mkdir(parents=True, exist_ok=True)
-    for p, comp in compile_isolated(todo, device, processes=processes):
+    for p, comp in compile_isolated(todo, device):
         if not (isinstance(comp, str) and comp.startswith(PROCESS_FAILED)):
             tmp = paths[p.name].with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(pickle.dumps(dataclasses.asdict(comp) if isinstance(comp, Compiled) else comp))
