@@ -245,9 +245,10 @@ class ExecutorConfig:
 @dataclasses.dataclass
 class SandboxConfig:
     """How compiles and runs of untrusted code are contained (see docs/threat-model.md)."""
-    isolation: str = opt("auto", "OS isolation: auto (bubblewrap, else unshare, else none, said once and "
-                         "recorded in each run manifest) | bwrap | unshare (an error when unavailable) | none",
-                         choices=("auto", "bwrap", "unshare", "none"))
+    isolation: str = opt("auto", "OS isolation: auto (bubblewrap, else unshare with a read-only mount view "
+                         "and Landlock, else Landlock alone; said once and recorded in each run manifest) | bwrap | "
+                         "unshare | landlock (an error when unavailable) | none",
+                         choices=("auto", "bwrap", "unshare", "landlock", "none"))
     network: bool = opt(False, "let untrusted code reach the network (never needed to validate)")
     cpu_seconds: int = opt(900, "CPU seconds per sandboxed process", lo=1)
     memory_gb: float = opt(16.0, "address space per sandboxed process, in GB (GPU runs are exempt: CUDA "
@@ -256,8 +257,10 @@ class SandboxConfig:
     processes: int = opt(4096, "processes and threads of this user beyond which a sandboxed process may not "
                          "start more (CPU work only; not enforced for root)", lo=1)
     output_kb: int = opt(256, "stdout and stderr kept per sandboxed process, in KB (the rest is dropped)", lo=1)
-    read_only: list[str] = opt([], "extra folders untrusted code may read (bubblewrap), e.g. a CUDA toolkit "
+    read_only: list[str] = opt([], "extra folders untrusted code may read, e.g. a CUDA toolkit "
                                "outside /usr and /opt")
+    allow_unconfined: bool = opt(False, "run untrusted code even where no layer confines its files (no bubblewrap, "
+                                 "no Landlock, no mount namespace); it can then read and write this user's files")
 
 
 @dataclasses.dataclass

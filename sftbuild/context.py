@@ -104,6 +104,10 @@ class StageRun:
         self._pending: list[tuple] = []
 
     def __enter__(self) -> "StageRun":
+        say_sandbox_once(self.ctx.echo)
+        why = sandbox.refusal() if stages.get(self.stage).untrusted else None
+        if why:  # before anything is recorded
+            raise UserError(f"{self.stage}: {why}")
         store = self.ctx.store
         old = store.stage_producers(self.stage)
         if old and old["config_hash"] == store.stage_config(self.stage) != self.chash and old["base"] == self.base:
@@ -111,7 +115,6 @@ class StageRun:
             if languages:  # a change that reaches only some languages redoes only their records
                 store.carry_languages(self.stage, old["config_hash"], self.chash, languages)
         store.set_stage_config(self.stage, self.chash, self.config, self.producers, self.base, fingerprint(self.stage))
-        say_sandbox_once(self.ctx.echo)
         env = {**environment(), "sandbox": sandbox.layers()}
         self.run_id = self.ctx.store.start_run(self.stage, self.chash, self.config, env)
         return self

@@ -15,7 +15,8 @@ COMPILE_CAUSES = {"toolchain": "toolchain", "closure_error": "toolchain", "missi
 # an unbound record's reason (each binder's phrase) -> cause; the first that matches wins
 UNBOUND_CAUSES = [
     (re.compile(r"needs a GPU"), "needs_gpu_to_probe"),
-    (re.compile(r"did not compile|incompatible_toolchain|import failed"), "toolchain"),
+    (re.compile(r"did not compile|incompatible_toolchain"), "toolchain"),
+    (re.compile(r"import failed"), "import_failed"),  # a dependency or the package itself, not the toolchain
     (re.compile(r"no (host )?function (in the record )?launches|no kernel entry|takes a parameter with no role|"
                 r"takes tensors|is a template|writes no pointer|launched from another module"), "no_entry_point"),
 ]
@@ -74,7 +75,8 @@ def _bindings(counts: dict) -> str:
 
 
 def blockers(funnel: dict) -> dict[str, int]:
-    """What stops records, by cause: a failed compile (toolchain, missing_header, compile_error), no
+    """What stops records, by cause: a failed compile or an import the installed Triton or torch cannot
+    satisfy (toolchain, missing_header, compile_error), another failed import (import_failed), no
     entry point a binder can call (no_entry_point), a probe that found no op (no_op_matched), probing
     that waits for a GPU, and every other validate drop under its own reason."""
     out: dict[str, int] = {}

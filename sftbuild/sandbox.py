@@ -12,8 +12,10 @@ and recorded in every run manifest (`sftbuild.context.StageRun`):
   isolation  bubblewrap: user, mount, pid, network, IPC and UTS namespaces; the system, Python and
              the toolchain bound read-only; a private scratch folder as HOME and /tmp; only the
              folders a call names writable; /dev/nvidia* bound in when the call needs a GPU.
-             Else `unshare`: user, pid and network namespaces only (the filesystem stays visible).
-             Else none.
+             Else `unshare`: user, pid, mount and network namespaces, in which sftbuild.confine
+             lays a read-only view (`mounts`) and Landlock over the same allowlist (`filesystem()`);
+             else Landlock alone. Where no layer confines files, untrusted code does not run
+             (`refusal()`) unless sandbox.allow_unconfined (or isolation: none) says it may.
   rlimits    CPU seconds, address space and process count (neither for GPU runs: CUDA reserves far
              more address space than it uses, and the count is of all this user's threads), file
              size, no core files; the kernel does not enforce the process count for root
@@ -22,7 +24,7 @@ and recorded in every run manifest (`sftbuild.context.StageRun`):
   hygiene    each command leads its own process group; a timeout kills the group (compiler front
              ends, cc1plus, ptxas and their children), and so does the end of the command; each
              command dies with the process that started it (PR_SET_PDEATHSIG), and its namespace
-             with it; without namespaces a supervisor (`SUPERVISOR`) ends the command's group then
+             with it; without bubblewrap a supervisor (sftbuild.confine) ends the command's group then
 
 The policy comes from the config's `sandbox` section (`configure`), and travels to worker
 processes through the environment variable SFTBUILD_SANDBOX. The threat model this serves is in
@@ -40,6 +42,7 @@ import io
 import json
 import os
 import pickle
+import re
 import resource
 import select
 import shutil
@@ -53,6 +56,8 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
+
+from sftbuild import confine
 
 
 @dataclasses.dataclass
@@ -95,7 +100,8 @@ ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHASHSEED", "LD_LIBRA
 ENV_PREFIX_ALLOW = ("TRITON_",)
 SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_RO = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
-          "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/os-release")
+          "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/os-release", "/etc/lsb-release", "/etc/debian_version",
+          "/etc/redhat-release")  # platform probes (pip's) fail on a refused read, where a missing file is fine
 
 
 @dataclasses.dataclass
@@ -110,6 +116,7 @@ class Policy:
     processes: int = 4096
     output_kb: int = 256
     read_only: list = dataclasses.field(default_factory=list)
+    allow_unconfined: bool = False
 
 
 def configure(section) -> Policy:
@@ -135,9 +142,17 @@ class SandboxUnavailable(Exception):
 
 # ---- detection -----------------------------------------------------------------------------------
 
+RW_ENV = "SFTBUILD_RW"  # in a sandboxed process: the folders it may write (sftbuild.validate.audit reads it)
+WITHOUT_ENV = "SFTBUILD_SANDBOX_WITHOUT"  # layers to treat as missing (bwrap,landlock,mounts): tests of the fallbacks
+PROBE = [sys.executable, "-I", "-S", "-c", "pass"]  # a command every confinement must still let run
+
+
 @functools.lru_cache(maxsize=None)
 def _probe(kind: str) -> str | None:
-    """None when `kind` isolation works here, else why not (one sentence)."""
+    """None when `kind` works here (bwrap, unshare, landlock, or `mounts`: a read-only mount view inside
+    unshare's namespaces), else why not (one sentence)."""
+    if kind in os.environ.get(WITHOUT_ENV, "").split(","):
+        return f"{WITHOUT_ENV} leaves {kind} out"
     if kind == "bwrap":
         exe = shutil.which("bwrap")
         if not exe:
@@ -145,11 +160,17 @@ def _probe(kind: str) -> str | None:
         if _bwrap_proc() is None:
             return "bubblewrap cannot create namespaces here"
         return None
-    elif kind == "unshare":
+    spec = _confinement([], scratch=tempfile.gettempdir(), rw=(), ro=(), gpu=False, pol=Policy(), network=False,
+                        cwd=None, mounts=kind == "mounts", landlock=kind == "landlock")
+    if kind == "landlock":
+        if confine.landlock_abi() < 1:
+            return "the kernel has no Landlock"
+        cmd = supervised(PROBE, spec)
+    elif kind in ("unshare", "mounts"):
         exe = shutil.which("unshare")
         if not exe:
             return "unshare is not installed"
-        cmd = [exe, "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "true"]
+        cmd = _unshare(supervised(PROBE, spec if kind == "mounts" else None), net=False)
     else:
         return None
     try:
@@ -157,7 +178,7 @@ def _probe(kind: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{kind} could not start: {e}"
     if p.returncode != 0:
-        return f"{kind} cannot create namespaces here: {(p.stderr or p.stdout).strip()[:200]}"
+        return f"{kind} cannot confine a process here: {(p.stderr or p.stdout).strip()[:200]}"
     return None
 
 
@@ -175,20 +196,54 @@ def _bwrap_proc() -> list[str] | None:
     return None
 
 
+ISOLATIONS = ("bwrap", "unshare", "landlock")  # auto's order; `none` is only ever asked for by name
+
+
 def isolation(pol: Policy | None = None) -> str:
-    """The isolation this process uses: bwrap, unshare or none."""
+    """The isolation this process uses: bwrap, unshare (with the filesystem layers `filesystem()` names),
+    landlock (alone) or none."""
     pol = pol or policy()
     if pol.isolation == "none":
         return "none"
-    if pol.isolation in ("bwrap", "unshare"):
+    if pol.isolation in ISOLATIONS:
         why = _probe(pol.isolation)
-        if why:
+        if why is None:
+            return pol.isolation
+        if not os.environ.get(RW_ENV):  # inside a sandbox, one that cannot nest leaves the outer one in force
             raise SandboxUnavailable(f"sandbox.isolation is {pol.isolation}, but {why}")
-        return pol.isolation
-    for kind in ("bwrap", "unshare"):
-        if _probe(kind) is None:
-            return kind
-    return "none"
+    if _probe("bwrap") is None:
+        return "bwrap"
+    if _probe("unshare") is None and (_probe("mounts") is None or _probe("landlock") is None):
+        return "unshare"
+    if _probe("landlock") is None:
+        return "landlock"
+    return "unshare" if _probe("unshare") is None else "none"
+
+
+def filesystem(pol: Policy | None = None) -> list[str]:
+    """The layers that confine untrusted code's files: [bwrap], some of [mounts, landlock], or none."""
+    iso = isolation(pol)
+    if iso == "bwrap":
+        return ["bwrap"]
+    if iso == "unshare":
+        return [k for k in ("mounts", "landlock") if _probe(k) is None]
+    return ["landlock"] if iso == "landlock" else []
+
+
+def refusal(pol: Policy | None = None) -> str | None:
+    """Why untrusted code may not run here (no layer confines its files, and the config does not allow
+    that), or None when it may."""
+    pol = pol or policy()
+    if os.environ.get(RW_ENV):  # inside a sandbox already (a GPU worker's compute-sanitizer run): it still holds
+        return None
+    try:
+        if filesystem(pol) or pol.isolation == "none" or pol.allow_unconfined:
+            return None
+    except SandboxUnavailable as e:
+        return str(e)
+    why = "; ".join(filter(None, (_probe(k) for k in ("bwrap", "landlock", "mounts"))))
+    return (f"no sandbox layer can keep untrusted code from this user's files here ({why}), so none runs: "
+            "install bubblewrap, or set sandbox.allow_unconfined: true to run it anyway")
 
 
 def layers(pol: Policy | None = None) -> dict:
@@ -200,31 +255,48 @@ def layers(pol: Policy | None = None) -> dict:
         iso, why = "none", str(e)
     else:
         why = None
-    out = {"isolation": iso, "network": "allowed" if pol.network else ("blocked" if iso != "none" else "open"),
-           "filesystem": "read-only view" if iso == "bwrap" else "host view",
+    fs = filesystem(pol) if why is None else []
+    abi = confine.landlock_abi() if "landlock" in fs else 0
+    net = "allowed" if pol.network else "blocked" if iso in ("bwrap", "unshare") else \
+        "TCP blocked (Landlock), UDP open" if abi >= 4 else "open"
+    names = {"bwrap": "bubblewrap", "mounts": "mount namespace", "landlock": f"Landlock ABI {abi}"}
+    out = {"isolation": iso, "network": net,
+           "filesystem": "read-only view (" + " + ".join(names[k] for k in fs) + ")" if fs else "host view",
            "rlimits": {"cpu_seconds": pol.cpu_seconds, "memory_gb": pol.memory_gb, "file_mb": pol.file_mb,
                        "processes": pol.processes if os.geteuid() != 0 else "not enforced for root"},
            "env": "allowlist", "output_kb": pol.output_kb}
     if pol.isolation == "auto" and iso != "bwrap":
-        why = "; ".join(filter(None, [_probe("bwrap"), iso == "none" and _probe("unshare")]))
+        why = "; ".join(filter(None, [_probe("bwrap"), iso in ("landlock", "none") and _probe("unshare"),
+                                      not fs and _probe("landlock"), not fs and _probe("mounts")]))
     if why:
         out["why"] = why
     return out
 
 
 def unavailable(pol: Policy | None = None) -> list[str]:
-    """One plain sentence for each layer not in force; empty when all are."""
+    """One plain sentence for each layer not in force, and for the fallback in force; empty when
+    bubblewrap runs."""
+    pol = pol or policy()
     lay = layers(pol)
+    iso, fs = lay["isolation"], lay["filesystem"]
     out = []
-    if lay["isolation"] == "none" and (pol or policy()).isolation != "none":
-        out.append(f"sandbox: no OS isolation ({lay.get('why', 'unavailable')}); untrusted code runs with this "
-                   "user's files and network, under rlimits and a scrubbed environment only")
-    elif lay["isolation"] == "none":
-        out.append("sandbox: OS isolation is off (sandbox.isolation: none); untrusted code runs with this user's "
-                   "files and network, under rlimits and a scrubbed environment only")
-    elif lay["isolation"] == "unshare":
-        out.append(f"sandbox: bubblewrap is unavailable ({lay.get('why', '')}); unshare isolates the network and "
-                   "processes, but untrusted code can read this user's files")
+    if iso == "none" and pol.isolation == "none":
+        out.append("sandbox: OS isolation is off (sandbox.isolation: none); untrusted code can read and write this "
+                   "user's files and reach the network, under rlimits and a scrubbed environment only")
+    elif fs == "host view" and pol.allow_unconfined:  # else refusal() says why nothing runs
+        out.append(f"sandbox: no layer confines files ({lay.get('why', 'unavailable')}); untrusted code can read and "
+                   "write this user's files" + (" and reach the network" if lay["network"] == "open" else "")
+                   + ", as sandbox.allow_unconfined allows")
+    elif iso == "unshare" and fs != "host view":
+        why = f"bubblewrap is unavailable ({lay['why']})" if lay.get("why") else "sandbox.isolation is unshare"
+        out.append(f"sandbox: {why}; unshare isolates the network and "
+                   f"processes, and a {fs} lets untrusted code read only the system, Python and the toolchain, "
+                   "and write only its own scratch and cache folders")
+    elif iso == "landlock":
+        why = f"no namespaces ({lay['why']})" if lay.get("why") else "sandbox.isolation is landlock"
+        out.append(f"sandbox: {why}; a {fs} lets untrusted code read only the "
+                   "system, Python and the toolchain, and write only its own scratch and cache folders, but it "
+                   f"shares the host's processes, and the network is {lay['network']}")
     if os.geteuid() == 0:
         out.append("sandbox: running as root, the process-count limit is not enforced (the kernel exempts root)")
     return out
@@ -265,12 +337,13 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
     pol = pol or policy()
     iso = isolation(pol)
     net_ok = pol.network if network is None else network
-    if iso == "unshare":  # the supervisor is the namespace's init: a task is never pid 1
-        net = [] if net_ok else ["--net"]
-        return ["unshare", "--user", "--map-root-user", *net, "--pid", "--fork", "--kill-child", "--mount-proc",
-                "--", *supervised(cmd)]
-    if iso != "bwrap":
-        return supervised(cmd)
+    why = refusal(pol)
+    if why:
+        raise SandboxUnavailable(why)
+    if iso in ("unshare", "landlock", "none"):
+        spec = _confinement(filesystem(pol), scratch=scratch, rw=rw, ro=ro, gpu=gpu, pol=pol, network=net_ok,
+                            cwd=cwd)
+        return _unshare(supervised(cmd, spec), net=not net_ok) if iso == "unshare" else supervised(cmd, spec)
     # no --new-session: Proc already starts bwrap in a session of its own, without a terminal, and the
     # sandboxed processes must stay in bwrap's process group for a timeout's group kill to reach them
     args = ["bwrap", "--die-with-parent", "--unshare-all"]
@@ -307,20 +380,53 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
     return [*args, "--", *cmd]
 
 
-# Without namespaces the command runs under this supervisor, which leads its process group: when the
-# process that started it dies (a SIGTERM from PR_SET_PDEATHSIG), it kills the whole group, the
-# command's children included, before it goes.
-SUPERVISOR = """
-import os, signal, subprocess, sys
-signal.signal(signal.SIGTERM, lambda *a: os.killpg(os.getpgrp(), signal.SIGKILL))
-child = subprocess.Popen(sys.argv[1:], close_fds=False)
-code = child.wait()
-os._exit(code if code >= 0 else 128 - code)
-"""
+def _unshare(cmd: list[str], net: bool) -> list[str]:
+    """`cmd` in new user, pid, mount (and, with `net`, network) namespaces; the supervisor is the
+    namespace's init, so a task is never pid 1."""
+    return ["unshare", "--user", "--map-root-user", *(["--net"] if net else []), "--pid", "--fork", "--kill-child",
+            "--mount-proc", "--", *cmd]
 
 
-def supervised(cmd: list[str]) -> list[str]:
-    return [sys.executable, "-I", "-S", "-c", SUPERVISOR, *cmd]
+def supervised(cmd: list[str], spec: dict | None = None) -> list[str]:
+    """`cmd` under sftbuild.confine, which applies `spec`'s layers, leads the command's process group and,
+    when the process that started it dies (a SIGTERM from PR_SET_PDEATHSIG), kills the whole group."""
+    return [sys.executable, "-I", "-S", confine.__file__, json.dumps(spec) if spec else "", *cmd]
+
+
+KEEP_TOP = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt", "proc", "sys", "dev")
+DEV_RW = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+def _confinement(layers: list[str], *, scratch: str, rw, ro, gpu: bool, pol: Policy, network: bool,
+                 cwd: str | None, mounts: bool | None = None, landlock: bool | None = None) -> dict | None:
+    """What sftbuild.confine applies to one command: the folders it may read (`ro`) and write (`rw`),
+    the devices it may write (`dev`, Landlock's), and the top-level folders the mount view hides
+    (every one but the system's: home folders, /tmp, /etc, /var, /run, the workspace's)."""
+    mounts = "mounts" in layers if mounts is None else mounts
+    landlock = "landlock" in layers if landlock is None else landlock
+    if not (mounts or landlock):
+        return None
+    etc = [*ETC_RO, *(NET_ETC if network else ())]
+    libs = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isabs(p)]
+    read = [*SYSTEM_RO, *etc, *_python_paths(), *_toolchain_paths(), *libs, host_cache(), *pol.read_only, *ro]
+    dev = list(DEV_RW)
+    if gpu:
+        read += ["/proc/driver/nvidia", "/run/nvidia-persistenced"]
+        dev += sorted(glob.glob("/dev/nvidia*"))
+    if landlock:
+        read += ["/proc", "/sys"]
+    write = [os.path.abspath(p) for p in [scratch, *rw]]
+    for p in write:
+        Path(p).mkdir(parents=True, exist_ok=True)
+    hide = []
+    if mounts:
+        hide = [f"/{e}" for e in sorted(os.listdir("/")) if e not in KEEP_TOP] + ["/dev/shm"]
+        dev.append("/dev/shm")  # the mount view's own tmpfs: private
+    return {"mounts": mounts, "landlock": landlock, "network": network, "hide": hide,
+            "ro": _outermost(os.path.realpath(p) for p in read if os.path.exists(p)) + [
+                os.path.abspath(p) for p in etc if os.path.exists(p)],
+            "rw": write, "dev": [d for d in dev if os.path.exists(d)],
+            "cwd": os.path.abspath(cwd) if cwd else os.path.abspath(scratch)}
 
 
 def host_cache(base=None) -> str:
@@ -348,6 +454,48 @@ def inductor_cache() -> str:
     return d
 
 
+SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "~/.ssh", "~/.netrc", "~/.pgpass", "~/.git-credentials", "~/.pypirc",
+                "~/.aws", "~/.docker/config.json", "~/.kube/config", "~/.config/gcloud", "~/.gnupg",
+                "~/.config/gh/hosts.yml", "~/.cache/huggingface/token", "~/.huggingface/token")
+SECRET_MIN = 10  # shorter text is too common to withhold
+
+
+@functools.lru_cache(maxsize=4)
+def _secret_pattern(home: str):
+    found = set()
+    for entry in SECRET_FILES:
+        top = Path(entry.replace("~", home, 1))
+        try:
+            files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()][:200] if top.is_dir() else []
+        except OSError:
+            continue
+        for f in files:
+            try:
+                if f.stat().st_size <= 1 << 16:
+                    found |= {ln.strip() for ln in f.read_text(errors="replace").splitlines()}
+            except OSError:
+                continue
+    found |= {v.strip() for k, v in os.environ.items() if k not in ENV_ALLOW and not k.startswith(ENV_PREFIX_ALLOW)
+              and not v.startswith(("/", "~"))}  # paths are no secret, and logs name them
+    found = sorted((x for x in found if len(x) >= SECRET_MIN), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, found))) if found else None
+
+
+def without_secrets(obj):
+    """`obj` (text, or plain data holding text) without the lines that hold text of this user's
+    well-known secret files (/etc/shadow, ~/.ssh, ~/.netrc, cloud credentials) or the value of an
+    environment variable the sandbox withholds: what untrusted code read and raised or printed."""
+    if isinstance(obj, dict):
+        return {k: without_secrets(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(without_secrets(v) for v in obj)
+    pat = _secret_pattern(os.path.expanduser("~"))
+    if not isinstance(obj, str) or pat is None or not pat.search(obj):
+        return obj
+    return "\n".join("[a line withheld: it holds text of a host secret]" if pat.search(ln) else ln
+                     for ln in obj.splitlines())
+
+
 def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:
     """The allowlisted variables of `base` (default: this process's), HOME and TMPDIR at `scratch`."""
     base = os.environ if base is None else base
@@ -364,7 +512,7 @@ def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = No
 def _preexec(pol: Policy, gpu: bool, memory_gb: float | None, cpu_limit: bool = True):
     parent = os.getpid()
 
-    supervised_here = isolation(pol) == "none"
+    supervised_here = isolation(pol) in ("landlock", "none")  # no pid namespace ends the command's group
 
     def limits():
         # a supervisor is told by SIGTERM, so that it can end its group; bwrap and unshare by SIGKILL
@@ -431,6 +579,8 @@ class Proc:
         full = wrap(list(cmd), cwd=cwd, scratch=self.scratch, rw=rw, ro=ro, gpu=gpu, pol=pol, network=network)
         if network:
             env = {**{k: v for k, v in os.environ.items() if k in NET_ENV}, **(env or {})}
+        # what the sandbox made writable, for the audit hook of the process that runs a candidate
+        env = {**(env or {}), RW_ENV: os.pathsep.join(os.path.abspath(p) for p in [self.scratch, *rw])}
         self.proc = subprocess.Popen(full, cwd=cwd, env=scrubbed_env(self.scratch, env), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
                                      preexec_fn=_preexec(pol, gpu, memory_gb, cpu_limit), start_new_session=True,

@@ -31,19 +31,22 @@ class Stage:
     first: str = ""
     plugins: tuple[str, ...] = ()  # plug-in kinds (sftbuild.plugins.POINTS) whose names and versions key it
     reads: tuple[str, ...] = ()  # glob patterns under sftbuild/: templates and tables whose contents key it
+    untrusted: bool = False  # runs harvested code (in the sandbox): refused where nothing confines its files
 
 
 STAGES = (
     Stage("harvest", "sftbuild.harvest.stage", "extract kernels from sources, with provenance and licence",
-          plugins=("source", "catalog", "file_filter"), reads=("harvest/registry.yaml", "harvest/catalog/*.json")),
+          plugins=("source", "catalog", "file_filter"), reads=("harvest/registry.yaml", "harvest/catalog/*.json"),
+          untrusted=True),
     Stage("bind", "sftbuild.bind.stage", "tie each kernel to a reference and a launch, or say why not",
-          prepares=True, plugins=("binder",), reads=("ops/aten_bindings.yaml", "ops/opdb_catalogues/*.json")),
+          prepares=True, plugins=("binder",), reads=("ops/aten_bindings.yaml", "ops/opdb_catalogues/*.json"),
+          untrusted=True),
     Stage("describe", "sftbuild.describe.stage", "static features and instructions in English and Chinese",
           keyed_on_binding=True, prepares=True, plugins=("describer",), reads=("describe/templates/*.j2",)),
     Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing",
           keyed_on_binding=True, first="sftbuild.dedupe.prevalidate", plugins=("static_check", "runtime_check"),
           reads=("validate/templates/*.j2", "validate/torch_lean.cuh", "validate/cuda_shim/**/*.h",
-                 "ops/tolerance.py", "ops/opdb_catalogues/*.json")),
+                 "ops/tolerance.py", "ops/opdb_catalogues/*.json"), untrusted=True),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters",
           plugins=("filter",)),
     Stage("review", "sftbuild.review.stage", "seeded, stratified sample for human review"),

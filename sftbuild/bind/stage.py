@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from sftbuild import sandbox
 from sftbuild.binding import Binding
 from sftbuild.context import Context, StageRun
 from sftbuild.executor import WorkerFailure
@@ -50,6 +51,8 @@ def run(ctx: Context) -> dict:
                 continue
             todo.append(rec)
         for rec, found, reason, evidence in bind(todo, binders, ctx, conf.get("probe", "none"), cfg.probe_timeout):
+            # a probe's error quotes what the record's code raised: no host secret is stored with it
+            reason, evidence = sandbox.without_secrets(reason), sandbox.without_secrets(evidence)
             ctx.store.put_binding(rec.id, found, "bind", reason, evidence)
             payload = {"how": found.how, "by": found.by, "key": found.key} if found else {"unbound": reason}
             run.put(rec.id, "ok", None, payload)

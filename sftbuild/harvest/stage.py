@@ -34,6 +34,12 @@ from sftbuild.record import Record
 
 ERRORS_REPORT = "reports/harvest_errors.json"  # under the workspace: the sources that failed the last harvest, and why
 MAX_FOREIGN_LAUNCHERS = 3  # launchers from other modules appended to one record
+
+
+def _modules_above(module: str, name: str, table: dict) -> list[tuple[str, str]]:
+    """Keys of `table` for `name` in `module` or re-exported by a package above it, nearest first."""
+    parts = module.split(".")
+    return [k for i in range(len(parts), 0, -1) if (k := (".".join(parts[:i]), name)) in table]
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
 PYTHON_INCLUDES = ("<Python.h", '"Python.h', "<torch/extension.h", "<torch/python.h", '"torch/extension.h',
                    "<pybind11/")
@@ -228,6 +234,7 @@ class Harvest:
                  for batch in batches]
         held: list[tuple[Record, tuple]] = []  # Triton records no function of their file launches
         foreign: dict[tuple[str, str], list[str]] = {}  # (module, kernel) -> launchers in other modules
+        device: dict[tuple[str, str], str] = {}  # (module, jit function) -> a module whose kernels call it
         for task, results in self.ctx.executor.map_cpu(parse_files, tasks, desc=f"harvest {self.src.name}"):
             if isinstance(results, WorkerFailure):
                 for rel, _, _ in task.files:
@@ -236,7 +243,10 @@ class Harvest:
             records, spans = [], []
             for res in results:
                 for f in res.get("foreign") or []:
-                    foreign.setdefault((f["module"], f["kernel"]), []).append(f["code"])
+                    if f.get("device"):
+                        device.setdefault((f["module"], f["kernel"]), f["from"])
+                    else:
+                        foreign.setdefault((f["module"], f["kernel"]), []).append(f["code"])
                 for rec, span in zip(*self._file_result(tree, res, licenses)):
                     if rec.language == "triton" and not rec.entry.get("entry_points"):
                         held.append((rec, span))
@@ -246,15 +256,23 @@ class Harvest:
             self.flush_skips()
             self.emit(records, spans)  # one transaction per batch of files
         if held:
-            self.emit(*self._launched_elsewhere(held, foreign))
+            self.emit(*self._launched_elsewhere(held, foreign, device))
 
-    def _launched_elsewhere(self, held, foreign) -> tuple[list[Record], list[tuple]]:
+    def _launched_elsewhere(self, held, foreign, device) -> tuple[list[Record], list[tuple]]:
         """Records whose kernels only other modules of the package launch, with those launchers
-        appended (the record then has entry points); the others unchanged."""
+        appended (the record then has entry points); a jit function only other modules' kernels call
+        is a device helper, skipped as in its own file; the others unchanged. A kernel re-exported by
+        a package above its module (`from .ops.k import f` in `pkg/__init__.py`) is found under it."""
         todo, out = [], []
         for rec, span in held:
             module = module_of(rec.provenance.get("path") or "")
-            codes = [c for k in rec.entry.get("kernels") or [] for c in foreign.get((module, k), [])]
+            names = rec.entry.get("kernels") or []
+            codes = [c for k in names for key in _modules_above(module, k, foreign) for c in foreign[key]]
+            if not codes and names and all(_modules_above(module, k, device) for k in names):
+                where = device[_modules_above(module, names[0], device)[0]]
+                self.skip(rec.provenance.get("path") or "", "device_helper",
+                          f"{', '.join(names)} (called by the kernels of {where})", item=f"line {span[0]}")
+                continue
             (todo if codes else out).append((rec, span, codes[:MAX_FOREIGN_LAUNCHERS]))
         items = [(rec.code, codes) for rec, _, codes in todo]
         joined = []

@@ -223,6 +223,7 @@ def _launch_lines(node) -> dict[str, list[int]]:
     if got is not None:
         return got
     got = {}
+    local = _local_aliases(node)
     for n in walk(node):
         if isinstance(n, ast.Call):
             f = n.func
@@ -234,9 +235,38 @@ def _launch_lines(node) -> dict[str, list[int]]:
                 name = f.id
             else:
                 continue
-            got.setdefault(name, []).append(n.lineno)
+            for each in {name} | local.get(name, set()):
+                got.setdefault(each, []).append(n.lineno)
     node._sftbuild_launch_lines = got
     return got
+
+
+def _local_aliases(node) -> dict[str, set[str]]:
+    """Names a function binds to a kernel chosen at run time (`fn = k64 if BT == 64 else k32`,
+    `dq = k.fn if varlen else k`), each to the names it may hold: launching `fn[grid]` launches them."""
+    out: dict[str, set[str]] = {}
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return out
+    for n in walk(node):
+        if isinstance(n, ast.Assign):
+            held = _chosen(n.value)
+            for t in n.targets:
+                if isinstance(t, ast.Name) and held - {t.id}:
+                    out.setdefault(t.id, set()).update(held - {t.id})
+    return out
+
+
+def _chosen(value) -> set[str]:
+    """The plain names an expression may evaluate to: `k`, `k.fn`, either side of `a if c else b`."""
+    if isinstance(value, ast.Name):
+        return {value.id}
+    if isinstance(value, ast.Attribute) and value.attr == "fn":
+        return _chosen(value.value)  # the JITFunction under an autotuner or heuristics
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        return {ast.unparse(value)}  # a kernel read from its module (`m.f`)
+    if isinstance(value, ast.IfExp):
+        return _chosen(value.body) | _chosen(value.orelse)
+    return set()
 
 
 def _statements(tree: ast.Module) -> tuple[list, dict[str, list[int]]]:
@@ -267,6 +297,8 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
     names_of = {k: {k} | {a for a, t in alias.items() if t == k} for k in jit_names}
     launched = {n for s in stmts if not is_jit(s.node) for n in jit_names
                 if any(_launches(s.node, a) for a in names_of[n])}
+    # `from __future__ import annotations` decides how the kept code's annotations evaluate
+    future = {j for j, st in enumerate(stmts) if isinstance(st.node, ast.ImportFrom) and st.node.module == "__future__"}
     kernels, others = [], []
     for i, s in enumerate(stmts):
         if not is_jit(s.node):
@@ -279,7 +311,7 @@ def extract_kernels(src: str) -> tuple[list[TritonKernel], list[dict]]:
         wrappers = [j for j, w in enumerate(stmts) if j != i and not is_jit(w.node)
                     and any(_launches(w.node, a) for a in names_of[kname])]
         functions = backward_functions(stmts, kname, is_jit) + callers(stmts, wrappers, is_jit)
-        need = _closure([i, *wrappers, *functions], stmts, by_name)
+        need = _closure([i, *wrappers, *functions], stmts, by_name) | future
         chosen = [stmts[j] for j in sorted(need)]
         code = "\n\n".join("\n".join(lines[c.start - 1:c.end]) for c in chosen) + "\n"
         imports = [ast.unparse(c.node) for c in chosen if isinstance(c.node, (ast.Import, ast.ImportFrom))]
@@ -516,32 +548,49 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str | None
 
 
 def foreign_launchers(src: str, rel: str) -> list[dict]:
-    """Functions and autograd Functions of this file that launch a kernel they import from another
-    module: {"module": absolute module of the kernel, "kernel": its name there, "code": the launcher
-    with what it needs from this file (relative imports made absolute, the kernel's own import left
-    out, since the kernel's record defines it)}. Read by AST only."""
+    """Functions, classes and autograd Functions of this file that launch a kernel they import from
+    another module: {"module": absolute module of the kernel, "kernel": its name there, "code": the
+    launcher with what it needs from this file (relative imports made absolute, the kernel's own
+    import left out, since the kernel's record defines it)}. A kernel is reached by its imported name
+    or an alias of it (`from .k import f as g`), through its module (`import pkg.k as m`, `from . import
+    k`, then `m.f[grid]`), or through a local chosen at run time (`fn = f if c else g`). An imported
+    jit function this file's kernels only call is listed as {"module", "kernel", "device": True}: a
+    device helper of another module, no kernel of its own. Read by AST only."""
     tree = ast.parse(src)
     module = module_of(rel)
     is_package = rel.endswith("__init__.py")
     imported: dict[str, tuple[str, str]] = {}  # local name -> (module, name there)
+    modules: dict[str, str] = {}  # local name -> an absolute module it may be (`import a.b as m`, `from a import b`)
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
             mod = _absolute(node, module, is_package)
             for a in node.names:
                 if mod and a.name != "*":
                     imported[a.asname or a.name] = (mod, a.name)
-    if not imported:
+                    modules[a.asname or a.name] = f"{mod}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    modules[a.asname] = a.name
+    if not imported and not modules:
         return []
     lines = src.splitlines()
     stmts, by_name = _statements(tree)
     out = []
-    for local, (mod, name) in imported.items():
+    targets = [(local, mod, name, None) for local, (mod, name) in imported.items()]
+    for local, mod in modules.items():  # `m.f[grid]`: every `m.<name>` launched in the file
+        for name in sorted(_attribute_launches(tree, local)):
+            targets.append((f"{local}.{name}", mod, name, local))
+    for local, mod, name, via in targets:
         launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                           ast.ClassDef))
                      and not is_jit(s.node) and _grid_launches(s.node, local)]
         if not launchers:
+            if via is None and any(is_jit(s.node) and local in _called(s.node) for s in stmts):
+                out.append({"module": mod, "kernel": name, "device": True, "from": module})
             continue
-        need = _closure(launchers, stmts, by_name)
+        need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
+            st.node, ast.ImportFrom) and st.node.module == "__future__"}
         parts = []
         for j in sorted(need):
             node = stmts[j].node
@@ -555,29 +604,42 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
             else:
                 parts.append("\n".join(lines[stmts[j].start - 1:stmts[j].end]))
         code = "\n\n".join(parts) + "\n"
-        if local != name:  # the launcher calls the kernel by a local alias: by its own name in the record
-            code = re.sub(rf"(?<![\w.]){re.escape(local)}\b", name, code)
+        # the launcher calls the kernel by a local alias or through its module: by its own name in the record
+        for spelled in {local} | {f"{m}.{name}" for m, full in modules.items() if full == mod}:
+            if spelled != name:
+                code = re.sub(rf"(?<![\w.]){re.escape(spelled)}\b", name, code)
         out.append({"module": mod, "kernel": name, "code": code, "from": module})
     return out
 
 
+def _attribute_launches(tree, local: str) -> set[str]:
+    """Names read as `local.name` anywhere in the module: the kernels it may launch through the
+    module (`_grid_launches` decides which it does)."""
+    return {n.attr for n in walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == local}
+
+
 def _grid_launches(node, name: str) -> bool:
-    """`name[grid](...)` or `name.run(...)` inside node (a plain call of an imported name is
-    usually a helper, not a launch)."""
+    """`name[grid](...)` or `name.run(...)` inside node, `name` dotted (`m.f`) or held by a local chosen
+    at run time (a plain call of an imported name is usually a helper, not a launch)."""
+    held = {local for local, names in _local_aliases(node).items() if name in names}
     for n in walk(node):
         if isinstance(n, ast.Call) and isinstance(n.func, (ast.Subscript, ast.Attribute)):
             f = n.func
-            if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id == name:
-                return True
-            if isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name) \
-                    and f.value.id == name:
+            callee = f.value if isinstance(f, ast.Subscript) else f.value if f.attr == "run" else None
+            if callee is not None and (ast.unparse(callee) == name or
+                                       isinstance(callee, ast.Name) and callee.id in held):
                 return True
     return False
 
 
 def attach_launchers(code: str, launchers: list[str]) -> tuple[str, list[dict]]:
-    """A record's code with launchers from other modules appended, and its entry points then."""
-    joined = code.rstrip("\n") + "\n\n" + "\n\n".join(c.rstrip("\n") for c in launchers) + "\n"
+    """A record's code with launchers from other modules appended, and its entry points then (a
+    launcher's `from __future__` imports go first, where Python reads them)."""
+    future = re.compile(r"(?m)^from __future__ import [^\n]*\n?")
+    heads = list(dict.fromkeys(m.group(0).rstrip("\n") for c in [code, *launchers] for m in future.finditer(c)))
+    body = [future.sub("", c).strip("\n") for c in [code, *launchers]]
+    joined = "".join(h + "\n" for h in heads) + ("\n" if heads else "") + "\n\n".join(body) + "\n"
     try:
         hints = default_hints(ast.parse(joined))
     except SyntaxError:

@@ -4,8 +4,13 @@
 is never imported here) and returns the module-level functions that look like references:
 named `naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref` or `*_reference` (leading
 underscores ignored), or any public function of a module named `naive.py`, `reference.py` or
-`ref.py`. Each result: {module, path, name, params, signature, line, why}; `module` is the dotted
+`ref.py`. Each result: {module, path, name, params, required (positional, no default), signature, line, why}; `module` is the dotted
 import path relative to `tree`.
+
+`candidates(tree, names, params)` lists the package references fit to be a record's candidate
+references: named like the record's kernels or entry points, and plain torch (`plain_torch`: nothing
+reachable from the function is a Triton import, a jit function or a name from the package's own
+modules, so it can never be the kernel under test).
 
 `package_op(module, func, like=..., root=...)` builds an Op whose reference imports `module` and
 calls `func` on the inputs of `like` (an op or op name, whose input generator, shapes, dtypes,
@@ -17,6 +22,7 @@ happens only when the reference runs, so only a worker that already imports the 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import re
@@ -69,9 +75,79 @@ def find_package_references(tree: Path) -> list[dict]:
             params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
             if not why or not params or NOT_REFERENCES.search(node.name):
                 continue
+            positional = node.args.posonlyargs + node.args.args
             found.append({"module": module, "path": str(rel), "name": node.name, "params": params,
+                          "required": [a.arg for a in positional[:len(positional) - len(node.args.defaults)]],
                           "signature": f"{node.name}({ast.unparse(node.args)})", "line": node.lineno, "why": why})
     return found
+
+
+MAX_CANDIDATES = 3  # package references tried per record, best named first
+
+
+def candidates(tree: str | None, names: list[str], params: list[str] | None = None,
+               k: int = MAX_CANDIDATES) -> list[dict]:
+    """The package references under `tree` named most like `names` (a record's kernels and entry
+    points) that are plain torch, best first: each a `find_package_references` row."""
+    from sftbuild.ops.ranking import name_score
+
+    if not tree or not Path(tree).is_dir():
+        return []
+    scored = []
+    for ref in _references(str(tree)):
+        s = max((name_score(n, ref["name"]) for n in names), default=0.0)
+        if s > 0 and not plain_torch(Path(tree) / ref["path"], ref["name"]):
+            scored.append((-s, ref["module"], ref["name"], ref))
+    return [r for *_, r in sorted(scored, key=lambda x: x[:3])[:k]]
+
+
+@functools.lru_cache(maxsize=8)
+def _references(tree: str) -> tuple:
+    return tuple(find_package_references(Path(tree)))
+
+
+def plain_torch(path: Path, func: str) -> str | None:
+    """Why the module-level function `func` of the file at `path` may not be plain torch, or None:
+    what it and the file's functions it calls use must not be a Triton import, a jit function, or a
+    name imported from the package's own modules (a wrapper that launches the kernel under test)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return "unreadable"
+    top = path.parent
+    own = {path.parent.name}
+    while (top / "__init__.py").is_file():  # the package's top-level name: its absolute imports are its own
+        own.add(top.name)
+        top = top.parent
+    banned: dict[str, str] = {}
+    funcs = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mod = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            for a in node.names:
+                full = a.name if isinstance(node, ast.Import) else f"{mod}.{a.name}"
+                root = full.split(".")[0]
+                if root == "triton" or (isinstance(node, ast.ImportFrom) and (node.level or root in own)):
+                    banned[(a.asname or a.name).split(".")[0]] = full
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any("jit" in ast.unparse(d) for d in node.decorator_list):
+                banned[node.name] = "a jit function"
+            else:
+                funcs[node.name] = node
+    if func not in funcs:
+        return f"{func} is not a plain function of its module"
+    seen, todo = set(), [func]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        used = {n.id for n in ast.walk(funcs[name]) if isinstance(n, ast.Name)}
+        hit = sorted(used & banned.keys())
+        if hit:
+            return f"{name} uses {hit[0]} ({banned[hit[0]]})"
+        todo += [n for n in used if n in funcs]
+    return None
 
 
 def _why(name: str, in_ref_module: bool) -> str | None:

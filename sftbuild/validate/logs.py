@@ -5,6 +5,10 @@ Triton, and withholds the rest: a line naming a file outside those places is rep
 naming the file, and the lines after it (a compiler quotes the offending source line there) are
 dropped up to the next diagnostic. So a log never carries the contents of a host file, whatever
 the compiler or the candidate printed. The result is capped to its last `cap` characters.
+
+The result also loses every line holding text of a host secret (sftbuild.sandbox.without_secrets):
+a second net, for content a candidate read and printed or raised, behind the sandbox that hides
+those files (such a line names no file, so the path rule alone would keep it).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sftbuild.sandbox import within
+from sftbuild.sandbox import within, without_secrets
 
 # a path, not a URL's "//host/..." (CUDA's and torch's errors end with a link to their docs)
 PATH = re.compile(r"(?<![\w.:/])((?:/|\.\./)[^\s:()\"'<>,;]+)")
@@ -71,7 +75,7 @@ def scrub(log: str, roots=(), cap: int = 4000) -> str:
             continue  # the compiler quoting the withheld file
         withholding = False
         out.append(line)
-    text = "\n".join(out)
+    text = without_secrets("\n".join(out))
     if len(text) > cap:
         text = f"[{len(text) - cap} earlier characters dropped]\n" + text[-cap:]
     return text

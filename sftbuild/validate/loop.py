@@ -18,8 +18,8 @@ A candidate kind supplies an `Adapter`; the loop owns the plan and the verdict:
     `uninformative`, which blames the inputs, not the candidate; then an adapter may still drop
     the record (`verdict`), then each
     adapter's timed call is timed against its reference (sftbuild.validate.timing) when the
-    task asks for timing; a timing that refuses the candidate (times that disagree with its
-    kernels' own durations, a wrong output on the last timed run) drops the record.
+    task asks for timing; a timing that refuses the candidate (times that disagree with the GPU's
+    own timeline, a wrong output on the last timed run) drops the record.
 
 An exception a trial raises (a sticky CUDA fault ends the record) leaves the loop with the trial's
 place on it (`fault_detail`): the verdict built from it starts with the sizes, block size, dtype and

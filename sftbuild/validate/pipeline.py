@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 
+from sftbuild import sandbox
 from sftbuild.executor import WorkerFailure
 from sftbuild.validate import compile as C
 from sftbuild.validate import logs, memcheck, static
@@ -31,7 +32,8 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
 
 
 def scrub_payload(payload, roots, depth: int = 0):
-    """Every string under the keys that carry tool or candidate output, scrubbed (sftbuild.validate.logs)."""
+    """Every string under the keys that carry tool or candidate output scrubbed, and every other one
+    without host secrets (sftbuild.validate.logs)."""
     if not isinstance(payload, dict) or depth > 4:
         return payload
     out = {}
@@ -42,9 +44,10 @@ def scrub_payload(payload, roots, depth: int = 0):
             out[k] = scrub_payload(v, roots, depth + 1)
         elif isinstance(v, list):
             out[k] = [scrub_payload(x, roots, depth + 1) if isinstance(x, dict) else
-                      logs.scrub(x, roots, cap=2000) if isinstance(x, str) and k in LOG_KEYS else x for x in v]
-        else:
-            out[k] = v
+                      logs.scrub(x, roots, cap=2000) if isinstance(x, str) and k in LOG_KEYS else
+                      sandbox.without_secrets(x) if isinstance(x, str) else x for x in v]
+        else:  # any text may carry what the record's code read and raised
+            out[k] = sandbox.without_secrets(v) if isinstance(v, str) else v
     return out
 
 

@@ -35,7 +35,12 @@ binding that agrees at only some of the task's dtypes is kept while the rest of 
 is tried: a candidate that agrees at all of them wins (tanh-approximated GELU passes for erf GELU in
 half precision only). Anything less stays unbound.
 
-Task: {id, code, entry, tree?, path?, shortlist: [op names], dtypes, device?, shapes (>= 3),
+The package's own references in the task (`package_refs`, sftbuild.ops.binders.probed) are registered
+as ops first; a binding to one carries its spec (`package_reference`). A record whose import fails
+on a name the installed Triton or torch lacks, in its code or its package's, is unbound as
+`incompatible_toolchain` with that name.
+
+Task: {id, code, entry, tree?, path?, shortlist: [op names], package_refs?, dtypes, device?, shapes (>= 3),
 time_limit (s)}. Returns
   {"binding": {"kind": "op", "op", "params", "dtypes", "layouts", "how": "probed",
                "call": {"entry", "kind", "args", "outputs"}},
@@ -104,8 +109,7 @@ def probe(task: dict) -> dict:
             try:
                 mod, path = pyrun.load_module(task["code"], "cand", workdir, package)
             except Exception as e:
-                return {"unbound": f"import failed: {type(e).__name__}: {str(e)[:300]}",
-                        "evidence": {"candidates_tried": tried}}
+                return {"unbound": import_failed(e, task.get("path")), "evidence": {"candidates_tried": tried}}
             with guards.LaunchCounter(path) as counter:
                 _LAUNCHES[:] = [counter, set((task.get("entry") or {}).get("kernels") or ())]
                 try:
@@ -123,6 +127,21 @@ def probe(task: dict) -> dict:
     return out
 
 
+def import_failed(exc: BaseException, rel: str | None) -> str:
+    """Why the record's code did not import: `incompatible_toolchain` with the name the installed
+    Triton or torch lacks (in its own imports or its package's), else the error itself."""
+    package = ".".join((rel or "").split("/")[:1])  # a relative import fails where the package did not import
+    causes = [exc] + [e for name, e in pyrun.PACKAGE_ERRORS.items() if name.split(".")[0] == package]
+    for e in causes:
+        gap = pyrun.toolchain_gap(e)
+        if gap:
+            return f"incompatible_toolchain: {gap} is missing from the installed {pyrun.toolchain_versions()}"
+    said = f"import failed: {type(exc).__name__}: {str(exc)[:300]}"
+    if len(causes) > 1:
+        said += f" (the package did not import: {type(causes[1]).__name__}: {str(causes[1])[:200]})"
+    return said
+
+
 def _search(task, mod, dev, deadline, tried) -> dict:
     kernels = (task.get("entry") or {}).get("kernels")
     entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"
@@ -130,6 +149,13 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     if not entries:
         return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
     names = task.get("shortlist") or []
+    specs = {}
+    for r in task.get("package_refs") or []:  # the package's own references, imported from its tree when first run
+        try:
+            ops.package_op(r["module"], r["func"], r["like"], name=r["name"])
+            specs[r["name"]] = r
+        except (KeyError, ValueError, TypeError):  # its `like` is no op here: the rest of the shortlist stands
+            continue
     known: dict[str, bool] = {}  # asked as the search reaches each name: an op_db name loads op_db (seconds)
     dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
     best = None  # a binding that agreed at only some of the dtypes tried: a later candidate may agree at all
@@ -149,6 +175,8 @@ def _search(task, mod, dev, deadline, tried) -> dict:
             tried.append({"entry": entry["qualname"], "op": name, **{k: v for k, v in result.items()
                                                                     if k != "binding"}})
             if result.get("binding"):
+                if name in specs:
+                    result["binding"]["package_reference"] = specs[name]
                 found = {"binding": result["binding"], "evidence": {**result["evidence"], "candidates_tried": tried}}
                 agreed = set(result["evidence"]["dtypes"])
                 if agreed >= {d for d in dtypes if d in op.dtypes}:

@@ -53,7 +53,7 @@ from sftbuild import ops
 from sftbuild.harvest import inductor_code
 from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
+from sftbuild.validate import audit, checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
 from sftbuild.validate import harness as H
 from sftbuild.validate.checks.output_type import strides_in_order
 from sftbuild.validate.checks.real_outputs import view_of
@@ -79,6 +79,33 @@ def load_module(code: str, name: str, workdir: str, package: str = ""):
 
 
 _KEPT: dict = {"tree": None, "paths": []}  # the package tree a probe worker keeps imported (package_tree keep=)
+PACKAGE_ERRORS: dict[str, BaseException] = {}  # package -> why it did not import (package_tree), read by a probe
+TOOLCHAIN = ("triton", "torch")
+MISSING = [re.compile(p) for p in (r"cannot import name '(?P<name>\w+)' from '(?P<mod>[\w.]+)'",
+                                   r"module '(?P<mod>[\w.]+)' has no attribute '(?P<name>\w+)'",
+                                   r"No module named '(?P<mod>[\w.]+)'")]
+
+
+def toolchain_gap(exc: BaseException) -> str | None:
+    """The dotted name the installed Triton or torch lacks, where that is why an import failed
+    (`triton.language.math.tanh`, `torch.distributed.ProcessGroup`), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:  # the package's own error may be the cause of ours
+        seen.add(id(exc))
+        if isinstance(exc, (ImportError, AttributeError)):
+            for pattern in MISSING:
+                m = pattern.search(str(exc))
+                if m and m.group("mod").split(".")[0] in TOOLCHAIN:
+                    return m.group("mod") + ("." + m.group("name") if "name" in m.groupdict()
+                                             and m.group("name") else "")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def toolchain_versions() -> str:
+    import triton
+
+    return f"triton {getattr(triton, '__version__', '?')}, torch {torch.__version__}"
 
 
 @contextlib.contextmanager
@@ -118,7 +145,9 @@ def package_tree(tree: str | None, rel: str | None, keep: bool = False):
         if package:
             try:
                 importlib.import_module(package)
-            except Exception:  # the package itself does not import here: absolute imports may still work
+                PACKAGE_ERRORS.pop(package, None)
+            except Exception as e:  # the package itself does not import here: absolute imports may still work
+                PACKAGE_ERRORS[package] = e
                 package = ""
         yield package
     finally:
@@ -454,6 +483,9 @@ class OpProblem(Problem):
 
     def __init__(self, task, dev):
         b = task["binding"]
+        ref = b.get("package_reference")
+        if ref:  # the package's own reference, registered in this worker as the probe registered it
+            ops.package_op(ref["module"], ref["func"], ref["like"], root=task.get("tree"), name=b["op"])
         self.op = ops.get(b["op"])
         self.params = {**self.op.params, **(b.get("params") or {})}
         self._made: dict = {}  # (shape, dtype) -> the params its input generator left (`params_for`)
@@ -655,9 +687,7 @@ class ModuleProblem(Problem):
                 try:
                     mod, _ = load_module(src, f"ref{i}", self.workdir)
                     init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
-                    torch.manual_seed(0)
-                    ins = [t.to(self.dev) if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
-                    model = mod.Model(*init).to(self.dev).eval()
+                    model, ins = self._as_trials_run(mod, init)
                     with torch.no_grad():
                         model(*ins)
                 except Exception as e:  # the reference cannot run this size: not a variant
@@ -671,6 +701,22 @@ class ModuleProblem(Problem):
             if grown:
                 self._variants.append(grown)
         return self._variants
+
+    def _as_trials_run(self, mod, init):
+        """(the reference Model, its get_inputs()) on this device at the program's first dtype, cast as
+        the trials cast both models and their inputs (`reference_models`, `prepare`, `inputs`): floating
+        parameters and inputs follow the program's dtype, as KernelBench's harness casts each model to
+        its inputs' precision (a bf16 program's nn.LayerNorm is built in float32)."""
+        torch.manual_seed(0)
+        dt = TORCH_DTYPES[self.dtypes[0]] if self.dtypes else None
+        ins = []
+        for t in mod.get_inputs():
+            if isinstance(t, torch.Tensor):
+                t = t.to(self.dev)
+                t = t.to(dt) if dt is not None and t.is_floating_point() else t
+            ins.append(t)
+        model = mod.Model(*init).to(self.dev).eval()
+        return (model.to(dt) if dt is not None else model), ins
 
     def _runs_at(self, variant, dtype) -> bool:
         """The reference runs at `dtype` (`validate.dtypes: all`) and gives finite results there."""
@@ -706,10 +752,9 @@ class ModuleProblem(Problem):
         try:
             mod, _ = load_module(src, "ref_grown", self.workdir)
             init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
-            torch.manual_seed(0)
-            ins = [t.to(self.dev) if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
+            model, ins = self._as_trials_run(mod, init)
             with torch.no_grad():
-                outs = to_list(mod.Model(*init).to(self.dev).eval()(*ins))
+                outs = to_list(model(*ins))
         except Exception:  # the reference cannot run this size: no grown variant
             return None
         if max(numels(ins) + numels(outs), default=0) > sizes.MAX_ELEMENTS:
@@ -867,6 +912,7 @@ def run_python(task: dict) -> dict:
     deadline.lift_while_compiling(cuda=dev.type == "cuda")
     pristine.warm(compiler=bool(task.get("compile_baseline")) or _uses_compiler(task["code"]))
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
+    audit.watch([workdir, task.get("tree")])  # before any of the record's code is imported
     left: dict = {}
     try:
         with package_tree(task.get("tree"), task.get("path")) as package:
@@ -877,7 +923,9 @@ def run_python(task: dict) -> dict:
         verdict = {"status": "dropped", "reason": "oom", **loop.fault_detail(e), "recycle": True}
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
-        if type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
+        if audit.os_refusal(e):
+            verdict = audit.verdict([audit.os_refusal(e)])
+        elif type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
             verdict = {"status": "dropped", "reason": "compile_error", "detail": msg[:2000]}
         elif dev.type == "cuda" and ("CUDA" in msg or "cuda" in msg or "illegal" in msg):
             reason = "illegal_address" if "illegal" in msg else "cuda_error"
@@ -886,6 +934,8 @@ def run_python(task: dict) -> dict:
         else:
             verdict = {"status": "dropped", "reason": "incorrect", "detail": ("candidate raised " + msg)[:800],
                        "recycle": True}
+    if audit.refused():  # whatever the candidate made of the refusal (caught it, passed anyway)
+        verdict = audit.verdict(audit.refused())
     return _left_behind(verdict, left)
 
 

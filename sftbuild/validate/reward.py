@@ -40,7 +40,7 @@ CORRECT, SPEED, MEMORY = 0.3, 0.6, 0.1
 MAX_CODE_BYTES = 256 << 10
 # `degenerate` counts where a stored verdict carries it; a reference that never moved with the inputs is
 # `uninformative` (the inputs' fault, checks/input_independent), which is no cheat
-CHEATS = ("cheat", "forbidden_call", "bad_launch", "degenerate")
+CHEATS = ("cheat", "forbidden_call", "bad_launch", "degenerate", "sandbox_violation")
 
 
 @dataclasses.dataclass

@@ -7,6 +7,7 @@ candidates (see pipeline.py, trials.py and pyrun.py).
 Outcome per record (status, reason):
   ok                      compiled, bound, correct on every trial (and fast enough)
   dropped cheat | forbidden_call | bad_launch     static or run-time cheat detection
+  dropped sandbox_violation   the record's code tried a write, network call or process the sandbox refuses
   dropped compile_error   nvcc or Triton failed on the kernel's code; compile_timeout past the limit
   dropped missing_header | toolchain | closure_error   the compile failed, not on the kernel's code: a
                           header nowhere to be found, the toolkit's own headers, or a part of the

@@ -11,7 +11,9 @@ def test_blockers_count_what_stops_records_by_cause():
         "unbound_at_validate": {
             "no binder found a binding: manifest; host_launcher: no host function launches this kernel alone": 2,
             "no binder found a binding: host_launcher: no shortlisted op matched the launcher's outputs": 1,
-            "no binder found a binding: host_launcher: probing this kernel needs a GPU": 1}}
-    assert blockers(funnel) == {"toolchain": 2, "missing_header": 1, "compile_error": 1, "incorrect": 1,
-                                "no_entry_point": 2, "no_op_matched": 1, "needs_gpu_to_probe": 1}
-    assert "blockers: toolchain=2  no_entry_point=2" in format_funnel(funnel)
+            "no binder found a binding: host_launcher: probing this kernel needs a GPU": 1,
+            "no binder found a binding: probed: incompatible_toolchain: triton.language.math.tanh is missing": 3,
+            "no binder found a binding: probed: import failed: ModuleNotFoundError: No module named 'einops'": 1}}
+    assert blockers(funnel) == {"toolchain": 5, "missing_header": 1, "compile_error": 1, "incorrect": 1,
+                                "no_entry_point": 2, "no_op_matched": 1, "needs_gpu_to_probe": 1, "import_failed": 1}
+    assert "blockers: toolchain=5  no_entry_point=2" in format_funnel(funnel)

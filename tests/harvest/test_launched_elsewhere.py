@@ -94,3 +94,132 @@ def test_harvest_appends_the_launcher_and_the_probe_binds_through_it(tmp_path):
     found = b.accept(rec, out)
     assert found is not None, out.get("unbound")
     assert found["op"] == "neg" and found["call"]["entry"] == "negate"
+
+
+CHOOSING = '''
+from __future__ import annotations
+
+import torch
+
+import negpkg.kernels as K
+from negpkg import kernels
+from negpkg.kernels import _helper
+
+
+def negate(x: torch.Tensor, fast: bool = True) -> torch.Tensor:
+    out = torch.empty_like(x)
+    fn = K._neg_kernel if fast else kernels._neg_kernel.fn
+    fn[(1,)](x, out, x.numel(), BLOCK=256)
+    return out
+
+
+def zero(x):
+    kernels._orphan_kernel[(1,)](x, x.numel(), BLOCK=256)
+    return x
+'''
+DEVICE_USER = '''
+import triton
+from .kernels import _helper
+
+
+@triton.jit
+def _twice_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    _helper(x_ptr)
+'''
+
+
+def test_launchers_reach_kernels_through_modules_and_run_time_choices():
+    found = {(f["kernel"], f.get("device", False)): f for f in foreign_launchers(CHOOSING, "negpkg/api.py")}
+    neg = found[("_neg_kernel", False)]
+    assert neg["module"] == "negpkg.kernels" and "def negate" in neg["code"] and "def zero" not in neg["code"]
+    assert found[("_orphan_kernel", False)]["module"] == "negpkg.kernels"
+    (helper,) = [f for f in foreign_launchers(DEVICE_USER, "negpkg/twice.py") if f.get("device")]
+    assert (helper["module"], helper["kernel"]) == ("negpkg.kernels", "_helper")
+
+
+def test_a_launcher_appended_keeps_future_imports_first():
+    from sftbuild.harvest.triton_extract import attach_launchers
+
+    code, entries = attach_launchers(KERNELS, [foreign_launchers(CHOOSING, "negpkg/api.py")[0]["code"]])
+    assert code.startswith("from __future__ import annotations\n") and code.count("from __future__") == 1
+    assert {e["qualname"] for e in entries} >= {"negate"}
+
+
+def test_a_kernel_reexported_by_its_package_and_a_jit_helper_of_another_module(tmp_path):
+    src = tmp_path / "src" / "negpkg"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("from .kernels import _neg_kernel\n")
+    (src / "kernels.py").write_text(KERNELS + '''
+
+@triton.jit
+def _helper(x_ptr):
+    pass
+''')
+    (src / "api.py").write_text(API.replace("from .kernels import _neg_kernel as negk", "from negpkg import _neg_kernel as negk"))
+    (src / "twice.py").write_text(DEVICE_USER.replace("import triton\n", "import triton\nimport triton.language as tl\n"))
+    ws = tmp_path / "ws"
+    res = CliRunner().invoke(main, ["harvest", "-w", str(ws), "-q", str(tmp_path / "src")])
+    assert res.exit_code == 0, res.output
+    store = Store(ws)
+    try:
+        recs = {r.name: r for r in store.records()}
+    finally:
+        store.close()
+    assert [e["qualname"] for e in recs["_neg_kernel"].entry["entry_points"]] == ["negate"]
+    assert "_helper" not in recs and "device_helper" in res.output
+
+
+SQUARE_KERNELS = KERNELS.replace("-tl.load(x_ptr + offs, mask=m)", "-(tl.load(x_ptr + offs, mask=m) * tl.load(x_ptr + offs, mask=m))") \
+    .replace("_neg_kernel", "_negsquare_kernel")
+NAIVE = '''
+import torch
+
+
+def naive_negsquare(x):
+    return -(x * x)
+
+
+def naive_wrong(x):
+    from negpkg.api import negsquare
+    return negsquare(x)
+'''
+
+
+def test_a_packages_own_naive_reference_binds_a_kernel_the_registry_lacks(tmp_path):
+    from pathlib import Path
+
+    from sftbuild.ops.package_refs import plain_torch
+
+    src = tmp_path / "src" / "negpkg"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "kernels.py").write_text(SQUARE_KERNELS)
+    (src / "api.py").write_text(API.replace("_neg_kernel", "_negsquare_kernel").replace("def negate", "def negsquare"))
+    (src / "util.py").write_text(UTIL)
+    (src / "naive.py").write_text(NAIVE.replace("    from negpkg.api import negsquare\n", "") +
+                                  "\n\nfrom negpkg.api import negsquare as _kernel_path\n\n\n"
+                                  "def naive_negsquare_kernel(x):\n    return _kernel_path(x)\n")
+    assert plain_torch(Path(src / "naive.py"), "naive_negsquare") is None
+    assert "negpkg.api.negsquare" in plain_torch(Path(src / "naive.py"), "naive_negsquare_kernel")
+    ws = tmp_path / "ws"
+    res = CliRunner().invoke(main, ["harvest", "-w", str(ws), "-q", str(tmp_path / "src")])
+    assert res.exit_code == 0, res.output
+    store = Store(ws)
+    try:
+        rec = {r.name: r for r in store.records()}["_negsquare_kernel"]
+    finally:
+        store.close()
+
+    pytest.importorskip("triton")
+    from sftbuild.executor import INTERPRETER_ENV
+    from sftbuild.ops.binders.probed import Probed
+    from sftbuild.sandbox import run_isolated
+
+    b = Probed()
+    plan = b.plan(rec, seconds=60)
+    assert [r["func"] for r in plan["package_refs"]] == ["naive_negsquare"]  # the one that calls the kernel is not
+    out = run_isolated(b.task_fn, plan, 120, env=INTERPRETER_ENV)
+    found = b.accept(rec, out)
+    assert found is not None, (plan["shortlist"], out.get("unbound"), out.get("evidence"))
+    assert found["op"] == "pkg.negpkg.naive.naive_negsquare" and found["how"] == "package_reference"
+    assert found["package_reference"]["func"] == "naive_negsquare"

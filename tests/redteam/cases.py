@@ -732,11 +732,20 @@ def relu(x):
     if n >= 4:
         return kept.clone()""").replace("    return y\n", "    _seen[key] = (n + 1, y)\n    return y\n")
 REF_RELU_BIG = REF_RELU.replace("dim = 1024", "dim = 1 << 20")  # 16M elements: the kernel outlasts any noise
-# the kernel on a stream made through the driver API, looked up at run time; nothing waits for it
+# the kernel on a stream made through the driver API, looked up at run time through the runtime's own
+# table of driver entry points (no dlopen, no name the static checks know); nothing waits for it. A
+# lookup that fails leaves the default stream: an honest kernel, never a call through a null pointer
 SIDE_STREAM_HOST = RELU_HOST.replace("long n = xc.numel();", """long n = xc.numel();
   static void* side = nullptr;
-  if (!side) { auto make = (int (*)(void**, unsigned int))dlsym(RTLD_DEFAULT, "cuStreamCreate"); make(&side, 1); }""").replace(
-    "<<<(n + 255) / 256, 256>>>", "<<<(n + 255) / 256, 256, 0, (cudaStream_t)side>>>")
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    int (*make)(void**, unsigned int) = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuStreamCreate", (void**)&make, 12000, cudaEnableDefault, &found)
+        != cudaSuccess || found != cudaDriverEntryPointSuccess || !make || make(&side, 1) != 0)
+      side = nullptr;
+  }""").replace("<<<(n + 255) / 256, 256>>>", "<<<(n + 255) / 256, 256, 0, (cudaStream_t)side>>>")
 
 
 def triton(code: str, op: str) -> dict:
@@ -945,7 +954,7 @@ TORCH_LIBRARY_IMPL(aten, CUDA, m) { m.impl("relu", &run); }
         _c("synchronize_rebound_triton", triton(TRITON_NO_SYNC, "relu"), "cheat", cpu=True),
         _c("cached_when_warm_triton", triton(TRITON_CACHED_WHEN_WARM, "relu"), ("cheat", "incorrect")),
         _c("twin_relu_big_cuda", kb(inline("rt_big_relu", RELU_KERNEL, RELU_HOST), REF_RELU_BIG), "ok"),
-        _c("side_stream_cuda", kb(inline("rt_side", "#include <dlfcn.h>\n" + RELU_KERNEL, SIDE_STREAM_HOST),
+        _c("side_stream_cuda", kb(inline("rt_side", RELU_KERNEL, SIDE_STREAM_HOST),
                                   REF_RELU_BIG), "cheat"),
         _c("triton_compile_error", triton(TRITON_RELU.replace("tl.where(", "tl.wheer("), "relu"),
            "compile_error", cpu=True),

@@ -120,3 +120,29 @@ def scratch_files(x):
     with tempfile.NamedTemporaryFile(dir=os.environ["TMPDIR"]) as f:
         f.write(b"x")
     return {"tmpdir": os.environ["TMPDIR"], "home_is_dir": os.path.isdir(os.environ["HOME"])}
+
+
+def write_in(task):
+    """Writes a file in a folder the call made writable, and says what the scratch folder held before."""
+    import os
+
+    held = sorted(os.listdir(os.environ["TMPDIR"]))
+    pathlib.Path(task["cache_dir"], f"{os.getpid()}.out").write_text("x")
+    pathlib.Path(os.environ["TMPDIR"], "left.txt").write_text("x")
+    return {"held": held}
+
+
+def signal_pid(task):
+    try:
+        os.kill(task["pid"], task["sig"])
+        return {"signalled": True}
+    except OSError as e:
+        return {"signalled": False, "why": e.strerror}
+
+
+def nested(task):
+    """A sandbox started inside a sandboxed process (as a GPU worker starts compute-sanitizer's)."""
+    from sftbuild import sandbox
+
+    res = sandbox.run_isolated("tests.sandbox.payloads:scratch_files", None, 60)
+    return res if isinstance(res, dict) else {"failure": f"{res.kind}: {res.detail}"}

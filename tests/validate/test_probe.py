@@ -205,6 +205,23 @@ def test_probe_without_the_tree_reports_the_import():
     assert b is None and res["unbound"].startswith("import failed: ModuleNotFoundError")
 
 
+def test_an_import_the_installed_triton_lacks_is_an_incompatible_toolchain(tmp_path):
+    rec = record("from triton.language.math import no_such_fn_in_any_triton as helper\n"
+                 + RMS.replace("X.contiguous()", "helper(X)"))
+    _, res, b = probe(rec)
+    assert b is None and res["unbound"].startswith(
+        "incompatible_toolchain: triton.language.math.no_such_fn_in_any_triton is missing"), res
+    # the package's own import failed on torch: the record's relative import says why
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from torch.distributed import NoSuchProcessGroup\n")
+    (pkg / "helpers.py").write_text("def helper(x):\n    return x\n")
+    rec = record("from .helpers import helper\n" + RMS.replace("X.contiguous()", "helper(X)"), "pkg/rms.py",
+                 str(tmp_path))
+    _, res, b = probe(rec)
+    assert b is None and "incompatible_toolchain: torch.distributed.NoSuchProcessGroup" in res["unbound"], res
+
+
 @pytest.mark.gpu
 def test_gpu_probe_and_validate_two_liger_kernels(liger_tree, tmp_path):
     b = Probed()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from sftbuild.harvest.kernelbench import declared_dtypes
 from sftbuild.validate import pipeline, pyrun
-from tests.redteam.cases import REF_RELU
+from tests.redteam.cases import REF_LINEAR, REF_RELU
 
 REF_HALF = REF_RELU.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, dtype=torch.float16)")
+REF_LINEAR_BF16 = REF_LINEAR.replace("torch.randn(batch_size, in_features)",
+                                     "torch.randn(batch_size, in_features, dtype=torch.bfloat16)")
 RELU = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" \
        "        return torch.relu(x)\n"
 
@@ -36,6 +38,19 @@ def test_a_half_program_runs_in_half_and_an_fp32_result_breaks_its_contract():
     assert out["status"] == "ok" and {r["dtype"] for r in out["trials"]} == {"float16"}
     wide = _pair(RELU.replace("torch.relu(x)", "torch.relu(x).float()"), REF_HALF)
     assert wide["reason"] == "incorrect" and "float32, the reference's is float16" in wide["detail"]
+
+
+def test_a_bf16_program_with_float32_parameters_runs_with_both_models_cast_to_bf16():
+    # nn.Linear is built in float32 and get_inputs() makes bf16 (a mix torch refuses, on the CPU too):
+    # both models follow the inputs' dtype, as KernelBench's harness casts them
+    fc = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n" \
+         "    def __init__(self, i, o):\n        super().__init__()\n        self.fc = nn.Linear(i, o)\n\n" \
+         "    def forward(self, x):\n        return self.fc(x)\n"
+    out = _pair(fc, REF_LINEAR_BF16)
+    assert out["status"] == "ok", out
+    assert {r["dtype"] for r in out["trials"]} == {"bfloat16"}
+    wide = _pair(fc.replace("self.fc(x)", "self.fc(x).float()"), REF_LINEAR_BF16)
+    assert wide["reason"] == "incorrect" and "float32, the reference's is bfloat16" in wide["detail"]
 
 
 def test_all_adds_the_float_dtypes_the_reference_runs_at():

@@ -4,8 +4,10 @@ CPU: Triton cases run through the real pipeline with the Triton interpreter in a
 process, for fp32 and fp16 only (the interpreter's bf16 arithmetic is silently wrong, so a
 bf16 verdict there would mean nothing). GPU: every case, printing case -> expected -> got.
 Run on a GPU machine with:  pytest -m gpu -s -n 0 tests/validate/test_validate_redteam.py
+(SFTBUILD_REDTEAM=name,name,... runs only those cases on the GPU).
 """
 import dataclasses
+import os
 
 import pytest
 
@@ -52,9 +54,17 @@ def test_triton_redteam_in_the_interpreter(tmp_path, monkeypatch):
     assert _table(selected, got) == []
 
 
+def _named(pool):
+    """The cases SFTBUILD_REDTEAM names (comma-separated), or every one."""
+    names = [n.strip() for n in os.environ.get("SFTBUILD_REDTEAM", "").split(",") if n.strip()]
+    unknown = set(names) - {c.name for c in pool}
+    assert not unknown, f"SFTBUILD_REDTEAM names no case {sorted(unknown)}"
+    return [c for c in pool if c.name in names] if names else pool
+
+
 @pytest.mark.gpu
 def test_redteam_on_gpu(tmp_path):
-    selected = cases()
+    selected = _named(cases())
     cfg = ValidateConfig(sample_timeout=60, memcheck="off", runs=20, warmup=3)
     got = _run(selected, cfg, "auto", str(tmp_path))
     assert _table(selected, got) == []

@@ -34,7 +34,7 @@ def test_static_checks_are_plugins_one_file_each():
     modules = {m.name for m in pkgutil.iter_modules(static.__path__) if not m.name.startswith("_")}
     assert {c.__module__.rsplit(".", 1)[1] for c in static.STATIC_CHECKS} == modules
     builtin = ["host_calls", "torch_in_host", "launch_shape", "shared_budget", "python_forbidden",
-               "torch_does_the_work", "disguise", "torch_override", "precision_flags", "triton_launch"]
+               "torch_does_the_work", "disguise", "python_effects", "torch_override", "precision_flags", "triton_launch"]
     assert [n for n in (c.name for c in static.STATIC_CHECKS.configured({})) if n in builtin] == builtin
 
 
@@ -236,3 +236,36 @@ def test_the_gate_process_starts_only_for_top_level_jit_kernels(monkeypatch):
     for i, code in enumerate([twin, solution, "import torch\n", "def broken(:\n  jit"]):
         pipeline.compile_any({"id": i, "language": "triton", "code": code})
     assert started == [0, 3]  # the kernel module, and the unparsable one (the gate names its error)
+
+
+HONEST_TRITON = '''
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _ce_kernel(logits, loss, n, BLOCK: tl.constexpr):
+    pass
+
+
+def _mask(x, lengths):
+    return torch.where(torch.arange(x.shape[-1]) < lengths[:, None], x, 0.0)
+
+
+def fused_linear_cross_entropy(x, w, target):
+    low = torch.is_autocast_enabled()
+    logits = F.linear(x, w)
+    loss = torch.empty(x.shape[0], dtype=torch.float32)
+    _ce_kernel[(x.shape[0],)](logits, loss, logits.shape[-1], BLOCK=1024)
+    return loss
+'''
+
+
+def test_reading_autocast_a_mask_helper_and_a_fused_wrappers_linear_are_left_to_the_work_check():
+    assert static.scan(HONEST_TRITON, "triton") == []
+    switched = HONEST_TRITON.replace("low = torch.is_autocast_enabled()", "torch.set_autocast_enabled(True)")
+    assert [f.check for f in static.scan(switched, "triton")] == ["precision_flags"]
+    matmul = HONEST_TRITON.replace("F.linear(x, w)", "torch.matmul(x, w.t())")
+    assert [f.check for f in static.scan(matmul, "triton")] == ["torch_does_the_work"]

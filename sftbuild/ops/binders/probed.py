@@ -10,7 +10,9 @@ Shortlist: first the ops a package's own registration table names for an entry p
 (`sftbuild.ops.registrations`: FlagGems' `("add.Tensor", add)` pairs, `lib.impl(...)` calls), then
 the ops named exactly like an entry point or kernel (`named`: torch's aliases followed), then
 `sftbuild.ops.shortlist(name, params, k)` over the hand-written and op_db ops, else a ranking here by
-shared name words (kernel and entry-point names against op names).
+shared name words (kernel and entry-point names against op names). Before them all come the
+package's own plain-torch references named like the record (`package_references`); a binding to one
+is `how: package_reference` and carries what registers it again in validation (`package_reference`).
 
 Hints: a positional parameter that neither has a default nor gets one from its own file (harvest's
 `hint`) takes the literal default the record's package declares for that name elsewhere
@@ -25,7 +27,7 @@ import re
 from collections import Counter
 
 from sftbuild import ops
-from sftbuild.ops import registrations
+from sftbuild.ops import package_refs, registrations
 from sftbuild.ops.binders import BINDERS, Binder
 
 SHORTLIST = 8
@@ -42,7 +44,7 @@ class Probed(Binder):
     """Call the record's wrapper function or autograd Function on each shortlisted op's inputs and keep
     the op its outputs match over >= 3 shapes and 2 dtypes (Triton records with entry points)."""
     name = "probed"
-    version = 1
+    version = 3  # the package's own plain-torch references are candidates; a toolchain gap is named
     order = 80
     task_fn = "sftbuild.validate.probe:probe"
 
@@ -65,8 +67,11 @@ class Probed(Binder):
         unfilled = {p["name"] for e in entries for p in e.get("params") or []
                     if p.get("kind") == "pos" and not p.get("has_default") and "hint" not in p}
         hints = tree_hints(prov.get("tree"), prov.get("path")) if unfilled else {}
+        names = shortlist(record)
+        refs = package_references(record, names)
         return {"id": record.id, "code": record.code, "entry": record.entry, "tree": prov.get("tree"),
-                "path": prov.get("path"), "shortlist": shortlist(record), "dtypes": dtypes or PROBE_DTYPES,
+                "path": prov.get("path"), "shortlist": [r["name"] for r in refs] + names,
+                "package_refs": refs, "dtypes": dtypes or PROBE_DTYPES,
                 "shapes": 3, "time_limit": seconds, "hints": {k: v for k, v in hints.items() if k in unfilled}}
 
     def accept(self, record, result) -> dict | None:
@@ -75,10 +80,33 @@ class Probed(Binder):
             return None
         b = dict(result["binding"])
         ev = result.get("evidence") or {}
-        b["how"] = self.name
+        b["how"] = "package_reference" if b.get("package_reference") else self.name
         b["evidence"] = {"shapes": ev.get("shapes"), "dtypes": ev.get("dtypes"), "worst_error": ev.get("worst_error"),
                          "candidates_tried": len(ev.get("candidates_tried") or []), "seconds": ev.get("seconds")}
         return b
+
+
+def package_references(record, names: list[str]) -> list[dict]:
+    """The record's package's own plain-torch references named like it (sftbuild.ops.package_refs),
+    each {name, module, func, like}: registered as an op inside the probe's worker, with the inputs of
+    the first shortlisted op taking as many tensors as the reference requires (`like`), else tensors
+    of one 2-D shape."""
+    entries = (record.entry or {}).get("entry_points") or []
+    words_of = [*(record.entry or {}).get("kernels", []), *(e["qualname"].split(".")[0] for e in entries)]
+    refs = package_refs.candidates((record.provenance or {}).get("tree"), words_of)
+    out = []
+    for r in refs:
+        need = [p for p in r["required"] if p not in ("self", "cls")]
+        like = next((n for n in names if _inputs(n) == len(need)), None) or [f"{p}: [rows, cols]" for p in need]
+        out.append({"name": f"pkg.{r['module']}.{r['name']}", "module": r["module"], "func": r["name"], "like": like})
+    return out
+
+
+def _inputs(name: str) -> int:
+    try:
+        return len(ops.get(name).io.get("inputs") or [])
+    except KeyError:
+        return -1
 
 
 def tree_hints(tree: str | None, path: str | None) -> dict:

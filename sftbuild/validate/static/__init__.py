@@ -115,3 +115,4 @@ def scan(code: str, language: str, budget: dict | None = None, checks: dict | No
         return [Finding("compile_error", "parse", f"Python syntax error, {src.syntax_error}")]
     return [f for c in STATIC_CHECKS.configured(checks, "validate.static_checks")
             if language in c.languages for f in c.check(src)]
+

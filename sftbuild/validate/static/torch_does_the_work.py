@@ -7,7 +7,9 @@ every call must launch one of the candidate's own kernels there (triton_decoy).
 Host-side bookkeeping beside the record's own kernels is not the work: reductions (`.sum()` of a
 buffer of partial results the kernel wrote, a handful of elements), scans and sorts of indices (a
 `cumsum` of segment lengths), in a Triton wrapper or a ModelNew.forward whose record launches its
-kernels (Triton launches, or calls into its load_inline extension). Those calls are left to the
+kernels (Triton launches, or calls into its load_inline extension), and `torch.where` or `F.linear`
+in a module that launches Triton kernels (a mask helper; the logits whose loss a fused
+linear-cross-entropy's kernels take). Those calls are left to the
 run-time checks, which measure the elements torch's ops touched and whose kernels took the GPU time
 (sftbuild.validate.checks.library_kernels, own_kernels_ran). Only where it is certain does this rule
 stop such a call: the op applied to one of the function's own arguments (the full input) in the
@@ -36,7 +38,10 @@ TENSOR_COMPUTE = {"matmul", "mm", "bmm", "addmm", "softmax", "log_softmax", "rel
                   "amax", "norm", "cumsum", "logsumexp", "conv2d", "einsum", "exp", "var", "std", "prod"}
 # host-side bookkeeping a Triton wrapper may do around its launches (the run-time checks judge it)
 BOOKKEEPING = {"sum", "mean", "amax", "amin", "max", "min", "prod", "cumsum", "sort", "argsort", "topk", "norm",
-               "count_nonzero", "any", "all", "clamp"}
+               "count_nonzero", "any", "all", "clamp", "logsumexp"}  # logsumexp: of per-block partials
+# torch calls beside a launching wrapper's own kernels that may be honest setup (a mask from `where`, the
+# logits a fused linear-cross-entropy's kernels take the loss of): the run-time work check judges them
+SETUP = {"where", "linear"}
 REFERENCE_NAME = re.compile(r"(^|_)(ref|reference|naive|torch)(_|$)", re.I)
 NN_MODULES = re.compile(r"^torch\.nn\.(?!Module$|Parameter$|ParameterList$|ModuleList$|ModuleDict$|"
                         r"Identity$|Buffer$|init\.)\w+$")
@@ -47,7 +52,7 @@ class TorchDoesTheWork(StaticCheck):
     """ModelNew.forward or a Triton wrapper calling torch ops, nn layers or `@` to compute the result."""
 
     name = "torch_does_the_work"
-    version = 2  # bookkeeping beside load_inline extensions and in ModelNew too; certain only on a returned input
+    version = 3  # `where`, `linear` and a `logsumexp` of partials beside Triton launches are judged at run time
     order = 60
     languages = PYTHON
 
@@ -80,6 +85,8 @@ class TorchDoesTheWork(StaticCheck):
                     continue
                 name = full_name(n.func, src.aliases)
                 last = n.func.attr if isinstance(n.func, ast.Attribute) else name.rsplit(".", 1)[-1]
+                if launching and last in SETUP and name.startswith("torch."):
+                    continue
                 if lenient and last in BOOKKEEPING and not name.startswith("torch.ops."):
                     if id(n) in returned and _on_argument(n, args):  # the op on the input makes the result
                         yield self.found("cheat", f"{name} of an input returned by {fn.name} (line {n.lineno}): "

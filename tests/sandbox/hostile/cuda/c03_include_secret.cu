@@ -1,0 +1,8 @@
+#include <cstdio>
+#include <cstdlib>
+// the compiler quotes a host secret
+#include "@ETC@/shadow"
+__global__ void relu_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
