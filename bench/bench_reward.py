@@ -13,6 +13,8 @@ starts the warm workers; the figures after it are what a training step pays:
                   task seen before: the fixed cost a call adds beyond its own samples
 
 With --service the same calls go through `sftbuild reward serve` (started here, on a free port).
+With --compare the same completions then go through `sftbuild validate`'s pipeline, with the reward's
+settings, and the verdicts (status and reason) that differ are counted and the first few shown.
 """
 from __future__ import annotations
 
@@ -61,12 +63,44 @@ def completions(pairs, n):
     return out
 
 
+def code_of(task: str, completion: str) -> str:
+    from sftbuild.validate.reward import extract_code
+
+    return extract_code(completion, json.loads(task).get("language", ""))
+
+
+def compare(items, rewards) -> None:
+    """`sftbuild validate`'s verdicts for the same code (its pipeline, the reward's settings, a fresh cache)
+    against the reward's: the differences in status and reason."""
+    import tempfile
+
+    from sftbuild.executor import LocalExecutor
+    from sftbuild.record import Record
+    from sftbuild.validate import pipeline
+    from sftbuild.validate.reward import default_config
+
+    recs = []
+    for t, c in items:
+        task = json.loads(t)
+        recs.append(Record(language=task["language"], code=code_of(t, c), source="rlvr", entry=task.get("entry") or {},
+                           binding=task.get("binding")))
+    with LocalExecutor(progress=False) as ex, tempfile.TemporaryDirectory() as cache:
+        got = {rec.id: (status, reason) for rec, status, reason, _ in
+               pipeline.validate(list({r.id: r for r in recs}.values()), default_config(), ex, cache)}
+    diff = [(i, got.get(rec.id), (r.status, r.reason)) for i, (rec, r) in enumerate(zip(recs, rewards))
+            if got.get(rec.id) != (r.status, r.reason)]
+    print(f"  verdicts differing from sftbuild validate's: {len(diff)} of {len(recs)}")
+    for i, want, have in diff[:5]:
+        print(f"    completion {i}: validate {want}, reward {have}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--completions", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--tasks", default=None)
     ap.add_argument("--service", action="store_true")
+    ap.add_argument("--compare", action="store_true", help="also validate the completions; count verdict differences")
     a = ap.parse_args()
     proc = None
     if a.service:
@@ -96,6 +130,13 @@ def main() -> None:
         scores += trl_reward(prompts=[""] * len(chunk), completions=[c for _, c in chunk], task=[t for t, _ in chunk])
         walls.append(time.perf_counter() - t0)
         print(f"call {len(walls)}: {len(chunk)} completions in {walls[-1]:.1f} s", flush=True)
+    verdicts = []
+    if a.compare:  # the reward's own verdicts, for the same completions, through the service or not
+        from sftbuild.validate.reward import reward_batch
+
+        for i in range(0, len(items), a.batch):
+            chunk = items[i:i + a.batch]
+            verdicts += reward_batch([t for t, _ in chunk], [code_of(t, c) for t, c in chunk])
     t, c = items[0]
     trl_reward(prompts=[""], completions=[c], task=[t])  # compiled and cached now
     t0 = time.perf_counter()
@@ -110,6 +151,8 @@ def main() -> None:
     print(f"  completions/s after the first call: {n_later / sum(later):.1f}")
     print(f"  overhead/call (one cached completion): {overhead:.2f} s")
     print(f"  mean score {sum(scores) / len(scores):.3f}; scored > 0: {sum(s > 0 for s in scores)}")
+    if a.compare:
+        compare(items, verdicts)
     if proc:
         proc.terminate()
 

@@ -94,8 +94,11 @@ def _non_empty(value: str) -> str | None:
 @dataclasses.dataclass
 class HarvestConfig:
     """Where kernels come from and which files are read."""
-    sources: list[str] = opt(["torch-aten"], "registry names, local paths, git URLs pinned with @REV, "
-                             "pip:PACKAGE==VERSION or registry YAML files", validator=_non_empty)
+    sources: list[str] = opt(["builtin"], "registry names, local paths, git URLs pinned with @REV, "
+                             "pip:PACKAGE==VERSION or registry YAML files; builtin: torch-aten, and on a machine "
+                             "with a GPU also the program catalog (torch-inductor) and the pinned packages, "
+                             "those the package index can be reached for (registry.yaml's `default:`)",
+                             validator=_non_empty)
     registries: list[str] = opt([], "extra vetted-source registry files", validator=_non_empty)
     allow_unpinned: bool = opt(False, "accept git URLs without @REV")
     file_filters: dict[str, Any] = opt({}, "which files are read: every file filter runs unless set to false; "

@@ -70,17 +70,19 @@ class Executor:
     def gpu_count(self) -> int:
         return 0
 
-    def map_cpu(self, fn: Callable, items: Iterable, desc: str = "") -> Iterator[tuple[Any, Any]]:
+    def map_cpu(self, fn: Callable, items: Iterable, desc: str = "", unit: str = "items") -> Iterator[tuple[Any, Any]]:
+        """`fn(item)` on the CPU pool; results as they finish. Every map shows a bar of `unit`s done, with
+        a rate and an ETA, unless the executor was made without progress."""
         raise NotImplementedError
 
     def map_gpu(self, fn: Callable, items: Iterable, timeout: float, desc: str = "",
-                per_gpu: int = 1) -> Iterator[tuple[Any, Any]]:
+                per_gpu: int = 1, unit: str = "items") -> Iterator[tuple[Any, Any]]:
         """`fn(item)` in GPU workers; `per_gpu` workers share each GPU (for work that times nothing,
         such as probing, where Triton's JIT on the CPU is the bottleneck)."""
         raise NotImplementedError
 
     def map_interpreted(self, fn: Callable, items: Iterable, timeout: float,
-                        desc: str = "") -> Iterator[tuple[Any, Any]]:
+                        desc: str = "", unit: str = "items") -> Iterator[tuple[Any, Any]]:
         """`fn(item)` under Triton's interpreter (INTERPRETER_ENV) in sandboxed CPU processes without a
         GPU, as many at a time as there are cores; results in the order they finish, a WorkerFailure for
         an item that hung past `timeout` or whose process died. Step deadlines (`report_deadline`) are
@@ -113,6 +115,11 @@ class Executor:
 # No GPU either: on a host that has one (`gpus: none`), a CUDA context made under the sandbox's address-space
 # limit fails ("out of memory"), and Triton's interpreter would find the driver and use it
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def progress_bar(total: int, desc: str, unit: str, enabled: bool) -> tqdm:
+    """A bar of `total` `unit`s: how many are done, their rate and the time left."""
+    return tqdm(total=total, desc=desc, unit=f" {unit}", disable=not enabled, leave=False)
 
 
 def _interpreter_slots(n_items: int, cpu_workers: int = 0) -> int:
@@ -198,11 +205,11 @@ class LocalExecutor(Executor):
     def gpu_count(self) -> int:
         return len(self.gpus)
 
-    def map_cpu(self, fn, items, desc=""):
+    def map_cpu(self, fn, items, desc="", unit="items"):
         items = list(items)
         if not items:
             return
-        bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
+        bar = progress_bar(len(items), desc or fn.__name__, unit, self.progress)
         if self.cpu_workers == 1 or len(items) == 1:
             for item in items:
                 yield item, _call(fn, item)
@@ -235,14 +242,14 @@ class LocalExecutor(Executor):
                             bar.update()
                         else:
                             rest.append(item)
-                    yield from self.map_cpu(fn, rest, desc)
+                    yield from self.map_cpu(fn, rest, desc, unit)
                     return
                 yield futures[fut], res
                 bar.update()
         finally:
             bar.close()
 
-    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1):
+    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1, unit="items"):
         items = list(items)
         if not items:
             return
@@ -250,9 +257,9 @@ class LocalExecutor(Executor):
             raise RuntimeError("map_gpu called with no visible GPU")
         ro, rw = sandbox.task_paths(items)
         workers = self.gpu_workers(min(len(self.gpus) * max(1, per_gpu), len(items)), ro, rw)
-        yield from self._serve(workers, fn, items, timeout, desc, ro, rw, steps=True)
+        yield from self._serve(workers, fn, items, timeout, desc, ro, rw, steps=True, unit=unit)
 
-    def map_interpreted(self, fn, items, timeout, desc=""):
+    def map_interpreted(self, fn, items, timeout, desc="", unit="items"):
         """As Executor.map_interpreted, in kept InterpreterWorkers: one whose item hung, crashed or asked
         for it (`recycle`: the candidate changed its process) is replaced before its next item."""
         items = list(items)
@@ -263,9 +270,9 @@ class LocalExecutor(Executor):
         while len(self._interpreters) < slots:
             self._interpreters.append(InterpreterWorker(ro, rw))
         workers = self._interpreters[:slots]
-        yield from self._serve(workers, fn, items, timeout, desc, ro, rw, steps=False)
+        yield from self._serve(workers, fn, items, timeout, desc, ro, rw, steps=False, unit=unit)
 
-    def _serve(self, workers, fn, items, timeout, desc, ro, rw, steps: bool):
+    def _serve(self, workers, fn, items, timeout, desc, ro, rw, steps: bool, unit: str = "items"):
         """`fn(item)` for each item in the kept `workers`, each item within `timeout`, and each of its
         steps within what it reports when `steps`; a worker is restarted where it must be."""
         for w in workers:
@@ -275,7 +282,7 @@ class LocalExecutor(Executor):
             elif w.retired:
                 w.start()
             w.fn = fn
-        bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
+        bar = progress_bar(len(items), desc or fn.__name__, unit, self.progress)
         queue = list(reversed(items))
         busy: dict[GpuWorker, _Busy] = {}
         try:

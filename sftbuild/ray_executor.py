@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import time
 
-from tqdm import tqdm
-
-from sftbuild.executor import Executor, WorkerFailure, _call, wants_recycle
+from sftbuild.executor import Executor, WorkerFailure, _call, progress_bar, wants_recycle
 
 
 class _Slot:
@@ -43,11 +41,11 @@ class RayExecutor(Executor):
     def gpu_count(self) -> int:
         return int(self.ray.cluster_resources().get("GPU", 0))
 
-    def map_cpu(self, fn, items, desc=""):
+    def map_cpu(self, fn, items, desc="", unit="items"):
         ray = self.ray
         items = list(items)
         refs = {self._cpu.remote(fn, item): item for item in items}
-        with tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False) as bar:
+        with progress_bar(len(items), desc or fn.__name__, unit, self.progress) as bar:
             while refs:
                 done, _ = ray.wait(list(refs), num_returns=1)
                 for ref in done:
@@ -55,7 +53,7 @@ class RayExecutor(Executor):
                     bar.update()
                     yield item, self._get(ref)
 
-    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1):  # Ray packs one actor per GPU
+    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1, unit="items"):  # Ray packs one actor per GPU
         items = list(items)
         if not items:
             return
@@ -64,7 +62,7 @@ class RayExecutor(Executor):
         ray = self.ray
         queue = list(reversed(items))
         slots = [_GpuActor(self._actor) for _ in range(min(self.gpu_count, len(items)))]
-        bar = tqdm(total=len(items), desc=desc or fn.__name__, disable=not self.progress, leave=False)
+        bar = progress_bar(len(items), desc or fn.__name__, unit, self.progress)
         try:
             while queue or any(s.item is not None for s in slots):
                 for s in slots:

@@ -163,7 +163,7 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
     if not items:
         return
     if probe == "gpu":
-        for item, res in ctx.executor.map_gpu(run_task, items, timeout=timeout, desc="bind",
+        for item, res in ctx.executor.map_gpu(run_task, items, timeout=timeout, desc="bind", unit="records",
                                               per_gpu=probe_workers(ctx.config.bind, ctx.executor.gpu_count)):
             yield item["n"], res
         return
@@ -174,7 +174,7 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
             runnable.append(item)
         else:
             yield item["n"], {"unbound": "probing this kernel needs a GPU"}
-    for item, res in ctx.executor.map_interpreted(run_task, runnable, timeout=timeout, desc="bind"):
+    for item, res in ctx.executor.map_interpreted(run_task, runnable, timeout=timeout, desc="bind", unit="records"):
         yield item["n"], res
 
 

@@ -183,6 +183,7 @@ def _has_config(cfg, key: str) -> bool:
 
 COMPILE_TIMEOUT = 600.0  # seconds per program, Triton-template autotuning included
 BATCH = 16  # programs per compile process: one torch import serves them all
+PROCESS_FAILED = "the compile process failed"  # how a program's reason starts when its process died or hung
 
 
 # CUDA errors that poison the process's context: every later call fails with them too
@@ -372,7 +373,7 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
                     if len(group) > 1:
                         pending |= {pool.submit(one, [p]) for p in group}
                         continue
-                    yield group[0], f"the compile process failed ({why})"
+                    yield group[0], f"{PROCESS_FAILED} ({why})"
                     continue
                 left = [p for p in group if p.name not in res["compiled"]]
                 if res.get("poisoned") and len(group) > 1:  # the one that met the error alone, the rest together
@@ -382,3 +383,37 @@ def compile_isolated(progs: list[Program], device: str = "cuda", batch: int = BA
                 for p in group:  # results cross the sandbox as plain data
                     c = res["compiled"].get(p.name) or res.get("why") or "no result"
                     yield p, Compiled(**c) if isinstance(c, dict) else c
+
+
+def compile_cached(progs: list[Program], cache: Path, device: str = "cuda"):
+    """As `compile_isolated`, kept by content under `cache`: a program compiled before with the same
+    source, device, torch, Triton and compile code comes from there, so a harvest cut anywhere resumes
+    with the programs it had not reached. A compile process that died or hung is not kept (it may
+    have been the machine's fault); a reason the compile itself gave is."""
+    import hashlib
+    import pickle
+
+    import torch
+    import triton
+
+    from sftbuild.sandbox import load_result
+
+    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()  # the compile code is part of the key
+    salt = f"{device}\0{torch.__version__}\0{triton.__version__}\0{code}\0"
+    paths = {p.name: cache / f"{hashlib.sha256((salt + p.name + chr(0) + p.src).encode()).hexdigest()[:32]}.pkl"
+             for p in progs}
+    todo = []
+    for p in progs:
+        try:
+            got = load_result(str(paths[p.name]))
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            todo.append(p)  # absent, or cut while it was written
+            continue
+        yield p, Compiled(**got) if isinstance(got, dict) else str(got)
+    cache.mkdir(parents=True, exist_ok=True)
+    for p, comp in compile_isolated(todo, device):
+        if not (isinstance(comp, str) and comp.startswith(PROCESS_FAILED)):
+            tmp = paths[p.name].with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(pickle.dumps(dataclasses.asdict(comp) if isinstance(comp, Compiled) else comp))
+            os.replace(tmp, paths[p.name])
+        yield p, comp

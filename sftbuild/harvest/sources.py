@@ -30,6 +30,9 @@ MAX_ARCHIVE_BYTES = 512 * 1024 * 1024  # unpacked size of a package archive
 MAX_ARCHIVE_MEMBERS = 50_000
 
 
+DEFAULTS = ("", "everywhere", "gpu")  # when a registry source is in the `builtin` selection
+
+
 class SourceError(Exception):
     """A source that cannot be read; the harvest reports it and goes on with the others."""
 
@@ -51,6 +54,7 @@ class Source:
     network: bool = False  # needs the network; skipped with a clear message when it is absent
     description: str = ""
     params: dict = dataclasses.field(default_factory=dict)  # the kind's parameters (`NAME?key=value&...`)
+    default: str = ""  # in the `builtin` selection: "everywhere", "gpu" (machines with a GPU), "" (never)
 
     @classmethod
     def from_dict(cls, d: dict, where: str) -> "Source":
@@ -75,6 +79,9 @@ class Source:
             if not isinstance(v, list) or not all(isinstance(x, item) for x in v):
                 what = "strings" if item is str else "mappings"
                 raise SourceError(f"{where}: source {d['name']!r}: {key} must be a list of {what}")
+        if d.get("default", "") not in DEFAULTS:
+            raise SourceError(f"{where}: source {d['name']!r}: default must be one of "
+                              f"{', '.join(repr(x) for x in DEFAULTS)}, got {d['default']!r}")
         if not isinstance(d.get("params", {}), dict):
             raise SourceError(f"{where}: source {d['name']!r}: params must be a mapping")
         d = dict(d)
@@ -292,3 +299,37 @@ def _link_reason(root: Path, p: Path) -> str:
     inside = target == root.resolve() or root.resolve() in target.parents
     return "symlink" if inside else "symlink_outside_root"
 
+
+
+REACH_TIMEOUT = 3.0  # seconds to open a connection before a server counts as unreachable
+
+
+def reachable(url: str, timeout: float = REACH_TIMEOUT) -> bool:
+    """Whether a TCP connection to `url`'s host and port opens within `timeout` seconds, name lookup
+    included (it runs in a thread: a resolver with no server to ask can block far longer)."""
+    import socket
+    import threading
+    import urllib.parse
+
+    if "://" not in url and ":" not in url:
+        return True  # a local path: nothing to reach
+    try:  # scp-like git@host:path is ssh
+        parts = urllib.parse.urlsplit(url if "://" in url else f"ssh://{url.replace(':', '/', 1)}")
+        host, port = parts.hostname, parts.port or {"http": 80, "git": 9418, "ssh": 22}.get(parts.scheme, 443)
+    except ValueError:
+        return False
+    if not host:
+        return parts.scheme == "file"
+    ended, opened = threading.Event(), []
+
+    def attempt():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            opened.append(True)
+        except (OSError, UnicodeError):
+            pass
+        ended.set()
+
+    threading.Thread(target=attempt, daemon=True).start()
+    ended.wait(timeout)
+    return bool(opened)

@@ -17,6 +17,16 @@ from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.sources import REGISTRY, REGISTRY_EXT, Source, SourceError
 
 
+BUILTIN = "builtin"  # the spec naming the registry's default sources for this machine
+
+
+def builtin(registry: dict[str, Source], gpu: bool) -> list[Source]:
+    """The sources `builtin` names here: those whose `default` is "everywhere", and on a machine with
+    a GPU those whose `default` is "gpu" too (the catalog's programs, the pinned packages)."""
+    wanted = ("everywhere", "gpu") if gpu else ("everywhere",)
+    return [s for s in registry.values() if s.default in wanted]
+
+
 def load_registry(path: str | os.PathLike = REGISTRY) -> dict[str, Source]:
     p = Path(path)
     try:

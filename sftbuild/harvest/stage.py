@@ -56,11 +56,29 @@ def resolve(ctx: Context, names: list[str], errors: dict | None = None) -> list[
             errors[extra] = str(e)
     out: list[S.Source] = []
     for spec in names or ctx.config.harvest.sources:
+        if spec == specs.BUILTIN:
+            out += _builtin(ctx, registry)
+            continue
         try:
             out += specs.parse_spec(spec, registry)
         except S.SourceError as e:
             errors[spec] = str(e)
             ctx.echo(f"harvest: source {spec or repr(spec)}: {e} (skipped; other sources continue)")
+    return out
+
+
+def _builtin(ctx: Context, registry: dict[str, S.Source]) -> list[S.Source]:
+    """`builtin`'s sources for this machine, less those that need a server this machine cannot reach:
+    each of those is one line, and no failure (every server is tried once, for a few seconds)."""
+    out, reached = [], {}
+    for src in specs.builtin(registry, gpu=ctx.executor.gpu_count > 0):
+        url = KINDS.create(src.kind).endpoint(src, ctx.workspace, ctx.config.harvest) if src.network else None
+        if url is not None and url not in reached:
+            reached[url] = S.reachable(url)
+        if url is not None and not reached[url]:
+            ctx.echo(f"harvest: source {src.name} skipped: it needs the network and {url} cannot be reached")
+            continue
+        out.append(src)
     return out
 
 

@@ -85,7 +85,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     if any(_inline(t) for t in tasks):
         _prepare_extensions(cache_dir)
     ready = []
-    for task, res in executor.map_cpu(compile_any, tasks, desc="compile"):
+    for task, res in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
         rec = by_id[task["id"]]
         verdict = after_compile(rec, res, cfg)
         if verdict is not None:
@@ -101,7 +101,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
     _prepare_ops(items)
     if gpus:
-        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
+        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness", unit="records",
                                    per_gpu=workers_per_gpu(cfg, gpus))
     else:
         results = _without_gpu(items, cfg, executor)
@@ -160,7 +160,7 @@ def _without_gpu(items, cfg, executor):
                       "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]})
     if tasks:
         yield from executor.map_interpreted(run_interpreted, tasks, timeout=cfg.sample_timeout,
-                                            desc="correctness (interpreter)")
+                                            desc="correctness (interpreter)", unit="records")
 
 
 def run_interpreted(task: dict) -> dict:

@@ -5,7 +5,9 @@
 record's code. Compile and correctness are gates (0 when failed); a detected cheat
 scores 0 and is reported; a correct candidate scores CORRECT plus a speed tier
 against torch eager measured in the same worker, plus a small memcheck weight.
-Code length does not count. Works without a store: compiles cache under a temp dir.
+Code length does not count, but code over MAX_CODE_BYTES, or that is not UTF-8 text, scores 0
+before any check reads it (`too_large`, `not_text`). Works without a store: compiles cache under a
+temp dir.
 
 Warm across calls: a trainer calls the reward every step, so the executor (its GPU
 workers, their CUDA contexts and Triton caches) and the compile cache live for the
@@ -34,6 +36,8 @@ from sftbuild.config import ValidateConfig
 from sftbuild.record import Record
 
 CORRECT, SPEED, MEMORY = 0.3, 0.6, 0.1
+# a kernel completion is a few KB; past this the static checks alone would hold the service for seconds
+MAX_CODE_BYTES = 256 << 10
 # `degenerate` counts where a stored verdict carries it; a reference that never moved with the inputs is
 # `uninformative` (the inputs' fault, checks/input_independent), which is no cheat
 CHEATS = ("cheat", "forbidden_call", "bad_launch", "degenerate", "sandbox_violation")
@@ -115,6 +119,23 @@ def close_warm() -> None:
         ex.close()
 
 
+def refuse(code) -> Reward | None:
+    """A score of 0 for code that no check need read: not text, not encodable as UTF-8 (a lone
+    surrogate), or larger than MAX_CODE_BYTES; None for code the validator takes."""
+    if code is not None and not isinstance(code, str):
+        return Reward(0.0, "not_text", "dropped", detail={"detail": f"the completion is {type(code).__name__}, "
+                                                                     f"not text"})
+    try:
+        size = len((code or "").encode("utf-8"))
+    except UnicodeEncodeError as e:
+        return Reward(0.0, "not_text", "dropped", detail={"detail": f"the completion is not UTF-8 text "
+                                                                     f"({e.reason} at character {e.start})"})
+    if size > MAX_CODE_BYTES:
+        return Reward(0.0, "too_large", "dropped", detail={"detail": f"{size:,} bytes of code, over the "
+                                                                      f"{MAX_CODE_BYTES:,} a candidate may have"})
+    return None
+
+
 def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> list[Reward]:
     """Score many candidates at once: one compile pool, one GPU worker per GPU, both kept warm."""
     url = os.environ.get("SFTBUILD_REWARD_URL")
@@ -129,6 +150,11 @@ def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> li
     cache = cache_dir or os.path.join(tempfile.gettempdir(), "sftbuild_reward_cache")
     records, bad = [], {}
     for i, (task, code) in enumerate(zip(tasks, codes)):
+        refused = refuse(code)
+        if refused is not None:
+            bad[i] = refused
+            records.append(None)
+            continue
         task = json.loads(task) if isinstance(task, str) else task
         try:
             records.append(Record(language=task["language"], code=code or "", source="rlvr",

@@ -285,7 +285,7 @@ class _OneGpu:
     def __init__(self):
         self.seen = []
 
-    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1):
+    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1, unit="items"):
         for item in items:
             self.seen.append(item)
             yield item, fn(item)

@@ -60,11 +60,16 @@ def test_run_on_small_sources(tmp_path, monkeypatch):
 @pytest.mark.nvcc
 def test_run_on_the_default_sources(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # no index here: the packages are left out
+    (tmp_path / "sftbuild.yaml").write_text("harvest: {programs: 12}\n")  # with a GPU, a slice of the catalog
     f = _run_twice()
     assert f["records"] >= 30
     v = f["stages"]["validate"]
     if not torch.cuda.is_available():
         assert v["waiting"].get("needs_gpu", 0) >= 1  # the bound softmax kernel waits, it does not fail
+        assert set(f["by_source"]) == {"torch-aten"}
+    else:
+        assert {"torch-aten", "torch-inductor"} <= set(f["by_source"])
     s = Store(tmp_path / "sftbuild-work")
     prov = next(s.records()).provenance
     assert prov["license"] == "BSD-3-Clause" and prov["package"] == "torch" and prov["lines"][0] >= 1

@@ -344,15 +344,15 @@ class OrderedExecutor(LocalExecutor):
 
     gpu_seconds = 0.0
 
-    def map_cpu(self, fn, items, desc=""):
+    def map_cpu(self, fn, items, desc="", unit="items"):
         items = list(items)
-        done = {id(item): res for item, res in super().map_cpu(fn, items, desc)}
+        done = {id(item): res for item, res in super().map_cpu(fn, items, desc, unit)}
         yield from ((item, done[id(item)]) for item in items if id(item) in done)
 
-    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1):
+    def map_gpu(self, fn, items, timeout, desc="", per_gpu=1, unit="items"):
         t0 = time.monotonic()
         try:
-            yield from super().map_gpu(fn, items, timeout, desc, per_gpu)
+            yield from super().map_gpu(fn, items, timeout, desc, per_gpu, unit)
         finally:
             self.gpu_seconds += time.monotonic() - t0
 

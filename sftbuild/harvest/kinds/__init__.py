@@ -62,6 +62,11 @@ class SourceKind(Plugin):
     def recognise(self, spec: str, path: Path) -> Source | None:
         return None
 
+    def endpoint(self, src: Source, workspace: Path, cfg) -> str | None:
+        """The URL that `materialize` would reach for `src` (checked before a `builtin` harvest takes a
+        source that needs the network), or None when it needs none (a local path, a cached download)."""
+        return None
+
     def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
         raise SourceError(f"source {src.name!r}: kind {src.kind!r} is not a file tree")
 

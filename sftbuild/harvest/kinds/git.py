@@ -56,12 +56,15 @@ class Git(SourceKind):
         url, rev = split_rev(spec[4:] if spec.startswith("git+") else spec)
         return Source(name=spec, kind=self.name, location=url, revision=rev, network=not url.startswith("file://"))
 
+    def endpoint(self, src: Source, workspace: Path, cfg) -> str | None:
+        cloned = (_clone_dir(src, workspace, cfg) / ".sftbuild-done").is_file()
+        return None if cloned or src.location.startswith("file://") else src.location
+
     def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
         url, rev = src.location, src.revision
         if not rev and not cfg.allow_unpinned:
             raise SourceError(f"{url} is not pinned to a revision; write URL@REV or pass --allow-unpinned")
-        key = hashlib.sha256(f"{url}@{rev}".encode()).hexdigest()[:16]
-        dest = cache_dir(workspace, cfg) / "git" / key
+        dest = _clone_dir(src, workspace, cfg)
         done = dest / ".sftbuild-done"
         if not done.is_file():
             if dest.exists():
@@ -75,3 +78,8 @@ class Git(SourceKind):
             raise SourceError(f"{url}: checked out {commit}, expected {rev}")
         prov = {"source_kind": self.name, "url": url, "commit": commit, "revision": rev or None}
         return Tree(dest, prov, src.include, src.exclude + [".git/*", ".sftbuild-done"])
+
+
+def _clone_dir(src: Source, workspace: Path, cfg) -> Path:
+    key = hashlib.sha256(f"{src.location}@{src.revision}".encode()).hexdigest()[:16]
+    return cache_dir(workspace, cfg) / "git" / key

@@ -41,6 +41,11 @@ class Pip(SourceKind):
         name, _, version = spec[4:].partition("==")
         return Source(name=spec, kind=self.name, location=name.strip(), revision=version.strip(), network=True)
 
+    def endpoint(self, src: Source, workspace: Path, cfg) -> str | None:
+        if _is_path(src.location) or (_cached(src, workspace, cfg) / ".sftbuild-done").is_file():
+            return None
+        return os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple"
+
     def materialize(self, src: Source, workspace: Path, cfg) -> Tree:
         if _is_path(src.location):
             return _local(src, workspace, cfg)
@@ -48,7 +53,7 @@ class Pip(SourceKind):
         if not version and not cfg.allow_unpinned:
             raise SourceError(f"pip:{name} is not pinned; write pip:{name}==VERSION or pass --allow-unpinned")
         req = f"{name}=={version}" if version else name
-        base = cache_dir(workspace, cfg) / "pip" / re.sub(r"[^A-Za-z0-9_.=-]", "_", req)
+        base = _cached(src, workspace, cfg)
         dl, out = base / "download", base / "tree"
         if not (base / ".sftbuild-done").is_file():
             shutil.rmtree(base, ignore_errors=True)
@@ -63,6 +68,12 @@ class Pip(SourceKind):
         prov = {"source_kind": self.name, "url": f"https://pypi.org/project/{name}/", "commit": None,
                 "package": name, "version": version or archive, "archive": archive}
         return Tree(out, prov, src.include, src.exclude)
+
+
+def _cached(src: Source, workspace: Path, cfg) -> Path:
+    """Where the package's download and unpacked tree are kept."""
+    req = f"{src.location}=={src.revision}" if src.revision else src.location
+    return cache_dir(workspace, cfg) / "pip" / re.sub(r"[^A-Za-z0-9_.=-]", "_", req)
 
 
 def _is_path(location: str) -> bool:

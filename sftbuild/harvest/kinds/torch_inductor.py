@@ -11,6 +11,9 @@ Each program compiled to one Dynamo graph yields:
 
 A program that cannot stand alone (graph breaks, outputs other than tensors, placeholders read
 from globals) yields nothing: it is skipped with the reason, so no record is ever unbound.
+Compiles are kept by content under <cache>/inductor (inductor.compile_cached), and each program's
+records are stored with their results at once: a harvest cut anywhere resumes at the programs it had
+not reached.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from sftbuild.harvest import inductor
 from sftbuild.harvest import inductor_code as IC
 from sftbuild.harvest import kernelbench as KB
 from sftbuild.harvest.kinds import KINDS, SourceKind
-from sftbuild.harvest.sources import Source, SourceError
+from sftbuild.harvest.sources import Source, SourceError, cache_dir
 from sftbuild.record import Record
 
 
@@ -71,8 +74,13 @@ class TorchInductor(SourceKind):
                 f"{torch.version.cuda or 'not built'}); run this source on a GPU machine")
         import triton
 
+        from tqdm import tqdm
+
         versions = {"torch": torch.__version__, "triton": triton.__version__}
-        for prog, comp in inductor.compile_isolated(progs):
+        cache = cache_dir(h.ctx.workspace, h.cfg) / "inductor"
+        bar = tqdm(total=len(progs), desc=f"harvest {h.src.name}", unit=" programs", disable=not h.ctx.progress)
+        for prog, comp in inductor.compile_cached(progs, cache):
+            bar.update()
             if isinstance(comp, str):  # one program failing must not stop the catalog
                 h.skip(prog.name, "compile_failed", comp)
                 continue
@@ -81,9 +89,9 @@ class TorchInductor(SourceKind):
             except IC.NotStandalone as e:
                 h.skip(prog.name, e.reason, str(e))
                 continue
-            for rec in recs:
-                n = rec.code.count("\n") + 1
-                h.emit([rec], [(1, n)])
+            h.emit(recs, [(1, rec.code.count("\n") + 1) for rec in recs])
+            h.run_.flush()  # a program's records and results stored together: a cut loses only programs in flight
+        bar.close()
 
 
 def _runs_as_a_pair(seen: dict) -> None:

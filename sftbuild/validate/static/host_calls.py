@@ -10,6 +10,7 @@ HOST_FORBIDDEN = {
     r"(?<![\w.:])(?:std::)?(?:exit|_exit|abort|quick_exit)\s*\(": "exits the process",
     r"(?<![\w.:])(?:std::)?system\s*\(": "runs a shell command",
     r"\b(?:fork|vfork|execv\w*|execl\w*|popen)\s*\(": "starts a process",
+    r"(?<![\w.:])(?:std::)?(?:kill|killpg|tgkill|raise|syscall)\s*\(": "signals a process",
     r"\bstd::(?:thread|async|jthread)\b|\bpthread_create\s*\(": "spawns a thread to hide work",
     r"\bcudaStreamCreate\w*\s*\(|\bcuStreamCreate\w*\s*\(": "creates its own stream to hide work from the timer",
     r"\bcudaSetDevice\s*\(|\bcudaDeviceSetLimit\s*\(": "changes device state",
@@ -22,7 +23,7 @@ class HostCalls(StaticCheck):
     """Process, thread and stream calls in CUDA host code."""
 
     name = "host_calls"
-    version = 1
+    version = 2
     order = 10
 
     def check(self, src):

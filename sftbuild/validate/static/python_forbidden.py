@@ -9,7 +9,8 @@ from sftbuild.validate.static._read import full_name
 PY_FORBIDDEN = {
     "os.system": "runs a shell command", "os.popen": "runs a shell command", "os.fork": "starts a process",
     "os.exec": "replaces the process", "os.spawn": "starts a process", "os._exit": "exits the process",
-    "os.kill": "signals a process", "sys.exit": "exits the process", "exit": "exits the process",
+    "os.kill": "signals a process", "os.killpg": "signals a process group", "os.forkpty": "starts a process",
+    "os.abort": "exits the process", "pty": "starts processes", "sys.exit": "exits the process", "exit": "exits the process",
     "quit": "exits the process", "subprocess": "starts a process", "multiprocessing": "starts processes",
     "threading": "spawns a thread to hide work", "concurrent.futures": "spawns workers to hide work",
     "torch.cuda.Stream": "creates its own stream to hide work from the timer",
@@ -25,7 +26,7 @@ class PythonForbidden(StaticCheck):
     """Processes, threads, streams, exits and native calls anywhere in the module."""
 
     name = "python_forbidden"
-    version = 1
+    version = 2
     order = 50
     languages = PYTHON
 
