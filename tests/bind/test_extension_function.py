@@ -1,0 +1,112 @@
+"""The extension-function binder's CPU half: the module that exposes a function, roles, dtypes,
+shortlists, the ways to call it, the harness it renders, and the probe's search run on a stand-in.
+
+Test data: tests/data/harvest/extension/fused_gelu.cu, our own pybind11 extension."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sftbuild.harvest.cuda_extract import exposed_by, extract_kernels
+from sftbuild.ops.binders import extension as ext
+from sftbuild.ops.binders.extension import ExtensionFunction
+from sftbuild.record import Record
+
+GELU = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_gelu.cu"
+RMS = r"""#include <torch/extension.h>
+__global__ void rms_kernel(float* out, const float* input, const float* weight, float eps, int rows, int cols) {
+  int r = blockIdx.x; if (r < rows) out[r * cols] = input[r * cols] * weight[0] * eps;
+}
+void rms_norm_out(torch::Tensor& result, const torch::Tensor& input, const at::Tensor& weight, double epsilon = 1e-6,
+                  bool fast = false) {
+  rms_kernel<<<input.size(0), 1>>>(result.data_ptr<float>(), input.data_ptr<float>(), weight.data_ptr<float>(),
+                                   (float)epsilon, input.size(0), input.size(1));
+}
+"""
+
+
+def record_of(src: bytes, path: str) -> Record:
+    k = extract_kernels(src)[0][0]
+    entry = {"kernels": [k.name], "params": k.params, "launch_sites": k.launch_sites, "includes": k.includes,
+             "include_sets": ["torch", "python"], "template": k.template, "launcher": k.launcher}
+    return Record(language="cuda", code=k.code, source="t", entry=entry, provenance={"path": path})
+
+
+@pytest.fixture(scope="module")
+def gelu() -> Record:
+    return record_of(GELU.read_bytes(), "fused_gelu.cu")
+
+
+def test_harvest_keeps_the_function_and_the_module_that_exposes_it(gelu):
+    fn = gelu.entry["launcher"]
+    assert fn["name"] == "fused_gelu" and "PYBIND11_MODULE" not in gelu.code + fn["code"]
+    assert fn["exposed"] == {"kind": "PYBIND11_MODULE", "module": "TORCH_EXTENSION_NAME", "name": "gelu"}
+    lib = ('TORCH_LIBRARY(my_ops, m) { m.def("gelu(Tensor x) -> Tensor"); }\n'
+           'TORCH_LIBRARY_IMPL(my_ops, CUDA, m) { m.impl("gelu", TORCH_FN(fused_gelu)); }')
+    assert exposed_by(lib, "fused_gelu") == {"kind": "TORCH_LIBRARY_IMPL", "module": "my_ops", "name": "gelu",
+                                             "schema": "gelu(Tensor x) -> Tensor"}
+    assert exposed_by(lib, "other") is None
+
+
+def test_roles_returned_tensors_and_written_arguments():
+    rec = record_of(RMS.encode(), "rms.cu")
+    fn = rec.entry["launcher"]
+    assert ext.returns(fn) == ("void", 0)
+    assert [(r["name"], r["role"]) for r in ext.roles(fn, rec)] == [
+        ("result", "out"), ("input", "in"), ("weight", "in"), ("epsilon", "float"), ("fast", "flag")]
+    assert ext.declaration(fn) == ("void rms_norm_out(torch::Tensor& result, const torch::Tensor& input, "
+                                   "const at::Tensor& weight, double epsilon,\n                  bool fast);")
+    assert ext.dtypes_of(rec.code + fn["code"]) == ["float32"]
+    assert ext.dispatch(rec.code + fn["code"]) == "float only: no AT_DISPATCH"
+    bad = {"name": "f", "params": ["torch::Tensor x", "std::vector<int64_t> dims"], "code": "torch::Tensor f("}
+    assert "no role: std::vector<int64_t> dims" in ext.unprobeable(bad)
+
+
+def test_plan_shortlists_by_name_and_flow_and_dtypes_by_dispatch(gelu):
+    task = ExtensionFunction().plan(gelu)
+    assert task["shortlist"][0] == "gelu" and task["dtypes"] == ["float32", "float16"]
+    assert task["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND_HALF" and task["exposed"]["name"] == "gelu"
+    assert task["declaration"] == "torch::Tensor fused_gelu(torch::Tensor x);"
+    assert [(r["name"], r["role"]) for r in task["roles"]] == [("x", "in"), ("return:0", "out")]
+
+
+def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(gelu):
+    from sftbuild.ops import get
+    from sftbuild.validate import harness as H
+
+    rec = record_of(RMS.encode(), "rms.cu")
+    found = ext.roles(rec.entry["launcher"], rec)
+    calls = list(ext.arguments(found, [{"name": "x", "shape": [4, 8]}, {"name": "w", "shape": [8]}], 1,
+                               dict(get("rms_norm").params)))
+    assert calls[:2] == [["t:0", "t:1", "t:2", "float:1e-05", "flag:0"], ["t:0", "t:1", "t:2", "float:1e-05", "flag:1"]]
+    assert list(ext.arguments(found, [{"name": "x", "shape": [4]}], 1, {})) == []  # one input: no fit
+    import dataclasses
+
+    bound = dataclasses.replace(gelu, binding={"op": "gelu", "harness": "extension_function",
+                                               "harness_args": {"args": ["t:1", "t:0"]}})
+    src = H.render(bound, {}, ["float32", "float16"])
+    assert "auto sftbuild_ret = ::fused_gelu(sftbuild_t(1));" in src
+    assert "sftbuild_t(0).copy_(sftbuild_ret.reshape(sftbuild_t(0).sizes()));" in src
+    assert "launch<c10::Half>" in src
+    out = dataclasses.replace(rec, binding={"op": "rms_norm", "harness": "extension_function",
+                                            "harness_args": {"args": calls[0]}})
+    assert "  ::rms_norm_out(sftbuild_t(0), sftbuild_t(1), sftbuild_t(2), (double)1e-05, false);" in \
+        H.render(out, {}, ["float32"])
+
+
+def test_the_probe_binds_a_matching_function_and_names_why_a_broken_one_is_not(gelu):
+    from sftbuild.validate.extension_probe import run_probe
+
+    task = {**ExtensionFunction().plan(gelu), "shortlist": ["relu", "gelu"], "dtypes": ["float32"]}
+    good = run_probe(lambda x: torch.nn.functional.gelu(x), task, time.monotonic(), time.monotonic() + 60, "cpu")
+    assert good["binding"]["op"] == "gelu" and good["binding"]["harness_args"] == {"args": ["t:1", "t:0"]}
+    ev = good["evidence"]
+    assert len(ev["shapes"]) >= 3 and ev["candidates_rejected"][0]["op"] == "relu"
+    assert ev["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND_HALF"
+    broken = run_probe(lambda x: 2 * torch.nn.functional.gelu(x), task, time.monotonic(), time.monotonic() + 60,
+                       "cpu")
+    assert "no shortlisted op matched the extension function's outputs (2 tried" in broken["unbound"]
+    assert "worst error" in broken["evidence"]["candidates_rejected"][1]["why"]
