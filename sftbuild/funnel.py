@@ -18,7 +18,7 @@ UNBOUND_CAUSES = [
     (re.compile(r"did not compile|did not build|did not load|incompatible_toolchain|import failed"), "toolchain"),
     # a function taking tensors is the extension_function binder's entry point: what its probe said decides
     (re.compile(r"no (host )?function (taking tensors |in the record )?launches|no kernel entry|"
-                r"takes a parameter with no role|is a template|writes no pointer|returns no tensor|"
+                r"takes a parameter with no role|is a template|writes no pointer|returns no tensor|computes with|"
                 r"launched from another module"), "no_entry_point"),
 ]
 

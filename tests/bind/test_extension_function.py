@@ -65,6 +65,16 @@ def test_roles_returned_tensors_and_written_arguments():
     assert "no role: std::vector<int64_t> dims" in ext.unprobeable(bad)
 
 
+@pytest.mark.parametrize("body,work", [
+    ("return at::gelu(x);", "at::gelu"), ("auto y = x.sum(); return y;", ".sum"),
+    ("auto y = torch::empty_like(x); k<<<1, 1>>>(y.data_ptr<float>()); return y * 2;", "tensor arithmetic (y *)"),
+    ("auto y = at::empty({x.numel() * 2}, x.options()); k<<<1, 1>>>(y.data_ptr<float>()); return y;", None)])
+def test_a_function_computing_with_torch_beside_its_kernel_is_not_probed(body, work):
+    fn = {"name": "f", "params": ["torch::Tensor x"], "code": "torch::Tensor f(torch::Tensor x) {" + body + "}"}
+    assert ext.torch_work(fn) == work
+    assert (ext.unprobeable(fn) or "").endswith("beside its kernel: not probed") == bool(work)
+
+
 def test_plan_shortlists_by_name_and_flow_and_dtypes_by_dispatch(gelu):
     task = ExtensionFunction().plan(gelu)
     assert task["shortlist"][0] == "gelu" and task["dtypes"] == ["float32", "float16"]

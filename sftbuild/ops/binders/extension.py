@@ -30,6 +30,15 @@ FLOAT_TYPES = {"float", "double"}
 RETURNS = re.compile(r"^\s*(?:static\s+|inline\s+)*(.+?)\s*\b(\w+)\s*\($")
 DISPATCH = re.compile(r"\bAT_DISPATCH_\w+\s*\(")
 SCALAR_ALIASES = {"epsilon": "eps", "variance_epsilon": "eps", "negative_slope": "negative_slope"}
+# the host work an extension function may do beside launching its kernel: allocate, check, dispatch
+TORCH_ALLOWED = re.compile(r"(?:empty|zeros|ones|full|from_blob|TensorOptions|Device|Tensor|IntArrayRef|Scalar|"
+                           r"cuda|detail|getCurrent\w*|OptionalCUDAGuard|DeviceGuard|typeMetaToScalarType|"
+                           r"elementSize|toString)\w*$")
+TORCH_CALL = re.compile(r"\b(?:at|torch)::((?:\w+::)*\w+)\s*(?:<[^<>();]*>\s*)?\(")
+TORCH_METHOD = re.compile(r"\.\s*(sum|mean|matmul|mm|bmm|addmm|softmax|log_softmax|exp|log|tanh|sigmoid|relu|gelu|"
+                          r"silu|add|sub|mul|div|pow|sqrt|rsqrt|norm|amax|amin|max|min|cumsum|sort|topk|clamp|abs|"
+                          r"neg|where|index_select|gather|scatter|layer_norm|linear|conv\w*|einsum)_?\s*\(")
+LIBRARY_CALL = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(")
 
 
 @BINDERS.register
@@ -153,7 +162,27 @@ def unprobeable(fn: dict) -> str | None:
         return f"extension function {fn['name']} is a template"
     if not any(r["role"] == "out" for r in found):
         return f"extension function {fn['name']} returns no tensor and writes none it is given"
+    work = torch_work(fn)
+    if work:
+        return f"extension function {fn['name']} computes with {work} beside its kernel: not probed"
     return None
+
+
+def torch_work(fn: dict) -> str | None:
+    """The first torch op, tensor arithmetic or library call the function computes with besides
+    launching its kernel (what would make a match torch's work, not the kernel's), or None."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\])*\"", " ", fn["code"], flags=re.S)
+    for m in TORCH_CALL.finditer(code):
+        if not TORCH_ALLOWED.match(m.group(1).split("::")[-1]) and not m.group(1).startswith(("cuda::", "detail::")):
+            return f"{m.group(0).rstrip('( ')}"
+    m = TORCH_METHOD.search(code) or LIBRARY_CALL.search(code)
+    if m:
+        return m.group(0).rstrip("( ")
+    tensors = {r["name"] for r in roles(fn) if r["type"] == "Tensor" and not r["name"].startswith("return:")}
+    tensors |= set(re.findall(r"\b(?:auto|(?:torch|at)::Tensor)\s*&?\s*(\w+)\s*=\s*(?:torch|at)::", code))
+    alt = "|".join(map(re.escape, sorted(tensors)))
+    m = alt and re.search(rf"(?<![.\w])(?:{alt})\s*[-+*/](?![=>-])|[-+*/]\s*(?:{alt})\b(?!\s*[.\[(])", code)
+    return f"tensor arithmetic ({m.group(0).strip()})" if m else None
 
 
 def dispatch(code: str) -> str:
