@@ -1,7 +1,7 @@
 """The extension-function binder's CPU half: the module that exposes a function, roles, dtypes,
 shortlists, the ways to call it, the harness it renders, and the probe's search run on a stand-in.
 
-Test data: tests/data/harvest/extension/fused_gelu.cu, our own pybind11 extension."""
+Test data: tests/data/harvest/extension/fused_rms_norm.cu, our own pybind11 extension."""
 from __future__ import annotations
 
 import time
@@ -15,7 +15,7 @@ from sftbuild.ops.binders import extension as ext
 from sftbuild.ops.binders.extension import ExtensionFunction
 from sftbuild.record import Record
 
-GELU = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_gelu.cu"
+RMS_FILE = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_rms_norm.cu"
 RMS = r"""#include <torch/extension.h>
 __global__ void rms_kernel(float* out, const float* input, const float* weight, float eps, int rows, int cols) {
   int r = blockIdx.x; if (r < rows) out[r * cols] = input[r * cols] * weight[0] * eps;
@@ -36,14 +36,14 @@ def record_of(src: bytes, path: str) -> Record:
 
 
 @pytest.fixture(scope="module")
-def gelu() -> Record:
-    return record_of(GELU.read_bytes(), "fused_gelu.cu")
+def rms() -> Record:
+    return record_of(RMS_FILE.read_bytes(), "fused_rms_norm.cu")
 
 
-def test_harvest_keeps_the_function_and_the_module_that_exposes_it(gelu):
-    fn = gelu.entry["launcher"]
-    assert fn["name"] == "fused_gelu" and "PYBIND11_MODULE" not in gelu.code + fn["code"]
-    assert fn["exposed"] == {"kind": "PYBIND11_MODULE", "module": "TORCH_EXTENSION_NAME", "name": "gelu"}
+def test_harvest_keeps_the_function_and_the_module_that_exposes_it(rms):
+    fn = rms.entry["launcher"]
+    assert fn["name"] == "fused_rms_norm" and "PYBIND11_MODULE" not in rms.code + fn["code"]
+    assert fn["exposed"] == {"kind": "PYBIND11_MODULE", "module": "TORCH_EXTENSION_NAME", "name": "rms_norm"}
     lib = ('TORCH_LIBRARY(my_ops, m) { m.def("gelu(Tensor x) -> Tensor"); }\n'
            'TORCH_LIBRARY_IMPL(my_ops, CUDA, m) { m.impl("gelu", TORCH_FN(fused_gelu)); }')
     assert exposed_by(lib, "fused_gelu") == {"kind": "TORCH_LIBRARY_IMPL", "module": "my_ops", "name": "gelu",
@@ -75,15 +75,16 @@ def test_a_function_computing_with_torch_beside_its_kernel_is_not_probed(body, w
     assert (ext.unprobeable(fn) or "").endswith("beside its kernel: not probed") == bool(work)
 
 
-def test_plan_shortlists_by_name_and_flow_and_dtypes_by_dispatch(gelu):
-    task = ExtensionFunction().plan(gelu)
-    assert task["shortlist"][0] == "gelu" and task["dtypes"] == ["float32", "float16"]
-    assert task["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND_HALF" and task["exposed"]["name"] == "gelu"
-    assert task["declaration"] == "torch::Tensor fused_gelu(torch::Tensor x);"
-    assert [(r["name"], r["role"]) for r in task["roles"]] == [("x", "in"), ("return:0", "out")]
+def test_plan_shortlists_by_name_and_flow_and_dtypes_by_dispatch(rms):
+    task = ExtensionFunction().plan(rms)
+    assert task["shortlist"][0] == "rms_norm" and task["dtypes"] == ["float32", "float16", "bfloat16"]
+    assert task["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND2" and task["exposed"]["name"] == "rms_norm"
+    assert task["declaration"] == "torch::Tensor fused_rms_norm(torch::Tensor input, torch::Tensor weight, double eps);"
+    assert [(r["name"], r["role"]) for r in task["roles"]] == [
+        ("input", "in"), ("weight", "in"), ("eps", "float"), ("return:0", "out")]
 
 
-def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(gelu):
+def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(rms):
     from sftbuild.ops import get
     from sftbuild.validate import harness as H
 
@@ -95,10 +96,10 @@ def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(ge
     assert list(ext.arguments(found, [{"name": "x", "shape": [4]}], 1, {})) == []  # one input: no fit
     import dataclasses
 
-    bound = dataclasses.replace(gelu, binding={"op": "gelu", "harness": "extension_function",
-                                               "harness_args": {"args": ["t:1", "t:0"]}})
+    bound = dataclasses.replace(rms, binding={"op": "rms_norm", "harness": "extension_function",
+                                              "harness_args": {"args": ["t:1", "t:2", "float:1e-05", "t:0"]}})
     src = H.render(bound, {}, ["float32", "float16"])
-    assert "auto sftbuild_ret = ::fused_gelu(sftbuild_t(1));" in src
+    assert "auto sftbuild_ret = ::fused_rms_norm(sftbuild_t(1), sftbuild_t(2), (double)1e-05);" in src
     assert "sftbuild_t(0).copy_(sftbuild_ret.reshape(sftbuild_t(0).sizes()));" in src
     assert "launch<c10::Half>" in src
     out = dataclasses.replace(rec, binding={"op": "rms_norm", "harness": "extension_function",
@@ -107,16 +108,20 @@ def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(ge
         H.render(out, {}, ["float32"])
 
 
-def test_the_probe_binds_a_matching_function_and_names_why_a_broken_one_is_not(gelu):
+def test_the_probe_binds_a_matching_function_and_names_why_a_broken_one_is_not(rms):
     from sftbuild.validate.extension_probe import run_probe
 
-    task = {**ExtensionFunction().plan(gelu), "shortlist": ["relu", "gelu"], "dtypes": ["float32"]}
-    good = run_probe(lambda x: torch.nn.functional.gelu(x), task, time.monotonic(), time.monotonic() + 60, "cpu")
-    assert good["binding"]["op"] == "gelu" and good["binding"]["harness_args"] == {"args": ["t:1", "t:0"]}
+    def norm(x, w, eps, weighted=True):
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps).to(x.dtype) * (w if weighted else 1)
+
+    task = {**ExtensionFunction().plan(rms), "shortlist": ["rms_norm_offset", "rms_norm"], "dtypes": ["float32"]}
+    good = run_probe(norm, task, time.monotonic(), time.monotonic() + 60, "cpu")
+    assert good["binding"]["op"] == "rms_norm", good
+    assert good["binding"]["harness_args"] == {"args": ["t:1", "t:2", "float:1e-05", "t:0"]}
     ev = good["evidence"]
-    assert len(ev["shapes"]) >= 3 and ev["candidates_rejected"][0]["op"] == "relu"
-    assert ev["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND_HALF"
-    broken = run_probe(lambda x: 2 * torch.nn.functional.gelu(x), task, time.monotonic(), time.monotonic() + 60,
-                       "cpu")
+    assert len(ev["shapes"]) >= 3 and ev["candidates_rejected"][0]["op"] == "rms_norm_offset"
+    assert ev["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND2"
+    broken = run_probe(lambda x, w, eps: norm(x, w, eps, weighted=False), task, time.monotonic(),
+                       time.monotonic() + 60, "cpu")
     assert "no shortlisted op matched the extension function's outputs (2 tried" in broken["unbound"]
     assert "worst error" in broken["evidence"]["candidates_rejected"][1]["why"]

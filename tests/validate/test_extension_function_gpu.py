@@ -1,7 +1,8 @@
 """An extension function bound by probing and validated ok on the GPU; its broken twin dropped.
 
-The function is our own (tests/data/harvest/extension/fused_gelu.cu): `torch::Tensor fused_gelu(x)`
-with AT_DISPATCH over float and half, exposed by PYBIND11_MODULE. The twin forgets GELU's 0.5."""
+The function is our own (tests/data/harvest/extension/fused_rms_norm.cu): `torch::Tensor
+fused_rms_norm(input, weight, eps)` with AT_DISPATCH over float, half and bfloat16, exposed by
+PYBIND11_MODULE. The twin forgets the weight."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from tests.conftest import HAS_GPU, HAS_NVCC
 
-GELU = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_gelu.cu"
+RMS = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_rms_norm.cu"
 
 
 @pytest.mark.gpu
@@ -22,11 +23,13 @@ def test_a_probed_extension_function_validates_ok_and_its_broken_twin_is_dropped
     from sftbuild.validate import stage as validate
 
     good, broken = tmp_path / "good", tmp_path / "broken"
-    for repo, half in ((good, "0.5f * v"), (broken, "v")):
+    weighted = " * static_cast<float>(weight[i])"
+    for repo, w in ((good, weighted), (broken, "")):
         repo.mkdir()
-        (repo / "fused_gelu.cu").write_text(GELU.read_text().replace("0.5f * v", half))
+        (repo / "fused_rms_norm.cu").write_text(RMS.read_text().replace(weighted, w))
     ctx = make_ctx()
     ctx.config.dedupe.before_validation = False  # the twins are near duplicates: check both
+    ctx.config.validate.compile_timeout = 90.0  # torch/extension.h's parse alone nears the default 30 s
     harvest.run(ctx, [str(good), str(broken)])
     bind.run(ctx)
     describe.run(ctx)
@@ -34,10 +37,10 @@ def test_a_probed_extension_function_validates_ok_and_its_broken_twin_is_dropped
     results = ctx.store.results_for("validate")
     by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()}
     ok, twin = by_source["good"], by_source["broken"]
-    assert ok.binding and ok.binding["by"] == "extension_function" and ok.binding["op"] == "gelu", ok.unbound
+    assert ok.binding and ok.binding["by"] == "extension_function" and ok.binding["op"] == "rms_norm", ok.unbound
     ev = ok.binding["evidence"]
-    assert len(ev["shapes"]) >= 3 and ev["dtypes"] == ["float32", "float16"], ev
-    assert ev["exposed"]["kind"] == "PYBIND11_MODULE" and ev["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND_HALF"
+    assert len(ev["shapes"]) >= 3 and ev["dtypes"] == ["float32", "float16", "bfloat16"], ev
+    assert ev["exposed"]["kind"] == "PYBIND11_MODULE" and ev["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND2"
     assert results[ok.id]["status"] == "ok", results[ok.id]
     assert twin.binding is None and "no shortlisted op matched the extension function's outputs" in \
         (twin.unbound or ""), twin.unbound
