@@ -539,6 +539,7 @@ def _launch_bounds(head: str) -> str | None:
 
 
 def _params(head: str, name: str) -> list[str]:
+    head = re.sub(r"//[^\n]*|/\*.*?\*/", " ", head, flags=re.S)  # vLLM's `torch::Tensor& out,  // [..., hidden]`
     m = re.search(r"\b" + re.escape(name) + r"\s*\(", head)
     return (split_args(head, m.end(), "(<[", ")>]") or []) if m else []
 

@@ -72,10 +72,10 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     elif harness == "extension_function":  # the probe's arguments, as the function's C++ call
         from sftbuild.ops.binders import extension
 
-        call, rets = extension.call_args(launcher, args["args"])
+        decls, call, rets = extension.call_args(launcher, args["args"])
         outputs = sum(a.startswith("t:") for r, a in zip(extension.roles(launcher), args["args"])
                       if r["role"] == "out")
-        args = {**args, "call": call, "rets": rets, "n_outputs": outputs}
+        args = {**args, "decls": decls, "call": call, "rets": rets, "n_outputs": outputs}
     return env().get_template(f"{harness}.cu.j2").render(launcher=launcher,
         kernel=kernel, tparams=template_params(record.code, kernel), torch_types=torch_types, params=params,
         dtypes=[(d, ctypes[d]) for d in dtypes], mentions=functools.partial(mentions, record.code), **args)

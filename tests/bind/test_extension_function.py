@@ -20,8 +20,8 @@ RMS = r"""#include <torch/extension.h>
 __global__ void rms_kernel(float* out, const float* input, const float* weight, float eps, int rows, int cols) {
   int r = blockIdx.x; if (r < rows) out[r * cols] = input[r * cols] * weight[0] * eps;
 }
-void rms_norm_out(torch::Tensor& result, const torch::Tensor& input, const at::Tensor& weight, double epsilon = 1e-6,
-                  bool fast = false) {
+void rms_norm_out(torch::Tensor& result,  // [rows, cols]
+                  const torch::Tensor& input, const at::Tensor& weight, double epsilon = 1e-6, bool fast = false) {
   rms_kernel<<<input.size(0), 1>>>(result.data_ptr<float>(), input.data_ptr<float>(), weight.data_ptr<float>(),
                                    (float)epsilon, input.size(0), input.size(1));
 }
@@ -58,9 +58,11 @@ def test_roles_returned_tensors_and_written_arguments():
     assert [(r["name"], r["role"]) for r in ext.roles(fn, rec)] == [
         ("result", "out"), ("input", "in"), ("weight", "in"), ("epsilon", "float"), ("fast", "flag")]
     assert ext.declaration(fn) == ("void rms_norm_out(torch::Tensor& result, const torch::Tensor& input, "
-                                   "const at::Tensor& weight, double epsilon,\n                  bool fast);")
+                                   "const at::Tensor& weight, double epsilon, bool fast);")
     assert ext.dtypes_of(rec.code + fn["code"]) == ["float32"]
     assert ext.dispatch(rec.code + fn["code"]) == "float only: no AT_DISPATCH"
+    # a project's own dispatch macro, defined out of sight: every float dtype is tried
+    assert ext.dtypes_of("MY_DISPATCH_FLOATING_TYPES(x.scalar_type(), ...)") == ["float32", "float16", "bfloat16"]
     bad = {"name": "f", "params": ["torch::Tensor x", "std::vector<int64_t> dims"], "code": "torch::Tensor f("}
     assert "no role: std::vector<int64_t> dims" in ext.unprobeable(bad)
 
@@ -99,12 +101,13 @@ def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(rm
     bound = dataclasses.replace(rms, binding={"op": "rms_norm", "harness": "extension_function",
                                               "harness_args": {"args": ["t:1", "t:2", "float:1e-05", "t:0"]}})
     src = H.render(bound, {}, ["float32", "float16"])
-    assert "auto sftbuild_ret = ::fused_rms_norm(sftbuild_t(1), sftbuild_t(2), (double)1e-05);" in src
+    assert "at::Tensor sftbuild_arg1 = sftbuild_t(2);" in src
+    assert "auto sftbuild_ret = ::fused_rms_norm(sftbuild_arg0, sftbuild_arg1, (double)1e-05);" in src
     assert "sftbuild_t(0).copy_(sftbuild_ret.reshape(sftbuild_t(0).sizes()));" in src
     assert "launch<c10::Half>" in src
     out = dataclasses.replace(rec, binding={"op": "rms_norm", "harness": "extension_function",
                                             "harness_args": {"args": calls[0]}})
-    assert "  ::rms_norm_out(sftbuild_t(0), sftbuild_t(1), sftbuild_t(2), (double)1e-05, false);" in \
+    assert "  ::rms_norm_out(sftbuild_arg0, sftbuild_arg1, sftbuild_arg2, (double)1e-05, false);" in \
         H.render(out, {}, ["float32"])
 
 

@@ -11,8 +11,9 @@ Invariants:
     TORCH_LIBRARY* definition) is evidence; the probe builds a minimal PYBIND11_MODULE of its own
     around the function and the record's code (`sftbuild.validate.extension.build`, once per record),
     so the file's other functions never need to compile.
-  * Dtypes: those its AT_DISPATCH_* macro names (float32 always; float16 and bfloat16 where named);
-    a function with no dispatch is float-only, and its evidence says so (`dispatch`).
+  * Dtypes: those its AT_DISPATCH_* macro names (float32 always; float16 and bfloat16 where named),
+    every float dtype for a project's own dispatch macro (the probe keeps those that agree); a
+    function with no dispatch is float-only, and its evidence says so (`dispatch`).
   * The shortlist is the host launcher's (`launched.shortlist`): names, the registry's ranking, data flow.
   * The binding's harness is `extension_function` (`harness_args`: each parameter's value, `call_args`).
 """
@@ -28,7 +29,7 @@ TENSOR = re.compile(r"^(?:const\s+)?(?:torch|at)::Tensor\s*&?\s*(\w+)$")
 INT_TYPES = {"int", "int64_t", "long", "int32_t", "unsigned", "size_t", "long long"}
 FLOAT_TYPES = {"float", "double"}
 RETURNS = re.compile(r"^\s*(?:static\s+|inline\s+)*(.+?)\s*\b(\w+)\s*\($")
-DISPATCH = re.compile(r"\bAT_DISPATCH_\w+\s*\(")
+DISPATCH = re.compile(r"\b\w*DISPATCH\w*\s*\(")  # AT_DISPATCH_*, and a project's own (VLLM_DISPATCH_FLOATING_TYPES)
 SCALAR_ALIASES = {"epsilon": "eps", "variance_epsilon": "eps", "negative_slope": "negative_slope"}
 # the host work an extension function may do beside launching its kernel: allocate, check, dispatch
 TORCH_ALLOWED = re.compile(r"(?:empty|zeros|ones|full|from_blob|TensorOptions|Device|Tensor|IntArrayRef|Scalar|"
@@ -186,15 +187,19 @@ def torch_work(fn: dict) -> str | None:
 
 
 def dispatch(code: str) -> str:
-    """The AT_DISPATCH_* macro the code dispatches with, or 'float only: no AT_DISPATCH' where none."""
+    """The dispatch macro the code dispatches with, or 'float only: no AT_DISPATCH' where none."""
     m = DISPATCH.search(code)
     return m.group(0).rstrip("( ") if m else "float only: no AT_DISPATCH"
 
 
 def dtypes_of(code: str) -> list[str]:
-    """float32, and float16/bfloat16 where the code's dtype dispatch names them."""
-    if not DISPATCH.search(code):
+    """float32, and float16/bfloat16 where the code's dtype dispatch names them; each of them for a
+    dispatch macro of the project's own, defined out of sight (the probe keeps the dtypes that agree)."""
+    m = DISPATCH.search(code)
+    if not m:
         return ["float32"]
+    if not m.group(0).startswith("AT_DISPATCH"):
+        return ["float32", "float16", "bfloat16"]
     out = ["float32"]
     if re.search(r"AT_DISPATCH_\w*HALF|\bHalf\b", code):
         out.append("float16")
@@ -206,11 +211,12 @@ def dtypes_of(code: str) -> list[str]:
 def declaration(fn: dict) -> str:
     """The function's declaration (its head, default values dropped), for the module's translation unit."""
     head = fn["code"][:fn["code"].find("{")] if "{" in fn["code"] else fn["code"]
+    head = re.sub(r"//[^\n]*|/\*.*?\*/", " ", head, flags=re.S)
     m = re.search(rf"[^;{{}}]*\b{re.escape(fn['name'])}\s*\(", head)
     start = m.start() if m else 0
     head = head[start:].strip()
     head = re.sub(r"\s*=\s*[^,()]+(?=[,)])", "", head)  # defaults belong to the definition's unit
-    return re.sub(r"^\s*(?:static|inline)\s+", "", head) + ";"
+    return re.sub(r"^\s*(?:static|inline)\s+", "", " ".join(head.split())) + ";"
 
 
 def scalar(name: str, params: dict):
@@ -250,13 +256,13 @@ def arguments(found: list[dict], inputs: list[dict], n_outputs: int, params: dic
                    for r in found]
 
 
-def call_args(fn: dict, args: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """The C++ call's arguments for the `extension_function` harness (tensor k is `sftbuild_t(k)`, a
-    scratch output `sftbuild_scratch()`), and (returned value, tensor) pairs, each result to copy
-    into the output it stands for."""
+def call_args(fn: dict, args: list[str]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """For the `extension_function` harness: declarations of the tensor arguments (tensor k is
+    `sftbuild_t(k)`, a scratch output `sftbuild_scratch()`; locals, so a `Tensor&` parameter binds),
+    the call's arguments, and (returned value, tensor) pairs, each result to copy into its output."""
     found = roles(fn)
     single = returns(fn)[0].endswith("Tensor")
-    call, rets = [], []
+    decls, call, rets = [], [], []
     for r, a in zip(found, args):
         kind, _, v = a.partition(":")
         if r["name"].startswith("return:"):
@@ -264,7 +270,11 @@ def call_args(fn: dict, args: list[str]) -> tuple[list[str], list[tuple[str, str
                 k = int(r["name"].split(":")[1])
                 rets.append(("sftbuild_ret" if single else f"std::get<{k}>(sftbuild_ret)", f"sftbuild_t({int(v)})"))
             continue
-        call.append({"t": f"sftbuild_t({v.split(':')[0]})", "scratch": "sftbuild_scratch()",
-                     "float": f"({r['type']}){v}", "int": f"({r['type']}){v}",
-                     "flag": "true" if v == "1" else "false"}[kind])
-    return call, rets
+        if kind in ("t", "scratch"):
+            decls.append(f"at::Tensor sftbuild_arg{len(decls)} = "
+                         + (f"sftbuild_t({int(v)})" if kind == "t" else "sftbuild_scratch()") + ";")
+            call.append(f"sftbuild_arg{len(decls) - 1}")
+        else:
+            call.append({"float": f"({r['type']}){v}", "int": f"({r['type']}){v}",
+                         "flag": "true" if v == "1" else "false"}[kind])
+    return decls, call, rets
