@@ -31,7 +31,7 @@ from sftbuild.ops import special
 from sftbuild.ops.binders import extension as ext
 from sftbuild.validate import pyrun
 from sftbuild.validate.launcher_probe import MIN_SHAPES
-from sftbuild.validate.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
+from sftbuild.validate.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes
 
 
 def probe(task: dict) -> dict:
@@ -101,7 +101,7 @@ def _try_op(fn, op, task, deadline, dev) -> tuple[dict | None, str]:
     dtypes = [d for d in task["dtypes"] if d in op.dtypes]
     if not dtypes:
         return None, "the op takes none of the function's dtypes"
-    shapes = probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU)
+    shapes = probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU if dev == "cuda" else MAX_PROBE_NUMEL)
     params = dict(op.params)
     case = _case(op, shapes[0], dtypes[0], 0, params, dev)
     if isinstance(case, str):
