@@ -170,7 +170,7 @@ def _trial(fn, op, found, args, shape, dtype, seed, params, dev, case=None) -> t
         elif kind == "scratch":
             call.append(torch.zeros_like(inputs[0]))
         else:
-            call.append({"float": float, "int": int, "flag": lambda x: x == "1"}[kind](v))
+            call.append({"float": float, "int": int, "flag": lambda x: x == "1", "none": lambda x: None}[kind](v))
     try:
         got = fn(*call)
         if dev == "cuda":

@@ -63,6 +63,12 @@ def test_roles_returned_tensors_and_written_arguments():
     assert ext.dispatch(rec.code + fn["code"]) == "float only: no AT_DISPATCH"
     # a project's own dispatch macro, defined out of sight: every float dtype is tried
     assert ext.dtypes_of("MY_DISPATCH_FLOATING_TYPES(x.scalar_type(), ...)") == ["float32", "float16", "bfloat16"]
+    opt = {"name": "f", "params": ["torch::Tensor x", "const c10::optional<at::Tensor>& bias"],
+           "code": "torch::Tensor f("}
+    found = ext.roles(opt)
+    assert [r["role"] for r in found] == ["in", "absent", "out"]
+    assert list(ext.arguments(found, [{"name": "x", "shape": [4]}], 1, {})) == [["t:1", "none:", "t:0"]]
+    assert ext.call_args(opt, ["t:1", "none:", "t:0"])[1] == ["sftbuild_arg0", "{}"]
     bad = {"name": "f", "params": ["torch::Tensor x", "std::vector<int64_t> dims"], "code": "torch::Tensor f("}
     assert "no role: std::vector<int64_t> dims" in ext.unprobeable(bad)
 

@@ -6,7 +6,7 @@ Invariants:
     (`entry["launcher"]`) and takes `torch::Tensor`/`at::Tensor`; each parameter has a role
     (`roles`): a tensor (an input, or, in a function returning nothing, an output where its kernel
     writes it or its name says so), a float or int scalar (the op's parameter of its name), a flag
-    (tried false, then true). A template, or a parameter of another type, is named in `why_not`.
+    (tried false, then true), an optional tensor (passed absent). A template, or a parameter of another type, is named in `why_not`.
   * The module that exposes it (`entry["launcher"]["exposed"]`: the file's PYBIND11_MODULE or
     TORCH_LIBRARY* definition) is evidence; the probe builds a minimal PYBIND11_MODULE of its own
     around the function and the record's code (`sftbuild.validate.extension.build`, once per record),
@@ -26,6 +26,7 @@ from sftbuild.ops.binders import launched
 
 PROBE_SECONDS = 240  # the module's build is most of it
 TENSOR = re.compile(r"^(?:const\s+)?(?:torch|at)::Tensor\s*&?\s*(\w+)$")
+OPTIONAL_TENSOR = re.compile(r"^(?:const\s+)?(?:c10|std)::optional\s*<\s*(?:torch|at)::Tensor\s*>\s*&?\s*(\w+)$")
 INT_TYPES = {"int", "int64_t", "long", "int32_t", "unsigned", "size_t", "long long"}
 FLOAT_TYPES = {"float", "double"}
 RETURNS = re.compile(r"^\s*(?:static\s+|inline\s+)*(.+?)\s*\b(\w+)\s*\($")
@@ -106,7 +107,7 @@ def returns(fn: dict) -> tuple[str, int]:
 
 
 def roles(fn: dict, record=None) -> list[dict]:
-    """One role per parameter: {name, type, role: in|out|float|int|flag|other}. A tensor is an output
+    """One role per parameter: {name, type, role: in|out|float|int|flag|absent|other}. A tensor is an output
     only in a function returning no tensor, where its kernel writes it (`launched.written`'s data flow
     through `t.data_ptr<T>()`) or, that not known, where its name is an output's. A returned tensor
     adds one `out` role per tensor, named `return:k`, after the parameters."""
@@ -133,6 +134,8 @@ def roles(fn: dict, record=None) -> list[dict]:
             out.append({"name": name, "type": base, "role": "int"})
         elif base == "bool":
             out.append({"name": name, "type": base, "role": "flag"})
+        elif OPTIONAL_TENSOR.match(plain):  # probed without it: the function's path for an absent tensor
+            out.append({"name": name, "type": "optional", "role": "absent"})
         else:
             out.append({"name": name, "type": plain, "role": "other"})
     return out + [{"name": f"return:{k}", "type": "Tensor", "role": "out"} for k in range(n_ret)]
@@ -246,6 +249,8 @@ def arguments(found: list[dict], inputs: list[dict], n_outputs: int, params: dic
             scalars.append([f"{r['role']}:{float(v) if r['role'] == 'float' else int(v)!r}"])
         elif r["role"] == "flag":
             scalars.append(["flag:0", "flag:1"])
+        elif r["role"] == "absent":
+            scalars.append(["none:"])
     out_order = sorted(range(len(outs)), key=lambda i: (not launched.OUT_NAMES.match(outs[i]["name"]), i))
     out_of = {id(outs[i]): f"t:{n}" if n < n_outputs else "scratch" for n, i in enumerate(out_order)}
     for perm in launched._input_orders(ins, inputs):
@@ -276,5 +281,5 @@ def call_args(fn: dict, args: list[str]) -> tuple[list[str], list[str], list[tup
             call.append(f"sftbuild_arg{len(decls) - 1}")
         else:
             call.append({"float": f"({r['type']}){v}", "int": f"({r['type']}){v}",
-                         "flag": "true" if v == "1" else "false"}[kind])
+                         "flag": "true" if v == "1" else "false", "none": "{}"}[kind])
     return decls, call, rets
