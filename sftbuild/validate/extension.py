@@ -77,6 +77,19 @@ def lean_source(cu: str) -> str | None:
     return CONTEXT.sub(CONTEXT_LEAN, FULL.sub(f'#include "{LEAN.name}"', cu))
 
 
+def lean_tree(code: str, headers: dict, include_dirs: list) -> tuple[str, dict] | None:
+    """A record's code compiled against the lean header instead of torch's umbrella ones, with the
+    header beside it in its tree (`compile_task`'s headers): (code, headers), or None when the code
+    names none of them. What the lean header lacks fails the compile, and the caller compiles the
+    code as it is."""
+    lean = lean_source(code)
+    if lean is None:
+        return None
+    own = (include_dirs or ["."])[0] if headers else "."
+    rel = LEAN.name if own == "." else f"{own}/{LEAN.name}"
+    return lean, {**headers, rel: LEAN.read_text()}
+
+
 def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra_cuda_cflags=None,
           extra_cflags=None, arch: str = "", nvcc: str = "", timeout: float = 120.0, link: bool = True,
           include_dirs=()) -> dict:

@@ -134,3 +134,21 @@ def test_the_probe_binds_a_matching_function_and_names_why_a_broken_one_is_not(r
                        time.monotonic() + 60, "cpu")
     assert "no shortlisted op matched the extension function's outputs (2 tried" in broken["unbound"]
     assert "worst error" in broken["evidence"]["candidates_rejected"][1]["why"]
+
+
+def test_validate_compiles_the_record_on_the_lean_torch_header_first_and_as_it_is_where_that_fails(
+        rms, monkeypatch, tmp_path):
+    import dataclasses
+
+    from sftbuild.config import Config
+    from sftbuild.validate import pipeline
+
+    bound = dataclasses.replace(rms, binding={"op": "rms_norm", "harness": "extension_function", "dtypes": ["float32"],
+                                              "harness_args": {"args": ["t:1", "t:2", "float:1e-05", "t:0"]}})
+    task = pipeline.compile_task(bound, Config().validate, "", str(tmp_path))
+    assert '#include "torch_lean.cuh"' in task["lean"]["code"] and "torch_lean.cuh" in task["lean"]["headers"]
+    assert "#include <torch/extension.h>" in task["code"]
+    tried = []
+    monkeypatch.setattr(pipeline, "_compile_cuda", lambda t: tried.append(t["code"]) or {"ok": len(tried) == 2})
+    assert pipeline.compile_cuda(task) == {"ok": True}
+    assert tried == [task["lean"]["code"], task["code"]]
