@@ -15,10 +15,12 @@ COMPILE_CAUSES = {"toolchain": "toolchain", "closure_error": "toolchain", "missi
 # an unbound record's reason (each binder's phrase) -> cause; the first that matches wins
 UNBOUND_CAUSES = [
     (re.compile(r"needs a GPU"), "needs_gpu_to_probe"),
-    (re.compile(r"did not compile|incompatible_toolchain"), "toolchain"),
+    (re.compile(r"did not compile|did not build|did not load|incompatible_toolchain"), "toolchain"),
     (re.compile(r"import failed"), "import_failed"),  # a dependency or the package itself, not the toolchain
-    (re.compile(r"no (host )?function (in the record )?launches|no kernel entry|takes a parameter with no role|"
-                r"takes tensors|is a template|writes no pointer|launched from another module"), "no_entry_point"),
+    # a function taking tensors is the extension_function binder's entry point: what its probe said decides
+    (re.compile(r"no (host )?function (taking tensors |in the record )?launches|no kernel entry|"
+                r"takes a parameter with no role|is a template|writes no pointer|returns no tensor|computes with|"
+                r"launched from another module"), "no_entry_point"),
 ]
 
 

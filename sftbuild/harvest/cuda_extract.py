@@ -151,6 +151,8 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             text = _text(src, u)
             launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname,
                                                   _params(text.split("{", 1)[0], kname))
+            if launcher and any("Tensor" in p for p in launcher["params"]):  # an extension function
+                launcher["exposed"] = exposed_by(src.decode("utf-8", "replace"), launcher["name"])
             head = text.split("{", 1)[0]
             defined = set().union(*(units[j].defines for j in need))
             kernels.append(Kernel(
@@ -537,6 +539,7 @@ def _launch_bounds(head: str) -> str | None:
 
 
 def _params(head: str, name: str) -> list[str]:
+    head = re.sub(r"//[^\n]*|/\*.*?\*/", " ", head, flags=re.S)  # vLLM's `torch::Tensor& out,  // [..., hidden]`
     m = re.search(r"\b" + re.escape(name) + r"\s*\(", head)
     return (split_args(head, m.end(), "(<[", ")>]") or []) if m else []
 
@@ -1105,6 +1108,39 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
                                             for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m})
         return found
     return None
+
+
+MODULE = re.compile(r"\b(PYBIND11_MODULE|TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\s*\(([^)]*)\)\s*\{")
+# `m.def("name", &fn ...)`, `m.def("name(Tensor x) -> Tensor", &fn)`, `m.impl("name", TORCH_FN(fn))`
+EXPOSE = re.compile(r"\.\s*(def|impl)\s*\(\s*\"([^\"]*)\"\s*,\s*(?:TORCH_FN\s*\(\s*)?&?\s*(?:[\w:]*::)?(\w+)")
+SCHEMA = re.compile(r"\.\s*def\s*\(\s*\"(\w+)\s*(\([^\"]*)\"")
+
+
+def exposed_by(text: str, name: str) -> dict | None:
+    """How the file's module definitions expose host function `name`: {kind (PYBIND11_MODULE |
+    TORCH_LIBRARY | TORCH_LIBRARY_FRAGMENT | TORCH_LIBRARY_IMPL), module (its first argument), name (as
+    exposed), schema (a TORCH_LIBRARY definition's, where one names it)}; None when none does (the
+    binder then builds a module of its own exposing it)."""
+    schemas = {m.group(1): m.group(1) + m.group(2) for m in SCHEMA.finditer(text)}
+    for m in MODULE.finditer(text):
+        body = text[m.end():_block_end(text, m.end() - 1)]
+        for e in EXPOSE.finditer(body):
+            if e.group(3) == name:
+                exposed = e.group(2).split("(")[0].strip()
+                found = {"kind": m.group(1), "module": m.group(2).split(",")[0].strip(), "name": exposed}
+                schema = e.group(2) if "(" in e.group(2) else schemas.get(exposed)
+                return {**found, **({"schema": schema} if schema else {})}
+    return None
+
+
+def _block_end(text: str, brace: int) -> int:
+    """The index just past the `}` closing the `{` at `brace` (the text's end when it never closes)."""
+    depth = 0
+    for i in range(brace, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i + 1
+    return len(text)
 
 
 def prune_headers(headers: dict[str, str], used: str) -> dict[str, str]:

@@ -77,9 +77,24 @@ def lean_source(cu: str) -> str | None:
     return CONTEXT.sub(CONTEXT_LEAN, FULL.sub(f'#include "{LEAN.name}"', cu))
 
 
+def lean_tree(code: str, headers: dict, include_dirs: list) -> tuple[str, dict] | None:
+    """A record's code compiled against the lean header instead of torch's umbrella ones, with the
+    header beside it in its tree (`compile_task`'s headers): (code, headers), or None when the code
+    names none of them. What the lean header lacks fails the compile, and the caller compiles the
+    code as it is."""
+    lean = lean_source(code)
+    if lean is None:
+        return None
+    own = (include_dirs or ["."])[0] if headers else "."
+    rel = LEAN.name if own == "." else f"{own}/{LEAN.name}"
+    return lean, {**headers, rel: LEAN.read_text()}
+
+
 def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra_cuda_cflags=None,
-          extra_cflags=None, arch: str = "", nvcc: str = "", timeout: float = 120.0, link: bool = True) -> dict:
-    """Compile and (with link) link an inline extension. Returns {ok, reason, so, seconds, cached, log,
+          extra_cflags=None, arch: str = "", nvcc: str = "", timeout: float = 120.0, link: bool = True,
+          include_dirs=()) -> dict:
+    """Compile and (with link) link an inline extension (`include_dirs`: folders the CUDA source's own
+    headers are in, searched first). Returns {ok, reason, so, seconds, cached, log,
     header ('lean' | 'full' | None: which torch header the CUDA source compiled against),
     phases {pch, main, cuda, link: seconds}, key}."""
     from sftbuild.context import find_nvcc, nvcc_version
@@ -94,7 +109,8 @@ def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra
     tc = toolchain()
     arch = arch or _arch()
     key = hashlib.sha256(json.dumps([name, cpp, cu, functions, extra_cuda_cflags, extra_cflags, arch, tc,
-                                     nvcc_version(), LEAN.read_text()], sort_keys=True).encode()).hexdigest()[:24]
+                                     nvcc_version(), LEAN.read_text()] + ([list(include_dirs)] if include_dirs else []),
+                                    sort_keys=True).encode()).hexdigest()[:24]
     out = Path(cache_dir) / key
     so, done = out / f"{name}.so", out / "objects.json"
     if so.exists():
@@ -111,7 +127,7 @@ def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra
         with build_slot(cache_dir) as queued:
             start += queued  # time spent waiting for a slot is load, not this build
             res, header, phases = _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, inc,
-                                           defs, cache_dir, timeout)
+                                           defs, cache_dir, timeout, list(include_dirs))
         phases["queued"] = round(queued, 3)
         failed = [r for r in res.values() if r[0] != 0]
         reason = None if not failed else "compile_timeout" if any(r[0] == -9 for r in failed) else "compile_error"
@@ -137,7 +153,8 @@ def build(name: str, cpp_sources, cuda_sources, functions, cache_dir: str, extra
     return {**result, "so": str(so), "phases": phases, "seconds": seconds, "cached": False}
 
 
-def _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, inc, defs, cache_dir, timeout):
+def _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, inc, defs, cache_dir, timeout,
+             include_dirs=()):
     """main.o (g++ on the pybind module) and cuda.o (nvcc) side by side, each against the lean torch
     header first and the full one where that fails. Returns ({job: (code, log)}, {job: header used},
     {phase: seconds})."""
@@ -163,7 +180,8 @@ def _compile(out, name, cpp, cu, functions, extra_cuda_cflags, arch, nvcc, tc, i
             (out / "cuda_lean.cu").write_text(lean)
         cuflags = ["-std=c++17", f"-arch={arch}", "-Xcompiler", "-fPIC", "-O3", "-w", "--expt-relaxed-constexpr",
                    *[f for f in (extra_cuda_cflags or []) if f.startswith(("-D", "--use_fast_math", "-O", "-U"))]]
-        jobs["cuda"] = lambda header: [nvcc, "-c", *cuflags, *inc, *defs, f"cuda_{header}.cu", "-o", "cuda.o"]
+        own = [f"-I{d}" for d in include_dirs]
+        jobs["cuda"] = lambda header: [nvcc, "-c", *cuflags, *own, *inc, *defs, f"cuda_{header}.cu", "-o", "cuda.o"]
         headers["cuda"] = "lean" if lean is not None else "full"
 
     def timed(job):

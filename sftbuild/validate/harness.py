@@ -21,7 +21,7 @@ what the launcher needs besides its text:
 Besides its header's values a template gets: `kernel` (the entry's first kernel), `tparams` (its
 template parameters by name), `torch_types`, `params`, `dtypes` and `mentions(name)` (whether the
 record's code names `name`: torch releases differ in the helpers their kernels call) and `launcher`
-(the record's host launcher, `entry["launcher"]`, for `host_launcher`).
+(the record's host launcher, `entry["launcher"]`, for `host_launcher` and `extension_function`).
 Templates whose names start with `_` are partials included by the others.
 """
 from __future__ import annotations
@@ -69,6 +69,13 @@ def render(record, check: dict, dtypes: list[str]) -> str:
         from sftbuild.ops.binders.launched import call_args
 
         args = {**args, "args": call_args(launcher["params"], args, launcher.get("template") or [])}
+    elif harness == "extension_function":  # the probe's arguments, as the function's C++ call
+        from sftbuild.ops.binders import extension
+
+        decls, call, rets = extension.call_args(launcher, args["args"])
+        outputs = sum(a.startswith("t:") for r, a in zip(extension.roles(launcher), args["args"])
+                      if r["role"] == "out")
+        args = {**args, "decls": decls, "call": call, "rets": rets, "n_outputs": outputs}
     return env().get_template(f"{harness}.cu.j2").render(launcher=launcher,
         kernel=kernel, tparams=template_params(record.code, kernel), torch_types=torch_types, params=params,
         dtypes=[(d, ctypes[d]) for d in dtypes], mentions=functools.partial(mentions, record.code), **args)

@@ -202,11 +202,18 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
     harnesses = []
     if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
         harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]
-    return {"id": rec.id, "name": rec.name, "language": rec.language, "code": rec.code, "harnesses": harnesses,
+    task = {"id": rec.id, "name": rec.name, "language": rec.language, "code": rec.code, "harnesses": harnesses,
             "launcher": (rec.binding or {}).get("launcher") or "",
             "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
             "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
             "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
+    if (rec.binding or {}).get("harness") == "extension_function":  # torch/extension.h's parse nears 30 s
+        from sftbuild.validate.extension import lean_tree
+
+        lean = lean_tree(rec.code, task["headers"], task["include_dirs"])
+        if lean:
+            task["lean"] = {"code": lean[0], "headers": lean[1]}
+    return task
 
 
 def _inline(task: dict) -> bool:
@@ -278,6 +285,18 @@ def compile_inline(task: dict) -> dict:
 
 
 def compile_cuda(task: dict) -> dict:
+    """`_compile_cuda`, on the lean torch header first where the task has it (an extension function's
+    record), and on the code as it is where that fails: the lean header is ours, its gaps are not
+    the kernel's."""
+    lean = task.get("lean")
+    if lean:
+        res = _compile_cuda({**task, **lean})
+        if res.get("ok") and not res.get("harness_failed"):
+            return {**res, "header": "lean"}
+    return _compile_cuda(task)
+
+
+def _compile_cuda(task: dict) -> dict:
     """One launchable .so per check; the kernel alone (the gate) only where there is no harness, a
     harness failed, or a harness took longer than the gate's budget. A harness includes the kernel's
     code, so a harness that compiles has compiled the kernel too (its ptxas figures cover the

@@ -1,0 +1,46 @@
+"""An extension function bound by probing and validated ok on the GPU; its broken twin dropped.
+
+The function is our own (tests/data/harvest/extension/fused_rms_norm.cu): `torch::Tensor
+fused_rms_norm(input, weight, eps)` with AT_DISPATCH over float, half and bfloat16, exposed by
+PYBIND11_MODULE. The twin forgets the weight."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HAS_GPU, HAS_NVCC
+
+RMS = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_rms_norm.cu"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HAS_GPU and HAS_NVCC), reason="needs a CUDA GPU and nvcc")
+def test_a_probed_extension_function_validates_ok_and_its_broken_twin_is_dropped(make_ctx, tmp_path):
+    from sftbuild.bind import stage as bind
+    from sftbuild.describe import stage as describe
+    from sftbuild.harvest import stage as harvest
+    from sftbuild.validate import stage as validate
+
+    good, broken = tmp_path / "good", tmp_path / "broken"
+    weighted = " * static_cast<float>(weight[i])"
+    for repo, w in ((good, weighted), (broken, "")):
+        repo.mkdir()
+        (repo / "fused_rms_norm.cu").write_text(RMS.read_text().replace(weighted, w))
+    ctx = make_ctx()
+    ctx.config.dedupe.before_validation = False  # the twins are near duplicates: check both
+    harvest.run(ctx, [str(good), str(broken)])
+    bind.run(ctx)
+    describe.run(ctx)
+    validate.run(ctx)
+    results = ctx.store.results_for("validate")
+    by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()}
+    ok, twin = by_source["good"], by_source["broken"]
+    assert ok.binding and ok.binding["by"] == "extension_function" and ok.binding["op"] == "rms_norm", ok.unbound
+    ev = ok.binding["evidence"]
+    assert len(ev["shapes"]) >= 3 and ev["dtypes"] == ["float32", "float16", "bfloat16"], ev
+    assert ev["exposed"]["kind"] == "PYBIND11_MODULE" and ev["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND2"
+    assert results[ok.id]["status"] == "ok", results[ok.id]
+    assert twin.binding is None and "no shortlisted op matched the extension function's outputs" in \
+        (twin.unbound or ""), twin.unbound
+    assert results[twin.id]["status"] == "dropped" and results[twin.id]["reason"] == "unbound"
