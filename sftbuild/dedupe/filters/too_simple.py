@@ -6,7 +6,7 @@ import re
 
 from sftbuild.config import opt
 from sftbuild.dedupe.filters import FILTERS, Filter
-from sftbuild.dedupe.normalize import strip_comments
+from sftbuild.parsing import strip_comments
 
 
 @FILTERS.register
