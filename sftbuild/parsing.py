@@ -308,14 +308,15 @@ class KernelDef:
 
 @dataclasses.dataclass(frozen=True)
 class KernelView:
-    """A CUDA text read once, comments removed: its kernels (the first definition of each name, in
-    order), the names it launches with `<<<...>>>` and the headers it includes, as written."""
+    """A CUDA text read once, comments removed: its kernels (every definition, in order: `#if` branches
+    may define one name twice), the names it launches with `<<<...>>>` and the headers it includes."""
     text: str
     kernels: tuple[KernelDef, ...]
     launches: tuple[str, ...]
     includes: tuple[str, ...]
 
     def kernel(self, name: str) -> KernelDef | None:
+        """The first definition of `name`, None when the text defines none."""
         return next((k for k in self.kernels if k.name == name), None)
 
 
@@ -330,12 +331,7 @@ HEAD_SPAN = 10_000  # how far a kernel's head (attributes, name, parameters) is 
 def kernel_view(code: str) -> KernelView:
     """The view of CUDA text `code`; built once per text (a record's id is its code's hash)."""
     text = strip_comments(code, "cuda")
-    kernels, seen = [], set()
-    for m in GLOBAL.finditer(text):
-        k = _kernel_def(text, m.start(), m.end())
-        if k is not None and k.name not in seen:
-            seen.add(k.name)
-            kernels.append(k)
+    kernels = [k for m in GLOBAL.finditer(text) if (k := _kernel_def(text, m.start(), m.end()))]
     launches = tuple(dict.fromkeys(m.group(1) for m in LAUNCH.finditer(text)))
     return KernelView(text, tuple(kernels), launches, tuple(INCLUDE.findall(text)))
 
