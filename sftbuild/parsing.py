@@ -324,42 +324,46 @@ GLOBAL = re.compile(r"\b__global__\b")
 LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;{}]*(?:<[^<>;{}]*>[^<>;{}]*)*>\s*)?<<<")
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
 BRACE = re.compile(r"[{}]")
+HEAD_END = re.compile(r"[;{}]")
 HEAD_SPAN = 10_000  # how far a kernel's head (attributes, name, parameters) is followed
+MAX_KERNELS = 1_000  # `__global__` tokens read per text: hostile text gets linear cost, not quadratic
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)  # a record's readers ask in turn; a view holds its text about twice
 def kernel_view(code: str) -> KernelView:
     """The view of CUDA text `code`; built once per text (a record's id is its code's hash)."""
     text = strip_comments(code, "cuda")
-    kernels = [k for m in GLOBAL.finditer(text) if (k := _kernel_def(text, m.start(), m.end()))]
+    closing, stack = {}, []
+    for b in BRACE.finditer(text):  # every brace's match, in one pass
+        if b.group() == "{":
+            stack.append(b.start())
+        elif stack:
+            closing[stack.pop()] = b.start()
+    kernels = []
+    for n, m in enumerate(GLOBAL.finditer(text)):
+        if n >= MAX_KERNELS:
+            break
+        if k := _kernel_def(text, m.start(), m.end(), closing):
+            kernels.append(k)
     launches = tuple(dict.fromkeys(m.group(1) for m in LAUNCH.finditer(text)))
     return KernelView(text, tuple(kernels), launches, tuple(INCLUDE.findall(text)))
 
 
-def _kernel_def(text: str, start: int, i: int) -> KernelDef | None:
+def _kernel_def(text: str, start: int, i: int, closing: dict[int, int]) -> KernelDef | None:
     """The definition whose `__global__` spans start..i; None for a declaration or unreadable text."""
-    depth, last_open, stop = 0, -1, min(len(text), i + HEAD_SPAN)
-    while i < stop:
-        ch = text[i]
-        if ch == "(":
-            if depth == 0:
-                last_open = i
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif depth == 0 and ch in ";{}":
-            break
-        i += 1
-    if i >= stop or text[i] != "{" or last_open < 0:
+    end = HEAD_END.search(text, i, i + HEAD_SPAN)
+    if not end or end.group() != "{" or end.start() not in closing:
         return None
-    name = re.search(r"(\w+)\s*(?:<[^()]*>)?\s*$", text[max(0, last_open - 2000):last_open])
+    head = text[start:end.start()]
+    close = head.rfind(")")
+    depth, j = 0, close
+    while j >= 0:  # back to the parameter list's own "("
+        depth += {")": 1, "(": -1}.get(head[j], 0)
+        if depth == 0:
+            break
+        j -= 1
+    name = re.search(r"(\w+)\s*(?:<[^()]*>)?\s*$", head[max(0, j - 300):j]) if close >= 0 and j >= 0 else None
     if not name:
         return None
-    close = text.rfind(")", last_open, i)
-    decls = tuple(split_args(text[:close + 1], last_open + 1, "(<[", ")>]") or [])
-    depth = 0
-    for b in BRACE.finditer(text, i):
-        depth += 1 if b.group() == "{" else -1
-        if depth == 0:
-            return KernelDef(name.group(1), text[start:i], text[i + 1:b.start()], decls)
-    return KernelDef(name.group(1), text[start:i], text[i + 1:], decls)
+    decls = tuple(split_args(head, j + 1, "(<[", ")>]") or [])
+    return KernelDef(name.group(1), head, text[end.start() + 1:closing[end.start()]], decls)
