@@ -1,6 +1,8 @@
 """The one parse: a CUDA text's kernel view is built once, and every reader of kernels reads it."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from sftbuild import parsing
 from sftbuild.dedupe.filters import FILTERS
 from sftbuild.dedupe.near import Doc
@@ -47,3 +49,10 @@ def test_every_reader_of_a_record_shares_one_view():
     assert FILTERS.create("too_simple").filter(doc) is True  # dedupe's filters
     info = parsing.kernel_view.cache_info()
     assert (info.misses, info.hits) == (1, 3)
+
+
+def test_no_module_but_parsing_strips_comments_itself():
+    root = Path(parsing.__file__).parent
+    copies = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "parsing.py" and any(
+        frag in p.read_text() for frag in ("/\\*.*?\\*/", "/\\*[\\s\\S]*?\\*/", '"//[^\\n]*', "'//[^\\n]*"))]
+    assert copies == [], f"comment strippers outside sftbuild/parsing.py: {copies}"
