@@ -119,8 +119,8 @@ LONGEST_FIRST = (
 )
 
 
-# The quick tier, `pytest --quick`: every stage's cheap tests, for the edit-test loop (under a minute on
-# 2 cores); the full suite stays the CI gate. Files not named here are not even collected (their imports
+# The quick tier, `pytest --quick -n 0`: every stage's cheap tests, for the edit-test loop (under a minute
+# on 2 cores, in one process: workers would each pay the imports again); the full suite stays the CI gate. Files not named here are not even collected (their imports
 # cost seconds); after a file, the tests of it left out (each seconds long). Slow and sweep tests never run.
 QUICK = {
     "core/test_config.py": (), "core/test_store.py": (), "core/test_plugin_contract.py": (),
