@@ -6,10 +6,15 @@ describe reads features from its trees. `cuda_language()` is its grammar, for qu
 CPU-function signatures with it, and binders read the records' kernel parameters.
 `params(fn)`, `default_hints(tree)` and `is_jit(fn)` read Python functions from their syntax trees,
 never running them: harvest reads entry points with them, and the probe's binder a package's defaults.
+`strip_comments(code, language)` is the one comment stripper (string literals kept whole), and
+`kernel_view(code)` the one parse of a CUDA record's text that static checks, describe, dedupe's
+filters and binders read: its kernels' heads, bodies and parameters, its launches and includes,
+built once per code text (cached by it) and frozen.
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import math
 import re
@@ -241,3 +246,124 @@ def evaluate(expr: str, env: dict[str, float]) -> float:
         raise ValueError(f"cannot evaluate {expr!r}")
 
     return ev(tree)
+
+
+# ---- comments, and the one view of a CUDA record's text ----
+
+# C/C++/CUDA: strings are matched so that "//" inside a literal is not a comment.
+C_COMMENTS = re.compile(r'("(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')|//[^\n]*|/\*[\s\S]*?\*/')
+C_COMMENTS_ONLY = re.compile(r"//[^\n]*|/\*[\s\S]*?\*/")
+# Python: every alternative starts with # or a quote, so the regex engine can skip ahead fast.
+PY_COMMENTS = re.compile(r'#[^\n]*|"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+PYTHON_LANGUAGES = ("triton", "kernelbench")
+
+
+def strip_comments(code: str, language: str = "cuda") -> str:
+    """`code` with each comment replaced by a space (and, for Python, docstrings); string literals kept."""
+    if language in PYTHON_LANGUAGES:
+        # KernelBench solutions carry their CUDA source in Python strings: strip C comments there too.
+        inner = language == "kernelbench"
+        return PY_COMMENTS.sub(lambda m: _py_keep(m, inner), code)
+    if "/" not in code:
+        return code
+    if '"' not in code and "'" not in code:
+        return C_COMMENTS_ONLY.sub(" ", code)  # no literals to protect: a constant replacement is faster
+    return C_COMMENTS.sub(r"\1 ", code)
+
+
+def _py_keep(m: re.Match, inner: bool) -> str:
+    s = m.group()
+    if s[0] == "#":
+        return " "
+    if s[:3] in ('"""', "'''"):
+        # a triple-quoted string alone on its line(s) is a docstring (or a no-op): drop it
+        text, start, end = m.string, m.start(), m.end()
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        after = text[end:len(text) if line_end < 0 else line_end]
+        if not text[line_start:start].strip() and (not after.strip() or after.lstrip().startswith("#")):
+            return " "
+    if inner and ("//" in s or "/*" in s):
+        return C_COMMENTS.sub(r"\1 ", s)
+    return s
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelDef:
+    """One `__global__` definition: `head` from `__global__` to its `{`, `body` between its braces."""
+    name: str
+    head: str
+    body: str
+    decls: tuple[str, ...]  # its parameter declarations, whitespace collapsed
+
+    @property
+    def params(self) -> tuple[dict | None, ...]:
+        """param_info of each declaration: type, name, pointer, const-ness, kind (None when unreadable)."""
+        return tuple(param_info(d) for d in self.decls)
+
+    @property
+    def definition(self) -> str:
+        return self.head + "{" + self.body + "}"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelView:
+    """A CUDA text read once, comments removed: its kernels (every definition, in order: `#if` branches
+    may define one name twice), the names it launches with `<<<...>>>` and the headers it includes."""
+    text: str
+    kernels: tuple[KernelDef, ...]
+    launches: tuple[str, ...]
+    includes: tuple[str, ...]
+
+    def kernel(self, name: str) -> KernelDef | None:
+        """The first definition of `name`, None when the text defines none."""
+        return next((k for k in self.kernels if k.name == name), None)
+
+
+GLOBAL = re.compile(r"\b__global__\b")
+LAUNCH = re.compile(r"\b(\w+)\s*(?:<[^<>;{}]*(?:<[^<>;{}]*>[^<>;{}]*)*>\s*)?<<<")
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
+BRACE = re.compile(r"[{}]")
+HEAD_END = re.compile(r"[;{}]")
+HEAD_SPAN = 10_000  # how far a kernel's head (attributes, name, parameters) is followed
+MAX_KERNELS = 1_000  # `__global__` tokens read per text: hostile text gets linear cost, not quadratic
+
+
+@functools.lru_cache(maxsize=32)  # a record's readers ask in turn; a view holds its text about twice
+def kernel_view(code: str) -> KernelView:
+    """The view of CUDA text `code`; built once per text (a record's id is its code's hash)."""
+    text = strip_comments(code, "cuda")
+    closing, stack = {}, []
+    for b in BRACE.finditer(text):  # every brace's match, in one pass
+        if b.group() == "{":
+            stack.append(b.start())
+        elif stack:
+            closing[stack.pop()] = b.start()
+    kernels = []
+    for n, m in enumerate(GLOBAL.finditer(text)):
+        if n >= MAX_KERNELS:
+            break
+        if k := _kernel_def(text, m.start(), m.end(), closing):
+            kernels.append(k)
+    launches = tuple(dict.fromkeys(m.group(1) for m in LAUNCH.finditer(text)))
+    return KernelView(text, tuple(kernels), launches, tuple(INCLUDE.findall(text)))
+
+
+def _kernel_def(text: str, start: int, i: int, closing: dict[int, int]) -> KernelDef | None:
+    """The definition whose `__global__` spans start..i; None for a declaration or unreadable text."""
+    end = HEAD_END.search(text, i, i + HEAD_SPAN)
+    if not end or end.group() != "{" or end.start() not in closing:
+        return None
+    head = text[start:end.start()]
+    close = head.rfind(")")
+    depth, j = 0, close
+    while j >= 0:  # back to the parameter list's own "("
+        depth += {")": 1, "(": -1}.get(head[j], 0)
+        if depth == 0:
+            break
+        j -= 1
+    name = re.search(r"(\w+)\s*(?:<[^()]*>)?\s*$", head[max(0, j - 300):j]) if close >= 0 and j >= 0 else None
+    if not name:
+        return None
+    decls = tuple(split_args(head, j + 1, "(<[", ")>]") or [])
+    return KernelDef(name.group(1), head, text[end.start() + 1:closing[end.start()]], decls)

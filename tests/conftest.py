@@ -28,12 +28,13 @@ Fixtures:
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from sftbuild.config import Config
 from sftbuild.context import Context, NvccMissing, find_nvcc
@@ -50,10 +51,12 @@ if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 # Under xdist the worker processes already fill the cores: one torch thread each, in them and in every
 # process they start (sandboxes pass OMP_NUM_THREADS on). torch's default of a thread per core in each
 # oversubscribes the cores, and idle OpenMP threads spin: the same tensor work cost several times the CPU
-# time on the shared 2-core machine. A run with -n 0 keeps torch's default.
+# time on the shared 2-core machine. A run with -n 0 keeps torch's default. torch reads the variable
+# when first imported, which this file leaves to the tests that use it (importing it costs seconds).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 # Inductor output code that a test runs in this process (as a GPU worker would) finds the kernels the
@@ -69,7 +72,20 @@ def _has_nvcc() -> bool:
     return True
 
 
-HAS_GPU = torch.cuda.is_available()
+@functools.cache
+def has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def __getattr__(name: str):
+    """`HAS_GPU`, asked for by tests that import torch anyway: a collection without them skips it."""
+    if name == "HAS_GPU":
+        return has_gpu()
+    raise AttributeError(name)
+
+
 HAS_NVCC = _has_nvcc()
 
 
@@ -103,8 +119,64 @@ LONGEST_FIRST = (
 )
 
 
+# The quick tier, `pytest --quick -n 0`: every stage's cheap tests, for the edit-test loop (under a minute
+# on 2 cores, in one process: workers would each pay the imports again); the full suite stays the CI gate. Files not named here are not even collected (their imports
+# cost seconds); after a file, the tests of it left out (each seconds long). Slow and sweep tests never run.
+QUICK = {
+    "core/test_config.py": (), "core/test_store.py": (), "core/test_plugin_contract.py": (),
+    "core/test_stage_keys.py": (), "core/test_parsing.py": (), "core/test_architecture.py": (),
+    "core/test_blockers.py": (), "core/test_cli.py": ("test_review_gate_blocks_export_until_every_verdict",),
+    "harvest/test_harvest_sources.py": ("test_kill9_then_rerun_gives_same_records",
+                                        "test_datasets_kernelbook_and_ai_cuda_engineer"),
+    "harvest/test_harvest_plugins.py": (), "harvest/test_harvest_license.py": (), "harvest/test_harvest_dsl.py": (),
+    "bind/test_binders.py": (),
+    "bind/test_registrations.py": ("test_aten_names_map_to_the_ops_that_compute_them",
+                                   "test_probe_binds_the_registered_op",
+                                   "test_the_registered_op_comes_first_where_the_name_says_nothing"),
+    "describe/test_describe.py": (), "output/test_instructions.py": (),
+    "validate/test_validate_static.py": (), "validate/test_validate_checks.py": (),
+    "validate/test_validate_clusters.py": (),
+    "validate/test_trial_loop.py": ("test_the_file_reference_path_runs_in_the_loop",
+                                    "test_a_result_cached_by_pointer_is_the_same_cheat_in_every_path",
+                                    "test_a_file_reference_constant_in_every_trial_is_uninformative"),
+    "dedupe/test_dedupe_filters.py": (),
+    "dedupe/test_dedupe.py": ("test_benchmark_dataset_file", "test_affine32_is_bit_identical_to_datasketch"),
+    "review/test_sample.py": ("test_the_bound_is_scipys_beta_quantile",), "review/test_packets.py": (),
+    "review/test_flow.py": ("test_terminal_flow_reviews_200_items_by_keystrokes_alone",),
+    "output/test_output_exporters.py": (),
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="the quick tier: every stage's cheap tests, under a minute (tests/conftest.py QUICK)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    if config.getoption("quick") and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return collection_path.relative_to(TESTS).as_posix() not in QUICK or None
+    return None
+
+
+def _quick(items: list, config) -> list:
+    """The items of the quick tier; the rest are reported deselected."""
+    keep, drop = [], []
+    for item in items:
+        path, _, name = item.nodeid.partition("::")
+        left_out = QUICK.get(path.removeprefix("tests/"), ())
+        slow = "slow" in item.keywords or "sweep" in item.keywords
+        (drop if slow or name.split("[")[0] in left_out else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    return keep
+
+
 def pytest_collection_modifyitems(config, items):
-    missing = {"gpu": None if HAS_GPU else "needs a CUDA GPU", "nvcc": None if HAS_NVCC else "needs nvcc"}
+    if config.getoption("quick"):
+        items[:] = _quick(items, config)
+    gpu = any("gpu" in item.keywords for item in items) and not has_gpu()
+    missing = {"gpu": "needs a CUDA GPU" if gpu else None, "nvcc": None if HAS_NVCC else "needs nvcc"}
     for item in items:
         for mark, reason in missing.items():
             if reason and mark in item.keywords:

@@ -16,46 +16,11 @@ from __future__ import annotations
 
 import re
 
-# C/C++/CUDA: strings are matched so that "//" inside a literal is not a comment.
-_C_COMMENTS = re.compile(
-    r'("(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')|//[^\n]*|/\*[\s\S]*?\*/')
-_C_COMMENTS_ONLY = re.compile(r"//[^\n]*|/\*[\s\S]*?\*/")
-# Python: every alternative starts with # or a quote, so the regex engine can skip ahead fast.
-_PY_COMMENTS = re.compile(r'#[^\n]*|"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'')
+from sftbuild.parsing import PYTHON_LANGUAGES, strip_comments  # noqa: F401 (the one stripper, read here too)
+
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.A)
 
-PYTHON_LANGUAGES = ("triton", "kernelbench")
 VERSION = 2  # bumped when what hashing sees changes: stored dedupe results are then recomputed
-
-
-def strip_comments(code: str, language: str) -> str:
-    """Remove comments (and, for Python, docstrings); the rest is left as is."""
-    if language in PYTHON_LANGUAGES:
-        # KernelBench solutions carry their CUDA source in Python strings: strip C comments there too.
-        inner = language == "kernelbench"
-        return _PY_COMMENTS.sub(lambda m: _py_keep(m, inner), code)
-    if "/" not in code:
-        return code
-    if '"' not in code and "'" not in code:
-        return _C_COMMENTS_ONLY.sub(" ", code)  # no literals to protect: a constant replacement is faster
-    return _C_COMMENTS.sub(r"\1 ", code)
-
-
-def _py_keep(m: re.Match, inner: bool) -> str:
-    s = m.group()
-    if s[0] == "#":
-        return " "
-    if s[:3] in ('"""', "'''"):
-        # a triple-quoted string alone on its line(s) is a docstring (or a no-op): drop it
-        text, start, end = m.string, m.start(), m.end()
-        line_start = text.rfind("\n", 0, start) + 1
-        line_end = text.find("\n", end)
-        after = text[end:len(text) if line_end < 0 else line_end]
-        if not text[line_start:start].strip() and (not after.strip() or after.lstrip().startswith("#")):
-            return " "
-    if inner and ("//" in s or "/*" in s):
-        return _C_COMMENTS.sub(r"\1 ", s)
-    return s
 
 
 def tokens(code: str, language: str) -> list[str]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 import re
 
+from sftbuild.parsing import kernel_view
+
 ASSIGN_OP = r"(?:=(?!=)|[+\-*/%&|^]=|<<=|>>=|\+\+|--)"
 ASSIGN = re.compile(r"(?<![=!<>+\-*/%&|^])=(?!=)")  # a plain assignment, not ==, <=, +=
 MAX_CODE = 200_000  # characters of a kernel read; the rest is not looked at
@@ -50,32 +52,12 @@ def param_name(param: str) -> str:
 
 # ---- CUDA ----------------------------------------------------------------------------
 
-def _strip(code: str) -> str:
-    code = re.sub(r"/\*.*?\*/", " ", code, flags=re.S)
-    code = re.sub(r"//[^\n]*", " ", code)
-    return re.sub(r'"(?:\\.|[^"\\])*"', '""', code)
-
-
 def _body(code: str, kernel: str) -> str:
-    """The kernel's body (from its definition's `{` to the matching `}`), else the whole code."""
-    for n, m in enumerate(re.finditer(r"\b" + re.escape(kernel) + r"\s*\(", code)):
-        if n >= 32:  # declarations and launches come first rarely more often than this
-            break
-        depth, i, stop = 1, m.end(), min(len(code), m.end() + 5 * SPAN)
-        while i < stop and depth:
-            depth += {"(": 1, ")": -1}.get(code[i], 0)
-            i += 1
-        rest = code[i:]
-        head = re.match(r"[^;{]*\{", rest)
-        if not head:
-            continue  # a declaration or a launch, not the definition
-        start = i + head.end()
-        depth, j = 1, start
-        while j < len(code) and depth:
-            depth += {"{": 1, "}": -1}.get(code[j], 0)
-            j += 1
-        return code[start:j - 1]
-    return code
+    """The kernel's body (between its definition's braces), else the whole code; comments removed,
+    string literals emptied."""
+    view = kernel_view(code)
+    k = view.kernel(kernel)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', (k.body if k else view.text)[:MAX_CODE])
 
 
 def _data_const(decl: str) -> bool:
@@ -85,7 +67,7 @@ def _data_const(decl: str) -> bool:
 
 
 def _cuda_writes(code: str, kernel: str, params: list[str]) -> set[str]:
-    body = _body(_strip(code[:MAX_CODE]), kernel)
+    body = _body(code, kernel)
     pointers = {param_name(p): p for p in params if ("*" in p or "[" in p) and not _data_const(p)}
     written = set()
     for name in pointers:

@@ -11,6 +11,14 @@ torch's op_db (`opdb.<name>[.<variant>]`, see opdb.py) load only when one is ask
 `all_ops(opdb=True)`; hand-written ops win for the names they cover. `package_op` registers a
 package's own reference function at run time (package_refs.py), and `shortlist` ranks op names
 for a kernel's name and parameters.
+
+Map (what lives where): one module per op family (elementwise, reduction, norm, linalg, data,
+composites, model_layers; opdb.py for op_db); pools.py, values.py, special.py: trial inputs;
+tolerance.py, rounding.py: tolerances; launch.py: launch contracts; ranking.py, registrations.py,
+package_refs.py: finding the op a kernel computes; cards.py, summary.py: what commands show;
+binders/: bind's strategies, one plug-in per file.
+What one may touch: a new op is one `add(Op(...))` in its family's module. tolerance.py and
+opdb_catalogues/ key validate's results, aten_bindings.yaml bind's: a change there redoes them.
 """
 from __future__ import annotations
 

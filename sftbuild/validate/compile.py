@@ -25,7 +25,7 @@ import tokenize
 from pathlib import Path
 
 from sftbuild import sandbox
-from sftbuild.parsing import params
+from sftbuild.parsing import params, strip_comments
 from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
 from sftbuild.validate import logs
 from sftbuild.validate.include_sets import nvcc_args
@@ -190,7 +190,7 @@ def unsafe_include(code: str, headers: dict, dirs: list[str]) -> str | None:
     own = (dirs or ["."])[0]
     for rel, text in [(f"{own}/kernel.cuh", code), *headers.items()]:
         here = rel.rsplit("/", 1)[0] if "/" in rel else "."
-        for m in INCLUDE_ANY.finditer(re.sub(r"/\*.*?\*/", " ", text, flags=re.S)):
+        for m in INCLUDE_ANY.finditer(strip_comments(text)):  # string literals kept: "/*" in one hides nothing
             if m.group(3) is not None:
                 return f"{rel}: computed #include {m.group(3).strip()[:80]}"
             name = m.group(2).strip()

@@ -1,6 +1,7 @@
 """RayExecutor on a local Ray instance (skipped when ray is not installed): CPU tasks, the GPU
 actors' recycling on a declared GPU resource, and, on a GPU machine, real GPUs and the
 validate stage."""
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,8 @@ import torch
 from sftbuild.executor import WorkerFailure
 from tests import tasks
 
-ray = pytest.importorskip("ray")
+# ray is imported by the fixtures, when a test runs: importing it costs about a second of every collection
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 
 # Ray's workers import the task functions from this checkout's `tests` package
 RUNTIME_ENV = {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}}
@@ -18,6 +20,8 @@ RUNTIME_ENV = {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2
 @pytest.fixture
 def local_ray():
     """A local instance with the resources Ray detects (not the shared one below)."""
+    import ray
+
     ray.shutdown()
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, runtime_env=RUNTIME_ENV)
     yield
@@ -27,6 +31,8 @@ def local_ray():
 @pytest.fixture(scope="module")
 def declared_gpu_ray():
     """A local instance with 2 CPUs and a declared (fake) GPU, shared: starting one takes seconds."""
+    import ray
+
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False, num_cpus=2, num_gpus=1,
              runtime_env=RUNTIME_ENV)
     yield

@@ -239,7 +239,9 @@ def test_gate_refuses_includes_that_leave_the_tree():
     for code, headers in [('#include "../../../../etc/shadow"\n', {}), ('#include "/etc/shadow"\n', {}),
                           ("#define P </etc/shadow>\n#include P\n", {}),
                           ('#include "common.h"\n', {"common.h": '#include "../../etc/passwd"\n'}),
-                          ('#include "x.h"\n', {"../x.h": "int a;\n"})]:
+                          ('#include "x.h"\n', {"../x.h": "int a;\n"}),
+                          # a "/*" inside a string literal opens no comment: the include after it counts
+                          ('const char* s = "/*";\n#include "/etc/shadow"\n// */\n', {})]:
         assert C.unsafe_include(code, headers, ["."]), code
     res = C.compile_task({"id": "x", "code": '#include "../../../../etc/shadow"\n', "harness": None,
                           "include_sets": [], "arch": "sm_90", "timeout": 30, "cache_dir": "/nonexistent"})

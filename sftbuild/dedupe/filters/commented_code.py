@@ -7,7 +7,7 @@ import re
 
 from sftbuild.config import opt
 from sftbuild.dedupe.filters import FILTERS, Filter
-from sftbuild.dedupe.normalize import _C_COMMENTS, _C_COMMENTS_ONLY, _PY_COMMENTS, PYTHON_LANGUAGES, strip_comments
+from sftbuild.parsing import C_COMMENTS, C_COMMENTS_ONLY, PY_COMMENTS, PYTHON_LANGUAGES, strip_comments
 
 # a C/CUDA comment line reads as code when it is a statement (a ';' ending after an operator, call or
 # index, or a jump), opens or closes a block, or is a directive; prose ending in ';' does not count
@@ -59,11 +59,11 @@ class CommentedCode(Filter):
 def _comment_lines(code: str, python: bool) -> list[str]:
     """The text of every comment line, markers removed; string literals are skipped."""
     if python:
-        lexer = _PY_COMMENTS
+        lexer = PY_COMMENTS
     elif "/" not in code:
         return []
     else:  # without literals to step over, the comments-only pattern is much faster
-        lexer = _C_COMMENTS if '"' in code or "'" in code else _C_COMMENTS_ONLY
+        lexer = C_COMMENTS if '"' in code or "'" in code else C_COMMENTS_ONLY
     out = []
     for m in lexer.finditer(code):
         s = m.group()

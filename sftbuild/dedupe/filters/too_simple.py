@@ -6,7 +6,7 @@ import re
 
 from sftbuild.config import opt
 from sftbuild.dedupe.filters import FILTERS, Filter
-from sftbuild.dedupe.normalize import strip_comments
+from sftbuild.parsing import kernel_view, strip_comments
 
 
 @FILTERS.register
@@ -14,7 +14,7 @@ class TooSimple(Filter):
     """Too few tokens to teach anything, or kernels whose bodies are all empty."""
 
     name = "too_simple"
-    version = 1
+    version = 2  # CUDA bodies read from the shared kernel view
     order = 30
     _triton_def = re.compile(r"@\s*(?:triton\.)?jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+\w+\s*\([^)]*\)[^:\n]*:")
     _trivial = re.compile(r"(?:return\s*;?|pass|\.\.\.)?")
@@ -28,7 +28,7 @@ class TooSimple(Filter):
         if n < self.params.min_tokens:
             return False, f"{n} tokens (min {self.params.min_tokens})"
         if doc.language == "cuda":
-            bodies = [" ".join(b) for b in _cuda_bodies(doc.tokens)]
+            bodies = [k.body for k in kernel_view(doc.text).kernels]
         elif doc.language == "triton":
             bodies = [strip_comments(b, "triton") for b in self._triton_bodies(doc.text)]
         else:
@@ -49,28 +49,3 @@ class TooSimple(Filter):
             out.append("\n".join(lines))
         return out
 
-
-def _cuda_bodies(toks: list[str]) -> list[list[str]]:
-    """The first tokens of each __global__ function's body, enough to tell an empty body.
-
-    Declarations without a body are skipped. Only short bodies can be trivial, so
-    the body is cut after a few tokens instead of matching braces through it.
-    """
-    out = []
-    i = -1
-    while True:
-        try:
-            i = toks.index("__global__", i + 1)
-        except ValueError:
-            return out
-        brace = _index(toks, "{", i)
-        if brace < _index(toks, ";", i):
-            head = toks[brace + 1:brace + 5]
-            out.append(head[:head.index("}")] if "}" in head else head)
-
-
-def _index(toks: list[str], tok: str, start: int) -> int:
-    try:
-        return toks.index(tok, start)
-    except ValueError:
-        return len(toks)

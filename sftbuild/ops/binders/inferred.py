@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.parsing import kernel_view, param_info
 
 UNARY_WORDS = [  # name fragment -> op; longer fragments first so "leaky_relu" wins over "relu"
     ("leaky_relu", "leaky_relu"), ("gelu_tanh", "gelu_tanh"), ("hardswish", "hardswish"),
@@ -34,7 +35,7 @@ class Inferred(Binder):
     """Read from the kernel's name and parameters: elementwise unary / binary (`out, in[, in2], n`) and
     row-wise softmax, log-softmax and row sums (`out, in, rows, cols[, stride]`), launched by generic_launch."""
     name = "inferred"
-    version = 1
+    version = 2  # the shared kernel view: string literals kept whole, a declaration is not a definition
     order = 50
 
     def bind(self, record) -> dict | None:
@@ -100,28 +101,15 @@ def _variant(op: str | None, record, params) -> str | None:
 
 def _body(record) -> str:
     """The kernel's own definition, without comments (the closure's other units say nothing of it)."""
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", record.code, flags=re.S)
-    m = re.search(r"__global__[^;{]*?\b" + re.escape(record.name) + r"\s*\(", code)
-    if not m:
-        return code
-    start = code.find("{", m.end())
-    depth, i = 0, start
-    while 0 <= i < len(code):
-        depth += {"{": 1, "}": -1}.get(code[i], 0)
-        if depth == 0:
-            return code[m.start():i + 1]
-        i += 1
-    return code[m.start():]
+    view = kernel_view(record.code)
+    k = view.kernel(record.name)
+    return k.definition if k else view.text
 
 
-def _param(p: str) -> tuple[str, str, bool, bool]:
-    """(type, name, is_pointer, is_const) of one parameter declaration."""
-    p = re.sub(r"\b(__restrict__|__restrict|restrict)\b", " ", p.split("=")[0])
-    names = re.findall(r"[A-Za-z_]\w*", p)
-    if not names:
-        return "", "", False, False
-    words = [w for w in names[:-1] if w != "const"]
-    return (words[-1] if words else ""), names[-1], "*" in p, "const" in names[:-1]
+def _param(decl: str) -> tuple[str, str, bool, bool]:
+    """(type, name, is_pointer, is_const) of one parameter declaration; no name when unreadable."""
+    p = param_info(decl)
+    return (p["type"].split()[-1], p["name"], p["ptr"], p["const"]) if p else ("", "", False, False)
 
 
 def _pick(name: str, words) -> str | None:

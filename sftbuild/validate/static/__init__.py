@@ -27,8 +27,9 @@ import dataclasses
 import functools
 from typing import Iterator
 
+from sftbuild.parsing import KernelView, kernel_view
 from sftbuild.plugins import Plugin, Registry
-from sftbuild.validate.static._read import aliases, full_name, is_jit, strip_comments
+from sftbuild.validate.static._read import aliases, full_name, is_jit
 
 
 @dataclasses.dataclass
@@ -39,7 +40,7 @@ class Finding:
 
 
 class Source:
-    """The code split into what checks read: Python AST, Python source, CUDA C++ (comments stripped)."""
+    """The code split into what checks read: Python AST, Python source, the CUDA C++ view (comments stripped)."""
 
     def __init__(self, code: str, language: str, budget: dict | None = None):
         self.code, self.language = code, language
@@ -53,15 +54,20 @@ class Source:
                 self.syntax_error = f"line {e.lineno}: {e.msg}"
 
     @functools.cached_property
-    def cuda(self) -> str:
-        """CUDA C++ text: the code itself, or the string constants of a Python module (load_inline sources)."""
+    def view(self) -> KernelView:
+        """The shared parse (sftbuild.parsing.kernel_view) of the CUDA text: the code itself, or the
+        string constants of a Python module (load_inline sources)."""
         if self.language == "cuda":
-            return strip_comments(self.code)
-        if self.tree is None:
-            return ""
-        parts = [n.value for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                 and ("__global__" in n.value or "#include" in n.value or "torch::" in n.value)]
-        return strip_comments("\n".join(parts))
+            return kernel_view(self.code)
+        parts = [] if self.tree is None else [
+            n.value for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and ("__global__" in n.value or "#include" in n.value or "torch::" in n.value)]
+        return kernel_view("\n".join(parts))
+
+    @property
+    def cuda(self) -> str:
+        """The CUDA text, comments removed."""
+        return self.view.text
 
     @functools.cached_property
     def aliases(self) -> dict[str, str]:

@@ -1,17 +1,12 @@
-"""Reading code without running it: comments, dotted names, import aliases, constant integers.
+"""Reading code without running it: dotted names, import aliases, constant integers.
 
-Shared by the static checks of this folder; the leading underscore keeps the registry
-from taking it for a check.
+Shared by the static checks of this folder (comments and kernels: sftbuild.parsing.kernel_view);
+the leading underscore keeps the registry from taking it for a check.
 """
 from __future__ import annotations
 
 import ast
 import re
-
-
-def strip_comments(code: str) -> str:
-    code = re.sub(r"/\*.*?\*/", " ", code, flags=re.S)
-    return re.sub(r"//[^\n]*", "", code)
 
 
 def dotted(node: ast.AST) -> str:

@@ -16,7 +16,7 @@ class SharedBudget(StaticCheck):
     """Static __shared__ arrays must fit the per-block shared memory budget."""
 
     name = "shared_budget"
-    version = 1
+    version = 2  # reads the shared kernel view: string literals kept whole when comments go
     order = 40
 
     def check(self, src):
