@@ -30,6 +30,7 @@ import tree_sitter as ts
 
 from sftbuild.harvest.main_reader import (acceptance_text, allocation, block_values, call_args, device_buffers,
                                           main_values, map_params, steps_code, validated, zeroed)
+from sftbuild import parsing
 from sftbuild.parsing import blank_comments, cuda_language, cuda_parser, param_info, split_args
 
 WORD = re.compile(r"[A-Za-z_]\w*")
@@ -539,7 +540,7 @@ def _launch_bounds(head: str) -> str | None:
 
 
 def _params(head: str, name: str) -> list[str]:
-    head = re.sub(r"//[^\n]*|/\*.*?\*/", " ", head, flags=re.S)  # vLLM's `torch::Tensor& out,  // [..., hidden]`
+    head = parsing.strip_comments(head)  # vLLM's `torch::Tensor& out,  // [..., hidden]`
     m = re.search(r"\b" + re.escape(name) + r"\s*\(", head)
     return (split_args(head, m.end(), "(<[", ")>]") or []) if m else []
 

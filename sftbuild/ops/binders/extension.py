@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from sftbuild import parsing
 from sftbuild.ops.binders import BINDERS, Binder
 from sftbuild.ops.binders import launched
 
@@ -175,7 +176,7 @@ def unprobeable(fn: dict) -> str | None:
 def torch_work(fn: dict) -> str | None:
     """The first torch op, tensor arithmetic or library call the function computes with besides
     launching its kernel (what would make a match torch's work, not the kernel's), or None."""
-    code = re.sub(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\])*\"", " ", fn["code"], flags=re.S)
+    code = re.sub(r"\"(?:\\.|[^\"\\])*\"", " ", parsing.strip_comments(fn["code"]))  # nor string literals
     for m in TORCH_CALL.finditer(code):
         if not TORCH_ALLOWED.match(m.group(1).split("::")[-1]) and not m.group(1).startswith(("cuda::", "detail::")):
             return f"{m.group(0).rstrip('( ')}"
@@ -214,7 +215,7 @@ def dtypes_of(code: str) -> list[str]:
 def declaration(fn: dict) -> str:
     """The function's declaration (its head, default values dropped), for the module's translation unit."""
     head = fn["code"][:fn["code"].find("{")] if "{" in fn["code"] else fn["code"]
-    head = re.sub(r"//[^\n]*|/\*.*?\*/", " ", head, flags=re.S)
+    head = parsing.strip_comments(head)
     m = re.search(rf"[^;{{}}]*\b{re.escape(fn['name'])}\s*\(", head)
     start = m.start() if m else 0
     head = head[start:].strip()
