@@ -738,9 +738,7 @@ class Store:
             f = open(self.root / LOCK_FILE, "a+", encoding="utf-8")
         except OSError as e:
             raise StoreError(f"the workspace lock {self.root / LOCK_FILE} cannot be opened: {e.strerror or e}") from None
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not _take(f):
             f.close()
             raise StoreError(f"another sftbuild run is writing to the workspace {self.root}: "
                              f"{_holder_words(self.lock_holder())}; wait for it to end or stop it") from None
@@ -886,3 +884,34 @@ def _row_record(row) -> Record:
         prov.update(license=lic, license_source=lic_source)
     return Record(id=rid, language=language, source=source, code=code, entry=json.loads(entry),
                   binding=json.loads(binding) if binding else None, provenance=prov, unbound=unbound)
+
+
+def _take(f, orphan_wait: float = 10.0) -> bool:
+    """Take the exclusive lock on `f`. A lock whose recorded holder is dead is held by processes it
+    forked, which die with it (PR_SET_PDEATHSIG): wait for them rather than refuse a run after a kill."""
+    deadline = time.monotonic() + orphan_wait
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            pass
+        try:
+            with open(f.name, encoding="utf-8") as held:
+                pid = int(json.loads(held.read() or "{}").get("pid", 0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pid = 0
+        alive = pid > 0 and _alive(pid)
+        if alive or time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True

@@ -268,7 +268,7 @@ def test_an_unbound_record_is_dropped_without_a_compile(ctx, monkeypatch):
     rec = _record(kernel("sum__shared_tree.cu"), None)
     rec.unbound = "no binder found a binding: manifest; inferred"
     compiled = []
-    monkeypatch.setattr(ctx.executor, "map_cpu", lambda fn, items, desc="": compiled.extend(items) or iter(()))
+    monkeypatch.setattr(ctx.executor, "map_cpu", lambda fn, items, desc="", **kw: compiled.extend(items) or iter(()))
     (out,) = pipeline.validate([rec], ctx.config.validate, ctx.executor, "/nonexistent", "nvcc")
     assert out[1:3] == ("dropped", "unbound") and out[3]["detail"] == rec.unbound and compiled == []
 

@@ -28,6 +28,9 @@ DYNAMIC = ("importlib", "builtins", "sys.modules", "code", "codeop", "runpy", "p
 BUILTINS = {"__import__", "eval", "exec", "compile", "vars", "__builtins__", "breakpoint", "open"}
 KINDS = ((WRITES, "writes files"), (NETWORK, "reaches the network"), (SPAWNS, "starts or signals a process"),
          (DYNAMIC, "reaches names the checks cannot read"))
+# objects a computed getattr may read: the module itself and the numeric libraries (a dtype or an op by name);
+# on anything else it could reach os or builtins by a name the AST cannot read
+GETATTR_SAFE = ("self", "cls", "torch", "triton", "numpy", "math", "operator", "einops")
 OPENERS = ("open", "io.open", "builtins.open", "codecs.open", "os.fdopen", "gzip.open", "bz2.open", "lzma.open",
            "tarfile.open", "zipfile.ZipFile")
 
@@ -53,7 +56,7 @@ class PythonEffects(StaticCheck):
     """File writes, network calls and process spawns, however the module spells them."""
 
     name = "python_effects"
-    version = 1
+    version = 2  # a computed getattr on the module itself or a numeric library reads no effect
     order = 72  # after disguise: a getattr that hides a torch call stays a cheat
     languages = PYTHON
 
@@ -89,8 +92,13 @@ class PythonEffects(StaticCheck):
                 return f".{n.func.attr}(): writes files"
             if name == "getattr" and len(n.args) > 1:
                 attr = n.args[1]
+                obj, head = n.args[0], ""
+                if isinstance(obj, (ast.Name, ast.Attribute)):
+                    head = dotted(obj).partition(".")[0]
+                    head = head if head in ("self", "cls") else "" if head in local else full_name(obj, aliases)
+                safe = head.partition(".")[0] in GETATTR_SAFE  # never a name the module rebinds
                 if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
-                    return "getattr with a computed name: reaches names the checks cannot read"
+                    return None if safe else "getattr with a computed name: reaches names the checks cannot read"
                 names = [f"{full_name(n.args[0], aliases)}.{attr.value}"]
         for name in names:
             for group, what in KINDS:
