@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import glob
 import importlib
+import importlib.metadata
 import io
 import json
 import os
@@ -225,8 +226,9 @@ def filesystem(pol: Policy | None = None) -> list[str]:
     iso = isolation(pol)
     if iso == "bwrap":
         return ["bwrap"]
-    if iso == "unshare":
-        return [k for k in ("mounts", "landlock") if _probe(k) is None]
+    if iso == "unshare":  # Landlock where the kernel has it; the mount view only without it (it breaks
+        # some compiler runs: the extension build's g++ did not find its precompiled header under it)
+        return next(([k] for k in ("landlock", "mounts") if _probe(k) is None), [])
     return ["landlock"] if iso == "landlock" else []
 
 
@@ -324,7 +326,7 @@ def _toolchain_paths() -> list[str]:
 
 
 # what a command that may use the network reads: name resolution, certificates, pip's own config
-NET_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/pip.conf",
+NET_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/mime.types", "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/pip.conf",
            "/etc/xdg/pip")
 NET_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE",
            "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
@@ -496,13 +498,25 @@ def without_secrets(obj):
                      for ln in obj.splitlines())
 
 
+@functools.lru_cache(maxsize=1)
+def _installed() -> bool:
+    """Whether this package is installed (an editable install too): its processes import it without its
+    checkout's root on PYTHONPATH, a folder Landlock refuses (pip then fails listing the path)."""
+    try:
+        importlib.metadata.distribution("sftbuild")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def scrubbed_env(scratch: str, extra: dict | None = None, base: dict | None = None) -> dict:
     """The allowlisted variables of `base` (default: this process's), HOME and TMPDIR at `scratch`."""
     base = os.environ if base is None else base
     env = {k: v for k, v in base.items() if k in ENV_ALLOW or k.startswith(ENV_PREFIX_ALLOW)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     root = str(Path(__file__).resolve().parents[1])
-    if root not in env.get("PYTHONPATH", "").split(os.pathsep):
+    if not _installed() and root not in env.get("PYTHONPATH", "").split(os.pathsep):
+        # a checkout run in place: its root, which no layer shows (only the package folder), on the path
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env.update(HOME=scratch, TMPDIR=scratch, LANG=env.get("LANG", "C.UTF-8"), SFTBUILD_CACHE=host_cache(base))
     env.update({k: str(v) for k, v in (extra or {}).items()})
