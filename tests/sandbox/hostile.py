@@ -24,7 +24,7 @@ from sftbuild import sandbox
 
 HERE = Path(__file__).resolve().parent / "hostile"
 # each layer `auto` can pick, as the policy and the layers left out that make auto pick it
-LAYERS = {"bwrap": ("auto", ""), "unshare+mounts+landlock": ("auto", "bwrap"),
+LAYERS = {"bwrap": ("auto", ""), "unshare+landlock": ("auto", "bwrap"),
           "unshare+mounts": ("auto", "bwrap,landlock"), "landlock": ("auto", "bwrap,mounts,unshare")}
 CONTROL = {"none": ("none", "")}  # no isolation: shows what the payloads do where nothing stops them
 

@@ -32,7 +32,7 @@ def available(layer: str) -> str | None:
     sandbox._probe.cache_clear()
     try:
         fs = sandbox.layers()["filesystem"]
-        want = {"bwrap": "bubblewrap", "unshare+mounts+landlock": "mount namespace + Landlock",
+        want = {"bwrap": "bubblewrap", "unshare+landlock": "(Landlock",
                 "unshare+mounts": "(mount namespace)", "landlock": "(Landlock"}[layer]
         return None if want in fs else f"auto picks {fs} here"
     finally:
