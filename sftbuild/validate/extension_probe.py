@@ -30,7 +30,7 @@ from sftbuild import ops
 from sftbuild.ops import special
 from sftbuild.ops.binders import extension as ext
 from sftbuild.validate import pyrun
-from sftbuild.validate.launcher_probe import MIN_SHAPES
+from sftbuild.validate.launcher_probe import MIN_SHAPES, search
 from sftbuild.validate.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes
 
 
@@ -48,28 +48,9 @@ def probe(task: dict) -> dict:
 def run_probe(fn, task: dict, start: float, deadline: float, dev: str = "cuda") -> dict:
     """The probe's search over the shortlist with `fn` the built function (a test may pass a Python
     stand-in and `dev` cpu)."""
-    tried, rejected = [], []
     extra = {k: task[k] for k in ("dispatch", "exposed") if task.get(k)}
-    for name in task["shortlist"]:
-        if time.monotonic() > deadline:
-            rejected.append({"op": name, "why": "the probe's time ran out"})
-            break
-        tried.append(name)
-        try:
-            op = ops.get(name)
-        except KeyError as e:
-            rejected.append({"op": name, "why": str(e)[:200]})
-            continue
-        found, why = _try_op(fn, op, task, deadline, dev)
-        if found:
-            ev = {**found.pop("evidence"), **extra, "candidates_tried": tried, "candidates_rejected": rejected,
-                  "seconds": round(time.monotonic() - start, 2)}
-            return {"binding": found, "evidence": ev}
-        rejected.append({"op": name, "why": why[:300]})
-    return {"unbound": f"no shortlisted op matched the extension function's outputs ({len(tried)} tried: "
-                       + "; ".join(f"{r['op']}: {r['why'][:80]}" for r in rejected[:4]) + ")",
-            "evidence": {**extra, "candidates_tried": tried, "candidates_rejected": rejected,
-                         "seconds": round(time.monotonic() - start, 2)}}
+    return search(task["shortlist"], lambda op: _try_op(fn, op, task, deadline, dev), start, deadline,
+                  "the extension function's outputs", extra)
 
 
 def build(task: dict):

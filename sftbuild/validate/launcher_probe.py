@@ -48,29 +48,34 @@ def probe(task: dict) -> dict:
     fns, why = _build(task)
     if not fns:
         return {"unbound": why, "evidence": {}}
+    return search(task["shortlist"], lambda op: _try_op(fns, op, task, deadline), start, deadline,
+                  "the launcher's outputs")
+
+
+def search(shortlist, attempt, start: float, deadline: float, what: str, extra: dict | None = None) -> dict:
+    """A probe's search: each shortlisted op in turn, `attempt(op) -> (binding with its evidence, why
+    not)`, until one matches or the time runs out; an op's exception is its rejection, not the probe's end."""
+    extra = extra or {}
     tried, rejected = [], []
-    for name in task["shortlist"]:
+    for name in shortlist:
         if time.monotonic() > deadline:
             rejected.append({"op": name, "why": "the probe's time ran out"})
             break
         tried.append(name)
         try:
-            op = ops.get(name)
-        except KeyError as e:
-            rejected.append({"op": name, "why": str(e)[:200]})
-            continue
-        try:
-            found, why = _try_op(fns, op, task, deadline)
-        except Exception as e:  # one op's failure is its rejection, not the end of the probe
+            found, why = attempt(ops.get(name))
+        except KeyError as e:  # not in the registry
+            found, why = None, str(e)[:200]
+        except Exception as e:  # noqa: BLE001 - one op's failure
             found, why = None, f"{type(e).__name__}: {str(e)[:200]}"
+        seen = {**extra, "candidates_tried": tried, "candidates_rejected": rejected,
+                "seconds": round(time.monotonic() - start, 2)}
         if found:
-            ev = {**found.pop("evidence"), "candidates_tried": tried, "candidates_rejected": rejected,
-                  "seconds": round(time.monotonic() - start, 2)}
-            return {"binding": found, "evidence": ev}
+            return {"binding": found, "evidence": {**found.pop("evidence"), **seen}}
         rejected.append({"op": name, "why": why[:300]})
-    return {"unbound": f"no shortlisted op matched the launcher's outputs ({len(tried)} tried: "
+    return {"unbound": f"no shortlisted op matched {what} ({len(tried)} tried: "
                        + "; ".join(f"{r['op']}: {r['why'][:80]}" for r in rejected[:4]) + ")",
-            "evidence": {"candidates_tried": tried, "candidates_rejected": rejected,
+            "evidence": {**extra, "candidates_tried": tried, "candidates_rejected": rejected,
                          "seconds": round(time.monotonic() - start, 2)}}
 
 
