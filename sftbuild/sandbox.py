@@ -13,8 +13,8 @@ and recorded in every run manifest (`sftbuild.context.StageRun`):
              the toolchain bound read-only; a private scratch folder as HOME and /tmp; only the
              folders a call names writable; /dev/nvidia* bound in when the call needs a GPU.
              Else `unshare`: user, pid, mount and network namespaces, in which sftbuild.confine
-             lays a read-only view (`mounts`) and Landlock over the same allowlist (`filesystem()`);
-             else Landlock alone. Where no layer confines files, untrusted code does not run
+             lays Landlock over the same allowlist, or, without Landlock, a read-only mount view
+             (`mounts`, `filesystem()`); else Landlock alone. Where no layer confines files, untrusted code does not run
              (`refusal()`) unless sandbox.allow_unconfined (or isolation: none) says it may.
   rlimits    CPU seconds, address space and process count (neither for GPU runs: CUDA reserves far
              more address space than it uses, and the count is of all this user's threads), file
