@@ -240,15 +240,9 @@ def changes(old: dict | None, new: dict) -> list[str]:
     if not old:
         return ["results stored before they were keyed to what produced them"]
     out = [f"sftbuild {old.get('sftbuild')}→{new['sftbuild']}"] if old.get("sftbuild") != new["sftbuild"] else []
-    for kind in sorted({*old.get("plugins", {}), *new["plugins"]}):
-        was, now = old.get("plugins", {}).get(kind, {}), new["plugins"].get(kind, {})
-        for name in sorted({*was, *now}):
-            if name not in was:
-                out.append(f"{kind} {name} added (v{now[name][0]})")
-            elif name not in now:
-                out.append(f"{kind} {name} removed")
-            elif was[name] != now[name]:
-                out.append(f"{kind} {name} v{was[name][0]}→v{now[name][0]}")
+    for kind, name, was, now in _plugin_changes(old, new):
+        out.append(f"{kind} {name} added (v{now[0]})" if was is None else f"{kind} {name} removed"
+                   if now is None else f"{kind} {name} v{was[0]}→v{now[0]}")
     was, now = old.get("files", {}), new["files"]
     out += [f"{path} {'added' if path not in was else 'removed' if path not in now else 'changed'}"
             for path in sorted({*was, *now}) if was.get(path) != now.get(path)]
@@ -261,13 +255,19 @@ def reached(old: dict | None, new: dict) -> set[str]:
     if not old or old.get("sftbuild") != new["sftbuild"] or old.get("files") != new["files"]:
         return set(LANGUAGES)
     out: set[str] = set()
-    for kind in {*old.get("plugins", {}), *new["plugins"]}:
-        was, now = old.get("plugins", {}).get(kind, {}), new["plugins"].get(kind, {})
-        for name in {*was, *now}:
-            if was.get(name) != now.get(name):
-                for entry in (was.get(name), now.get(name)):
-                    out |= set(entry[1] or LANGUAGES) if entry else set()
+    for _, _, was, now in _plugin_changes(old, new):
+        for entry in (was, now):
+            out |= set(entry[1] or LANGUAGES) if entry else set()
     return out
+
+
+def _plugin_changes(old: dict, new: dict):
+    """(kind, name, [version, languages] before or None, after or None) for each plug-in that differs."""
+    for kind in sorted({*old.get("plugins", {}), *new["plugins"]}):
+        was, now = old.get("plugins", {}).get(kind, {}), new["plugins"].get(kind, {})
+        for name in sorted({*was, *now}):
+            if was.get(name) != now.get(name):
+                yield kind, name, was.get(name), now.get(name)
 
 
 def unaffected(old: dict | None, new: dict) -> set[str]:
