@@ -362,7 +362,7 @@ def wrap(cmd: list[str], *, cwd: str | None, scratch: str, rw=(), ro=(), gpu: bo
         if os.path.exists(p):
             args += ["--ro-bind", p, p]
     seen = set()
-    for p in [*_python_paths(), *_toolchain_paths(), host_cache(), *pol.read_only, *ro]:
+    for p in _readable(pol, ro):
         p = os.path.abspath(p)
         if p not in seen and os.path.exists(p):
             seen.add(p)
@@ -410,7 +410,7 @@ def _confinement(layers: list[str], *, scratch: str, rw, ro, gpu: bool, pol: Pol
         return None
     etc = [*ETC_RO, *(NET_ETC if network else ())]
     libs = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isabs(p)]
-    read = [*SYSTEM_RO, *etc, *_python_paths(), *_toolchain_paths(), *libs, host_cache(), *pol.read_only, *ro]
+    read = [*SYSTEM_RO, *etc, *libs, *_readable(pol, ro)]
     dev = list(DEV_RW)
     if gpu:
         read += ["/proc/driver/nvidia", "/run/nvidia-persistenced"]
@@ -429,6 +429,12 @@ def _confinement(layers: list[str], *, scratch: str, rw, ro, gpu: bool, pol: Pol
                 os.path.abspath(p) for p in etc if os.path.exists(p)],
             "rw": write, "dev": [d for d in dev if os.path.exists(d)],
             "cwd": os.path.abspath(cwd) if cwd else os.path.abspath(scratch)}
+
+
+def _readable(pol: Policy, ro) -> list[str]:
+    """The folders every layer shows read-only beside the system's: Python's, the toolchain's, sftbuild's
+    cache, the config's `sandbox.read_only` and the call's own."""
+    return [*_python_paths(), *_toolchain_paths(), host_cache(), *pol.read_only, *ro]
 
 
 def host_cache(base=None) -> str:
