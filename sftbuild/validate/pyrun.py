@@ -922,9 +922,9 @@ def run_python(task: dict) -> dict:
     except torch.cuda.OutOfMemoryError as e:
         verdict = {"status": "dropped", "reason": "oom", **loop.fault_detail(e), "recycle": True}
     except Exception as e:
-        msg = f"{type(e).__name__}: {e}"
-        if audit.os_refusal(e):
-            verdict = audit.verdict([audit.os_refusal(e)])
+        msg, refused = f"{type(e).__name__}: {e}", audit.os_refusal(e)
+        if refused:
+            verdict = audit.verdict([refused])
         elif type(e).__name__ in ("CompilationError", "ExtensionBuildError") or "triton.compiler" in type(e).__module__:
             verdict = {"status": "dropped", "reason": "compile_error", "detail": msg[:2000]}
         elif dev.type == "cuda" and ("CUDA" in msg or "cuda" in msg or "illegal" in msg):
