@@ -50,7 +50,7 @@ POINTS = {
     "binder": "sftbuild.ops.binders",
     "describer": "sftbuild.describe.describers",
     "static_check": "sftbuild.validate.static",
-    "runtime_check": "sftbuild.validate.checks",
+    "runtime_check": "sftbuild.trial.checks",
     "filter": "sftbuild.dedupe.filters",
     "exporter": "sftbuild.output.exporters",
 }

@@ -45,7 +45,7 @@ STAGES = (
           keyed_on_binding=True, prepares=True, plugins=("describer",), reads=("describe/templates/*.j2",)),
     Stage("validate", "sftbuild.validate.stage", "compile, resources, correctness, anti-cheat, memcheck, timing",
           keyed_on_binding=True, first="sftbuild.dedupe.prevalidate", plugins=("static_check", "runtime_check"),
-          reads=("validate/templates/*.j2", "validate/torch_lean.cuh", "validate/cuda_shim/**/*.h",
+          reads=("trial/templates/*.j2", "trial/torch_lean.cuh", "trial/cuda_shim/**/*.h",
                  "ops/tolerance.py", "ops/opdb_catalogues/*.json"), untrusted=True),
     Stage("dedupe", "sftbuild.dedupe.stage", "exact and near duplicates, decontamination, quality filters",
           plugins=("filter",)),

@@ -14,10 +14,11 @@ import re
 
 from sftbuild import sandbox
 from sftbuild.executor import WorkerFailure
-from sftbuild.validate import compile as C
-from sftbuild.validate import logs, memcheck, static
+from sftbuild.trial import compile as C
+from sftbuild.trial import logs, memcheck
+from sftbuild.validate import static
 
-# sftbuild.validate.harness (and torch, through the op registry) is imported where a harness is rendered,
+# sftbuild.trial.harness (and torch, through the op registry) is imported where a harness is rendered,
 # in the stage's own process: the CPU pool's processes, which import this module for compile_any, build
 # what they are given without torch (two seconds of CPU for each process a pool starts)
 
@@ -33,7 +34,7 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
 
 def scrub_payload(payload, roots, depth: int = 0):
     """Every string under the keys that carry tool or candidate output scrubbed, and every other one
-    without host secrets (sftbuild.validate.logs)."""
+    without host secrets (sftbuild.trial.logs)."""
     if not isinstance(payload, dict) or depth > 4:
         return payload
     out = {}
@@ -58,7 +59,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     gpus = executor.gpu_count
     budget = {"max_block_size": cfg.max_block_size, "shared_memory_budget": cfg.shared_memory_budget}
     if cfg.runtime_checks:  # a misspelt check name fails here, not as every record's verdict in a worker
-        from sftbuild.validate import checks
+        from sftbuild.trial import checks
 
         checks.selected(cfg.runtime_checks)
     todo = []
@@ -137,7 +138,7 @@ def _prepare_ops(items) -> None:
 
 def _prepare_extensions(cache_dir: str) -> None:
     """The precompiled torch header, once, before the pool starts builds that would all wait on it."""
-    from sftbuild.validate import extension
+    from sftbuild.trial import extension
 
     try:
         extension.prepare(os.path.join(cache_dir, "ext"))
@@ -164,9 +165,9 @@ def _without_gpu(items, cfg, executor):
 
 
 def run_interpreted(task: dict) -> dict:
-    """The interpreter's task: the trials (sftbuild.validate.pyrun). What escapes them (a candidate's
+    """The interpreter's task: the trials (sftbuild.trial.pyrun). What escapes them (a candidate's
     SystemExit) ends the sample as a one-shot sandbox ends it, and a kept process with it."""
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     try:
         return pyrun.run_python(task)
@@ -197,7 +198,7 @@ def finish(out, cfg, comp) -> tuple:
 
 
 def compile_task(rec, cfg, nvcc, cache) -> dict:
-    from sftbuild.validate import harness as H
+    from sftbuild.trial import harness as H
 
     harnesses = []
     if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
@@ -208,7 +209,7 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
             "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
             "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
     if (rec.binding or {}).get("harness") == "extension_function":  # torch/extension.h's parse nears 30 s
-        from sftbuild.validate.extension import lean_tree
+        from sftbuild.trial.extension import lean_tree
 
         lean = lean_tree(rec.code, task["headers"], task["include_dirs"])
         if lean:
@@ -249,7 +250,7 @@ def _jit_kernels(code: str) -> bool:
 def triton_gate(task: dict) -> dict:
     """The Triton compile gate in a sandboxed process of its own, forked from a kept one with Triton's
     compiler loaded (sandbox.run_forked): compiling a kernel runs its definition. Its result
-    is cached by content, as nvcc's is (sftbuild.validate.compile.cached_gate): a module that several
+    is cached by content, as nvcc's is (sftbuild.trial.compile.cached_gate): a module that several
     records or reruns share is compiled once per cache; a gate that timed out or failed is not kept."""
     return C.cached_gate(task, _triton_gate)
 
@@ -258,7 +259,7 @@ def _triton_gate(task: dict) -> dict:
     from sftbuild.sandbox import run_forked
 
     timeout = max(task["timeout"] * 2, 60)
-    res = run_forked("sftbuild.validate.compile:triton_gate", task, timeout)
+    res = run_forked("sftbuild.trial.compile:triton_gate", task, timeout)
     if isinstance(res, WorkerFailure):
         reason = "compile_timeout" if res.kind == "timeout" else "compile_error"
         return {"ok": False, "reason": reason, "log": f"Triton compile gate: {res.kind}: {res.detail}"[:4000],
@@ -272,7 +273,7 @@ def _triton_gate(task: dict) -> dict:
 def compile_inline(task: dict) -> dict:
     """Build a KernelBench solution's load_inline extension ahead of the GPU run, when its sources
     are string constants; otherwise the GPU worker builds it through the same cache."""
-    from sftbuild.validate import extension, inline_sources
+    from sftbuild.trial import extension, inline_sources
 
     found = inline_sources.extract(task["code"])
     if found is None:
@@ -413,7 +414,7 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
             "sample_timeout": cfg.sample_timeout}
 
 
-RUNNERS = {"cuda": "sftbuild.validate.trials:run_record", "python": "sftbuild.validate.pyrun:run_python"}
+RUNNERS = {"cuda": "sftbuild.trial.trials:run_record", "python": "sftbuild.trial.pyrun:run_python"}
 
 
 def run_on_gpu(task: dict) -> dict:
@@ -448,7 +449,7 @@ def _prefork(task: dict) -> None:
     (a forked process cannot use its parent's)."""
     import importlib
 
-    from sftbuild.validate import pristine
+    from sftbuild.trial import pristine
 
     importlib.import_module(RUNNERS["cuda" if task["language"] == "cuda" else "python"].partition(":")[0])
     pristine.warm()

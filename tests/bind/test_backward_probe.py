@@ -141,7 +141,7 @@ def test_a_losss_target_is_a_constant_of_its_backward_check():
     import torch
 
     from sftbuild import ops
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     op = ops.get("kl_div")
     assert op.grad_constants == (1,) and ops.get("jsd").grad_constants == (1,)

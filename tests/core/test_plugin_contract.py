@@ -66,7 +66,7 @@ def _static_check(c) -> None:  # plain kernels raise nothing
 
 
 def _runtime_check(c) -> None:  # a field the loop could not fill is empty, and then every check passes
-    from sftbuild.validate.checks import Call, Outcome, Profile
+    from sftbuild.trial.checks import Call, Outcome, Profile
 
     assert c.after_call(Call(inputs=[], outputs=[])) is None
     assert c.after_profile(Profile(kernels=[])) is None
@@ -194,8 +194,8 @@ EXAMPLES = {
                 if "__trap(" in src.cuda:
                     yield self.found("cheat", "calls __trap()")
     '''),
-    "runtime_check": ("validate/checks", '''
-        from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+    "runtime_check": ("trial/checks", '''
+        from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
         @RUNTIME_CHECKS.register
         class SomeOutput(RuntimeCheck):

@@ -41,7 +41,7 @@ def _broken(kernel_code: str) -> str:
 
 
 def _run(rec_or_task):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     task = rec_or_task if isinstance(rec_or_task, dict) else _task(rec_or_task)
     assert static.scan(task["code"], task["language"]) == []

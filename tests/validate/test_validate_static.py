@@ -2,9 +2,10 @@
 import pytest
 
 from tests.redteam.cases import MATMUL_KERNEL, RELU_KERNEL, ROWSUM_KERNEL, cases
-from sftbuild.validate import compile as C
+from sftbuild.trial import compile as C
 from sftbuild.plugins import PluginError
-from sftbuild.validate import extension, inline_sources, static
+from sftbuild.trial import extension, inline_sources
+from sftbuild.validate import static
 
 STATIC = [c for c in cases() if c.static]
 RUNTIME = [c for c in cases() if not c.static]

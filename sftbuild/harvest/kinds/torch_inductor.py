@@ -7,7 +7,7 @@ Each program compiled to one Dynamo graph yields:
   KernelBench pair, with the sizes of `binding["sizes"]` varied;
 - one record per generated Triton kernel (language `triton`, binding kind `inductor`): the
   binding carries the program's solution and the kernel's name, and validation runs that
-  solution with the record's kernel spliced in (sftbuild.validate.pyrun.inductor_candidate).
+  solution with the record's kernel spliced in (sftbuild.trial.pyrun.inductor_candidate).
 
 A program that cannot stand alone (graph breaks, outputs other than tensors, placeholders read
 from globals) yields nothing: it is skipped with the reason, so no record is ever unbound.

@@ -9,7 +9,7 @@ Invariants:
     (tried false, then true), an optional tensor (passed absent). A template, or a parameter of another type, is named in `why_not`.
   * The module that exposes it (`entry["launcher"]["exposed"]`: the file's PYBIND11_MODULE or
     TORCH_LIBRARY* definition) is evidence; the probe builds a minimal PYBIND11_MODULE of its own
-    around the function and the record's code (`sftbuild.validate.extension.build`, once per record),
+    around the function and the record's code (`sftbuild.trial.extension.build`, once per record),
     so the file's other functions never need to compile.
   * Dtypes: those its AT_DISPATCH_* macro names (float32 always; float16 and bfloat16 where named),
     every float dtype for a project's own dispatch macro (the probe keeps those that agree); a
@@ -52,7 +52,7 @@ class ExtensionFunction(Binder):
     version = 1
     order = 86
     languages = ("cuda",)
-    task_fn = "sftbuild.validate.extension_probe:probe"
+    task_fn = "sftbuild.bind.extension_probe:probe"
 
     def why_not(self, record) -> str:
         fn = (record.entry or {}).get("launcher")

@@ -8,7 +8,7 @@ the launcher's signature is the CPU one's plus trailing block-size ints) and sto
 `main()`'s scalar definitions, how main() fills each array the CPU call takes (generator,
 size expression) and its `block_sizes[]`. This binder turns that into a binding with
 `how: file_reference`, validated by the `file_reference` harness and the file-reference
-trials (`validate/trials.py`): call the launcher, and compare what it wrote with the CPU
+trials (`trial/trials.py`): call the launcher, and compare what it wrote with the CPU
 function run on host copies of the same inputs, by main()'s own acceptance test for that array
 where it can be read (`ref["acceptance"]`, sftbuild.ops.binders.acceptance), else by the trials'
 default tolerance.

@@ -74,7 +74,7 @@ class HostLauncher(Binder):
     version = 2
     order = 85
     languages = ("cuda",)
-    task_fn = "sftbuild.validate.launcher_probe:probe"
+    task_fn = "sftbuild.bind.launcher_probe:probe"
 
     def why_not(self, record) -> str:
         launcher = (record.entry or {}).get("launcher")

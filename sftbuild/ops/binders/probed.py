@@ -1,7 +1,7 @@
 """Bindings found by probing: call a Triton record's own entry points on generated inputs.
 
 Nothing here runs harvested code. `plan(record)` builds the task that
-`sftbuild.validate.probe:probe` runs in a sandboxed worker (a GPU worker, or the Triton
+`sftbuild.bind.probe:probe` runs in a sandboxed worker (a GPU worker, or the Triton
 interpreter on CPU); `accept(record, result)` turns its answer into the binding dict
 (`how: probed`, with the evidence), or None when the probe left the record unbound.
 `bind()` answers None: a name is a hypothesis, only a probe makes a binding.
@@ -46,7 +46,7 @@ class Probed(Binder):
     name = "probed"
     version = 3  # the package's own plain-torch references are candidates; a toolchain gap is named
     order = 80
-    task_fn = "sftbuild.validate.probe:probe"
+    task_fn = "sftbuild.bind.probe:probe"
 
     def bind(self, record) -> dict | None:
         return None  # probing runs code, so it happens in a worker: plan -> probe -> accept

@@ -1,6 +1,6 @@
 """Run-time checks: what one trial of a candidate left behind, judged by small plug-ins.
 
-The trial loop (sftbuild.validate.loop) runs every candidate kind through an adapter
+The trial loop (sftbuild.trial.loop) runs every candidate kind through an adapter
 (trials.py for CUDA harnesses and file references, pyrun.py for Python candidates); each
 gathers what it saw into an observation and hands it to `judge(checks, seen)`. There are
 three observations, and a check answers those it cares about by overriding the matching
@@ -9,7 +9,7 @@ hook (each returns a `Finding` or None):
   Call     -> after_call     after every candidate call: inputs (and a snapshot from
                              before the call), outputs, the reference's output specs,
                              precision flags the call changed, torch/triton state the
-                             candidate changed (sftbuild.validate.pristine), Triton launches
+                             candidate changed (sftbuild.trial.pristine), Triton launches
   Profile  -> after_profile  once per record, where the loop profiles: the CUDA kernels
                              the candidate launched and the names of its own kernels
   Outcome  -> after_trial    after both orders ran (the first matched the reference):

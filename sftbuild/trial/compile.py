@@ -27,9 +27,9 @@ from pathlib import Path
 from sftbuild import sandbox
 from sftbuild.parsing import params, strip_comments
 from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
-from sftbuild.validate import logs
-from sftbuild.validate.include_sets import nvcc_args
-from sftbuild.validate import nvcc_parallel
+from sftbuild.trial import logs
+from sftbuild.trial.include_sets import nvcc_args
+from sftbuild.trial import nvcc_parallel
 
 # a launchable harness's host code: nvcc leaves the host compiler at -O0, and a file's CPU reference
 # runs in it (llm.c's matmul_forward_cpu: 3-5 x slower unoptimized); -O2 keeps IEEE arithmetic (no

@@ -1,7 +1,7 @@
 """globals_intact: the candidate leaves torch, triton and the process state as it found them."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
 @RUNTIME_CHECKS.register
@@ -10,7 +10,7 @@ class GlobalsIntact(RuntimeCheck):
     packet, triton.jit), the validator's own functions, precision flags, the default dtype, the RNG
     state, or the current stream or device, at import or in a call, is a cheat: it can change what
     the reference or the checks compute. `Call.tampered` names what changed
-    (sftbuild.validate.pristine)."""
+    (sftbuild.trial.pristine)."""
 
     name = "globals_intact"
     version = 1

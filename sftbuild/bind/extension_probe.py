@@ -29,9 +29,9 @@ import torch
 from sftbuild import ops
 from sftbuild.ops import special
 from sftbuild.ops.binders import extension as ext
-from sftbuild.validate import pyrun
-from sftbuild.validate.launcher_probe import MIN_SHAPES, search
-from sftbuild.validate.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes
+from sftbuild.trial import pyrun
+from sftbuild.bind.launcher_probe import MIN_SHAPES, search
+from sftbuild.bind.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes
 
 
 def probe(task: dict) -> dict:
@@ -55,7 +55,7 @@ def run_probe(fn, task: dict, start: float, deadline: float, dev: str = "cuda") 
 
 def build(task: dict):
     """(the module's function, "") or (None, why the build failed)."""
-    from sftbuild.validate import extension
+    from sftbuild.trial import extension
 
     cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or os.path.join(tempfile.gettempdir(), "sftbuild-probe-cache")
     dirs = []

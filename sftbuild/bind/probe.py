@@ -63,9 +63,9 @@ from sftbuild import ops
 from sftbuild.ops import opdb, special
 from sftbuild.ops.binders.probed import runs_kernels
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import guards, pyrun, sizes
-from sftbuild.validate.checks import same_strides
-from sftbuild.validate.checks.output_type import dim_order
+from sftbuild.trial import guards, pyrun, sizes
+from sftbuild.trial.checks import same_strides
+from sftbuild.trial.checks.output_type import dim_order
 
 MIN_SHAPES, MIN_DTYPES = 3, 2
 # tried on a GPU only where fewer than MIN_DTYPES of the task's agree: an entry whose float32 path
@@ -428,7 +428,7 @@ def _one_contract(trials: list) -> dict | None:
 
 def refused_width(fn, call, op, shapes, dtype, dev, params, code: str = "") -> dict | None:
     """{"max_cols": n} when the entry refuses, by raising, the last-axis size validation grows a flat
-    shape to (sftbuild.validate.sizes.grow_shape: 2^20 + 1 elements on a GPU) and takes every power of
+    shape to (sftbuild.trial.sizes.grow_shape: 2^20 + 1 elements on a GPU) and takes every power of
     two up to n: a stated limit of the package (liger's one-block rows stop at 2^16 columns), which
     the binding records so validation and the exported task keep to it. Nothing is recorded when the
     grown size passes, comes out wrong (validation judges that), or grows another axis than the last

@@ -1,7 +1,7 @@
 """pointer_cache: a result that stayed the same when new values came into the same buffers was cached."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
 @RUNTIME_CHECKS.register

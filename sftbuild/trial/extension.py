@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sftbuild import sandbox
-from sftbuild.validate import nvcc_parallel
-from sftbuild.validate.include_sets import SHIM
+from sftbuild.trial import nvcc_parallel
+from sftbuild.trial.include_sets import SHIM
 
 HERE = Path(__file__).resolve().parent
 LEAN = HERE / "torch_lean.cuh"
@@ -338,7 +338,7 @@ def patched_load_inline(cache_dir: str):
 
     def fast(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None, extra_cuda_cflags=None,
              **kw):
-        from sftbuild.validate import deadline
+        from sftbuild.trial import deadline
 
         with deadline.lifted():  # a build inside a watched call is not the call's time
             res = build(name, cpp_sources, cuda_sources, functions, cache_dir, extra_cuda_cflags=extra_cuda_cflags,

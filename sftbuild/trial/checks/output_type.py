@@ -1,7 +1,7 @@
 """output_type: each output is what the reference's is, besides its values: dtype, shape, device, strides."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck, same_strides
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck, same_strides
 
 
 @RUNTIME_CHECKS.register

@@ -1,7 +1,7 @@
 """Run-time guards around an untrusted candidate call. Used only inside GPU workers or sandboxes.
 
 They set up and record; the verdicts on what they record are the run-time checks'
-(sftbuild.validate.checks).
+(sftbuild.trial.checks).
 
   strict_precision()   force fp32 math to full precision; report the flags a candidate flips
   LaunchCounter        count Triton launches of kernels defined in the candidate's own file

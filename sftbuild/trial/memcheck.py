@@ -6,7 +6,7 @@ subprocess, so a fault there never touches the worker's CUDA context.
 Which tools run (`tools_for`): memcheck always; racecheck and synccheck too when the code
 declares `__shared__` memory (racecheck alone on request for other code). A finding is
 reported with the tool's own one-line message (`finding`). The run has no guard regions
-(sftbuild.validate.fences) and no caching allocator, so an access past an edge lands outside
+(sftbuild.trial.fences) and no caching allocator, so an access past an edge lands outside
 every allocation, where memcheck sees it: that is how it names the fault of a record whose
 guards tripped.
 """

@@ -6,7 +6,7 @@ memory-bandwidth floor are flagged for review, not dropped.
 
 Each timed run is measured by CUDA events through the callables `CLOCKS` captured when this module
 was imported (before any candidate), so a candidate that rebinds `Event.elapsed_time` or
-`synchronize` fools no measurement (and is a cheat: sftbuild.validate.pristine holds them). The
+`synchronize` fools no measurement (and is a cheat: sftbuild.trial.pristine holds them). The
 candidate is measured a second way, on the GPU's own timeline: a few calls profiled, each alone on
 the GPU between two marker kernels on the caller's stream (the end marker right behind the end event).
 A kernel, copy or set of the call that ends after the end marker started is work the caller never

@@ -1,7 +1,7 @@
 """inputs_unchanged: the candidate leaves its inputs as it found them, except those the op updates."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
 @RUNTIME_CHECKS.register

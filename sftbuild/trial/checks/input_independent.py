@@ -5,7 +5,7 @@ leave many references constant (isinf all False, eq all False, ne all True); a k
 computes them honestly returns the same constant, and so would one that ignores its inputs. So
 the trial is no drop here, and no candidate is blamed for it as a cheat or a degenerate kernel:
 it is marked `uninformative` (a note `loop.second_order` keeps on the trial), and the trial loop
-(sftbuild.validate.loop.run) decides per adapter over all its trials:
+(sftbuild.trial.loop.run) decides per adapter over all its trials:
 
   * the reference moved in some trial: that trial judged the candidate, which had to match the
     reference on both input sets there. A candidate that returns a constant where the reference
@@ -26,7 +26,7 @@ is 1: constant by nature, and the op's larger trials decide).
 """
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 UNINFORMATIVE = "uninformative"
 WHY = "the reference's result did not change when the inputs did"

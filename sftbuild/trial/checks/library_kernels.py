@@ -9,7 +9,7 @@
     LIBRARY_SHARE of the time or more, and for other candidates wherever it appears."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 LIBRARY_SHARE = 0.5
 BOOKKEEPING = 16  # torch ops on tensors at most 1/16 of the inputs' elements are bookkeeping
@@ -24,7 +24,7 @@ class LibraryKernels(RuntimeCheck):
     order = 60
 
     def after_profile(self, profile):
-        from sftbuild.validate import guards  # it imports torch: `sftbuild list` loads this module without it
+        from sftbuild.trial import guards  # it imports torch: `sftbuild list` loads this module without it
 
         lib = guards.library_kernels(profile.kernels, profile.own | profile.triton)
         if lib and profile.torch_ops and profile.torch_elements * BOOKKEEPING <= profile.input_elements:

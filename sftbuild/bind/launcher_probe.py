@@ -30,9 +30,9 @@ import torch
 from sftbuild import ops
 from sftbuild.ops import special
 from sftbuild.ops.binders import launched
-from sftbuild.validate import pyrun
-from sftbuild.validate.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
-from sftbuild.validate.trials import load_file_harness
+from sftbuild.trial import pyrun
+from sftbuild.bind.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
+from sftbuild.trial.trials import load_file_harness
 
 MIN_SHAPES = 3
 ALIGNS = (4, 8)  # last-dimension multiples tried where a launcher leaves elements unwritten at the others
@@ -82,7 +82,7 @@ def search(shortlist, attempt, start: float, deadline: float, what: str, extra: 
 def _build(task: dict) -> tuple[dict, str]:
     """{dtype: the harness's `sftbuild_raw_call_<dtype>`} for the dtypes whose instantiation compiles,
     and why none did. One build of every dtype first; where it fails, one per dtype."""
-    from sftbuild.validate.compile import compile_task
+    from sftbuild.trial.compile import compile_task
 
     major, minor = torch.cuda.get_device_capability()
     cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or os.path.join(tempfile.gettempdir(), "sftbuild-probe-cache")

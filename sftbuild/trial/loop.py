@@ -5,19 +5,19 @@ A candidate kind supplies an `Adapter`; the loop owns the plan and the verdict:
 
   * for each adapter (a CUDA record has one per op it binds, a Python candidate one), every
     variant (shape set) x dtype x layout x seed, in that order;
-  * a grown variant (past the fixed-grid caps, sftbuild.validate.sizes) runs one seed in its
+  * a grown variant (past the fixed-grid caps, sftbuild.trial.sizes) runs one seed in its
     first layout;
   * one trial of each adapter is profiled (where the adapter can profile): the first of its grown
     variant, else its first trial; at the largest size the work outweighs launch latency, so a
     wrapper's bookkeeping (a `.sum()` of partial results) takes its true small share of GPU time;
-  * every trial is a row of the tally (sftbuild.validate.tally); the first failed one drops
+  * every trial is a row of the tally (sftbuild.trial.tally); the first failed one drops
     the record with the rows tried so far; an adapter with nothing to try drops it as `unbound`;
     a trial the adapter skips (ok None: a launch configuration the runtime refused) is no row;
   * once every trial passed, an adapter whose every trial was marked `uninformative` (its
     reference never moved with the inputs: checks/input_independent) drops the record as
     `uninformative`, which blames the inputs, not the candidate; then an adapter may still drop
     the record (`verdict`), then each
-    adapter's timed call is timed against its reference (sftbuild.validate.timing) when the
+    adapter's timed call is timed against its reference (sftbuild.trial.timing) when the
     task asks for timing; a timing that refuses the candidate (times that disagree with the GPU's
     own timeline, a wrong output on the last timed run) drops the record.
 
@@ -27,7 +27,7 @@ seed of the trial in progress, which is the one that launched the fault (every t
 after its launches), however long the error's own text is.
 
 `second_order` is the shared end of a trial: the candidate ran again on new values in the same
-buffers, and the run-time checks (sftbuild.validate.checks) judge the outcome, so a result cached
+buffers, and the run-time checks (sftbuild.trial.checks) judge the outcome, so a result cached
 by pointer or one that does not depend on the input gets the same reason in every kind.
 """
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Iterable, NamedTuple
 
 import torch
 
-from sftbuild.validate import checks as C
-from sftbuild.validate.checks.input_independent import UNINFORMATIVE
-from sftbuild.validate.tally import Tally
+from sftbuild.trial import checks as C
+from sftbuild.trial.checks.input_independent import UNINFORMATIVE
+from sftbuild.trial.tally import Tally
 
 
 class Trial(NamedTuple):
@@ -195,7 +195,7 @@ def run(adapters: Iterable, task: dict) -> dict:
 
 
 def _time(adapters: list, task: dict, payload: dict) -> dict | None:
-    """Each adapter's timing into the payload; the first refusal (sftbuild.validate.timing), if any."""
+    """Each adapter's timing into the payload; the first refusal (sftbuild.trial.timing), if any."""
     measured = dict(t for t in (a.timed() for a in adapters) if t is not None)
     refused = next((m["refused"] for m in measured.values() if m.get("refused")), None)
     if measured:

@@ -1,7 +1,7 @@
 """real_outputs: outputs are plain tensors with their own storage, not views of the inputs."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
 @RUNTIME_CHECKS.register

@@ -29,7 +29,7 @@ before the snapshot, so a candidate that merely imports them changes nothing.
 Comparing costs about a millisecond, so the loop runs it after every call. This guards
 against rebinding from Python; a candidate that edits the validator's own memory in place
 is beyond any in-process check, which is why references are computed before candidate code
-runs (sftbuild.validate.refbook) and a worker whose state changed is replaced.
+runs (sftbuild.trial.refbook) and a worker whose state changed is replaced.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class Pristine:
             cls = _lookup(path)
             if isinstance(cls, type):
                 self.classes += [(cls, attr, f"{path}.{attr}", _resolve(cls, attr)) for attr in dir(cls)]
-        from sftbuild.validate import timing
+        from sftbuild.trial import timing
 
         for attr, obj in timing.CLOCKS.items():  # the timer's own copies of the clocks
             self.bound.append((timing.CLOCKS, attr, f"the timer's {attr}", *_held(obj)))
@@ -170,7 +170,7 @@ def _watched_module(name: str) -> bool:
 
 def process_state() -> dict:
     """Precision flags, the default dtype, the current device and stream."""
-    from sftbuild.validate.guards import _flags
+    from sftbuild.trial.guards import _flags
 
     out = {**_flags(), "default dtype": str(torch.get_default_dtype()).removeprefix("torch.")}
     if torch.cuda.is_available() and torch.cuda.is_initialized():

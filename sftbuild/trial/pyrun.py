@@ -5,22 +5,22 @@ sandbox process (see sandbox.py). The candidate module is written to a file and
 imported here; it never touches the main process.
 
 Order of one record: the problem's reference side (variants, reference models) and a
-book of every trial's inputs and reference results (sftbuild.validate.refbook) come
-first, then a snapshot of the process (sftbuild.validate.pristine), and only then the
+book of every trial's inputs and reference results (sftbuild.trial.refbook) come
+first, then a snapshot of the process (sftbuild.trial.pristine), and only then the
 candidate's import: nothing the candidate rebinds can reach the reference. What its
 import, its ModelNew's construction and each call change in the process (torch's and
 triton's callables, flags, default dtype, RNG, stream, device) is a cheat
 (checks/globals_intact); a record that leaves the process changed in any way asks for a
 fresh worker (`recycle`), so no sample's verdict depends on the one before it.
 
-The record's `Run` is its adapter of the one trial loop (sftbuild.validate.loop), which owns the
+The record's `Run` is its adapter of the one trial loop (sftbuild.trial.loop), which owns the
 plan (variants x dtypes x layouts x seeds; one grown past the fixed-grid caps,
-sftbuild.validate.sizes), the tally, the profiled trial and timing. Every trial: inputs from
+sftbuild.trial.sizes), the tally, the profiled trial and timing. Every trial: inputs from
 the book in a layout (contiguous, transposed, sliced) inside NaN guard regions
-(sftbuild.validate.fences: a changed guard or a result that depends on the guards' contents is
-`out_of_bounds`), each candidate call bounded by the reference's time (sftbuild.validate.deadline),
+(sftbuild.trial.fences: a changed guard or a result that depends on the guards' contents is
+`out_of_bounds`), each candidate call bounded by the reference's time (sftbuild.trial.deadline),
 outputs scrubbed to NaN, precision flags forced strict, Triton launches counted; after each call the
-run-time checks (sftbuild.validate.checks) judge what it left (process state, flags, decoys, real
+run-time checks (sftbuild.trial.checks) judge what it left (process state, flags, decoys, real
 outputs, inputs unchanged, output dtype, shape, device and memory format), one trial (the largest) is
 profiled for library kernels, and the outputs are compared with the float64 reference and torch's
 own result at the dtype; the same buffers then get new values (both orders), and the checks judge
@@ -53,10 +53,10 @@ from sftbuild import ops
 from sftbuild.harvest import inductor_code
 from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
-from sftbuild.validate import audit, checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
-from sftbuild.validate import harness as H
-from sftbuild.validate.checks.output_type import strides_in_order
-from sftbuild.validate.checks.real_outputs import view_of
+from sftbuild.trial import audit, checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
+from sftbuild.trial import harness as H
+from sftbuild.trial.checks.output_type import strides_in_order
+from sftbuild.trial.checks.real_outputs import view_of
 
 
 class Reject(Exception):
@@ -475,7 +475,7 @@ def _variant_key(shape, dtype) -> tuple:
 class OpProblem(Problem):
     """A Triton wrapper bound to a registered op: wrapper(*inputs, **params) -> output(s).
 
-    A probed binding carries `call` (sftbuild.validate.probe): the entry point (`fn`, `Cls.apply`),
+    A probed binding carries `call` (sftbuild.bind.probe): the entry point (`fn`, `Cls.apply`),
     the argument mapping and which outputs to compare; it is called exactly so. With `call.grad`
     (a backward kernel, launched by its autograd Function's backward) the outputs are followed by
     the input gradients, against the gradients of the op's reference (`with_grads`). Without `call` the
@@ -502,7 +502,7 @@ class OpProblem(Problem):
             self.shapes = self._with_grown(task, cons, dev)
 
     def _with_grown(self, task, cons, dev) -> list:
-        """The drawn shapes plus one past the fixed-grid caps (sftbuild.validate.sizes), when the op
+        """The drawn shapes plus one past the fixed-grid caps (sftbuild.trial.sizes), when the op
         makes inputs of it and its reference runs on them."""
         def works(shape):
             dtype = self.dtypes[0] if self.dtypes else "float32"
@@ -730,7 +730,7 @@ class ModuleProblem(Problem):
             return False
 
     def _grown_variant(self):
-        """One variant past the fixed-grid caps (sftbuild.validate.sizes): a size constant of the
+        """One variant past the fixed-grid caps (sftbuild.trial.sizes): a size constant of the
         reference grown; kept when the reference runs on it and no tensor exceeds sizes.MAX_ELEMENTS."""
         def numels(ts):
             return [t.numel() for t in ts if isinstance(t, torch.Tensor)]
@@ -792,7 +792,7 @@ class ModuleProblem(Problem):
 
     def parameter_changes(self, variant, dtype, inputs) -> list:
         """[(what, values, reference at the dtype, in float64)] for each change of parameters
-        (sftbuild.validate.parameters), applied in turn to copies of the reference models, on
+        (sftbuild.trial.parameters), applied in turn to copies of the reference models, on
         `inputs`; [] where the model has no floating state or the float64 reference is not finite."""
         ref, ref64 = self.reference_models(variant, dtype)
         state, deltas = parameters.draw(ref)
@@ -944,7 +944,7 @@ def _uses_compiler(code: str) -> bool:
 
 
 def _left_behind(verdict: dict, left: dict) -> dict:
-    """A candidate that left its process changed (`left["dirty"]`, sftbuild.validate.pristine.dirty)
+    """A candidate that left its process changed (`left["dirty"]`, sftbuild.trial.pristine.dirty)
     leaves it to no other sample: the verdict asks for a fresh worker and says what was changed. A
     change the per-call checks did not see (made while it was timed) still makes a passed record a cheat."""
     if not left.get("dirty"):
@@ -959,13 +959,13 @@ def _left_behind(verdict: dict, left: dict) -> dict:
 @dataclasses.dataclass
 class Run(loop.Adapter):
     """What stays fixed across one record's trials; the record's adapter of the trial loop
-    (sftbuild.validate.loop), which takes its plan from the problem."""
+    (sftbuild.trial.loop), which takes its plan from the problem."""
 
     prob: Problem
     dev: torch.device
     counter: guards.LaunchCounter  # Triton launches of the candidate's own kernels
     own: set  # CUDA kernel names defined in the candidate's source
-    checks: list  # the selected run-time checks (sftbuild.validate.checks)
+    checks: list  # the selected run-time checks (sftbuild.trial.checks)
     book: refbook.Book  # every trial's inputs and reference results, computed before the candidate ran
     world: pristine.Pristine  # the process as it was before the candidate ran
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
@@ -1014,7 +1014,7 @@ class Run(loop.Adapter):
         """The first variant at the first dtype, on the GPU only."""
         if self.dev.type != "cuda":
             return None
-        from sftbuild.validate import timing
+        from sftbuild.trial import timing
 
         prob, variant, dtype = self.prob, self.prob.variants()[0], self.prob.dtypes[0]
         ins = prob.inputs(variant, dtype, 0, self.dev)
@@ -1060,7 +1060,7 @@ def _problem(task, dev, workdir) -> Problem:
 def _run_python(task, dev, workdir, package="", left=None):
     """References first (the book), then the snapshot, then the candidate; `left` receives what the
     candidate left changed in the process ("dirty", "changed"), however its trials end."""
-    from sftbuild.validate import extension
+    from sftbuild.trial import extension
 
     kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
     code = inductor_candidate(task) if kind == "inductor" else task["code"]
@@ -1090,7 +1090,7 @@ def _book(prob, task, dev) -> refbook.Book:
 
 
 def _trials(task, code, prob, book, world, counter, dev, workdir, package):
-    from sftbuild.validate import extension
+    from sftbuild.trial import extension
 
     try:
         mod, path = load_module(code, "cand", workdir, package)
@@ -1187,7 +1187,7 @@ def trial(run: Run, variant, dtype, layout, seed, profile=False, vi=0):
 
 def parameters_follow(run: Run) -> dict | None:
     """After every trial passed: a fresh candidate, given the reference's new parameter values before
-    its first call (`load`) and updated in place after it (`step`, sftbuild.validate.parameters), must
+    its first call (`load`) and updated in place after it (`step`, sftbuild.trial.parameters), must
     still match the book's reference results for each; one that answers from a stale copy of its
     parameters is `incorrect`. None: passed, or nothing to change (a candidate whose state does not
     match the reference's is noted in the flags, unchanged)."""
@@ -1250,7 +1250,7 @@ def _resized(expected: list, native2: list) -> list:
 
 
 def _reads_outside(run: Run, variant, dtype, inputs, fence, nbytes, ref) -> dict | None:
-    """A wrong result that came from reading the inputs' guard regions (sftbuild.validate.fences):
+    """A wrong result that came from reading the inputs' guard regions (sftbuild.trial.fences):
     the candidate runs again on the same inputs, right when the guards hold finite values."""
     prob = run.prob
 
@@ -1309,7 +1309,7 @@ def updated_in_place(inputs: list, before: list, outputs: list) -> tuple[int, ..
     (checks/real_outputs). Only a package's own entry point, called as the probe found it, may work in
     place: its contract is the package's. A candidate for an op or a module pair (a task, a reward)
     keeps the reference's contract, which leaves the caller's inputs alone."""
-    from sftbuild.validate.checks.inputs_unchanged import same
+    from sftbuild.trial.checks.inputs_unchanged import same
 
     return tuple(i for i, (t, was) in enumerate(zip(inputs, before))
                  if isinstance(t, torch.Tensor) and was is not None and t.numel() and not same(t, was)

@@ -1,7 +1,7 @@
 """degenerate_reference: flag trials whose reference is near zero, constant or input-independent."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
 @RUNTIME_CHECKS.register

@@ -1,4 +1,4 @@
-"""The trials a candidate ran, and its worst errors: the trial loop's record (sftbuild.validate.loop).
+"""The trials a candidate ran, and its worst errors: the trial loop's record (sftbuild.trial.loop).
 
 Each trial adds a row (what was tried, whether it passed, its errors); the first failed
 trial decides the verdict, and the payload carries every row tried up to it.

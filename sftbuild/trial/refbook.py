@@ -9,7 +9,7 @@ class per input set by its slot, the problem's own draw for the first order of s
 the class is ill-posed at the dtype), the reference's outputs on each at the
 trial's dtype and in float64 (and, where the outputs are gradients, in float64 with its intermediates rounded at the dtype:
 sftbuild.ops.rounding), and, for every layout the plan tries, the specs
-(sftbuild.validate.checks.specs) of the reference's outputs on inputs in that layout; outputs the
+(sftbuild.trial.checks.specs) of the reference's outputs on inputs in that layout; outputs the
 problem names in `free_outputs()` (a backward check's input gradients) hold no strides of their own,
 and a problem's `expected(specs, dtype)` may put a probed entry's own output contract in place of the
 reference's (pyrun.OpProblem.expected).
@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from sftbuild.ops import rounding, values
-from sftbuild.validate import checks, deadline
+from sftbuild.trial import checks, deadline
 
 MAX_ON_DEVICE = 8 << 30
 

@@ -1,7 +1,7 @@
 """triton_decoy: a Triton candidate must launch one of its own Triton kernels on every call."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
 @RUNTIME_CHECKS.register

@@ -1,7 +1,7 @@
 """own_kernels_ran: one of the kernels the candidate defines is among those it launched."""
 from __future__ import annotations
 
-from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
 
 @RUNTIME_CHECKS.register

@@ -5,27 +5,27 @@ A record bound to its file's own CPU reference (`how: file_reference`) is the lo
 same run-time checks.
 
 For one bound CUDA record, every check (op) is an adapter (`HarnessOp`) of the one trial loop
-(sftbuild.validate.loop), which runs every drawn (shape, dtype, seed), tallies and times:
-  * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.validate.sizes);
+(sftbuild.trial.loop), which runs every drawn (shape, dtype, seed), tallies and times:
+  * shapes: the drawn ones plus one grown past the fixed-grid caps (sftbuild.trial.sizes);
   * inputs are made on the host from a seeded generator and copied to the GPU, each order's in
     a value class (sftbuild.ops.values) where it is well-posed for the op at the dtype;
   * outputs are fresh allocations, one per reference result, poisoned with NaN (integers
     with their minimum), so unwritten elements show; inputs an op updates in place
     (`mutates`) are cloned for the kernel and the clones are compared instead;
-  * every tensor the kernel gets sits inside guard regions (sftbuild.validate.fences): a
+  * every tensor the kernel gets sits inside guard regions (sftbuild.trial.fences): a
     changed guard, or a result that depends on the guards' contents, is `out_of_bounds`;
-  * each launch must finish within a bound from the reference's time (sftbuild.validate.deadline);
+  * each launch must finish within a bound from the reference's time (sftbuild.trial.deadline);
   * the candidate runs, then the reference, then the candidate again on new
     values written into the same buffers (no caching by pointer);
-  * after each launch the run-time checks (sftbuild.validate.checks) judge what it left:
+  * after each launch the run-time checks (sftbuild.trial.checks) judge what it left:
     inputs unchanged (except `mutates`), outputs real and of the reference's types; each
     result is compared with a float64 reference and with torch's own kernel at that dtype
     (see sftbuild.ops.tolerance); index outputs are compared by the values of x they pick,
     since ties allow several answers; the checks then judge whether the results moved
     with the inputs (a degenerate trial, or one cached by pointer: `loop.second_order`) and
     note degenerate references in the flags.
-Timing (sftbuild.validate.timing) uses CUDA events with the L2 flushed between runs. The
-process is snapshotted before the harness loads (sftbuild.validate.pristine): a harness that
+Timing (sftbuild.trial.timing) uses CUDA events with the L2 flushed between runs. The
+process is snapshotted before the harness loads (sftbuild.trial.pristine): a harness that
 changed torch or the process state is a cheat, and one that left anything changed gets a fresh
 worker (`recycle`).
 """
@@ -41,17 +41,17 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import special, values
-from sftbuild.validate import checks as C
-from sftbuild.validate import deadline, fences, pristine, sizes
-from sftbuild.validate import harness as H
-from sftbuild.validate import loop, timing
-from sftbuild.validate.checks.input_independent import UNINFORMATIVE
-from sftbuild.validate.tally import fold_worst
+from sftbuild.trial import checks as C
+from sftbuild.trial import deadline, fences, pristine, sizes
+from sftbuild.trial import harness as H
+from sftbuild.trial import loop, timing
+from sftbuild.trial.checks.input_independent import UNINFORMATIVE
+from sftbuild.trial.tally import fold_worst
 
 
 def run_record(task: dict) -> dict:
     """Task: {id, sos (one .so per check), binding, entry, dtypes, shapes, seeds, timing, warmup, runs}. Returns a verdict dict."""
-    from sftbuild.validate import guards
+    from sftbuild.trial import guards
 
     guards.set_strict()  # the reference runs in full fp32
     # torch's first-use patches (Dynamo's, which the profiler or a trial may import) are made before
@@ -103,7 +103,7 @@ def _run(task: dict) -> dict:
 
 class HarnessOp(loop.Adapter):
     """One op a bound CUDA record is checked as (one harness .so each): the trial loop's adapter
-    (sftbuild.validate.loop). Variants are the op's drawn shapes plus a grown one, contiguous inputs.
+    (sftbuild.trial.loop). Variants are the op's drawn shapes plus a grown one, contiguous inputs.
     Its launches are not profiled (a trial's `profile` is not used): the library and own-kernel
     checks see Python candidates only."""
 
@@ -174,7 +174,7 @@ def load_harness(path: str) -> ctypes.CDLL:
 
 
 def _with_grown(shapes, op, check, cons, dtype, task, dev) -> list:
-    """The drawn shapes plus one past the fixed-grid caps (sftbuild.validate.sizes), when the op makes
+    """The drawn shapes plus one past the fixed-grid caps (sftbuild.trial.sizes), when the op makes
     inputs of it and its reference runs on them."""
     params = {**op.params, **(check.get("params") or {})}
 
@@ -188,7 +188,7 @@ def _with_grown(shapes, op, check, cons, dtype, task, dev) -> list:
 
 def _fenced_buffers(op, fence, ref_native):
     """(kernel inputs, outputs): `_buffers` for the fenced inputs, with the clones and outputs the kernel
-    gets carved out of guarded allocations too (added to `fence`, see sftbuild.validate.fences)."""
+    gets carved out of guarded allocations too (added to `fence`, see sftbuild.trial.fences)."""
     kin, outputs = _buffers(op, fence.views, ref_native)
     if op.mutates and len(op.mutates) == len(ref_native):
         more = fences.Fence([kin[i] for i in op.mutates], [f"input {i}" for i in op.mutates])
@@ -370,14 +370,14 @@ def run_file_reference(task: dict) -> dict:
 
     For each planned size (main()'s sizes shrunk, see `file_reference.plans`), block size from the
     file that main() would pair with that size (`file_reference.pairs`) and seed (the one trial loop,
-    sftbuild.validate.loop, with `FileReference` its adapter):
+    sftbuild.trial.loop, with `FileReference` its adapter):
     arrays the launcher takes const are inputs (random in the range of the file's own generator) and
     must come back unchanged; arrays main() fills (zeros, ones, random) that the launcher writes are
     in/out, both sides start from the same values; arrays main() only allocates are outputs,
     poisoned with NaN (integers with their minimum) on the device; the launcher's scratch buffers
-    start at zero. Every array sits inside guard regions (sftbuild.validate.fences): a write past an
+    start at zero. Every array sits inside guard regions (sftbuild.trial.fences): a write past an
     edge is `out_of_bounds`, a read past one reads NaN; each launcher call is bounded by the CPU
-    reference's time (sftbuild.validate.deadline). The arrays main() validates (else every array the
+    reference's time (sftbuild.trial.deadline). The arrays main() validates (else every array the
     launcher writes) are compared with the CPU result: within a tolerance relative to the
     reference's magnitude (looser when the launcher stores 16-bit floats) or, where the binding read
     main()'s own acceptance test for the array (`atol + |ref| * rtol`, sftbuild.ops.binders.acceptance),
