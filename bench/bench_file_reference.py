@@ -18,7 +18,7 @@ import argparse
 import json
 import time
 
-from sftbuild.ops.binders import file_reference as FR
+from sftbuild.trial import file_reference as FR
 from sftbuild.store import Store
 from sftbuild.trial import compile as C
 from sftbuild.trial import harness as H

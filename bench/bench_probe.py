@@ -35,7 +35,7 @@ from sftbuild import config as config_mod  # noqa: E402
 from sftbuild.context import Context  # noqa: E402
 from sftbuild.executor import LocalExecutor, WorkerFailure  # noqa: E402
 from sftbuild.harvest import stage as harvest_stage  # noqa: E402
-from sftbuild.ops.binders.probed import Probed  # noqa: E402
+from sftbuild.bind.binders.probed import Probed  # noqa: E402
 from sftbuild.store import Store  # noqa: E402
 from sftbuild.validate import pipeline  # noqa: E402
 from sftbuild.trial.compile import find_nvcc  # noqa: E402

@@ -47,7 +47,7 @@ POINTS = {
     "source": "sftbuild.harvest.kinds",
     "catalog": "sftbuild.harvest.catalog",
     "file_filter": "sftbuild.harvest.filters",
-    "binder": "sftbuild.ops.binders",
+    "binder": "sftbuild.bind.binders",
     "describer": "sftbuild.describe.describers",
     "static_check": "sftbuild.validate.static",
     "runtime_check": "sftbuild.trial.checks",

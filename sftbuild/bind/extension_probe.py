@@ -1,6 +1,6 @@
 """Probe a CUDA record through its extension function: which op, if any, does it compute?
 
-`probe(task)` is a task function (`sftbuild.ops.binders.extension.ExtensionFunction`'s): it runs only
+`probe(task)` is a task function (`sftbuild.bind.binders.extension.ExtensionFunction`'s): it runs only
 in a sandboxed GPU worker. Invariants:
   * one build per record: the record's code and its function, with a PYBIND11_MODULE exposing the
     function, through the validate stage's extension build (`extension.build`: the lean torch
@@ -28,7 +28,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import special
-from sftbuild.ops.binders import extension as ext
+from sftbuild.bind.binders import extension as ext
 from sftbuild.trial import pyrun
 from sftbuild.bind.launcher_probe import MIN_SHAPES, search
 from sftbuild.bind.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes

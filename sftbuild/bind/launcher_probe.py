@@ -1,6 +1,6 @@
 """Probe a CUDA record through its host launcher: which op, if any, does it compute?
 
-`probe(task)` is a task function (`sftbuild.ops.binders.launched.HostLauncher`'s): it runs only in a
+`probe(task)` is a task function (`sftbuild.bind.binders.launched.HostLauncher`'s): it runs only in a
 sandboxed GPU worker. Invariants:
   * one build per record: the task's harness (the record's code, its launcher, and a C entry per
     dtype taking pointers, sizes and float scalars in the launcher's order) is compiled by the compile
@@ -29,7 +29,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import special
-from sftbuild.ops.binders import launched
+from sftbuild.bind.binders import launched
 from sftbuild.trial import pyrun
 from sftbuild.bind.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
 from sftbuild.trial.trials import load_file_harness

@@ -11,7 +11,7 @@ op, it tries argument mappings:
   * op params (eps, dim, ...) go to parameters of the same name; every other parameter keeps its
     default, or the literal default the file declares for that name elsewhere (`hint`);
   * where that leaves no mapping, a parameter without a default of any kind in its file gets the
-    task's `hints` (the package's defaults for that name, sftbuild.ops.binders.probed.tree_hints);
+    task's `hints` (the package's defaults for that name, sftbuild.bind.binders.probed.tree_hints);
   * the output is the returned tensor or an element of a returned tuple (an input updated in place
     and not returned would fail validation's inputs-unchanged check, so it is not looked for; one
     returned is an in-place op's result, pyrun.updated_in_place).
@@ -35,7 +35,7 @@ binding that agrees at only some of the task's dtypes is kept while the rest of 
 is tried: a candidate that agrees at all of them wins (tanh-approximated GELU passes for erf GELU in
 half precision only). Anything less stays unbound.
 
-The package's own references in the task (`package_refs`, sftbuild.ops.binders.probed) are registered
+The package's own references in the task (`package_refs`, sftbuild.bind.binders.probed) are registered
 as ops first; a binding to one carries its spec (`package_reference`). A record whose import fails
 on a name the installed Triton or torch lacks, in its code or its package's, is unbound as
 `incompatible_toolchain` with that name.
@@ -61,7 +61,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import opdb, special
-from sftbuild.ops.binders.probed import runs_kernels
+from sftbuild.bind.binders.probed import runs_kernels
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.trial import guards, pyrun, sizes
 from sftbuild.trial.checks import same_strides
@@ -196,7 +196,7 @@ def _rank(agreed: set) -> tuple:
 
 
 def with_tree_hints(entry: dict, hints: dict) -> dict:
-    """`entry` with a `hint` from the package (sftbuild.ops.binders.probed.tree_hints) on each
+    """`entry` with a `hint` from the package (sftbuild.bind.binders.probed.tree_hints) on each
     parameter that has neither a default nor a hint from its own file."""
     params = [{**p, "hint": hints[p["name"]]} if not p["has_default"] and "hint" not in p
               and p["name"] in hints else p for p in entry["params"]]

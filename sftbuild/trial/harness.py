@@ -35,6 +35,7 @@ import jinja2
 import yaml
 
 from sftbuild.ops import launch
+from sftbuild.trial import launchers
 from sftbuild.ops import fits  # noqa: F401  (trials and pyrun filter pools with it)
 
 CONTRACTS = launch.CONTRACTS  # name -> (inputs, outputs, params) -> (ptrs, ints); what trials call
@@ -66,14 +67,10 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     kernel = record.entry["kernels"][0]
     launcher = record.entry.get("launcher")
     if harness == "host_launcher":  # the probe's mapping, as the launcher's C arguments
-        from sftbuild.ops.binders.launched import call_args
-
-        args = {**args, "args": call_args(launcher["params"], args, launcher.get("template") or [])}
+        args = {**args, "args": launchers.host_call_args(launcher["params"], args, launcher.get("template") or [])}
     elif harness == "extension_function":  # the probe's arguments, as the function's C++ call
-        from sftbuild.ops.binders import extension
-
-        decls, call, rets = extension.call_args(launcher, args["args"])
-        outputs = sum(a.startswith("t:") for r, a in zip(extension.roles(launcher), args["args"])
+        decls, call, rets = launchers.function_call_args(launcher, args["args"])
+        outputs = sum(a.startswith("t:") for r, a in zip(launchers.function_roles(launcher), args["args"])
                       if r["role"] == "out")
         args = {**args, "decls": decls, "call": call, "rets": rets, "n_outputs": outputs}
     return env().get_template(f"{harness}.cu.j2").render(launcher=launcher,

@@ -359,7 +359,7 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
     return (True, {**stats, **more}) if ok else (False, more)
 
 
-# ---- bound to the file's own CPU reference (ops/binders/file_reference.py) ----------------------
+# ---- bound to the file's own CPU reference (trial/file_reference.py) ----------------------
 
 FILE_TOLERANCE = {4: 2e-3, 8: 1e-6, 2: 3e-2}  # by the launcher's element size: fp32, fp64, fp16/bf16
 
@@ -380,7 +380,7 @@ def run_file_reference(task: dict) -> dict:
     reference's time (sftbuild.trial.deadline). The arrays main() validates (else every array the
     launcher writes) are compared with the CPU result: within a tolerance relative to the
     reference's magnitude (looser when the launcher stores 16-bit floats) or, where the binding read
-    main()'s own acceptance test for the array (`atol + |ref| * rtol`, sftbuild.ops.binders.acceptance),
+    main()'s own acceptance test for the array (`atol + |ref| * rtol`, sftbuild.trial.acceptance),
     within whichever of the two is wider; the verdict names the rule. NaN never passes,
     integers exactly. Each trial runs again on new values in the same buffers (a stale result fails;
     the first run's result again is a cheat, cached by pointer); a reference that is constant in
@@ -407,7 +407,7 @@ class FileReference(loop.Adapter):
     unbound = "no trial size fits the file's main()"
 
     def __init__(self, task: dict, dev: torch.device, checks: list):
-        from sftbuild.ops.binders import file_reference as FR
+        from sftbuild.trial import file_reference as FR
 
         self.ref, self.dev, self.checks, self.notes = task["binding"]["harness_args"]["ref"], dev, checks, {}
         self.name = f"launcher {self.ref['launcher']}"
@@ -478,7 +478,7 @@ def _file_buffers(ref, p, seed, lib=None):
     `file_reference.roles` (null arrays are empty and passed as NULL; an input main() only
     allocates, filled by an earlier step, gets random values, or that step's values where the
     binding names it (`prepare`) and the harness `lib` is given)."""
-    from sftbuild.ops.binders import file_reference as FR
+    from sftbuild.trial import file_reference as FR
 
     gen = torch.Generator().manual_seed(seed)
     bufs, roles = [], FR.roles(ref)
@@ -507,7 +507,7 @@ def _file_buffers(ref, p, seed, lib=None):
 def _prepare(lib, ref, p, bufs, gen) -> None:
     """Runs the earlier CPU step main() runs before the reference (`ref["prepare"]`) on the host
     arrays: the arrays it fills get main()'s values; arrays only it takes are made as main() makes them."""
-    from sftbuild.ops.binders import file_reference as FR
+    from sftbuild.trial import file_reference as FR
 
     prep, extra = ref["prepare"], []
     types = [q["type"] for q in prep["params"] if q["ptr"]]
@@ -535,7 +535,7 @@ def _addresses(tensors) -> list[int]:
 
 
 def _file_call(lib, ref, p, dev_bufs, block) -> int:
-    from sftbuild.ops.binders import file_reference as FR
+    from sftbuild.trial import file_reference as FR
 
     ints, floats = FR.launcher_scalars(ref, p)
     parr = (ctypes.c_void_p * max(1, len(dev_bufs)))(*_addresses(dev_bufs))
@@ -589,7 +589,7 @@ def _file_trial(lib, ref, p, block, seed, dev=None, checks=None, references: Ref
     second run is judged as every kind's is (`loop.second_order`: a result cached by pointer is a
     cheat). A trial whose reference did not move is no drop here: the record's must move in some
     trial (`loop.run`, as every kind's). `references` shares the CPU results between block sizes."""
-    from sftbuild.ops.binders import file_reference as FR
+    from sftbuild.trial import file_reference as FR
 
     dev = dev or torch.device("cuda")
     checks = C.selected() if checks is None else checks
@@ -659,7 +659,7 @@ def _located(verdict: dict, ref: dict, p: dict, block: int) -> dict:
 def file_buffer_names(ref: dict, n_host: int) -> list[str]:
     """What a guard's verdict calls each buffer: main()'s name for the CPU call's arrays, the
     launcher's or the file's name for the device-only ones."""
-    from sftbuild.ops.binders import file_reference as FR
+    from sftbuild.trial import file_reference as FR
 
     host = [b.get("arg") or f"array {i}" for i, b in enumerate(ref["buffers"][:n_host])]
     return host + [f"{name} (device-only)" for name in FR.scratch_names(ref)]
@@ -690,7 +690,7 @@ def file_rules(ref: dict, lib) -> dict[str, str]:
 
 def rule_name(rule: dict | None, elem_bytes: int) -> str:
     """How a verdict names the rule `compare_file_output` applies to an array of `elem_bytes` elements."""
-    from sftbuild.ops.binders import acceptance
+    from sftbuild.trial import acceptance
 
     named = f"default: {FILE_TOLERANCE.get(elem_bytes, 3e-2):g} x (max|ref| + |ref|)"
     if rule and acceptance.atol_value(rule, elem_bytes) is not None:
@@ -702,7 +702,7 @@ def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int,
                         rule: dict | None = None) -> tuple[bool, dict]:
     """Kernel output vs CPU reference: NaN never passes; infinities must be the reference's own;
     floats within FILE_TOLERANCE relative to the reference's magnitude or, where `rule` gives the
-    file's own allowance `atol + |ref| * rtol` (sftbuild.ops.binders.acceptance, `atol` read at
+    file's own allowance `atol + |ref| * rtol` (sftbuild.trial.acceptance, `atol` read at
     `elem_bytes`), within whichever of the two is wider; integers exactly. Stats name the rule used."""
     if got.shape != want.shape:
         return False, {"why": f"{got.numel()} elements, the reference has {want.numel()}"}
@@ -723,7 +723,7 @@ def compare_file_output(got: torch.Tensor, want: torch.Tensor, elem_bytes: int,
         want64, got64 = want64[~inf], got64[~inf]
     if torch.isinf(got64).any():
         return False, {"why": f"{int(torch.isinf(got64).sum())} infinite elements where the reference is finite"}
-    from sftbuild.ops.binders import acceptance
+    from sftbuild.trial import acceptance
 
     scale = max(float(want64.abs().max()) if want64.numel() else 0.0, 1e-6)
     err = (got64 - want64).abs()

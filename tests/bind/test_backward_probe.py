@@ -74,7 +74,7 @@ def records(code: str) -> dict[str, Record]:
 
 
 def test_a_backward_kernels_record_keeps_the_function_that_launches_it():
-    from sftbuild.ops.binders.probed import shortlist
+    from sftbuild.bind.binders.probed import shortlist
 
     recs = records(SQUARE)
     bwd, fwd = recs["_square_bwd_kernel"], recs["_square_fwd_kernel"]

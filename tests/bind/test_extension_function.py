@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from sftbuild.harvest.cuda_extract import exposed_by, extract_kernels
-from sftbuild.ops.binders import extension as ext
-from sftbuild.ops.binders.extension import ExtensionFunction
+from sftbuild.bind.binders import extension as ext
+from sftbuild.bind.binders.extension import ExtensionFunction
 from sftbuild.record import Record
 
 RMS_FILE = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_rms_norm.cu"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sftbuild.harvest.cuda_extract import extract_kernels
-from sftbuild.ops.binders import BINDERS
-from sftbuild.ops.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
+from sftbuild.bind.binders import BINDERS
+from sftbuild.bind.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
                                            size_value, unprobeable, written)
 from sftbuild.record import Record
 from tests.conftest import HAS_NVCC
@@ -228,7 +228,7 @@ def test_sizes_are_read_only_from_dimensions_the_ops_tensors_have(records):
 def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_process(records, compile_cache):
     import ctypes
 
-    from sftbuild.ops.binders.launched import DIVIDED_BY_ZERO, REFUSED
+    from sftbuild.bind.binders.launched import DIVIDED_BY_ZERO, REFUSED
     from sftbuild.trial.compile import compile_task
 
     from sftbuild.trial.trials import load_file_harness

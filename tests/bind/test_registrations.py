@@ -11,7 +11,7 @@ from sftbuild import ops
 from sftbuild.harvest.stage import _entry
 from sftbuild.harvest.triton_extract import extract_kernels
 from sftbuild.ops import registrations as R
-from sftbuild.ops.binders.probed import Probed, shortlist
+from sftbuild.bind.binders.probed import Probed, shortlist
 from sftbuild.record import Record
 
 TABLE = '''

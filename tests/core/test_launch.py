@@ -6,7 +6,7 @@ import yaml
 
 from sftbuild import ops
 from sftbuild.ops import Op, launch
-from sftbuild.ops.binders import manifest
+from sftbuild.bind.binders import manifest
 from sftbuild.trial import harness as H
 
 ALL = ops.all_ops()

@@ -154,8 +154,8 @@ EXAMPLES = {
             def check_path(self, rel, size):
                 return "editor backup" if rel.endswith("~") else None
     '''),
-    "binder": ("ops/binders", '''
-        from sftbuild.ops.binders import BINDERS, Binder
+    "binder": ("bind/binders", '''
+        from sftbuild.bind.binders import BINDERS, Binder
 
         @BINDERS.register
         class Never(Binder):

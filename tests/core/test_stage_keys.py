@@ -5,7 +5,7 @@ from __future__ import annotations
 from sftbuild import context
 from sftbuild.context import StageRun, changes, producers, reached, waiting
 from sftbuild.describe.describers.atomics import Atomics
-from sftbuild.ops.binders.inferred import Inferred
+from sftbuild.bind.binders.inferred import Inferred
 from sftbuild.record import LANGUAGES, Record
 from sftbuild.trial.checks.output_type import OutputType
 from sftbuild.validate.static.triton_launch import TritonLaunch

@@ -14,9 +14,10 @@ import torch
 
 from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers, macros_tested
 from sftbuild.harvest.stage import _entry
-from sftbuild.ops.binders import acceptance, infer
-from sftbuild.ops.binders import file_reference as FR
-from sftbuild.ops.binders.inferred import Inferred
+from sftbuild.bind.binders import infer
+from sftbuild.trial import acceptance
+from sftbuild.trial import file_reference as FR
+from sftbuild.bind.binders.inferred import Inferred
 from sftbuild.record import Record
 from sftbuild.trial import compile as C
 from sftbuild.trial import harness as H
@@ -786,7 +787,7 @@ def test_llmc_attention_backward_pairs_t_only_with_block_sizes_it_is_a_multiple_
     assert len({block for _, block in pairs}) == 3
 
 
-# ---- the file's own acceptance test (sftbuild.ops.binders.acceptance) ----------------------------
+# ---- the file's own acceptance test (sftbuild.trial.acceptance) ----------------------------
 
 CHECK_HEADER = REPO_HEADER + """#include <math.h>
 #include <float.h>

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sftbuild import ops
-from sftbuild.ops import binders
+from sftbuild.bind import binders
 from sftbuild.record import Record
 from sftbuild.trial import compile as C
 from sftbuild.trial import harness as H

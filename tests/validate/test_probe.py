@@ -15,7 +15,7 @@ from sftbuild.config import ValidateConfig
 from sftbuild.executor import LocalExecutor
 from sftbuild.harvest.stage import _entry
 from sftbuild.harvest.triton_extract import extract_kernels
-from sftbuild.ops.binders.probed import Probed, shortlist, words
+from sftbuild.bind.binders.probed import Probed, shortlist, words
 from tests.redteam.cases import TRITON_RELU
 from sftbuild.record import Record
 from sftbuild.validate import pipeline
@@ -321,7 +321,7 @@ def test_an_absent_optional_pointer_reads_as_none_in_the_interpreter():
 
 def test_a_parameter_without_any_default_in_its_file_takes_the_packages(tmp_path):
     """The package's public wrapper declares `scale_mode="llama"`; the record's file does not."""
-    from sftbuild.ops.binders import probed
+    from sftbuild.bind.binders import probed
 
     pkg = tmp_path / "tree" / "pkg"
     (pkg / "ops").mkdir(parents=True)

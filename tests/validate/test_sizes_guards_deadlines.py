@@ -517,7 +517,7 @@ HARNESS_CASES = [  # (name, kernel, expected reason); the harness launches one t
 @pytest.mark.gpu
 @pytest.mark.nvcc
 def test_cuda_harness_trials_grow_and_guard(compile_cache):
-    from sftbuild.ops import binders
+    from sftbuild.bind import binders
     from sftbuild.record import Record
     from sftbuild.trial import compile as CC
     from sftbuild.trial import trials

@@ -28,7 +28,7 @@ from collections import Counter
 
 from sftbuild import ops
 from sftbuild.ops import package_refs, registrations
-from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.bind.binders import BINDERS, Binder
 
 SHORTLIST = 8
 PROBE_DTYPES = ["float32", "float16"]

@@ -22,14 +22,13 @@ from __future__ import annotations
 import re
 
 from sftbuild import parsing
-from sftbuild.ops.binders import BINDERS, Binder
-from sftbuild.ops.binders import launched
+from sftbuild.bind.binders import BINDERS, Binder
+from sftbuild.bind.binders import launched
+from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
+    FLOAT_TYPES, FUNCTION_INT_TYPES as INT_TYPES, OPTIONAL_TENSOR, TENSOR, function_call_args as call_args,
+    function_roles, plain, returns)
 
 PROBE_SECONDS = 240  # the module's build is most of it
-TENSOR = re.compile(r"^(?:const\s+)?(?:torch|at)::Tensor\s*&?\s*(\w+)$")
-OPTIONAL_TENSOR = re.compile(r"^(?:const\s+)?(?:c10|std)::optional\s*<\s*(?:torch|at)::Tensor\s*>\s*&?\s*(\w+)$")
-INT_TYPES = {"int", "int64_t", "long", "int32_t", "unsigned", "size_t", "long long"}
-FLOAT_TYPES = {"float", "double"}
 RETURNS = re.compile(r"^\s*(?:static\s+|inline\s+)*(.+?)\s*\b(\w+)\s*\($")
 DISPATCH = re.compile(r"\b\w*DISPATCH\w*\s*\(")  # AT_DISPATCH_*, and a project's own (VLLM_DISPATCH_FLOATING_TYPES)
 SCALAR_ALIASES = {"epsilon": "eps", "variance_epsilon": "eps", "negative_slope": "negative_slope"}
@@ -86,60 +85,19 @@ class ExtensionFunction(Binder):
 
 
 def takes_tensors(fn: dict) -> bool:
-    return any(TENSOR.match(_plain(p)) for p in fn.get("params") or ())
-
-
-def _plain(decl: str) -> str:
-    """A parameter declaration without its default value and with spaces made single."""
-    return " ".join(decl.split("=")[0].replace("&", " & ").split()).replace(" & ", "& ").replace(" &", "&")
-
-
-def returns(fn: dict) -> tuple[str, int]:
-    """The function's return type and how many tensors it returns (0 for void or a non-tensor type)."""
-    head = fn["code"][:fn["code"].find("{")] if "{" in fn["code"] else fn["code"]
-    m = re.search(rf"([\w:<>,\s]*?)\b{re.escape(fn['name'])}\s*\(", head)
-    ret = " ".join((m.group(1) if m else "").replace("static", "").replace("inline", "").split())
-    if re.fullmatch(r"(?:torch|at)::Tensor", ret):
-        return ret, 1
-    inner = re.fullmatch(r"std::(?:tuple|pair)\s*<(.*)>", ret)
-    if inner:
-        return ret, len(re.findall(r"(?:torch|at)::Tensor", inner.group(1)))
-    return ret, 0
+    return any(TENSOR.match(plain(p)) for p in fn.get("params") or ())
 
 
 def roles(fn: dict, record=None) -> list[dict]:
-    """One role per parameter: {name, type, role: in|out|float|int|flag|absent|other}. A tensor is an output
-    only in a function returning no tensor, where its kernel writes it (`launched.written`'s data flow
-    through `t.data_ptr<T>()`) or, that not known, where its name is an output's. A returned tensor
-    adds one `out` role per tensor, named `return:k`, after the parameters."""
-    n_ret = returns(fn)[1]
+    """The function's parameter roles (sftbuild.trial.launchers.function_roles), with the tensors its kernel
+    writes read from `record`'s data flow (`launched.written`) where it returns no tensor."""
     writes = None
-    if record is not None and not n_ret:
+    if record is not None and not returns(fn)[1]:
         try:
             writes = launched.written(_as_raw(record))
         except (KeyError, TypeError):
             writes = None
-    out = []
-    for decl in fn.get("params") or ():
-        plain = _plain(decl)
-        m = TENSOR.match(plain)
-        words = plain.replace("&", " ").split()
-        name = words[-1] if words else ""
-        base = " ".join(w for w in words[:-1] if w != "const")
-        if m:
-            wrote = not n_ret and (name in writes if writes else bool(launched.OUT_NAMES.match(name)))
-            out.append({"name": name, "type": "Tensor", "role": "out" if wrote else "in"})
-        elif base in FLOAT_TYPES:
-            out.append({"name": name, "type": base, "role": "float"})
-        elif base in INT_TYPES:
-            out.append({"name": name, "type": base, "role": "int"})
-        elif base == "bool":
-            out.append({"name": name, "type": base, "role": "flag"})
-        elif OPTIONAL_TENSOR.match(plain):  # probed without it: the function's path for an absent tensor
-            out.append({"name": name, "type": "optional", "role": "absent"})
-        else:
-            out.append({"name": name, "type": plain, "role": "other"})
-    return out + [{"name": f"return:{k}", "type": "Tensor", "role": "out"} for k in range(n_ret)]
+    return function_roles(fn, writes)
 
 
 def _as_raw(record):
@@ -151,7 +109,7 @@ def _as_raw(record):
     code = re.sub(r"\b(\w+)\s*\.\s*(?:data_ptr|data|mutable_data_ptr|const_data_ptr)\s*(?:<[^<>()]*>)?\s*\(\s*\)",
                   r"\1", fn["code"])
     params = [f"float* {p['name']}" if p["type"] == "Tensor" else "int x" for p in
-              [{"type": "Tensor" if TENSOR.match(_plain(d)) else "", "name": _plain(d).split()[-1]}
+              [{"type": "Tensor" if TENSOR.match(plain(d)) else "", "name": plain(d).split()[-1]}
                for d in fn["params"]]]
     return dataclasses.replace(record, entry={**record.entry, "launcher": {**fn, "code": code, "params": params}})
 
@@ -260,27 +218,3 @@ def arguments(found: list[dict], inputs: list[dict], n_outputs: int, params: dic
             it = iter(values)
             yield [in_of[id(r)] if r["role"] == "in" else out_of[id(r)] if r["role"] == "out" else next(it)
                    for r in found]
-
-
-def call_args(fn: dict, args: list[str]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """For the `extension_function` harness: declarations of the tensor arguments (tensor k is
-    `sftbuild_t(k)`, a scratch output `sftbuild_scratch()`; locals, so a `Tensor&` parameter binds),
-    the call's arguments, and (returned value, tensor) pairs, each result to copy into its output."""
-    found = roles(fn)
-    single = returns(fn)[0].endswith("Tensor")
-    decls, call, rets = [], [], []
-    for r, a in zip(found, args):
-        kind, _, v = a.partition(":")
-        if r["name"].startswith("return:"):
-            if kind == "t":
-                k = int(r["name"].split(":")[1])
-                rets.append(("sftbuild_ret" if single else f"std::get<{k}>(sftbuild_ret)", f"sftbuild_t({int(v)})"))
-            continue
-        if kind in ("t", "scratch"):
-            decls.append(f"at::Tensor sftbuild_arg{len(decls)} = "
-                         + (f"sftbuild_t({int(v)})" if kind == "t" else "sftbuild_scratch()") + ";")
-            call.append(f"sftbuild_arg{len(decls) - 1}")
-        else:
-            call.append({"float": f"({r['type']}){v}", "int": f"({r['type']}){v}",
-                         "flag": "true" if v == "1" else "false", "none": "{}"}[kind])
-    return decls, call, rets

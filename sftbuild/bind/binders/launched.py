@@ -19,9 +19,11 @@ import itertools
 import re
 
 from sftbuild import ops
-from sftbuild.ops.binders import BINDERS, Binder
-from sftbuild.ops.binders.probed import words
+from sftbuild.bind.binders import BINDERS, Binder
+from sftbuild.bind.binders.probed import words
 from sftbuild.parsing import param_info, split_args
+from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
+    BLOCK, OUT_NAMES, STREAM_TYPES, STRIDE_TYPES, host_call_args as call_args, host_roles as roles)
 
 PROBE_SECONDS = 180
 SHORTLIST = 12
@@ -40,13 +42,9 @@ SIZE_ROLES = [
     # a slice's stride (llm.c's `ptrdiff_t w_stride`): the whole buffer is one slice, or a row is one
     (re.compile(r"^(\w+_)?stride$", re.I), ("numel", "last")),
 ]
-STRIDE_TYPES = {"ptrdiff_t", "ssize_t", "intptr_t", "std::ptrdiff_t"}  # integer sizes parsing does not know
-BLOCK = re.compile(r"block", re.I)
-STREAM_TYPES = {"cudaStream_t"}
 # pointer types that take an op's integer or bool tensor (token ids, masks), by any word of the type
 INT_TYPES = {"int", "int32_t", "int64_t", "long", "unsigned", "uint32_t", "uint64_t", "int8_t", "uint8_t", "int16_t",
              "uint16_t", "short", "size_t", "char", "bool"}
-OUT_NAMES = re.compile(r"^(out|output|y|dst|res|result)\w*$", re.I)
 DTYPES = {"float": ["float32"], "__half": ["float16"], "half": ["float16"], "__nv_bfloat16": ["bfloat16"],
           "nv_bfloat16": ["bfloat16"]}
 REFUSED = -2  # a probe entry's answer where the launcher's own assert refused the sizes
@@ -107,34 +105,6 @@ class HostLauncher(Binder):
         return {**result["binding"], "how": "probed",
                 "evidence": {k: ev.get(k) for k in ("shapes", "dtypes", "worst_error", "candidates_tried",
                                                     "candidates_rejected", "seconds") if ev.get(k) is not None}}
-
-
-def roles(params: list[str], writes: set[str] | None = None) -> list[dict]:
-    """One role per launcher parameter: {name, type, role: in|out|size|block|flag|float|stream|other}. A
-    pointer is an output when `writes` (the launcher's pointers its kernel writes, None when unknown)
-    holds it, else when it is not `const`."""
-    out = []
-    for decl in params:
-        words_ = decl.replace("*", " * ").replace("&", " ").split()
-        if words_ and words_[-2:-1] and words_[-2] in STREAM_TYPES or (words_ and words_[0] in STREAM_TYPES):
-            out.append({"name": words_[-1], "type": "cudaStream_t", "role": "stream"})
-            continue
-        if len(words_) >= 2 and [w for w in words_[:-1] if w != "const"] == ["bool"]:
-            out.append({"name": words_[-1], "type": "bool", "role": "flag"})  # tried false, then true
-            continue
-        p = param_info(decl)
-        if p is None and len(words_) == 2 and words_[0] in STRIDE_TYPES:
-            out.append({"name": words_[1], "type": words_[0], "role": "size"})
-        elif p is None:
-            out.append({"name": decl.split()[-1] if decl.split() else "", "type": decl, "role": "other"})
-        elif p["ptr"]:
-            wrote = not p["const"] if writes is None else p["name"] in writes
-            out.append({"name": p["name"], "type": p["type"], "role": "out" if wrote else "in"})
-        elif p["kind"] == "int":
-            out.append({"name": p["name"], "type": p["type"], "role": "block" if BLOCK.search(p["name"]) else "size"})
-        else:
-            out.append({"name": p["name"], "type": p["type"], "role": "float"})
-    return out
 
 
 def written(record) -> set[str] | None:
@@ -398,33 +368,3 @@ def size_value(expr: str, tensors: list) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def call_args(params: list[str], mapping: dict, tparams: list[str] = ()) -> list[str]:
-    """The launcher's arguments in C for the `host_launcher` harness: pointers from the `tensors`
-    contract's `ptrs` (outputs then inputs) or the harness's scratch buffer, sizes from its `ints`
-    (`sftbuild_size`), float scalars as literals, the stream the harness is given. Scratch buffers
-    are `scratch_bytes` apart in one allocation of `len(scratch) * scratch_bytes`. The launcher's own
-    template parameters (`tparams`) read as the harness's `U` (the dtype's CUDA type)."""
-    ptrs, ints, floats = iter(mapping["ptrs"]), iter(mapping["ints"]), iter(mapping["floats"])
-    out, slot = [], 0
-    for r in roles(params):
-        if r["role"] in ("in", "out"):
-            p = next(ptrs)
-            r = {**r, "type": "U" if r["type"] in tparams else r["type"]}
-            if p == "scratch":  # each in its own part of the scratch buffer (`scratch_bytes` apart)
-                out.append(f"({r['type']}*)((char*)scratch + {slot} * scratch_bytes)")
-                slot += 1
-            else:
-                out.append(f"({r['type']}*)ptrs[{int(p.split(':')[1])}]")
-        elif r["role"] in ("size", "block", "flag"):
-            kind, *rest = next(ints).split(":")
-            code = {"const": 0, "dim": 1, "rows": 2, "numel": 3}[kind]
-            a = int(rest[0]) if rest else 0
-            b = int(rest[1]) if len(rest) > 1 else 0
-            out.append(f"({r['type']})sftbuild_size(ints, n_ints, {code}, {a}, {b})")
-        elif r["role"] == "float":
-            out.append(f"({r['type']}){float(next(floats))!r}")
-        else:
-            out.append("stream")
-    return out

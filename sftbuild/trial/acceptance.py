@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from sftbuild.ops.binders.element_types import active_lines, defines, dtype_of
+from sftbuild.trial.element_types import active_lines, defines, dtype_of
 from sftbuild.parsing import ASSIGN, VALIDATE_CALL, blank_comments, evaluate, split_args
 
 SIZES = {"float": 4, "double": 8, "half": 2, "__half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2, "int": 4}

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.bind.binders import BINDERS, Binder
 
-TABLE = Path(__file__).parents[1] / "aten_bindings.yaml"
+TABLE = Path(__file__).parents[2] / "ops" / "aten_bindings.yaml"
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from sftbuild.ops.binders import BINDERS, Binder
+from sftbuild.bind.binders import BINDERS, Binder
 from sftbuild.parsing import kernel_view, param_info
 
 UNARY_WORDS = [  # name fragment -> op; longer fragments first so "leaky_relu" wins over "relu"

@@ -1,4 +1,4 @@
-"""Bindings to the file's own CPU reference, called through the file's own host launcher.
+"""A file's own CPU reference, called through the file's own host launcher: the trials' plans.
 
 Repos such as llm.c's `dev/cuda` keep, next to each kernel, a host launcher
 (`gelu_forward1(out, inp, N, block_size)`) and a CPU function computing the same thing
@@ -6,11 +6,11 @@ Repos such as llm.c's `dev/cuda` keep, next to each kernel, a host launcher
 the launcher's signature is the CPU one's plus trailing block-size ints) and stores in
 `entry["file_reference"]` what binding needs: both signatures, the CPU function's code,
 `main()`'s scalar definitions, how main() fills each array the CPU call takes (generator,
-size expression) and its `block_sizes[]`. This binder turns that into a binding with
+size expression) and its `block_sizes[]`. The `file_reference` binder (sftbuild.bind.binders.file_reference) turns that into a binding with
 `how: file_reference`, validated by the `file_reference` harness and the file-reference
 trials (`trial/trials.py`): call the launcher, and compare what it wrote with the CPU
 function run on host copies of the same inputs, by main()'s own acceptance test for that array
-where it can be read (`ref["acceptance"]`, sftbuild.ops.binders.acceptance), else by the trials'
+where it can be read (`ref["acceptance"]`, sftbuild.trial.acceptance), else by the trials'
 default tolerance.
 
 The helpers below are pure (no torch) so sizes can be planned and tested anywhere:
@@ -22,9 +22,8 @@ from __future__ import annotations
 import math
 import re
 
-from sftbuild.ops.binders import BINDERS, Binder, acceptance
-from sftbuild.ops.binders.element_types import dtype_of
 from sftbuild.parsing import evaluate, param_info
+from sftbuild.trial.element_types import dtype_of
 
 MAX_ELEMENTS = 1 << 22  # all buffers of one trial together
 MAX_SCRATCH = 1 << 26  # the launcher's device-only scratch buffers together (zeros, no CPU work)
@@ -48,36 +47,6 @@ def device_fields(dev) -> dict:
 
     p = torch.cuda.get_device_properties(dev)
     return {field: getattr(p, attr) for field, attr in TORCH_PROPERTIES.items() if getattr(p, attr, None) is not None}
-
-
-@BINDERS.register
-class FileReference(Binder):
-    """The file's own CPU reference (`*_cpu`, `*_reference`, `ref_*`), called through its host launcher."""
-    name = "file_reference"
-    version = 1
-    order = 30
-
-    def bind(self, record) -> dict | None:
-        ref = record.entry.get("file_reference")
-        if not ref or not ref.get("launcher") or not ref.get("cpu"):
-            return None
-        # device properties main() would have filled (cudaGetDeviceProperties) before calling launchers
-        props = re.findall(r"(?m)^\s*cudaDeviceProp\s+(\w+)\s*;", record.code)
-        texts = [record.code, *(record.entry.get("headers") or {}).values()]
-        path = (record.provenance or {}).get("path", "")
-        ref = {**ref, "device_props": props, "device_globals": device_globals(texts),
-               "kernel_reads": kernel_reads(record.entry.get("params") or [])}
-        launch = slots(ref)
-        ref["acceptance"] = acceptance.rules(ref, texts, launch)  # main()'s own test per validated array, where read
-        try:
-            if not pairs(ref, plans(ref)):
-                return None
-        except ValueError:
-            return None
-        return {"kind": "program", "program": f"{path}:{ref['cpu']}", "how": "file_reference",
-                "harness": "file_reference", "dtypes": element_dtypes(launch, texts),
-                "cpu_reference": ref["cpu"], "launcher": ref["launcher"],
-                "harness_args": {"ref": ref, "slots": launch, "file_buffers": global_slots(ref)}}
 
 
 def element_dtypes(launch: list[dict], texts: list[str]) -> list[str]:
