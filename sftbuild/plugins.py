@@ -51,6 +51,7 @@ POINTS = {
     "describer": "sftbuild.describe.describers",
     "static_check": "sftbuild.validate.static",
     "runtime_check": "sftbuild.trial.checks",
+    "candidate_kind": "sftbuild.trial.kinds",
     "filter": "sftbuild.dedupe.filters",
     "exporter": "sftbuild.output.exporters",
 }

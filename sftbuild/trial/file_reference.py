@@ -6,7 +6,8 @@ Repos such as llm.c's `dev/cuda` keep, next to each kernel, a host launcher
 the launcher's signature is the CPU one's plus trailing block-size ints) and stores in
 `entry["file_reference"]` what binding needs: both signatures, the CPU function's code,
 `main()`'s scalar definitions, how main() fills each array the CPU call takes (generator,
-size expression) and its `block_sizes[]`. The `file_reference` binder (sftbuild.bind.binders.file_reference) turns that into a binding with
+size expression) and its `block_sizes[]`. The `file_reference` binder
+(sftbuild.bind.binders.file_reference) turns that into a binding with
 `how: file_reference`, validated by the `file_reference` harness and the file-reference
 trials (`trial/trials.py`): call the launcher, and compare what it wrote with the CPU
 function run on host copies of the same inputs, by main()'s own acceptance test for that array

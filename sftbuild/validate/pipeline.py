@@ -15,7 +15,7 @@ import re
 from sftbuild import sandbox
 from sftbuild.executor import WorkerFailure
 from sftbuild.trial import compile as C
-from sftbuild.trial import logs, memcheck
+from sftbuild.trial import kinds, logs, memcheck
 from sftbuild.validate import static
 
 # sftbuild.trial.harness (and torch, through the op registry) is imported where a harness is rendered,
@@ -79,11 +79,15 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
                 "not probed yet")
             yield rec, "dropped", "unbound", {"detail": why if isinstance(why, str) else str(why)}
             continue
+        if kinds.of(rec.binding, rec.language) is None:
+            yield rec, "dropped", "unbound", {"detail": f"no candidate kind runs a {rec.language} record bound as "
+                                                        f"{rec.binding.get('kind')!r}"}
+            continue
         todo.append(rec)
     by_id = {r.id: r for r in todo}
     # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
     tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
-    if any(_inline(t) for t in tasks):
+    if any(kinds.for_task(t).builds_extension(t) for t in tasks):
         _prepare_extensions(cache_dir)
     ready = []
     for task, res in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
@@ -99,7 +103,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
     # a program's own kernels after every program pair: workers running side by side would otherwise
     # compile the same kernels at once, where later ones find them in the shared Triton cache
-    items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
+    items.sort(key=lambda t: t["kind"] == "inductor_program")
     _prepare_ops(items)
     if gpus:
         results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness", unit="records",
@@ -151,9 +155,7 @@ def _without_gpu(items, cfg, executor):
     a GPU (None). Yields (task, result); a task keeps its item's id."""
     tasks = []
     for item in items:
-        if item["language"] == "cuda" or not cfg.cpu_interpret or \
-                "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item) or \
-                item["dtypes"] == ["bfloat16"]:
+        if not cfg.cpu_interpret or not kinds.for_task(item).interpretable(item) or item["dtypes"] == ["bfloat16"]:
             yield item, None
             continue
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
@@ -173,12 +175,6 @@ def run_interpreted(task: dict) -> dict:
         return pyrun.run_python(task)
     except BaseException as e:
         return {"status": "dropped", "reason": "error", "detail": repr(e)[:2000], "recycle": True}
-
-
-def _inductor(item) -> bool:
-    """Inductor output code (a program pair, or a kernel run inside its program) launches through
-    Inductor's CUDA launcher: the interpreter cannot run it, so it waits for a GPU."""
-    return (item.get("binding") or {}).get("kind") == "inductor" or "async_compile.triton(" in item["code"]
 
 
 def finish(out, cfg, comp) -> tuple:
@@ -203,7 +199,8 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
     harnesses = []
     if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
         harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]
-    task = {"id": rec.id, "name": rec.name, "language": rec.language, "code": rec.code, "harnesses": harnesses,
+    task = {"id": rec.id, "name": rec.name, "language": rec.language, "kind": kinds.of(rec.binding, rec.language).name,
+            "code": rec.code, "harnesses": harnesses,
             "launcher": (rec.binding or {}).get("launcher") or "",
             "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
             "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
@@ -217,15 +214,13 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
     return task
 
 
-def _inline(task: dict) -> bool:
-    """A Python sample that builds a CUDA extension with load_inline (KernelBench style)."""
-    return task["language"] not in ("cuda", "triton") and "load_inline" in task["code"]
-
-
 def compile_any(task: dict) -> dict:
-    if task["language"] == "cuda":
+    """The build the task's candidate kind asks for (sftbuild.trial.kinds): CUDA harnesses, a load_inline
+    extension, or the Triton gate."""
+    kind = kinds.for_task(task)
+    if kind.build == "harness":
         return compile_cuda(task)
-    if _inline(task):
+    if kind.builds_extension(task):
         return compile_inline(task)
     res = triton_gate(task) if _jit_kernels(task["code"]) else {"ok": True, "resources": {}, "seconds": 0}
     return {**res, "sos": []}
@@ -402,7 +397,8 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
     if binding.get("kind") == "inductor" and (rec.entry or {}).get("extern"):
         # one kernel run inside its program: the library calls are the program's host code, not the record's
         runtime_checks = {**(runtime_checks or {}), "library_kernels": False}
-    return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
+    return {"id": rec.id, "language": rec.language, "kind": kinds.of(binding, rec.language).name, "code": rec.code,
+            "sos": res.get("sos", []),
             "binding": binding, "entry": rec.entry, "dtypes": task_dtypes(binding, cfg.dtypes),
             "program_dtypes": cfg.dtypes,
             "tree": (rec.provenance or {}).get("tree"), "path": (rec.provenance or {}).get("path"),
@@ -414,29 +410,26 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
             "sample_timeout": cfg.sample_timeout}
 
 
-RUNNERS = {"cuda": "sftbuild.trial.trials:run_record", "python": "sftbuild.trial.pyrun:run_python"}
-
-
 def run_on_gpu(task: dict) -> dict:
     """The GPU worker's task: trials, then compute-sanitizer on one small trial when chosen."""
     import importlib
     import time
 
     started = time.monotonic()
-    kind = "cuda" if task["language"] == "cuda" else "python"
-    mod, _, fn = RUNNERS[kind].partition(":")
+    runner = kinds.for_task(task).runner  # the trials of the task's candidate kind
+    mod, _, fn = runner.partition(":")
     out = getattr(importlib.import_module(mod), fn)(task)
     seconds = {"trials": round(time.monotonic() - started, 3)}
     env = _env()
     if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
         tools = memcheck.tools_for(task.get("code", ""), task.get("racecheck"))
-        mc = memcheck.run(task, RUNNERS[kind], tools, task.get("memcheck_timeout", 300.0))
+        mc = memcheck.run(task, runner, tools, task.get("memcheck_timeout", 300.0))
         out["memcheck"] = mc
         if mc.get("ok") is False:  # reason: the tool (memcheck, racecheck, synccheck), with its one-line message
             out.update(status="dropped", reason=mc.get("tool") or "memcheck",
                        detail=mc.get("finding") or mc.get("log") or mc.get("why", ""))
     elif out.get("reason") == "out_of_bounds":
-        name_fault(task, kind, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
+        name_fault(task, runner, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
     if "memcheck" in out:
         seconds["memcheck"] = round(time.monotonic() - started - seconds["trials"], 3)
     out["env"], out["seconds"] = env, seconds  # the sample's time in its worker, by phase
@@ -451,14 +444,14 @@ def _prefork(task: dict) -> None:
 
     from sftbuild.trial import pristine
 
-    importlib.import_module(RUNNERS["cuda" if task["language"] == "cuda" else "python"].partition(":")[0])
+    importlib.import_module(kinds.for_task(task).runner.partition(":")[0])
     pristine.warm()
 
 
 run_on_gpu.prefork = run_interpreted.prefork = _prefork
 
 
-def name_fault(task: dict, kind: str, out: dict, left: float) -> None:
+def name_fault(task: dict, runner: str, out: dict, left: float) -> None:
     """A record whose guards tripped: memcheck runs on it to name the fault, within what is `left` of the
     sample's time (less a margin for the reply); the reason stays out_of_bounds (a small trial may not
     reach the fault), the tool's own message joins the detail."""
@@ -466,7 +459,7 @@ def name_fault(task: dict, kind: str, out: dict, left: float) -> None:
     if budget < 10.0:
         out["memcheck"] = {"ok": None, "why": "no time left in the sample to run memcheck"}
         return
-    mc = memcheck.run(task, RUNNERS[kind], ("memcheck",), budget)
+    mc = memcheck.run(task, runner, ("memcheck",), budget)
     out["memcheck"] = mc
     if mc.get("log") and mc.get("finding"):  # the tool ran and reported: not a run that timed out
         out["detail"] = f"{out.get('detail', '')}; memcheck: {mc['finding']}"

@@ -353,13 +353,14 @@ def test_shared_memory_code_gets_racecheck_and_synccheck():
 
 def _on_gpu(monkeypatch, verdict, sanitizer, code="__shared__ float buf[256];", sampled="sample"):
     from sftbuild.trial import memcheck
+    from sftbuild.trial.kinds import KINDS
     from sftbuild.validate import pipeline
 
     ran = []
-    monkeypatch.setitem(pipeline.RUNNERS, "cuda", "tests.tasks:trial_verdict")
+    monkeypatch.setattr(KINDS.get("cuda_harness"), "runner", "tests.tasks:trial_verdict")
     monkeypatch.setattr(pipeline, "_env", lambda: {})
     monkeypatch.setattr(memcheck, "run", lambda task, runner, tools, timeout: ran.append(tools) or sanitizer)
-    out = pipeline.run_on_gpu({"id": "r", "language": "cuda", "code": code, "verdict": verdict,
+    out = pipeline.run_on_gpu({"id": "r", "language": "cuda", "kind": "cuda_harness", "code": code, "verdict": verdict,
                                "memcheck": sampled})
     return out, ran
 
