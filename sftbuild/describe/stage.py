@@ -23,7 +23,7 @@ from sftbuild.describe import features as F
 from sftbuild.describe import text as T
 from sftbuild.describe import writes as W
 from sftbuild.describe.describers import DESCRIBERS
-from sftbuild.harvest.kernelbench import declared_dtypes
+from sftbuild.ops.programs import declared_dtypes
 
 
 def run(ctx: Context) -> dict:

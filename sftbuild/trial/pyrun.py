@@ -49,8 +49,7 @@ from pathlib import Path
 
 import torch
 
-from sftbuild import ops
-from sftbuild.harvest import inductor_code
+from sftbuild import inductor_code, ops
 from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.trial import audit, checks, deadline, fences, guards, loop, parameters, pristine, refbook, sizes
@@ -849,10 +848,10 @@ PROGRAM_DTYPES = ("float32", "float16", "bfloat16")
 
 def program_dtypes(binding: dict, task: dict) -> tuple[list[str], list[str]]:
     """(dtypes a program runs at, dtypes to add where its reference supports them): those its binding
-    names, else those its get_inputs() makes (sftbuild.harvest.kernelbench.declared_dtypes), within
+    names, else those its get_inputs() makes (sftbuild.ops.programs.declared_dtypes), within
     the task's; with `validate.dtypes: all` (task `program_dtypes`), a KernelBench pair adds the other
     float dtypes (an Inductor kernel is compiled for its program's dtype alone)."""
-    from sftbuild.harvest.kernelbench import declared_dtypes
+    from sftbuild.ops.programs import declared_dtypes
 
     declared = list(binding.get("dtypes") or declared_dtypes(binding.get("reference") or ""))
     allowed = task.get("dtypes") or PROGRAM_DTYPES

@@ -385,7 +385,7 @@ def task_dtypes(binding: dict, mode: str = "declared") -> list[str]:
     if binding.get("dtypes"):
         return list(binding["dtypes"])
     if binding.get("kind") == "kernelbench" and binding.get("reference") and mode == "declared":
-        from sftbuild.harvest.kernelbench import declared_dtypes
+        from sftbuild.ops.programs import declared_dtypes
 
         return declared_dtypes(binding["reference"])
     return list(ALL_DTYPES)

@@ -9,7 +9,7 @@ import pytest
 
 from sftbuild.binding import Binding
 from sftbuild.harvest import inductor
-from sftbuild.harvest import inductor_code as IC
+from sftbuild import inductor_code as IC
 from sftbuild.harvest.inductor import Compiled, Program
 from sftbuild.harvest.kinds.torch_inductor import records
 from sftbuild.trial import guards

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sftbuild.harvest import inductor
-from sftbuild.harvest import inductor_code as IC
+from sftbuild import inductor_code as IC
 from sftbuild.harvest.inductor import Program
 from sftbuild.harvest.kinds.torch_inductor import records
 from sftbuild.validate import static

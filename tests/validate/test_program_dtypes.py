@@ -2,7 +2,7 @@
 dtype their reference runs at (all); the output contract holds at each."""
 from __future__ import annotations
 
-from sftbuild.harvest.kernelbench import declared_dtypes
+from sftbuild.ops.programs import declared_dtypes
 from sftbuild.validate import pipeline
 from sftbuild.trial import pyrun
 from tests.redteam.cases import REF_LINEAR, REF_RELU
