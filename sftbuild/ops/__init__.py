@@ -16,7 +16,7 @@ Map (what lives where): one module per op family (elementwise, reduction, norm, 
 composites, model_layers; opdb.py for op_db); pools.py, values.py, special.py: trial inputs;
 tolerance.py, rounding.py: tolerances; launch.py: launch contracts; ranking.py, registrations.py,
 package_refs.py: finding the op a kernel computes; cards.py, summary.py: what commands show;
-binders/: bind's strategies, one plug-in per file.
+programs.py: what a reference program's get_inputs() declares. Bind's strategies are sftbuild.bind.binders.
 What one may touch: a new op is one `add(Op(...))` in its family's module. tolerance.py and
 opdb_catalogues/ key validate's results, aten_bindings.yaml bind's: a change there redoes them.
 """
