@@ -18,11 +18,11 @@ import argparse
 import json
 import time
 
-from sftbuild.ops.binders import file_reference as FR
+from sftbuild.trial import file_reference as FR
 from sftbuild.store import Store
-from sftbuild.validate import compile as C
-from sftbuild.validate import harness as H
-from sftbuild.validate import trials as T
+from sftbuild.trial import compile as C
+from sftbuild.trial import harness as H
+from sftbuild.trial import trials as T
 
 SEEDS = 2  # validate.seeds' default
 

@@ -31,7 +31,7 @@ from sftbuild.dedupe import prevalidate
 from sftbuild.executor import LocalExecutor
 from sftbuild.record import Record
 from sftbuild.store import Store
-from sftbuild.validate import compile as C
+from sftbuild.trial import compile as C
 from sftbuild.validate import pipeline
 from sftbuild.validate import stage as validate
 

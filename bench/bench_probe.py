@@ -35,10 +35,10 @@ from sftbuild import config as config_mod  # noqa: E402
 from sftbuild.context import Context  # noqa: E402
 from sftbuild.executor import LocalExecutor, WorkerFailure  # noqa: E402
 from sftbuild.harvest import stage as harvest_stage  # noqa: E402
-from sftbuild.ops.binders.probed import Probed  # noqa: E402
+from sftbuild.bind.binders.probed import Probed  # noqa: E402
 from sftbuild.store import Store  # noqa: E402
 from sftbuild.validate import pipeline  # noqa: E402
-from sftbuild.validate.compile import find_nvcc  # noqa: E402
+from sftbuild.trial.compile import find_nvcc  # noqa: E402
 from sftbuild.sandbox import run_isolated  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None, budget
     if cpu:
         results = ((t, run_isolated(binder.task_fn, t, seconds + 60, env={"TRITON_INTERPRET": "1"})) for t in tasks)
     else:
-        from sftbuild.validate.probe import probe
+        from sftbuild.bind.probe import probe
 
         results = ctx.executor.map_gpu(probe, tasks, timeout=seconds + 60, desc="probe")
     done = set()

@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sftbuild.config import ValidateConfig  # noqa: E402
 from sftbuild.executor import LocalExecutor  # noqa: E402
 from sftbuild.record import Record  # noqa: E402
-from sftbuild.validate import compile as C  # noqa: E402
-from sftbuild.validate import extension, inline_sources  # noqa: E402
+from sftbuild.trial import compile as C  # noqa: E402
+from sftbuild.trial import extension, inline_sources  # noqa: E402
 from sftbuild.validate import pipeline  # noqa: E402
 from tests.redteam import cases as RT  # noqa: E402
 

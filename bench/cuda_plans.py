@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from sftbuild.harvest.cuda_extract import extract_kernels
-from sftbuild.ops.binders.extension import ExtensionFunction, takes_tensors
-from sftbuild.ops.binders.launched import HostLauncher
+from sftbuild.bind.binders.extension import ExtensionFunction, takes_tensors
+from sftbuild.bind.binders.launched import HostLauncher
 from sftbuild.record import Record
 
 SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")

@@ -47,10 +47,11 @@ POINTS = {
     "source": "sftbuild.harvest.kinds",
     "catalog": "sftbuild.harvest.catalog",
     "file_filter": "sftbuild.harvest.filters",
-    "binder": "sftbuild.ops.binders",
+    "binder": "sftbuild.bind.binders",
     "describer": "sftbuild.describe.describers",
     "static_check": "sftbuild.validate.static",
-    "runtime_check": "sftbuild.validate.checks",
+    "runtime_check": "sftbuild.trial.checks",
+    "candidate_kind": "sftbuild.trial.kinds",
     "filter": "sftbuild.dedupe.filters",
     "exporter": "sftbuild.output.exporters",
 }

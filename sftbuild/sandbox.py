@@ -143,7 +143,7 @@ class SandboxUnavailable(Exception):
 
 # ---- detection -----------------------------------------------------------------------------------
 
-RW_ENV = "SFTBUILD_RW"  # in a sandboxed process: the folders it may write (sftbuild.validate.audit reads it)
+RW_ENV = "SFTBUILD_RW"  # in a sandboxed process: the folders it may write (sftbuild.trial.audit reads it)
 WITHOUT_ENV = "SFTBUILD_SANDBOX_WITHOUT"  # layers to treat as missing (bwrap,landlock,mounts): tests of the fallbacks
 PROBE = [sys.executable, "-I", "-S", "-c", "pass"]  # a command every confinement must still let run
 

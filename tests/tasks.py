@@ -93,7 +93,7 @@ def trial_verdict(task):
 
 def hold_timing_lock(x):
     """Hold the GPU timing lock for a moment; when it was held."""
-    from sftbuild.validate import timing
+    from sftbuild.trial import timing
 
     with timing.gpu_alone():
         start = time.monotonic()

@@ -2,7 +2,7 @@
 
 Between harvest and describe. Records whose source declared a binding, or that harvest bound
 exactly (Inductor, KernelBench), keep it. Every other record goes through the configured
-binders (`sftbuild.ops.binders`, `bind.binders`) in order; the first binding found is stored
+binders (`sftbuild.bind.binders`, `bind.binders`) in order; the first binding found is stored
 (`store.put_binding`, a `sftbuild.binding.Binding`), and when every binder declines the record
 is stored `unbound` with the reason. Either way the record moves on (status ok): validate still
 compiles an unbound kernel and drops it as `unbound`.
@@ -27,7 +27,7 @@ from sftbuild import sandbox
 from sftbuild.binding import Binding
 from sftbuild.context import Context, StageRun
 from sftbuild.executor import WorkerFailure
-from sftbuild.ops import binders as B
+from sftbuild.bind import binders as B
 
 
 def run(ctx: Context) -> dict:

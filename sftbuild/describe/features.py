@@ -11,7 +11,7 @@ import ast
 import re
 
 from sftbuild.describe.describers import DESCRIBERS, Describer, Source
-from sftbuild.harvest.kernelbench import declared_dtypes
+from sftbuild.ops.programs import declared_dtypes
 from sftbuild.parsing import cuda_parser
 
 

@@ -23,7 +23,7 @@ from sftbuild.describe import features as F
 from sftbuild.describe import text as T
 from sftbuild.describe import writes as W
 from sftbuild.describe.describers import DESCRIBERS
-from sftbuild.harvest.kernelbench import declared_dtypes
+from sftbuild.ops.programs import declared_dtypes
 
 
 def run(ctx: Context) -> dict:
@@ -142,7 +142,7 @@ def _compared(ref: dict) -> list[str]:
 
 def _with_contract(outputs: list, contract: list | None, lang: str = "en") -> list:
     """The outputs as the op states them, each followed by the probed entry's own dtype or memory
-    layout where its binding records one (sftbuild.validate.probe.output_contract): validation holds a
+    layout where its binding records one (sftbuild.bind.probe.output_contract): validation holds a
     solution to that, so the task says it, in `lang` ("en" or "zh")."""
     out = list(outputs)
     for j, rule in enumerate(contract or []):

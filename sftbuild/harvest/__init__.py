@@ -6,7 +6,8 @@ Map (what lives where):
   sources.py and specs.py: how a spec string names a source; registry.yaml: the named sources.
 - filters/: file filters, one plug-in per file; catalog/: the Inductor source's program catalogs.
 - cuda_extract.py (tree-sitter CUDA), triton_extract.py (`ast`), kernelbench.py, inductor.py,
-  inductor_code.py, main_reader.py: extraction; license.py: the SPDX id of each file.
+  main_reader.py: extraction (Inductor's output code is read by sftbuild.inductor_code, which the
+  trials share); license.py: the SPDX id of each file.
 What one may touch: a new source kind, file filter or catalog is one file in its folder. Extraction
 never runs harvested code; what it reads of C text it shares through sftbuild.parsing.
 """

@@ -8,7 +8,7 @@ that records each Dynamo graph's placeholder sources (the expressions that rebui
 code with `torch._inductor.utils.run_and_get_code`; matmuls and convolutions are
 Triton templates where Inductor can make them so. `compile_isolated` runs the
 compiles in sandbox processes, never in the caller's. What the output code becomes
-(a program pair and per-kernel records) is sftbuild.harvest.inductor_code's and
+(a program pair and per-kernel records) is sftbuild.inductor_code's and
 the kind's business. Inductor writes Triton only for GPU devices (C++ with the same
 `call(args)` for the CPU), so the source needs CUDA.
 """
@@ -212,7 +212,7 @@ def prepare(name: str, src: str, device: str = "cuda") -> Compiled:
     """Compile a program with its literal input sizes hoisted into constants, then find which size
     constants its output code takes as arguments: those at which the standalone solution still
     matches the program (`sizes`). Runs the generated code: call it in a sandbox process."""
-    from sftbuild.harvest import inductor_code as IC
+    from sftbuild import inductor_code as IC
 
     reference = IC.hoist_sizes(src)
     comp = compile_program(name, reference, device)
@@ -266,7 +266,7 @@ def dynamic_sizes(program: str, comp: Compiled, device: str) -> list[str]:
     import sys
     import tempfile
 
-    from sftbuild.harvest import inductor_code as IC
+    from sftbuild import inductor_code as IC
 
     if len(comp.graphs) != 1 or comp.returns is None or None in comp.graphs[0]:
         return []

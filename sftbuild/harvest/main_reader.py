@@ -187,7 +187,7 @@ def acceptance_text(main: str, arrays: list[str]) -> str:
     `validate_result(d_x, x, "x", n, tol)`): its calls of a `validate_*` function on them, the
     lines that set a name such a call passes (`float tol = sizeof(floatX) == 4 ? 1e-3f : 1e-1f;`),
     and main()'s preprocessor directives, so the branches the file's own defines select can be
-    resolved where the headers are known (sftbuild.ops.binders.acceptance). "" when main()
+    resolved where the headers are known (sftbuild.trial.acceptance). "" when main()
     validates none of them."""
     calls = []
     for m in VALIDATE_CALL.finditer(main):

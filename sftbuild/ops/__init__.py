@@ -16,7 +16,7 @@ Map (what lives where): one module per op family (elementwise, reduction, norm, 
 composites, model_layers; opdb.py for op_db); pools.py, values.py, special.py: trial inputs;
 tolerance.py, rounding.py: tolerances; launch.py: launch contracts; ranking.py, registrations.py,
 package_refs.py: finding the op a kernel computes; cards.py, summary.py: what commands show;
-binders/: bind's strategies, one plug-in per file.
+programs.py: what a reference program's get_inputs() declares. Bind's strategies are sftbuild.bind.binders.
 What one may touch: a new op is one `add(Op(...))` in its family's module. tolerance.py and
 opdb_catalogues/ key validate's results, aten_bindings.yaml bind's: a change there redoes them.
 """
@@ -71,11 +71,11 @@ class Op:
     outputs: int = 1  # how many output tensors the reference returns
     mutates: tuple[int, ...] = ()  # input positions updated in place (optimiser steps)
     # inputs a backward treats as constants (a loss's target, a distillation teacher): gradient checks
-    # (sftbuild.validate.pyrun.with_grads) take no gradient for them
+    # (sftbuild.trial.pyrun.with_grads) take no gradient for them
     grad_constants: tuple[int, ...] = ()
     # shape constraints every check of the op gets under its harness's and binding's (`fits` above),
     # for sizes where the op's trial is ill-posed: {"max_dims": {axis: size}} (the axis neither drawn past
-    # that size nor grown, sftbuild.validate.sizes)
+    # that size nor grown, sftbuild.trial.sizes)
     constraints: dict[str, Any] = dataclasses.field(default_factory=dict)
     # the value classes its domain allows beside its own draw (sftbuild.ops.values); None: values.GENERIC
     values: tuple[str, ...] | None = None

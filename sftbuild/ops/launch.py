@@ -6,7 +6,7 @@ in `Op.launch`, and registering an op whose launch names no contract fails, so n
 back to one silently. Most ops use the generic `tensors`: the ATen harnesses read it through
 their `Shapes` helper. The flat contracts serve kernels whose C signatures take raw sizes
 (`generic_launch` maps a kernel's parameters onto their roles). A harness template may fix
-the contract it reads whatever the op says (its `contract:` header, see validate/harness.py).
+the contract it reads whatever the op says (its `contract:` header, see trial/harness.py).
 """
 from __future__ import annotations
 

@@ -520,7 +520,7 @@ def _call(leaves, spec) -> tuple:
 def _pick(samples: list, idx: int | None, want: tuple, kept: tuple | None = None):
     """The catalogued sample (its index in the draw) where it has the shape, else the first of that shape.
     With `kept` (the call of the variant's first draw, whose non-tensor arguments every later draw of
-    the variant keeps: sftbuild.validate.pyrun.OpProblem.inputs), only a sample whose call has the same
+    the variant keeps: sftbuild.trial.pyrun.OpProblem.inputs), only a sample whose call has the same
     structure and tensor slots fits."""
     def fits(s) -> bool:
         if _prim_shape(s) != want:

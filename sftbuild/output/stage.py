@@ -43,7 +43,7 @@ from sftbuild.context import Context, StageRun, UserError, Waiting, stale
 from sftbuild.output import summary
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter
 from sftbuild.output.rows import LocalPaths, Sample, bound, where
-from sftbuild.review.stage import gate
+from sftbuild.review_gate import gate
 
 MANIFEST = "export.json"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from sftbuild.output.rows import Sample, validation
-from sftbuild.review.sample import upper_bound
+from sftbuild.review_gate import upper_bound
 from sftbuild.store import Store
 
 

@@ -22,6 +22,8 @@ import math
 from collections import defaultdict
 from typing import Iterable
 
+from sftbuild.review_gate import _binom_cdf, upper_bound  # noqa: F401  (the bound is export's too)
+
 REST = "*"
 
 
@@ -103,27 +105,6 @@ def draw(keys: dict[str, tuple], fraction: float, defect_rate: float, confidence
 
 
 # ---- what verdicts prove -------------------------------------------------
-
-def upper_bound(rejects: int, decided: int, confidence: float) -> float:
-    """Exact one-sided Clopper-Pearson upper bound on the defect rate: scipy's beta.ppf(confidence,
-    rejects + 1, decided - rejects) to 1e-11 (relative), without importing scipy (seconds a start)."""
-    if decided == 0 or rejects >= decided:
-        return 1.0
-    lo, hi = rejects / decided, 1.0  # binomial cdf(k; m, p) falls in p: bisect cdf = 1 - confidence
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _binom_cdf(rejects, decided, mid) > 1 - confidence else (lo, mid)
-    return hi
-
-
-def _binom_cdf(k: int, n: int, p: float) -> float:
-    if p <= 0:
-        return 1.0
-    if p >= 1:
-        return 0.0 if k < n else 1.0
-    return sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-                        + i * math.log(p) + (n - i) * math.log1p(-p)) for i in range(k + 1))
-
 
 def statement(size: int, population: int, rejects: int, decided: int, defect_rate: float,
               confidence: float) -> str:

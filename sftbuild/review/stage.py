@@ -15,6 +15,7 @@ import json
 
 from sftbuild.context import Context, StageRun, UserError
 from sftbuild.review import evidence, sample
+from sftbuild.review_gate import gate
 from sftbuild.store import StoreError
 
 VERDICTS = ("accept", "reject")
@@ -93,22 +94,6 @@ def verdict(ctx: Context, prefix: str, verdict: str, reason: str, reviewer: str,
     row = next((r for r in ctx.store.review_rows() if r["record_id"] == rec.id), None)
     ctx.store.put_result(rec.id, "review", ctx.store.stage_config("review"), *_result(row))
     return rec.id
-
-
-def gate(ctx: Context) -> str | None:
-    """Why export must wait, or None when the review sample passed."""
-    if ctx.store.stage_config("review") is None:
-        return "the review stage has not run (sftbuild review sample)"
-    rows = ctx.store.review_rows()
-    pending = [r for r in rows if r["verdict"] is None]
-    if pending:
-        return (f"{len(pending)} of {len(rows)} sampled records have no verdict "
-                f"(see `sftbuild review list --pending`)")
-    rejected = [r for r in rows if r["verdict"] == "reject"]
-    if rows and len(rejected) / len(rows) > ctx.config.review.max_reject_rate:
-        return (f"the review sample failed: {len(rejected)} of {len(rows)} rejected, over the allowed "
-                f"{ctx.config.review.max_reject_rate:.0%}; fix the cause and rerun the stages")
-    return None
 
 
 def listing(ctx: Context, retired: bool = False) -> list[dict]:

@@ -14,10 +14,11 @@ import re
 
 from sftbuild import sandbox
 from sftbuild.executor import WorkerFailure
-from sftbuild.validate import compile as C
-from sftbuild.validate import logs, memcheck, static
+from sftbuild.trial import compile as C
+from sftbuild.trial import kinds, logs, memcheck
+from sftbuild.validate import static
 
-# sftbuild.validate.harness (and torch, through the op registry) is imported where a harness is rendered,
+# sftbuild.trial.harness (and torch, through the op registry) is imported where a harness is rendered,
 # in the stage's own process: the CPU pool's processes, which import this module for compile_any, build
 # what they are given without torch (two seconds of CPU for each process a pool starts)
 
@@ -33,7 +34,7 @@ def validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
 
 def scrub_payload(payload, roots, depth: int = 0):
     """Every string under the keys that carry tool or candidate output scrubbed, and every other one
-    without host secrets (sftbuild.validate.logs)."""
+    without host secrets (sftbuild.trial.logs)."""
     if not isinstance(payload, dict) or depth > 4:
         return payload
     out = {}
@@ -58,7 +59,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     gpus = executor.gpu_count
     budget = {"max_block_size": cfg.max_block_size, "shared_memory_budget": cfg.shared_memory_budget}
     if cfg.runtime_checks:  # a misspelt check name fails here, not as every record's verdict in a worker
-        from sftbuild.validate import checks
+        from sftbuild.trial import checks
 
         checks.selected(cfg.runtime_checks)
     todo = []
@@ -78,11 +79,15 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
                 "not probed yet")
             yield rec, "dropped", "unbound", {"detail": why if isinstance(why, str) else str(why)}
             continue
+        if kinds.of(rec.binding, rec.language) is None:
+            yield rec, "dropped", "unbound", {"detail": f"no candidate kind runs a {rec.language} record bound as "
+                                                        f"{rec.binding.get('kind')!r}"}
+            continue
         todo.append(rec)
     by_id = {r.id: r for r in todo}
     # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
     tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
-    if any(_inline(t) for t in tasks):
+    if any(kinds.for_task(t).builds_extension(t) for t in tasks):
         _prepare_extensions(cache_dir)
     ready = []
     for task, res in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
@@ -98,7 +103,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
     # a program's own kernels after every program pair: workers running side by side would otherwise
     # compile the same kernels at once, where later ones find them in the shared Triton cache
-    items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
+    items.sort(key=lambda t: t["kind"] == "inductor_program")
     _prepare_ops(items)
     if gpus:
         results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness", unit="records",
@@ -137,7 +142,7 @@ def _prepare_ops(items) -> None:
 
 def _prepare_extensions(cache_dir: str) -> None:
     """The precompiled torch header, once, before the pool starts builds that would all wait on it."""
-    from sftbuild.validate import extension
+    from sftbuild.trial import extension
 
     try:
         extension.prepare(os.path.join(cache_dir, "ext"))
@@ -150,9 +155,7 @@ def _without_gpu(items, cfg, executor):
     a GPU (None). Yields (task, result); a task keeps its item's id."""
     tasks = []
     for item in items:
-        if item["language"] == "cuda" or not cfg.cpu_interpret or \
-                "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item) or \
-                item["dtypes"] == ["bfloat16"]:
+        if not cfg.cpu_interpret or not kinds.for_task(item).interpretable(item) or item["dtypes"] == ["bfloat16"]:
             yield item, None
             continue
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
@@ -164,20 +167,14 @@ def _without_gpu(items, cfg, executor):
 
 
 def run_interpreted(task: dict) -> dict:
-    """The interpreter's task: the trials (sftbuild.validate.pyrun). What escapes them (a candidate's
+    """The interpreter's task: the trials (sftbuild.trial.pyrun). What escapes them (a candidate's
     SystemExit) ends the sample as a one-shot sandbox ends it, and a kept process with it."""
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     try:
         return pyrun.run_python(task)
     except BaseException as e:
         return {"status": "dropped", "reason": "error", "detail": repr(e)[:2000], "recycle": True}
-
-
-def _inductor(item) -> bool:
-    """Inductor output code (a program pair, or a kernel run inside its program) launches through
-    Inductor's CUDA launcher: the interpreter cannot run it, so it waits for a GPU."""
-    return (item.get("binding") or {}).get("kind") == "inductor" or "async_compile.triton(" in item["code"]
 
 
 def finish(out, cfg, comp) -> tuple:
@@ -197,18 +194,19 @@ def finish(out, cfg, comp) -> tuple:
 
 
 def compile_task(rec, cfg, nvcc, cache) -> dict:
-    from sftbuild.validate import harness as H
+    from sftbuild.trial import harness as H
 
     harnesses = []
     if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
         harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]
-    task = {"id": rec.id, "name": rec.name, "language": rec.language, "code": rec.code, "harnesses": harnesses,
+    task = {"id": rec.id, "name": rec.name, "language": rec.language, "kind": kinds.of(rec.binding, rec.language).name,
+            "code": rec.code, "harnesses": harnesses,
             "launcher": (rec.binding or {}).get("launcher") or "",
             "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
             "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
             "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
     if (rec.binding or {}).get("harness") == "extension_function":  # torch/extension.h's parse nears 30 s
-        from sftbuild.validate.extension import lean_tree
+        from sftbuild.trial.extension import lean_tree
 
         lean = lean_tree(rec.code, task["headers"], task["include_dirs"])
         if lean:
@@ -216,15 +214,13 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
     return task
 
 
-def _inline(task: dict) -> bool:
-    """A Python sample that builds a CUDA extension with load_inline (KernelBench style)."""
-    return task["language"] not in ("cuda", "triton") and "load_inline" in task["code"]
-
-
 def compile_any(task: dict) -> dict:
-    if task["language"] == "cuda":
+    """The build the task's candidate kind asks for (sftbuild.trial.kinds): CUDA harnesses, a load_inline
+    extension, or the Triton gate."""
+    kind = kinds.for_task(task)
+    if kind.build == "harness":
         return compile_cuda(task)
-    if _inline(task):
+    if kind.builds_extension(task):
         return compile_inline(task)
     res = triton_gate(task) if _jit_kernels(task["code"]) else {"ok": True, "resources": {}, "seconds": 0}
     return {**res, "sos": []}
@@ -249,7 +245,7 @@ def _jit_kernels(code: str) -> bool:
 def triton_gate(task: dict) -> dict:
     """The Triton compile gate in a sandboxed process of its own, forked from a kept one with Triton's
     compiler loaded (sandbox.run_forked): compiling a kernel runs its definition. Its result
-    is cached by content, as nvcc's is (sftbuild.validate.compile.cached_gate): a module that several
+    is cached by content, as nvcc's is (sftbuild.trial.compile.cached_gate): a module that several
     records or reruns share is compiled once per cache; a gate that timed out or failed is not kept."""
     return C.cached_gate(task, _triton_gate)
 
@@ -258,7 +254,7 @@ def _triton_gate(task: dict) -> dict:
     from sftbuild.sandbox import run_forked
 
     timeout = max(task["timeout"] * 2, 60)
-    res = run_forked("sftbuild.validate.compile:triton_gate", task, timeout)
+    res = run_forked("sftbuild.trial.compile:triton_gate", task, timeout)
     if isinstance(res, WorkerFailure):
         reason = "compile_timeout" if res.kind == "timeout" else "compile_error"
         return {"ok": False, "reason": reason, "log": f"Triton compile gate: {res.kind}: {res.detail}"[:4000],
@@ -272,7 +268,7 @@ def _triton_gate(task: dict) -> dict:
 def compile_inline(task: dict) -> dict:
     """Build a KernelBench solution's load_inline extension ahead of the GPU run, when its sources
     are string constants; otherwise the GPU worker builds it through the same cache."""
-    from sftbuild.validate import extension, inline_sources
+    from sftbuild.trial import extension, inline_sources
 
     found = inline_sources.extract(task["code"])
     if found is None:
@@ -389,7 +385,7 @@ def task_dtypes(binding: dict, mode: str = "declared") -> list[str]:
     if binding.get("dtypes"):
         return list(binding["dtypes"])
     if binding.get("kind") == "kernelbench" and binding.get("reference") and mode == "declared":
-        from sftbuild.harvest.kernelbench import declared_dtypes
+        from sftbuild.ops.programs import declared_dtypes
 
         return declared_dtypes(binding["reference"])
     return list(ALL_DTYPES)
@@ -401,7 +397,8 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
     if binding.get("kind") == "inductor" and (rec.entry or {}).get("extern"):
         # one kernel run inside its program: the library calls are the program's host code, not the record's
         runtime_checks = {**(runtime_checks or {}), "library_kernels": False}
-    return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
+    return {"id": rec.id, "language": rec.language, "kind": kinds.of(binding, rec.language).name, "code": rec.code,
+            "sos": res.get("sos", []),
             "binding": binding, "entry": rec.entry, "dtypes": task_dtypes(binding, cfg.dtypes),
             "program_dtypes": cfg.dtypes,
             "tree": (rec.provenance or {}).get("tree"), "path": (rec.provenance or {}).get("path"),
@@ -413,29 +410,26 @@ def gpu_task(rec, res, cfg, cache_dir) -> dict:
             "sample_timeout": cfg.sample_timeout}
 
 
-RUNNERS = {"cuda": "sftbuild.validate.trials:run_record", "python": "sftbuild.validate.pyrun:run_python"}
-
-
 def run_on_gpu(task: dict) -> dict:
     """The GPU worker's task: trials, then compute-sanitizer on one small trial when chosen."""
     import importlib
     import time
 
     started = time.monotonic()
-    kind = "cuda" if task["language"] == "cuda" else "python"
-    mod, _, fn = RUNNERS[kind].partition(":")
+    runner = kinds.for_task(task).runner  # the trials of the task's candidate kind
+    mod, _, fn = runner.partition(":")
     out = getattr(importlib.import_module(mod), fn)(task)
     seconds = {"trials": round(time.monotonic() - started, 3)}
     env = _env()
     if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
         tools = memcheck.tools_for(task.get("code", ""), task.get("racecheck"))
-        mc = memcheck.run(task, RUNNERS[kind], tools, task.get("memcheck_timeout", 300.0))
+        mc = memcheck.run(task, runner, tools, task.get("memcheck_timeout", 300.0))
         out["memcheck"] = mc
         if mc.get("ok") is False:  # reason: the tool (memcheck, racecheck, synccheck), with its one-line message
             out.update(status="dropped", reason=mc.get("tool") or "memcheck",
                        detail=mc.get("finding") or mc.get("log") or mc.get("why", ""))
     elif out.get("reason") == "out_of_bounds":
-        name_fault(task, kind, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
+        name_fault(task, runner, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
     if "memcheck" in out:
         seconds["memcheck"] = round(time.monotonic() - started - seconds["trials"], 3)
     out["env"], out["seconds"] = env, seconds  # the sample's time in its worker, by phase
@@ -448,16 +442,16 @@ def _prefork(task: dict) -> None:
     (a forked process cannot use its parent's)."""
     import importlib
 
-    from sftbuild.validate import pristine
+    from sftbuild.trial import pristine
 
-    importlib.import_module(RUNNERS["cuda" if task["language"] == "cuda" else "python"].partition(":")[0])
+    importlib.import_module(kinds.for_task(task).runner.partition(":")[0])
     pristine.warm()
 
 
 run_on_gpu.prefork = run_interpreted.prefork = _prefork
 
 
-def name_fault(task: dict, kind: str, out: dict, left: float) -> None:
+def name_fault(task: dict, runner: str, out: dict, left: float) -> None:
     """A record whose guards tripped: memcheck runs on it to name the fault, within what is `left` of the
     sample's time (less a margin for the reply); the reason stays out_of_bounds (a small trial may not
     reach the fault), the tool's own message joins the detail."""
@@ -465,7 +459,7 @@ def name_fault(task: dict, kind: str, out: dict, left: float) -> None:
     if budget < 10.0:
         out["memcheck"] = {"ok": None, "why": "no time left in the sample to run memcheck"}
         return
-    mc = memcheck.run(task, RUNNERS[kind], ("memcheck",), budget)
+    mc = memcheck.run(task, runner, ("memcheck",), budget)
     out["memcheck"] = mc
     if mc.get("log") and mc.get("finding"):  # the tool ran and reported: not a run that timed out
         out["detail"] = f"{out.get('detail', '')}; memcheck: {mc['finding']}"

@@ -17,7 +17,7 @@ SFTBUILD_REWARD_URL=http://127.0.0.1:PORT in the trainers' environment sends eve
 call there (sftbuild/validate/reward_service.py).
 
 Candidates compile and run only in the sandbox (sftbuild.sandbox); logs and details in the
-result are scrubbed of host files and capped (sftbuild.validate.logs).
+result are scrubbed of host files and capped (sftbuild.trial.logs).
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ import os
 
 from sftbuild.binding import key_of
 from sftbuild.context import Context, StageRun, UserError, environment
-from sftbuild.validate import compile as C
+from sftbuild.trial import compile as C
 from sftbuild.validate import pipeline
 from sftbuild.validate.clusters import Rounds
 

@@ -74,7 +74,7 @@ def records(code: str) -> dict[str, Record]:
 
 
 def test_a_backward_kernels_record_keeps_the_function_that_launches_it():
-    from sftbuild.ops.binders.probed import shortlist
+    from sftbuild.bind.binders.probed import shortlist
 
     recs = records(SQUARE)
     bwd, fwd = recs["_square_bwd_kernel"], recs["_square_fwd_kernel"]
@@ -141,7 +141,7 @@ def test_a_losss_target_is_a_constant_of_its_backward_check():
     import torch
 
     from sftbuild import ops
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     op = ops.get("kl_div")
     assert op.grad_constants == (1,) and ops.get("jsd").grad_constants == (1,)

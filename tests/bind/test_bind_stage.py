@@ -15,7 +15,7 @@ from sftbuild import config as C
 from sftbuild import stages
 from sftbuild.binding import Binding, key_of
 from sftbuild.cli import main
-from sftbuild.ops import binders as B
+from sftbuild.bind import binders as B
 from sftbuild.record import Record
 from sftbuild.store import Store
 from tests.redteam.cases import TRITON_RELU

@@ -4,8 +4,8 @@ import pytest
 
 from sftbuild import plugins
 from sftbuild.binding import Binding
-from sftbuild.ops import binders as B
-from sftbuild.ops.binders import manifest
+from sftbuild.bind import binders as B
+from sftbuild.bind.binders import manifest
 from sftbuild.plugins import PluginError
 from sftbuild.record import Record
 

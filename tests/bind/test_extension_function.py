@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from sftbuild.harvest.cuda_extract import exposed_by, extract_kernels
-from sftbuild.ops.binders import extension as ext
-from sftbuild.ops.binders.extension import ExtensionFunction
+from sftbuild.bind.binders import extension as ext
+from sftbuild.bind.binders.extension import ExtensionFunction
 from sftbuild.record import Record
 
 RMS_FILE = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_rms_norm.cu"
@@ -94,7 +94,7 @@ def test_plan_shortlists_by_name_and_flow_and_dtypes_by_dispatch(rms):
 
 def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(rms):
     from sftbuild.ops import get
-    from sftbuild.validate import harness as H
+    from sftbuild.trial import harness as H
 
     rec = record_of(RMS.encode(), "rms.cu")
     found = ext.roles(rec.entry["launcher"], rec)
@@ -118,7 +118,7 @@ def test_calls_put_tensors_by_name_scalars_from_params_and_render_the_harness(rm
 
 
 def test_the_probe_binds_a_matching_function_and_names_why_a_broken_one_is_not(rms):
-    from sftbuild.validate.extension_probe import run_probe
+    from sftbuild.bind.extension_probe import run_probe
 
     def norm(x, w, eps, weighted=True):
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps).to(x.dtype) * (w if weighted else 1)

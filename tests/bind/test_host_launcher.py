@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sftbuild.harvest.cuda_extract import extract_kernels
-from sftbuild.ops.binders import BINDERS
-from sftbuild.ops.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
+from sftbuild.bind.binders import BINDERS
+from sftbuild.bind.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
                                            size_value, unprobeable, written)
 from sftbuild.record import Record
 from tests.conftest import HAS_NVCC
@@ -103,8 +103,8 @@ def test_the_binder_plans_one_probe_per_record_and_says_why_not_elsewhere(record
 @pytest.mark.nvcc
 @pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc")
 def test_the_validate_harness_of_a_probed_launcher_compiles(records, compile_cache):
-    from sftbuild.validate import harness
-    from sftbuild.validate.compile import compile_task
+    from sftbuild.trial import harness
+    from sftbuild.trial.compile import compile_task
 
     rec = records["layernorm_forward"]
     found = roles(rec.entry["launcher"]["params"], written(rec))
@@ -197,7 +197,7 @@ def _emulated_layernorm(broken: bool = False, vector: int = 1):
 def test_the_probe_finds_layer_norm_through_the_launcher_and_rejects_its_broken_twin(records, broken):
     import time
 
-    from sftbuild.validate import launcher_probe
+    from sftbuild.bind import launcher_probe
 
     task = HostLauncher().plan(records["layernorm_forward"])
     task["device"] = "cpu"
@@ -228,10 +228,10 @@ def test_sizes_are_read_only_from_dimensions_the_ops_tensors_have(records):
 def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_process(records, compile_cache):
     import ctypes
 
-    from sftbuild.ops.binders.launched import DIVIDED_BY_ZERO, REFUSED
-    from sftbuild.validate.compile import compile_task
+    from sftbuild.bind.binders.launched import DIVIDED_BY_ZERO, REFUSED
+    from sftbuild.trial.compile import compile_task
 
-    from sftbuild.validate.trials import load_file_harness
+    from sftbuild.trial.trials import load_file_harness
 
     # as llm.c's gelu_forward asserts `N % (block_size * x128::size) == 0`; the assert fails before any
     # CUDA call, so the entry answers without a GPU. A helper it never calls names a library function
@@ -268,7 +268,7 @@ def test_a_launcher_that_leaves_a_rows_tail_unwritten_binds_at_aligned_shapes_ke
     import time
 
     from sftbuild import ops
-    from sftbuild.validate import launcher_probe
+    from sftbuild.bind import launcher_probe
 
     task = {**HostLauncher().plan(records["layernorm_forward"]), "device": "cpu"}
     found, why = launcher_probe._try_op({"float32": _emulated_layernorm(vector=4)}, ops.get("layer_norm"), task,

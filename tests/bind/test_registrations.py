@@ -11,7 +11,7 @@ from sftbuild import ops
 from sftbuild.harvest.stage import _entry
 from sftbuild.harvest.triton_extract import extract_kernels
 from sftbuild.ops import registrations as R
-from sftbuild.ops.binders.probed import Probed, shortlist
+from sftbuild.bind.binders.probed import Probed, shortlist
 from sftbuild.record import Record
 
 TABLE = '''
@@ -112,8 +112,8 @@ def test_probe_binds_the_registered_op(tmp_path):
 def test_an_opdb_op_is_first_tried_with_its_samples_own_arguments():
     import torch
 
-    from sftbuild.validate import pyrun
-    from sftbuild.validate.probe import arg_mappings
+    from sftbuild.trial import pyrun
+    from sftbuild.bind.probe import arg_mappings
 
     op = ops.get("opdb.clamp")
     entry = {"params": [{"name": "inp", "has_default": False, "default": None, "annotation": None, "kind": "pos"},
@@ -133,7 +133,7 @@ def test_an_elementwise_opdb_op_is_offered_at_more_shapes_with_values_from_its_s
 
     import torch
 
-    from sftbuild.validate.probe import MAX_PROBE_NUMEL, probe_shapes
+    from sftbuild.bind.probe import MAX_PROBE_NUMEL, probe_shapes
 
     op = ops.get("opdb.acos")  # its op_db samples come in one shape; values must stay in [-1, 1]
     shapes = probe_shapes(op, 3, MAX_PROBE_NUMEL)

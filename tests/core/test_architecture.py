@@ -30,7 +30,7 @@ def test_stage_commands_start_without_torch():
     records are all done, validate's compile gates) never loads it; the registry and the references
     import it where a record needs them. `sftbuild list` loads every plug-in without torch or datasets
     (10 s before)."""
-    mods = ["sftbuild.cli", "sftbuild.ops", "sftbuild.ops.binders", "sftbuild.validate.pipeline",
+    mods = ["sftbuild.cli", "sftbuild.ops", "sftbuild.bind.binders", "sftbuild.validate.pipeline",
             *(s.module for s in stages.STAGES), *(s.first for s in stages.STAGES if s.first)]
     code = (f"import sys\nfor m in {mods!r}: __import__(m)\n"
             "from sftbuild import plugins\nplugins.describe(None)\n"

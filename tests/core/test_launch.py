@@ -6,8 +6,8 @@ import yaml
 
 from sftbuild import ops
 from sftbuild.ops import Op, launch
-from sftbuild.ops.binders import manifest
-from sftbuild.validate import harness as H
+from sftbuild.bind.binders import manifest
+from sftbuild.trial import harness as H
 
 ALL = ops.all_ops()
 REGISTRY = Path(H.__file__).parents[1] / "harvest" / "registry.yaml"

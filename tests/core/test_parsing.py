@@ -7,7 +7,7 @@ from sftbuild import parsing
 from sftbuild.dedupe.filters import FILTERS
 from sftbuild.dedupe.near import Doc
 from sftbuild.describe import writes
-from sftbuild.ops.binders import BINDERS
+from sftbuild.bind.binders import BINDERS
 from sftbuild.record import Record
 from sftbuild.validate.static import scan
 

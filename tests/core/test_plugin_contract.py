@@ -28,6 +28,7 @@ HOOKS = {  # kind -> the base-class hooks of which each plug-in overrides at lea
     "runtime_check": ("after_call", "after_profile", "after_trial"),
     "filter": ("filter",),
     "exporter": ("tables", "files", "write"),
+    "candidate_kind": ("takes",),
 }
 CUDA = "__global__ void add_kernel(float* y, const float* x, int n) {\n" \
        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] += x[i];\n}\n"
@@ -66,7 +67,7 @@ def _static_check(c) -> None:  # plain kernels raise nothing
 
 
 def _runtime_check(c) -> None:  # a field the loop could not fill is empty, and then every check passes
-    from sftbuild.validate.checks import Call, Outcome, Profile
+    from sftbuild.trial.checks import Call, Outcome, Profile
 
     assert c.after_call(Call(inputs=[], outputs=[])) is None
     assert c.after_profile(Profile(kernels=[])) is None
@@ -100,6 +101,13 @@ def _exporter(e) -> None:  # an export of no records from an empty workspace wri
         assert all(not rows for t in e.tables(batch).values() for rows in t.splits.values())
         assert isinstance(e.files(batch), dict)
         store.close()
+
+
+def _candidate_kind(k) -> None:  # it names its worker's task function and a build, and takes no unbound record
+    from sftbuild.trial import kinds
+
+    assert re.fullmatch(r"[\w.]+:\w+", k.runner) and k.build in ("harness", "module") and k.languages, k.name
+    assert kinds.of(None, k.languages[0]) is None
 
 
 def _binder(b) -> None:  # a running binder names the task its worker runs
@@ -154,8 +162,8 @@ EXAMPLES = {
             def check_path(self, rel, size):
                 return "editor backup" if rel.endswith("~") else None
     '''),
-    "binder": ("ops/binders", '''
-        from sftbuild.ops.binders import BINDERS, Binder
+    "binder": ("bind/binders", '''
+        from sftbuild.bind.binders import BINDERS, Binder
 
         @BINDERS.register
         class Never(Binder):
@@ -194,8 +202,8 @@ EXAMPLES = {
                 if "__trap(" in src.cuda:
                     yield self.found("cheat", "calls __trap()")
     '''),
-    "runtime_check": ("validate/checks", '''
-        from sftbuild.validate.checks import RUNTIME_CHECKS, RuntimeCheck
+    "runtime_check": ("trial/checks", '''
+        from sftbuild.trial.checks import RUNTIME_CHECKS, RuntimeCheck
 
         @RUNTIME_CHECKS.register
         class SomeOutput(RuntimeCheck):
@@ -206,6 +214,21 @@ EXAMPLES = {
             def after_call(self, call):
                 if call.expected and not call.outputs:
                     return self.found("incorrect", "no outputs")
+    '''),
+    "candidate_kind": ("trial/kinds", '''
+        from sftbuild.trial.kinds import KINDS, Kind
+
+        @KINDS.register
+        class ProgramPair(Kind):
+            """A CUDA record bound to a reference program (a template for new kinds)."""
+            name = "example_program"
+            version = 1
+            languages = ("cuda",)
+            runner = "sftbuild.trial.trials:run_record"
+            build = "harness"
+
+            def takes(self, binding, language):
+                return binding.get("kind") == "program" and binding.get("how") != "file_reference"
     '''),
     "filter": ("dedupe/filters", '''
         from sftbuild.dedupe.filters import FILTERS, Filter

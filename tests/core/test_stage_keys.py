@@ -5,9 +5,9 @@ from __future__ import annotations
 from sftbuild import context
 from sftbuild.context import StageRun, changes, producers, reached, waiting
 from sftbuild.describe.describers.atomics import Atomics
-from sftbuild.ops.binders.inferred import Inferred
+from sftbuild.bind.binders.inferred import Inferred
 from sftbuild.record import LANGUAGES, Record
-from sftbuild.validate.checks.output_type import OutputType
+from sftbuild.trial.checks.output_type import OutputType
 from sftbuild.validate.static.triton_launch import TritonLaunch
 
 
@@ -15,7 +15,7 @@ def test_the_key_holds_plugins_templates_tables_and_the_project_version(ctx, mon
     made = producers("validate")
     assert made["plugins"]["runtime_check"]["output_type"] == [1, None]
     assert made["plugins"]["static_check"]["triton_launch"] == [1, ["kernelbench", "triton"]]
-    assert {"validate/templates/generic_launch.cu.j2", "ops/tolerance.py"} <= set(made["files"])
+    assert {"trial/templates/generic_launch.cu.j2", "ops/tolerance.py"} <= set(made["files"])
     assert made["sftbuild"] and set(producers("describe")["files"]) >= {"describe/templates/en_brief.j2"}
     key = StageRun(ctx, "validate", {"a": 1}).chash
     assert StageRun(ctx, "validate", {"a": 1}).chash == key != StageRun(ctx, "validate", {"a": 2}).chash

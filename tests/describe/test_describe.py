@@ -7,7 +7,7 @@ from sftbuild.describe import features as F
 from sftbuild.describe.describers import DESCRIBERS, Describer
 from sftbuild.describe import stage as S
 from sftbuild.describe import text as T
-from sftbuild.ops import binders
+from sftbuild.bind import binders
 from sftbuild.plugins import PluginError
 from sftbuild.record import Record
 

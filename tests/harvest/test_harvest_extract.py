@@ -90,7 +90,7 @@ def _gates(kernels, cache) -> dict:
     """Each extracted closure through validate's compile gate (the kernel only, to a cubin, with the
     torch include set: stand-ins for headers a CPU-only torch wheel and a bare toolkit lack), cached
     by content; {kernel name: the build's last log line, for those that failed}."""
-    from sftbuild.validate.compile import compile_task
+    from sftbuild.trial.compile import compile_task
 
     tasks = {k.code: {"id": k.name, "code": k.code, "harness": None, "include_sets": ["torch"], "arch": "sm_90",
                       "timeout": 600, "nvcc": "", "cache_dir": str(cache), "link": False}
@@ -207,7 +207,7 @@ split_kernel(const T* x, T* y, int n) {
 def test_template_split_by_a_conditional_attribute(tmp_path):
     """As torch 2.11's warpMergeSortKVInPlace: `template <...>`, then launch bounds inside
     `#if !defined(USE_ROCM)`, then the kernel. The template must stay with its kernel."""
-    from sftbuild.validate.harness import template_params
+    from sftbuild.trial.harness import template_params
 
     (k,), skipped = extract_kernels(SPLIT_TEMPLATE)
     assert k.name == "split_kernel" and k.template and not skipped

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sftbuild.harvest import inductor_code, stage
+from sftbuild import inductor_code
+from sftbuild.harvest import stage
 from sftbuild.harvest.catalog.programs import catalog
 
 DATA = Path(__file__).parents[1] / "data" / "harvest" / "inductor"

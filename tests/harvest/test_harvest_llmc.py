@@ -118,7 +118,7 @@ def test_harvest_keeps_the_defines_llmc_files_configure_common_h_with(ctx, tmp_p
     ref = recs["layernorm_backward_kernel10"].entry["file_reference"]
     assert ref["block_sizes"] == [32, 64, 128, 256, 512, 1024]  # main()'s `/*768,*/` is commented out
     # the binding names the dtypes the file builds its launcher's arrays in: floatX is bf16 here
-    from sftbuild.ops.binders.file_reference import FileReference
+    from sftbuild.bind.binders.file_reference import FileReference
     assert FileReference().bind(recs["layernorm_backward_kernel4"])["dtypes"][0] == "bfloat16"
 
 
@@ -159,7 +159,7 @@ def test_include_dirs_and_headers_stay_in_the_tree(tmp_path):
 
 @needs_llmc
 def test_launchers_taking_part_of_the_cpu_call_scratch_and_null_arrays():
-    from sftbuild.ops.binders.file_reference import plans, roles
+    from sftbuild.trial.file_reference import plans, roles
 
     ref = _kernels("matmul_backward_bias.cu")["matmul_backward_bias_kernel1"].file_reference
     assert ref["cpu"] == "matmul_backward_bias_cpu" and ref["call_args"][:2] == ["NULL", "NULL"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from sftbuild.harvest.cuda_extract import extract_kernels, prune_headers
-from sftbuild.validate.compile import blame, compile_task
+from sftbuild.trial.compile import blame, compile_task
 from tests.conftest import HAS_NVCC
 
 # a header whose unrelated host code fails on CUDA 13 (`cudaMemAdvise` took an int device before it)

@@ -9,10 +9,11 @@ import pytest
 
 from sftbuild.binding import Binding
 from sftbuild.harvest import inductor
-from sftbuild.harvest import inductor_code as IC
+from sftbuild import inductor_code as IC
 from sftbuild.harvest.inductor import Compiled, Program
 from sftbuild.harvest.kinds.torch_inductor import records
-from sftbuild.validate import guards, pipeline, static
+from sftbuild.trial import guards
+from sftbuild.validate import pipeline, static
 
 DATA = Path(__file__).parents[1] / "data" / "inductor"
 RMS = (DATA / "cuda_add_rms_norm.py").read_text()
@@ -220,7 +221,7 @@ def test_cpu_sizes_are_those_the_compiled_code_takes(cpu_compiled):
 
 @pytest.mark.parametrize("name", ["program_ln_gelu", "literal"])
 def test_cpu_model_new_equals_model_at_several_sizes(cpu_compiled, name):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     out = pyrun.run_python(_task(cpu_compiled[name]))
     assert out["status"] == "ok", out
@@ -232,7 +233,7 @@ def test_cpu_model_new_equals_model_at_several_sizes(cpu_compiled, name):
 
 
 def test_cpu_broken_model_new_is_dropped(cpu_compiled):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     task = _task(cpu_compiled["program_ln_gelu"])
     task["code"] = task["code"].replace("return tuple(out)", "return (out[0] * 1.01, out[1])")
@@ -328,7 +329,7 @@ def test_static_checks_still_catch_torch_doing_the_work_in_an_inductor_solution(
 
 
 def test_a_kernel_record_runs_as_its_program_with_its_kernel_spliced_in():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     recs = records("torch-inductor", Program("add_rms_norm", RMS_PROGRAM),
                    Compiled([RMS], [RMS_SOURCES], 2, "float32"), {})

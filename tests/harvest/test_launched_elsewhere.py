@@ -86,7 +86,7 @@ def test_harvest_appends_the_launcher_and_the_probe_binds_through_it(tmp_path):
 
     pytest.importorskip("triton")
     from sftbuild.executor import INTERPRETER_ENV
-    from sftbuild.ops.binders.probed import Probed
+    from sftbuild.bind.binders.probed import Probed
     from sftbuild.sandbox import run_isolated
 
     b = Probed()
@@ -212,7 +212,7 @@ def test_a_packages_own_naive_reference_binds_a_kernel_the_registry_lacks(tmp_pa
 
     pytest.importorskip("triton")
     from sftbuild.executor import INTERPRETER_ENV
-    from sftbuild.ops.binders.probed import Probed
+    from sftbuild.bind.binders.probed import Probed
     from sftbuild.sandbox import run_isolated
 
     b = Probed()

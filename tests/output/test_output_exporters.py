@@ -9,7 +9,7 @@ from sftbuild import config as C
 from sftbuild.context import UserError
 from sftbuild.output import stage
 from sftbuild.output.exporters import EXPORTERS
-from sftbuild.review.sample import upper_bound
+from sftbuild.review_gate import upper_bound
 
 DEFAULTS = ["sft_messages", "sft_prompt_completion", "sft_alpaca", "rlvr_verl", "rlvr_trl", "card"]
 

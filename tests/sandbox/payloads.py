@@ -78,7 +78,7 @@ def flood_stdout(task):
 
 def import_reference(task):
     """Import a reference file the way the Python runner imports references and candidates."""
-    from sftbuild.validate.pyrun import load_module
+    from sftbuild.trial.pyrun import load_module
 
     import tempfile
 
@@ -89,7 +89,7 @@ def import_reference(task):
 
 def compile_like(task):
     """A compiler that starts children and hangs: what a timed-out nvcc leaves behind."""
-    from sftbuild.validate import nvcc_parallel
+    from sftbuild.trial import nvcc_parallel
 
     return nvcc_parallel.run_command(["bash", "-c", f"sleep {task['mark']} & sleep {task['mark']}; wait"],
                                      task["cwd"], 120)

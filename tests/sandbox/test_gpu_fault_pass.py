@@ -357,7 +357,7 @@ class OrderedExecutor(LocalExecutor):
             self.gpu_seconds += time.monotonic() - t0
 
 
-BOUND_S = 480  # the whole pass, builds included; a hang is cut in about 11 s (sftbuild.validate.deadline)
+BOUND_S = 480  # the whole pass, builds included; a hang is cut in about 11 s (sftbuild.trial.deadline)
 
 
 @pytest.mark.gpu

@@ -282,7 +282,7 @@ def test_a_stdout_flood_is_capped():
 # ---- compile faults ------------------------------------------------------------------------------
 
 def test_a_compile_timeout_kills_the_compilers_children(tmp_path):
-    from sftbuild.validate import nvcc_parallel
+    from sftbuild.trial import nvcc_parallel
 
     mark = unique_seconds()
     code, log = nvcc_parallel.run_command(["bash", "-c", f"(sleep {mark} & sleep {mark}; wait) & sleep {mark}"],
@@ -297,7 +297,7 @@ def test_a_compile_timeout_kills_the_compilers_children(tmp_path):
     ("template", ("compile_error", "compile_timeout")),
 ])
 def test_compile_bombs_end_as_one_verdict_and_leave_no_process(bomb, reasons, tmp_path):
-    from sftbuild.validate import compile as C
+    from sftbuild.trial import compile as C
 
     if bomb == "macro":
         code = "#define L0 x x x x\n" + "".join(f"#define L{i} L{i - 1} L{i - 1} L{i - 1} L{i - 1}\n"
@@ -313,7 +313,7 @@ def test_compile_bombs_end_as_one_verdict_and_leave_no_process(bomb, reasons, tm
 
 @pytest.mark.nvcc
 def test_an_include_of_a_host_file_names_the_path_not_its_contents(tmp_path):
-    from sftbuild.validate import compile as C
+    from sftbuild.trial import compile as C
 
     host = Path("/etc/hostname")
     code = '#include "../../../../etc/hostname"\n__global__ void k() {}\n'
@@ -363,7 +363,8 @@ def test_reward_details_carry_no_host_file(tmp_path):
 
 
 def test_logs_withhold_lines_from_files_outside_the_record():
-    from sftbuild.validate import logs, pipeline
+    from sftbuild.trial import logs
+    from sftbuild.validate import pipeline
 
     log = ('/etc/shadow(1): error: expected a declaration\n'
            '  root:$6$secrethash:19000:0:99999:7:::\n'

@@ -15,8 +15,8 @@ from sftbuild.ops import special
 from sftbuild.ops.norm import GATHER_MAX_GROUPS, exact_integers
 from sftbuild.ops import fits
 from sftbuild.record import Record
-from sftbuild.validate import harness as H
-from sftbuild.validate import sizes
+from sftbuild.trial import harness as H
+from sftbuild.trial import sizes
 
 # the helpers torch >= 2.6 defines beside the kernel (CUDALoops.cuh), and the kernel's tail test
 NEW = """namespace at::native {

@@ -9,7 +9,7 @@ import torch
 from sftbuild import ops
 from sftbuild.executor import LocalExecutor
 from sftbuild.ops import special
-from sftbuild.validate import probe
+from sftbuild.bind import probe
 from tests.redteam.cases import TRITON_ISINF as ISINF
 from tests.redteam.cases import TRITON_ISINF_ALL_FALSE as ALL_FALSE
 

@@ -1,5 +1,5 @@
 """A file-reference binding names the dtypes its launcher's arrays have as the file builds them."""
-from sftbuild.ops.binders.element_types import dtype_of
+from sftbuild.trial.element_types import dtype_of
 
 HEADER = """
 #if defined(ENABLE_BF16)

@@ -14,13 +14,14 @@ import torch
 
 from sftbuild.harvest.cuda_extract import extract_kernels, include_dirs, local_headers, macros_tested
 from sftbuild.harvest.stage import _entry
-from sftbuild.ops.binders import acceptance, infer
-from sftbuild.ops.binders import file_reference as FR
-from sftbuild.ops.binders.inferred import Inferred
+from sftbuild.bind.binders import infer
+from sftbuild.trial import acceptance
+from sftbuild.trial import file_reference as FR
+from sftbuild.bind.binders.inferred import Inferred
 from sftbuild.record import Record
-from sftbuild.validate import compile as C
-from sftbuild.validate import harness as H
-from sftbuild.validate import trials as T
+from sftbuild.trial import compile as C
+from sftbuild.trial import harness as H
+from sftbuild.trial import trials as T
 from sftbuild.validate.static import scan
 
 LLMC = Path("/work/shared/corpora/llmc-dev-cuda")
@@ -318,7 +319,7 @@ def test_llmc_kernels_validate_end_to_end(make_ctx, tmp_path):
 def test_the_cpu_reference_runs_once_per_size_seed_and_run_not_per_block_size(repo, monkeypatch):
     """The file's CPU function depends on the trial size and seed only: every block size of one
     size shares its result (trials.ReferenceCache). Runs on the CPU: the launcher is emulated."""
-    from sftbuild.validate import loop
+    from sftbuild.trial import loop
 
     rec = _record(repo, "scale.cu", "scale_kernel")
     ref = rec.binding["harness_args"]["ref"]
@@ -664,7 +665,7 @@ def test_a_cuda_fault_in_a_trial_says_at_which_sizes(repo, monkeypatch):
 def test_an_exception_a_trial_raises_carries_that_trial_s_place():
     """Every kind's adapter: the loop puts the trial's row on what it raised (loop.fault_detail); an
     exception raised outside any trial keeps its message alone."""
-    from sftbuild.validate import loop
+    from sftbuild.trial import loop
 
     class Faulty(loop.Adapter):
         dtypes, notes = ["float32"], {}
@@ -786,7 +787,7 @@ def test_llmc_attention_backward_pairs_t_only_with_block_sizes_it_is_a_multiple_
     assert len({block for _, block in pairs}) == 3
 
 
-# ---- the file's own acceptance test (sftbuild.ops.binders.acceptance) ----------------------------
+# ---- the file's own acceptance test (sftbuild.trial.acceptance) ----------------------------
 
 CHECK_HEADER = REPO_HEADER + """#include <math.h>
 #include <float.h>

@@ -1,6 +1,6 @@
 """The Triton gate's result is reused by content: a module that passed is not compiled again for a copy
 that differs only in its comments; a failure, whose log quotes the code, is kept per exact text."""
-from sftbuild.validate import compile as C
+from sftbuild.trial import compile as C
 
 MODULE = "import triton  # the gate reads this\n\n@triton.jit\ndef k(x):  # a kernel\n    s = '# not a comment'\n"
 

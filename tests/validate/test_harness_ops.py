@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from sftbuild import ops
-from sftbuild.ops import binders
+from sftbuild.bind import binders
 from sftbuild.record import Record
-from sftbuild.validate import compile as C
-from sftbuild.validate import harness as H
+from sftbuild.trial import compile as C
+from sftbuild.trial import harness as H
 from sftbuild.validate import pipeline
 
 DATA = Path(__file__).parents[1] / "data" / "ops"
@@ -85,7 +85,7 @@ def test_every_harness_compiles(compiled):
 
 @pytest.mark.gpu
 def test_known_good_kernels_pass_trials(compiled):
-    from sftbuild.validate import trials
+    from sftbuild.trial import trials
 
     assert len(compiled) >= 10
     for rec, results in compiled:
@@ -97,7 +97,7 @@ def test_known_good_kernels_pass_trials(compiled):
 
 @pytest.mark.gpu
 def test_a_wrong_kernel_is_caught(compiled):
-    from sftbuild.validate import trials
+    from sftbuild.trial import trials
 
     rec, results = next((r, res) for r, res in compiled if r.name == "neg_kernel")
     wrong = {**rec.binding, "op": "relu"}  # a negation kernel bound to relu must fail
@@ -110,7 +110,7 @@ def test_a_wrong_kernel_is_caught(compiled):
 # ---- the trial loop itself, on the CPU, with Python stand-ins for the launched kernel ---------
 
 def _trial_with(monkeypatch, opname, kernel):
-    from sftbuild.validate import trials
+    from sftbuild.trial import trials
 
     op = ops.get(opname)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
@@ -276,7 +276,7 @@ def test_a_harness_that_calls_into_c10_loads(compile_cache):
     import subprocess
     import sys
 
-    from sftbuild.validate.trials import load_harness
+    from sftbuild.trial.trials import load_harness
 
     res = C.compile_task({"id": "c10", "code": C10_KERNEL, "harness": C10_HARNESS, "include_sets": ["torch"],
                           "arch": "sm_90", "timeout": 300, "nvcc": "", "cache_dir": str(compile_cache), "link": True})

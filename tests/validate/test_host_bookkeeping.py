@@ -3,7 +3,7 @@ through and the run-time library_kernels check judges it by GPU time. Every red-
 caught (tests/validate/test_validate_redteam.py runs them; the static ones are re-checked here)."""
 from __future__ import annotations
 
-from sftbuild.validate import checks as C
+from sftbuild.trial import checks as C
 from sftbuild.validate import static
 from tests.redteam.cases import TRITON_RELU, cases
 
@@ -95,7 +95,7 @@ def test_library_kernels_judged_by_their_share_of_gpu_time():
 def test_generated_kernels_calling_the_candidates_jit_functions_count_as_its_launches(tmp_path):
     import types
 
-    from sftbuild.validate.guards import LaunchCounter
+    from sftbuild.trial.guards import LaunchCounter
 
     cand = tmp_path / "cand.py"
     ns: dict = {}
@@ -127,7 +127,7 @@ def test_a_launch_straight_on_a_compiled_kernel_counts_as_the_candidates(tmp_pat
 
     from triton.compiler.compiler import CompiledKernel
 
-    from sftbuild.validate.guards import LaunchCounter
+    from sftbuild.trial.guards import LaunchCounter
 
     ns: dict = {}
     exec(compile("def relu_kernel(x):\n    return x\n", str(tmp_path / "cand.py"), "exec"), ns)
@@ -246,7 +246,7 @@ def test_bookkeeping_beside_an_extension_is_left_to_the_run_time_checks_unless_c
 def test_library_kernels_are_bookkeeping_where_torch_touched_only_tensors_far_smaller_than_the_inputs():
     import torch
 
-    from sftbuild.validate import guards
+    from sftbuild.trial import guards
 
     x = torch.randn(1 << 16)
     parts, hidden = guards.TorchWork(), guards.TorchWork()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sftbuild.harvest import inductor
-from sftbuild.harvest import inductor_code as IC
+from sftbuild import inductor_code as IC
 from sftbuild.harvest.inductor import Program
 from sftbuild.harvest.kinds.torch_inductor import records
 from sftbuild.validate import static
@@ -41,7 +41,7 @@ def _broken(kernel_code: str) -> str:
 
 
 def _run(rec_or_task):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     task = rec_or_task if isinstance(rec_or_task, dict) else _task(rec_or_task)
     assert static.scan(task["code"], task["language"]) == []

@@ -5,8 +5,8 @@ import subprocess
 import pytest
 
 from sftbuild.context import find_nvcc
-from sftbuild.validate import compile as gate
-from sftbuild.validate import nvcc_parallel
+from sftbuild.trial import compile as gate
+from sftbuild.trial import nvcc_parallel
 
 pytestmark = pytest.mark.nvcc
 

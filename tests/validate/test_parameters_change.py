@@ -1,10 +1,11 @@
-"""Parameters that change (sftbuild.validate.parameters): a module pair's candidate gets the reference's
+"""Parameters that change (sftbuild.trial.parameters): a module pair's candidate gets the reference's
 new parameter values (load_state_dict before its first call, an in-place step after it) and must follow."""
 from __future__ import annotations
 
 import torch
 
-from sftbuild.validate import parameters, pipeline, pyrun
+from sftbuild.trial import parameters, pyrun
+from sftbuild.validate import pipeline
 from tests.redteam.cases import REF_LINEAR
 
 LINEAR = '''

@@ -1,4 +1,4 @@
-"""Probing Triton records through their own entry points (sftbuild.validate.probe), the probed
+"""Probing Triton records through their own entry points (sftbuild.bind.probe), the probed
 binder's plan -> probe -> accept, validation of a probed binding exactly as its `call` says, and
 the unbound verdict with the probe's reason. CPU: the Triton interpreter in a sandboxed worker that
 the probes share."""
@@ -15,7 +15,7 @@ from sftbuild.config import ValidateConfig
 from sftbuild.executor import LocalExecutor
 from sftbuild.harvest.stage import _entry
 from sftbuild.harvest.triton_extract import extract_kernels
-from sftbuild.ops.binders.probed import Probed, shortlist, words
+from sftbuild.bind.binders.probed import Probed, shortlist, words
 from tests.redteam.cases import TRITON_RELU
 from sftbuild.record import Record
 from sftbuild.validate import pipeline
@@ -240,7 +240,7 @@ def test_gpu_probe_and_validate_two_liger_kernels(liger_tree, tmp_path):
 
 
 def test_compile_gate_skips_names_the_module_defines(tmp_path):
-    from sftbuild.validate import compile as C
+    from sftbuild.trial import compile as C
 
     scaled = TRITON_RELU.replace("import triton.language as tl\n", "import triton.language as tl\n\nSCALE = 2.0\n")
     code = scaled.replace("tl.where(x > 0, x, 0.0)", "tl.where(x > 0, x * SCALE, 0.0)")
@@ -253,7 +253,7 @@ def test_compile_gate_skips_names_the_module_defines(tmp_path):
 
 def test_argument_mappings_by_name_first_then_every_order():
     from sftbuild import ops
-    from sftbuild.validate.probe import arg_mappings
+    from sftbuild.bind.probe import arg_mappings
 
     def p(name, **kw):
         return {"name": name, "has_default": False, "default": None, "annotation": None, "kind": "pos", **kw}
@@ -270,7 +270,7 @@ def test_argument_mappings_by_name_first_then_every_order():
 
 def test_reductions_that_drop_the_dim_are_tried_keeping_it():
     from sftbuild import ops
-    from sftbuild.validate.probe import arg_mappings
+    from sftbuild.bind.probe import arg_mappings
 
     entry = {"params": [{"name": "inp", "has_default": False, "default": None, "annotation": None, "kind": "pos"},
                         {"name": "dim", "has_default": True, "default": None, "annotation": None, "kind": "pos"},
@@ -285,8 +285,8 @@ def test_sizes_read_off_the_input_are_tried_per_axis():
     import torch
 
     from sftbuild import ops
-    from sftbuild.validate import pyrun
-    from sftbuild.validate.probe import arg_mappings
+    from sftbuild.trial import pyrun
+    from sftbuild.bind.probe import arg_mappings
 
     def p(name):
         return {"name": name, "has_default": False, "default": None, "annotation": None, "kind": "pos"}
@@ -321,7 +321,7 @@ def test_an_absent_optional_pointer_reads_as_none_in_the_interpreter():
 
 def test_a_parameter_without_any_default_in_its_file_takes_the_packages(tmp_path):
     """The package's public wrapper declares `scale_mode="llama"`; the record's file does not."""
-    from sftbuild.ops.binders import probed
+    from sftbuild.bind.binders import probed
 
     pkg = tmp_path / "tree" / "pkg"
     (pkg / "ops").mkdir(parents=True)
@@ -361,7 +361,7 @@ def test_a_width_the_entry_refuses_by_raising_becomes_the_bindings_stated_limit(
     import torch
 
     from sftbuild import ops
-    from sftbuild.validate import probe as P
+    from sftbuild.bind import probe as P
 
     op = ops.get("relu_squared")
     call = {"entry": "f", "kind": "function", "args": [["input", 0]], "outputs": [{"from": "return", "index": None}]}
@@ -388,7 +388,7 @@ def test_spare_dtypes_are_tried_only_while_too_few_agree():
     import torch
 
     from sftbuild import ops
-    from sftbuild.validate import probe as P
+    from sftbuild.bind import probe as P
 
     op = ops.get("relu_squared")
     call = {"entry": "f", "kind": "function", "args": [["input", 0]], "outputs": [{"from": "return", "index": None}]}
@@ -477,7 +477,7 @@ def test_a_trial_that_launches_none_of_the_records_kernels_does_not_count():
     assert b is not None and b["op"] == "relu", res.get("unbound")
 
 def test_a_binding_agreeing_at_some_dtypes_only_gives_way_to_one_agreeing_at_all(monkeypatch):
-    from sftbuild.validate import probe as P
+    from sftbuild.bind import probe as P
 
     agree = {"geglu": ["float16", "bfloat16"], "geglu_tanh": ["float32", "float16", "bfloat16"]}
 
@@ -498,7 +498,7 @@ def test_float32_disagreeing_without_a_dot_rejects_the_op(monkeypatch):
     another op, however well its half-precision values agree (erf GELU against a tanh-approximated one)."""
     import torch
 
-    from sftbuild.validate import probe as P
+    from sftbuild.bind import probe as P
 
     def trial(fn, call, op_, shape, dtype, dev, params, seed, layout="contiguous"):
         return (False, {"max_rel": 1e-3}, "worst error 0.001: 1 element") if dtype == "float32" else (True, {}, "")

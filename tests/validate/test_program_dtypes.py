@@ -2,8 +2,9 @@
 dtype their reference runs at (all); the output contract holds at each."""
 from __future__ import annotations
 
-from sftbuild.harvest.kernelbench import declared_dtypes
-from sftbuild.validate import pipeline, pyrun
+from sftbuild.ops.programs import declared_dtypes
+from sftbuild.validate import pipeline
+from sftbuild.trial import pyrun
 from tests.redteam.cases import REF_LINEAR, REF_RELU
 
 REF_HALF = REF_RELU.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, dtype=torch.float16)")

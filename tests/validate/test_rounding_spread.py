@@ -5,7 +5,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import norm, rounding
-from sftbuild.validate import pyrun
+from sftbuild.trial import pyrun
 
 
 def _group_norm_one_value_per_group():
@@ -70,7 +70,7 @@ def test_views_and_in_place_updates_are_not_jittered():
 def test_the_book_measures_the_spread_for_gradients_only():
     # four extra float64 runs per book entry are paid where outputs are gradients (terms cancel by
     # construction there); elsewhere the floors and torch's own error cover rounding
-    from sftbuild.validate import refbook
+    from sftbuild.trial import refbook
 
     class Problem:
         def __init__(self, gradients):

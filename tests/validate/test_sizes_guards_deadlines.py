@@ -1,7 +1,7 @@
 """Sizes past the example, guard regions around every trial's tensors, and per-call deadlines.
 
-CPU: the size choice (sftbuild.validate.sizes), guard carving and checking on CPU tensors
-(sftbuild.validate.fences), both trial loops with Python stand-ins for kernels that are
+CPU: the size choice (sftbuild.trial.sizes), guard carving and checking on CPU tensors
+(sftbuild.trial.fences), both trial loops with Python stand-ins for kernels that are
 size-specialised or touch memory past an edge, the deadline's bound, and the executor's step
 bounds. GPU: the red-team hang is cut short by the per-call bound, not by `sample_timeout`:
     pytest -m gpu -s -n 0 tests/validate/test_sizes_guards_deadlines.py
@@ -15,9 +15,9 @@ import torch
 
 from sftbuild import ops
 from sftbuild.executor import LocalExecutor
-from sftbuild.validate import checks as C
-from sftbuild.validate import deadline, fences, sizes
-from sftbuild.validate import harness as H
+from sftbuild.trial import checks as C
+from sftbuild.trial import deadline, fences, sizes
+from sftbuild.trial import harness as H
 from tests import tasks
 from tests.redteam.cases import REF_MATMUL, REF_RELU, STRIDE_KERNEL, TRITON_RELU, TRITON_STRIDE
 
@@ -59,7 +59,7 @@ def test_pool_shapes_grow_on_a_free_axis_within_the_constraints():
 
 
 def test_module_variants_use_primes_a_batch_of_one_and_one_grown_past_the_caps():
-    from sftbuild.validate.pyrun import size_variants
+    from sftbuild.trial.pyrun import size_variants
 
     heads = [[ln for ln in v.splitlines() if " = " in ln and ln[0].isalpha()] for v in
              size_variants(REF_RELU, 3, {256})]
@@ -88,7 +88,7 @@ def get_inputs():
 
 
 def _meta_numel(src):
-    from sftbuild.validate.pyrun import load_module
+    from sftbuild.trial.pyrun import load_module
 
     with tempfile.TemporaryDirectory() as d:
         mod, _ = load_module(src, "probe", d)
@@ -109,7 +109,7 @@ def test_a_size_in_two_dimensions_grows_by_its_square_root_not_past_memory():
 
 
 def _python_run(fn, dtype="float32", shapes=1):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     counter = types.SimpleNamespace(count=0, names=set())
 
@@ -118,7 +118,7 @@ def _python_run(fn, dtype="float32", shapes=1):
         return fn(x)
     task = {"id": "t", "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": [dtype],
             "shapes": shapes}
-    from sftbuild.validate import guards, pristine, refbook
+    from sftbuild.trial import guards, pristine, refbook
 
     guards.set_strict()  # as run_python does before its snapshot
     dev = torch.device("cpu")
@@ -129,7 +129,7 @@ def _python_run(fn, dtype="float32", shapes=1):
 
 
 def _trial(run, prob, v, dtype="float32"):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     return pyrun.trial(run, v, dtype, "contiguous", 0, vi=prob.variants().index(v))
 
@@ -142,7 +142,7 @@ def _first_32768(x):
 
 
 def test_a_size_specialised_wrapper_fails_on_the_grown_shape():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     run, prob = _python_run(_first_32768, shapes=2)
     grown = max(prob.variants(), key=math.prod)
@@ -222,7 +222,7 @@ def test_a_long_write_is_named_where_it_started_not_at_the_next_guard_it_reached
 def test_memory_nothing_writes_reads_nan_while_reads_are_blamed_on_the_cpu():
     """A rerun that blames reads must not find an unwritten element holding a right value an earlier
     run left in freed memory (on a GPU, scrub leaves NaN in the allocator's free blocks)."""
-    from sftbuild.validate import guards
+    from sftbuild.trial import guards
 
     was = torch.are_deterministic_algorithms_enabled()
     with guards.unwritten_is_nan(torch.device("cpu")):
@@ -261,7 +261,7 @@ def _past_end(t):
 
 
 def test_python_loop_catches_reads_and_writes_past_the_input():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     def reads(x):
         y = torch.relu(x)
@@ -279,7 +279,7 @@ def test_python_loop_catches_reads_and_writes_past_the_input():
 
 
 def _trial_with(monkeypatch, kernel, shape=None):
-    from sftbuild.validate import trials
+    from sftbuild.trial import trials
 
     op = ops.get("relu")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
@@ -308,7 +308,7 @@ def test_harness_loop_catches_reads_and_writes_past_an_edge(monkeypatch):
 
 
 def test_harness_loop_grows_a_shape_and_a_fixed_grid_fails_on_it(monkeypatch):
-    from sftbuild.validate import trials
+    from sftbuild.trial import trials
 
     op = ops.get("relu")
     shapes = trials._with_grown([(7,), (31,)], op, {}, {}, "float32", {"code": STRIDE_KERNEL}, torch.device("cpu"))
@@ -338,7 +338,7 @@ RACECHECK_LOG = """========= COMPUTE-SANITIZER
 
 
 def test_shared_memory_code_gets_racecheck_and_synccheck():
-    from sftbuild.validate import memcheck
+    from sftbuild.trial import memcheck
     from tests.redteam.cases import RELU_KERNEL, ROWSUM_KERNEL
 
     assert memcheck.tools_for(ROWSUM_KERNEL) == ("memcheck", "racecheck", "synccheck")
@@ -352,13 +352,15 @@ def test_shared_memory_code_gets_racecheck_and_synccheck():
 
 
 def _on_gpu(monkeypatch, verdict, sanitizer, code="__shared__ float buf[256];", sampled="sample"):
-    from sftbuild.validate import memcheck, pipeline
+    from sftbuild.trial import memcheck
+    from sftbuild.trial.kinds import KINDS
+    from sftbuild.validate import pipeline
 
     ran = []
-    monkeypatch.setitem(pipeline.RUNNERS, "cuda", "tests.tasks:trial_verdict")
+    monkeypatch.setattr(KINDS.get("cuda_harness"), "runner", "tests.tasks:trial_verdict")
     monkeypatch.setattr(pipeline, "_env", lambda: {})
     monkeypatch.setattr(memcheck, "run", lambda task, runner, tools, timeout: ran.append(tools) or sanitizer)
-    out = pipeline.run_on_gpu({"id": "r", "language": "cuda", "code": code, "verdict": verdict,
+    out = pipeline.run_on_gpu({"id": "r", "language": "cuda", "kind": "cuda_harness", "code": code, "verdict": verdict,
                                "memcheck": sampled})
     return out, ran
 
@@ -372,7 +374,7 @@ def test_a_sanitizer_finding_drops_the_record_with_its_message(monkeypatch):
 
 def test_a_sanitizer_that_cannot_start_is_no_finding(monkeypatch):
     from sftbuild.executor import WorkerFailure
-    from sftbuild.validate import memcheck
+    from sftbuild.trial import memcheck
 
     failed = WorkerFailure("crash", "exit code 13: ========= COMPUTE-SANITIZER\n"
                                     "========= Failed to access the temporary directory.\n")
@@ -395,7 +397,7 @@ API_ERRORS_LOG = """========= COMPUTE-SANITIZER
 def test_an_api_error_of_the_references_import_is_no_finding(monkeypatch):
     """torch's op_db import asks the driver for features it refuses; compute-sanitizer reported each
     refusal as an error, and every op_db-bound record that memcheck sampled was dropped with 34."""
-    from sftbuild.validate import memcheck
+    from sftbuild.trial import memcheck
 
     def sanitized(runner, task, timeout, prefix, env):  # what compute-sanitizer prints, by its flags
         reports = prefix[prefix.index("--report-api-errors") + 1] if "--report-api-errors" in prefix else "explicit"
@@ -516,10 +518,10 @@ HARNESS_CASES = [  # (name, kernel, expected reason); the harness launches one t
 @pytest.mark.gpu
 @pytest.mark.nvcc
 def test_cuda_harness_trials_grow_and_guard(compile_cache):
-    from sftbuild.ops import binders
+    from sftbuild.bind import binders
     from sftbuild.record import Record
-    from sftbuild.validate import compile as CC
-    from sftbuild.validate import trials
+    from sftbuild.trial import compile as CC
+    from sftbuild.trial import trials
 
     rows = []
     for name, code, expect in HARNESS_CASES:
@@ -544,7 +546,7 @@ def test_cuda_harness_trials_grow_and_guard(compile_cache):
 def test_autotuning_tries_the_first_and_last_config_on_a_gpu_and_the_first_in_the_interpreter(monkeypatch):
     from triton.runtime.autotuner import Autotuner
 
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     tuner = types.SimpleNamespace(configs=list(range(18)), early_config_prune=None, perf_model=None,
                                   nargs={}, configs_top_k=1.0)

@@ -1,6 +1,6 @@
 """Timed loops are sized by time: a slow call gets fewer runs, so the GPU's timing lock, which every
 other worker's timing waits on, is held for seconds."""
-from sftbuild.validate import timing
+from sftbuild.trial import timing
 
 
 def _loop(monkeypatch, ms: float, warmup: int = 10, runs: int = 100):

@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from sftbuild.validate import loop, pristine, timing
+from sftbuild.trial import loop, pristine, timing
 from tests.validate.test_trial_loop import Fake
 
 

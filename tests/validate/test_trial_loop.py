@@ -1,4 +1,4 @@
-"""The one trial loop (sftbuild.validate.loop): its plan with a fake adapter, and the same verdict for a
+"""The one trial loop (sftbuild.trial.loop): its plan with a fake adapter, and the same verdict for a
 cheat through the Python path (pyrun) and the CUDA harness path (trials.HarnessOp, a Python launch
 standing in for the compiled .so), both on the CPU."""
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sftbuild import ops
-from sftbuild.validate import loop
+from sftbuild.trial import loop
 
 
 class Fake(loop.Adapter):
@@ -138,7 +138,7 @@ HONEST = "import torch\n\n\ndef wrapper(x):\n    return torch.relu(x)\n"
 
 
 def _python(code, op):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     task = {"id": "t", "language": "triton", "code": code, "binding": {"op": op}, "entry": {"wrapper": "wrapper"},
             "dtypes": ["float32"], "shapes": 1, "seeds": 1, "timing": False, "device": "cpu",
@@ -147,8 +147,8 @@ def _python(code, op):
 
 
 def _harness(monkeypatch, kernel, op):
-    from sftbuild.validate import checks as C
-    from sftbuild.validate import trials
+    from sftbuild.trial import checks as C
+    from sftbuild.trial import trials
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(trials, "load_harness", lambda path: None)
@@ -175,8 +175,8 @@ def _cached_kernel():
 def _file_reference(monkeypatch, tmp_path, kernel, constant=False):
     """The file-reference adapter on llm.c-like `scale1` (test_file_reference's repo), its launcher and
     CPU function stood in by Python (`constant`: a CPU function whose result is zeros for any input)."""
-    from sftbuild.validate import checks as C
-    from sftbuild.validate import trials
+    from sftbuild.trial import checks as C
+    from sftbuild.trial import trials
     from tests.validate.test_file_reference import REPO_FILE, REPO_HEADER, _record
 
     (tmp_path / "common.h").write_text(REPO_HEADER)

@@ -7,8 +7,8 @@ import torch
 
 from sftbuild import ops
 from sftbuild.plugins import PluginError
-from sftbuild.validate import checks as C
-from sftbuild.validate import harness as H
+from sftbuild.trial import checks as C
+from sftbuild.trial import harness as H
 
 
 def _check(name):
@@ -169,7 +169,7 @@ class Spy(C.RuntimeCheck):
 
 
 def test_cuda_trial_loop_calls_the_checks(monkeypatch):
-    from sftbuild.validate import trials
+    from sftbuild.trial import trials
 
     op = ops.get("relu")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
@@ -194,7 +194,7 @@ def test_cuda_trial_loop_calls_the_checks(monkeypatch):
 
 
 def _python_run(fn, dtype="float32"):
-    from sftbuild.validate import guards, pristine, pyrun, refbook
+    from sftbuild.trial import guards, pristine, pyrun, refbook
 
     counter = types.SimpleNamespace(count=0, names=set())
 
@@ -211,7 +211,7 @@ def _python_run(fn, dtype="float32"):
 
 
 def test_python_trial_loop_calls_the_same_checks():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     run, prob = _python_run(torch.relu)
     ok, _ = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
@@ -219,7 +219,7 @@ def test_python_trial_loop_calls_the_same_checks():
 
 
 def test_python_candidate_returning_fp32_for_fp16_is_rejected():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     run, prob = _python_run(lambda x: torch.relu(x).float(), "float16")
     ok, stats = pyrun.trial(run, prob.variants()[0], "float16", "contiguous", 0)
@@ -229,7 +229,7 @@ def test_python_candidate_returning_fp32_for_fp16_is_rejected():
 
 
 def test_python_candidate_writing_its_input_is_a_cheat():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     run, prob = _python_run(lambda x: x.relu_().clone())
     ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
@@ -237,7 +237,7 @@ def test_python_candidate_writing_its_input_is_a_cheat():
 
 
 def test_python_candidate_updating_its_input_and_returning_it_is_an_in_place_op():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     run, prob = _python_run(lambda x: x.relu_())  # RoPE-style: the result is written where the input lay
     ok, stats = pyrun.trial(run, prob.variants()[0], "float32", "contiguous", 0)
@@ -254,7 +254,7 @@ def test_python_candidate_updating_its_input_and_returning_it_is_an_in_place_op(
 
 def test_an_entry_handing_back_the_input_it_overwrote_is_in_place_too():
     """A fused loss leaves its gradient in the logits and returns them beside the compared result."""
-    from sftbuild.validate import guards, pristine, pyrun, refbook
+    from sftbuild.trial import guards, pristine, pyrun, refbook
 
     counter = types.SimpleNamespace(count=0, names=set())
 
@@ -282,7 +282,7 @@ def test_an_entry_handing_back_the_input_it_overwrote_is_in_place_too():
 def test_input_gradients_may_come_back_contiguous_whatever_autograds_layout():
     """The reference's gradient of k in q @ k^T comes out transposed: that layout is autograd's, no
     contract, so a backward check's gradient outputs are `free` (their own layout or contiguous)."""
-    from sftbuild.validate import pyrun, refbook
+    from sftbuild.trial import pyrun, refbook
 
     class Grads:
         dtypes, layouts = ["float32"], ["contiguous"]
@@ -317,7 +317,7 @@ def test_input_gradients_may_come_back_contiguous_whatever_autograds_layout():
 # ---- config selects the checks: validate.runtime_checks travels in the task ----------------------
 
 def test_task_selection_reaches_the_python_loop():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     task = {"id": "t", "language": "triton", "code": "import torch\n\ndef wrapper(x):\n    return torch.relu(x)\n",
             "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": ["float32"], "shapes": 1,
@@ -338,7 +338,7 @@ def test_a_misspelt_check_fails_before_any_record():
 
 
 def test_tally_keeps_every_row_and_the_worst_errors_and_the_first_failure_decides():
-    from sftbuild.validate.tally import Tally
+    from sftbuild.trial.tally import Tally
 
     t = Tally()
     assert t.add({"shape": [4]}, True, {"max_abs": 0.1, "norm_rel": 1e-3}) is None
@@ -355,7 +355,8 @@ def test_a_probed_entrys_recorded_contract_replaces_the_references_and_only_ther
     """A package's own entry returns what its callers get (a loss in the logits' dtype, a transposed
     view of its own buffer): the probe records that, validation holds the entry to it; a candidate for
     the op itself keeps the reference's dtype and memory format."""
-    from sftbuild.validate import probe, pyrun
+    from sftbuild.bind import probe
+    from sftbuild.trial import pyrun
 
     typed = _check("output_type")
     x = torch.randn(2, 3, 4, 5).half()
@@ -391,7 +392,7 @@ def test_a_gradient_at_a_kink_may_be_either_sides():
     """fp16 inputs can sit exactly on sparsemax's support edge (x_j = max - 1 with a support of one): the
     function has a kink there and autograd picks one subgradient; a kernel that picks the other side's is
     right. Away from kinks, and for a wrong gradient, nothing changes."""
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     prob = pyrun.OpProblem.__new__(pyrun.OpProblem)
     prob.op, prob.params, prob.call, prob._made = ops.get("sparsemax"), {"dim": -1}, {"grad": True}, {}

@@ -16,7 +16,7 @@ from sftbuild.dedupe import stage as dedupe
 from sftbuild.dedupe.near import Doc as _Doc
 from sftbuild.dedupe.near import validation_order
 from sftbuild.record import Record
-from sftbuild.validate import compile as C
+from sftbuild.trial import compile as C
 from sftbuild.validate import pipeline
 from sftbuild.validate import stage as validate
 from sftbuild.validate.clusters import Rounds

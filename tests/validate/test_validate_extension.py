@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from sftbuild.validate import extension, inline_sources
+from sftbuild.trial import extension, inline_sources
 from tests.redteam import cases as RT
 
 

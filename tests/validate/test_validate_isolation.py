@@ -1,6 +1,6 @@
 """A candidate cannot touch the reference, and nothing it changes in its process reaches another sample.
 
-CPU: the snapshot (sftbuild.validate.pristine) driven directly, each change undone by monkeypatch;
+CPU: the snapshot (sftbuild.trial.pristine) driven directly, each change undone by monkeypatch;
 then the real executor path with one long-lived worker (LocalExecutor.map_gpu, here with the
 candidates in the Triton interpreter on the CPU): a tamperer between honest samples, whose
 verdicts must be those they get alone. GPU: the same samples on the GPU.
@@ -14,8 +14,9 @@ import triton
 from sftbuild.config import ValidateConfig
 from sftbuild.executor import LocalExecutor
 from sftbuild.record import Record
-from sftbuild.validate import checks as C
-from sftbuild.validate import guards, pipeline, pristine
+from sftbuild.trial import checks as C
+from sftbuild.trial import guards, pristine
+from sftbuild.validate import pipeline
 from tests.redteam import cases as R
 
 
@@ -109,7 +110,7 @@ def test_globals_intact_turns_any_change_into_a_cheat():
 
 
 def test_a_cuda_harness_that_changed_its_process_is_a_cheat_in_a_fresh_worker(world, monkeypatch):
-    from sftbuild.validate import trials
+    from sftbuild.trial import trials
 
     ok = {"status": "ok", "reason": None}
     assert trials._untouched(ok, world) == ok
@@ -195,7 +196,7 @@ def _pkg(root, name, body="STATE = []\n"):
 def test_a_kept_package_tree_is_imported_once_and_forgotten_by_the_next_tree_or_a_verdict(tmp_path):
     import sys
 
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     a, b = _pkg(tmp_path / "a", "pkg_kept_a"), _pkg(tmp_path / "b", "pkg_kept_b")
     with pyrun.package_tree(a, "pkg_kept_a/ops.py", keep=True) as package:

@@ -2,9 +2,10 @@
 import pytest
 
 from tests.redteam.cases import MATMUL_KERNEL, RELU_KERNEL, ROWSUM_KERNEL, cases
-from sftbuild.validate import compile as C
+from sftbuild.trial import compile as C
 from sftbuild.plugins import PluginError
-from sftbuild.validate import extension, inline_sources, static
+from sftbuild.trial import extension, inline_sources
+from sftbuild.validate import static
 
 STATIC = [c for c in cases() if c.static]
 RUNTIME = [c for c in cases() if not c.static]
@@ -234,7 +235,7 @@ def test_the_gate_process_starts_only_for_top_level_jit_kernels(monkeypatch):
     twin = next(c for c in cases() if c.name == "twin_relu_triton").record["code"]
     solution = "import triton\nk = async_compile.triton('k', '''\n@triton.jit\ndef k(x):\n    pass\n''')\n"
     for i, code in enumerate([twin, solution, "import torch\n", "def broken(:\n  jit"]):
-        pipeline.compile_any({"id": i, "language": "triton", "code": code})
+        pipeline.compile_any({"id": i, "language": "triton", "kind": "triton_op", "code": code})
     assert started == [0, 3]  # the kernel module, and the unparsable one (the gate names its error)
 
 

@@ -25,7 +25,7 @@ ONE_PASS = LAYER_NORM.replace("    d = xf - m\n    v = (d * d).mean(-1, keepdim=
 
 
 def _python(code, op, dtype="float32", binding=None):
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     task = {"id": "t", "language": "triton", "code": code, "binding": {"op": op, **(binding or {})},
             "entry": {"wrapper": "wrapper"}, "dtypes": [dtype], "shapes": 1, "seeds": 2, "timing": False,
@@ -68,7 +68,7 @@ def test_a_declared_domain_limits_the_classes_and_ill_posed_ones_fall_back():
 
 
 def test_the_classes_each_op_of_a_record_ran_add_up_in_the_payload():
-    from sftbuild.validate import loop
+    from sftbuild.trial import loop
     from tests.validate.test_trial_loop import Fake
 
     class Ran(Fake):

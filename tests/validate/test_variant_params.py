@@ -9,8 +9,8 @@ from sftbuild.ops import model_layers as ML
 
 
 def _run(shapes):
-    from sftbuild.validate import guards, pristine, pyrun, refbook
-    from sftbuild.validate import checks as C
+    from sftbuild.trial import guards, pristine, pyrun, refbook
+    from sftbuild.trial import checks as C
 
     counter = types.SimpleNamespace(count=0, names=set())
 
@@ -29,7 +29,7 @@ def _run(shapes):
 
 
 def test_each_variant_keeps_the_params_its_inputs_were_made_with():
-    from sftbuild.validate import pyrun
+    from sftbuild.trial import pyrun
 
     small, large = (1, 2, 1, 4, 8), (2, 4, 2, 17, 64)
     run, prob = _run([small, large])
@@ -46,8 +46,8 @@ def _sample_entry_trials(name, entry, seeds=3):
     """Every seed's trial of op_db op `name` at its first pool shape, `entry` called as torch's op is
     (a probed binding's [["sample", None]] mapping)."""
     from sftbuild import ops
-    from sftbuild.validate import guards, pristine, pyrun, refbook
-    from sftbuild.validate import checks as C
+    from sftbuild.trial import guards, pristine, pyrun, refbook
+    from sftbuild.trial import checks as C
 
     calls = types.SimpleNamespace(count=0, names=set())
 

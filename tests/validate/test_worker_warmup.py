@@ -1,7 +1,8 @@
 """What a GPU worker does before its first sample: torch's first-use patches made before the
 process snapshot, and torch's op catalogue scanned once in the parent rather than in each worker."""
 from sftbuild import ops
-from sftbuild.validate import pipeline, pristine, trials
+from sftbuild.validate import pipeline
+from sftbuild.trial import pristine, trials
 
 
 def test_a_harness_sample_warms_torch_before_the_snapshot(monkeypatch):

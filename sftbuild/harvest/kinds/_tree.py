@@ -4,7 +4,7 @@ Triton wrappers import their package's helpers (`from liger_kernel.ops.utils imp
 calculate_settings`). `keep(tree, workspace)` copies the tree's Python files (and the small
 config files packages read next to them) to `<workspace>/trees/<hash>/`, where the hash is
 over every copied path and its bytes, and records the folder in the tree's provenance as
-`tree`. Only a worker process ever puts it on `sys.path` (see sftbuild.validate.pyrun
+`tree`. Only a worker process ever puts it on `sys.path` (see sftbuild.trial.pyrun
 `record_module`); the record's own code still runs for its kernels.
 
 Trees with more files or bytes than the limits are not kept (a monorepo is not a package).

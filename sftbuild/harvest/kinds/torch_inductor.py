@@ -3,11 +3,11 @@
 Each program compiled to one Dynamo graph yields:
 - one program pair (language `kernelbench`, binding kind `kernelbench`): the reference is the
   program, the solution its output code made standalone with `class ModelNew`
-  (sftbuild.harvest.inductor_code.solution); it validates through the module path like any
+  (sftbuild.inductor_code.solution); it validates through the module path like any
   KernelBench pair, with the sizes of `binding["sizes"]` varied;
 - one record per generated Triton kernel (language `triton`, binding kind `inductor`): the
   binding carries the program's solution and the kernel's name, and validation runs that
-  solution with the record's kernel spliced in (sftbuild.validate.pyrun.inductor_candidate).
+  solution with the record's kernel spliced in (sftbuild.trial.pyrun.inductor_candidate).
 
 A program that cannot stand alone (graph breaks, outputs other than tensors, placeholders read
 from globals) yields nothing: it is skipped with the reason, so no record is ever unbound.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sftbuild import inductor_code as IC
 from sftbuild.harvest import inductor
-from sftbuild.harvest import inductor_code as IC
 from sftbuild.harvest import kernelbench as KB
 from sftbuild.harvest.kinds import KINDS, SourceKind
 from sftbuild.harvest.sources import Source, SourceError, cache_dir

@@ -11,7 +11,7 @@ kernels (Triton launches, or calls into its load_inline extension), and `torch.w
 in a module that launches Triton kernels (a mask helper; the logits whose loss a fused
 linear-cross-entropy's kernels take). Those calls are left to the
 run-time checks, which measure the elements torch's ops touched and whose kernels took the GPU time
-(sftbuild.validate.checks.library_kernels, own_kernels_ran). Only where it is certain does this rule
+(sftbuild.trial.checks.library_kernels, own_kernels_ran). Only where it is certain does this rule
 stop such a call: the op applied to one of the function's own arguments (the full input) in the
 value it returns. So is a branch beside one that
 launches the kernels (another activation, chosen by name), which launches none. A package's reference

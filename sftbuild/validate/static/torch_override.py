@@ -16,7 +16,7 @@ class TorchOverride(StaticCheck):
     """A kernel registered for torch's own operators (TORCH_LIBRARY_IMPL(aten, ...),
     torch.library.Library("aten", "IMPL"), torch.library.impl("aten::...")) changes what torch
     computes, the reference and the checks included; an operator in a namespace of one's own is fine.
-    At run time sftbuild.validate.pristine sees the Python registrations as well."""
+    At run time sftbuild.trial.pristine sees the Python registrations as well."""
 
     name = "torch_override"
     version = 2  # reads the shared kernel view: string literals kept whole when comments go

@@ -1,0 +1,220 @@
+"""Bindings found by probing a CUDA record's extension function: a host function taking tensors.
+
+Invariants:
+  * `bind` answers None: only agreement on a GPU makes a binding (plan -> probe -> accept).
+  * A function is probed when harvest found one that launches the record's kernel and no other
+    (`entry["launcher"]`) and takes `torch::Tensor`/`at::Tensor`; each parameter has a role
+    (`roles`): a tensor (an input, or, in a function returning nothing, an output where its kernel
+    writes it or its name says so), a float or int scalar (the op's parameter of its name), a flag
+    (tried false, then true), an optional tensor (passed absent). A template, or a parameter of another type, is named in `why_not`.
+  * The module that exposes it (`entry["launcher"]["exposed"]`: the file's PYBIND11_MODULE or
+    TORCH_LIBRARY* definition) is evidence; the probe builds a minimal PYBIND11_MODULE of its own
+    around the function and the record's code (`sftbuild.trial.extension.build`, once per record),
+    so the file's other functions never need to compile.
+  * Dtypes: those its AT_DISPATCH_* macro names (float32 always; float16 and bfloat16 where named),
+    every float dtype for a project's own dispatch macro (the probe keeps those that agree); a
+    function with no dispatch is float-only, and its evidence says so (`dispatch`).
+  * The shortlist is the host launcher's (`launched.shortlist`): names, the registry's ranking, data flow.
+  * The binding's harness is `extension_function` (`harness_args`: each parameter's value, `call_args`).
+"""
+from __future__ import annotations
+
+import re
+
+from sftbuild import parsing
+from sftbuild.bind.binders import BINDERS, Binder
+from sftbuild.bind.binders import launched
+from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
+    FLOAT_TYPES, FUNCTION_INT_TYPES as INT_TYPES, OPTIONAL_TENSOR, TENSOR, function_call_args as call_args,
+    function_roles, plain, returns)
+
+PROBE_SECONDS = 240  # the module's build is most of it
+RETURNS = re.compile(r"^\s*(?:static\s+|inline\s+)*(.+?)\s*\b(\w+)\s*\($")
+DISPATCH = re.compile(r"\b\w*DISPATCH\w*\s*\(")  # AT_DISPATCH_*, and a project's own (VLLM_DISPATCH_FLOATING_TYPES)
+SCALAR_ALIASES = {"epsilon": "eps", "variance_epsilon": "eps", "negative_slope": "negative_slope"}
+# the host work an extension function may do beside launching its kernel: allocate, check, dispatch
+TORCH_ALLOWED = re.compile(r"(?:empty|zeros|ones|full|from_blob|TensorOptions|Device|Tensor|IntArrayRef|Scalar|"
+                           r"cuda|detail|getCurrent\w*|OptionalCUDAGuard|DeviceGuard|typeMetaToScalarType|"
+                           r"elementSize|toString)\w*$")
+TORCH_CALL = re.compile(r"\b(?:at|torch)::((?:\w+::)*\w+)\s*(?:<[^<>();]*>\s*)?\(")
+TORCH_METHOD = re.compile(r"\.\s*(sum|mean|matmul|mm|bmm|addmm|softmax|log_softmax|exp|log|tanh|sigmoid|relu|gelu|"
+                          r"silu|add|sub|mul|div|pow|sqrt|rsqrt|norm|amax|amin|max|min|cumsum|sort|topk|clamp|abs|"
+                          r"neg|where|index_select|gather|scatter|layer_norm|linear|conv\w*|einsum)_?\s*\(")
+LIBRARY_CALL = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(")
+
+
+@BINDERS.register
+class ExtensionFunction(Binder):
+    """Build the record's extension function into a module, call it on each shortlisted op's inputs
+    and keep the op its outputs match over >= 3 shapes and every dtype it dispatches on."""
+    name = "extension_function"
+    version = 1
+    order = 86
+    languages = ("cuda",)
+    task_fn = "sftbuild.bind.extension_probe:probe"
+
+    def why_not(self, record) -> str:
+        fn = (record.entry or {}).get("launcher")
+        if not fn or not takes_tensors(fn):
+            return "no host function taking tensors launches this kernel alone"
+        return unprobeable(fn) or ""
+
+    def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
+        fn = (record.entry or {}).get("launcher")
+        if record.language != "cuda" or not fn or not takes_tensors(fn) or unprobeable(fn):
+            return None
+        found = roles(fn, record)
+        candidates = launched.shortlist(record, found)
+        if not candidates:
+            return None
+        entry = record.entry
+        return {"id": record.id, "code": record.code, "function": fn["name"], "declaration": declaration(fn),
+                "source": fn["code"], "roles": found, "returns": returns(fn)[1], "shortlist": candidates,
+                "dtypes": dtypes_of(record.code + fn["code"]), "dispatch": dispatch(record.code + fn["code"]),
+                "exposed": fn.get("exposed"), "shapes": 3, "time_limit": seconds,
+                "headers": entry.get("headers") or {}, "include_dirs": entry.get("include_dirs") or []}
+
+    def accept(self, record, result) -> dict | None:
+        if not isinstance(result, dict) or not result.get("binding"):
+            return None
+        ev = result.get("evidence") or {}
+        return {**result["binding"], "how": "probed",
+                "evidence": {k: ev.get(k) for k in ("shapes", "dtypes", "worst_error", "candidates_tried",
+                                                    "candidates_rejected", "dispatch", "exposed", "seconds")
+                             if ev.get(k) is not None}}
+
+
+def takes_tensors(fn: dict) -> bool:
+    return any(TENSOR.match(plain(p)) for p in fn.get("params") or ())
+
+
+def roles(fn: dict, record=None) -> list[dict]:
+    """The function's parameter roles (sftbuild.trial.launchers.function_roles), with the tensors its kernel
+    writes read from `record`'s data flow (`launched.written`) where it returns no tensor."""
+    writes = None
+    if record is not None and not returns(fn)[1]:
+        try:
+            writes = launched.written(_as_raw(record))
+        except (KeyError, TypeError):
+            writes = None
+    return function_roles(fn, writes)
+
+
+def _as_raw(record):
+    """The record with each `t.data_ptr<T>()` in its launcher read as the pointer `t`, so the host
+    launcher's data flow (`launched.written`) names the tensors the kernel writes."""
+    import dataclasses
+
+    fn = record.entry["launcher"]
+    code = re.sub(r"\b(\w+)\s*\.\s*(?:data_ptr|data|mutable_data_ptr|const_data_ptr)\s*(?:<[^<>()]*>)?\s*\(\s*\)",
+                  r"\1", fn["code"])
+    params = [f"float* {p['name']}" if p["type"] == "Tensor" else "int x" for p in
+              [{"type": "Tensor" if TENSOR.match(plain(d)) else "", "name": plain(d).split()[-1]}
+               for d in fn["params"]]]
+    return dataclasses.replace(record, entry={**record.entry, "launcher": {**fn, "code": code, "params": params}})
+
+
+def unprobeable(fn: dict) -> str | None:
+    """Why an extension function cannot be called on generated tensors, or None."""
+    found = roles(fn)
+    other = [r for r in found if r["role"] == "other"]
+    if other:
+        return f"extension function {fn['name']} takes a parameter with no role: {other[0]['type']}"
+    if fn.get("template") or re.search(rf"template\s*<[^>]*>\s*[\w:<>\s*&]*\b{re.escape(fn['name'])}\s*\(",
+                                       fn["code"]):
+        return f"extension function {fn['name']} is a template"
+    if not any(r["role"] == "out" for r in found):
+        return f"extension function {fn['name']} returns no tensor and writes none it is given"
+    work = torch_work(fn)
+    if work:
+        return f"extension function {fn['name']} computes with {work} beside its kernel: not probed"
+    return None
+
+
+def torch_work(fn: dict) -> str | None:
+    """The first torch op, tensor arithmetic or library call the function computes with besides
+    launching its kernel (what would make a match torch's work, not the kernel's), or None."""
+    code = re.sub(r"\"(?:\\.|[^\"\\])*\"", " ", parsing.strip_comments(fn["code"]))  # nor string literals
+    for m in TORCH_CALL.finditer(code):
+        if not TORCH_ALLOWED.match(m.group(1).split("::")[-1]) and not m.group(1).startswith(("cuda::", "detail::")):
+            return f"{m.group(0).rstrip('( ')}"
+    m = TORCH_METHOD.search(code) or LIBRARY_CALL.search(code)
+    if m:
+        return m.group(0).rstrip("( ")
+    tensors = {r["name"] for r in roles(fn) if r["type"] == "Tensor" and not r["name"].startswith("return:")}
+    tensors |= set(re.findall(r"\b(?:auto|(?:torch|at)::Tensor)\s*&?\s*(\w+)\s*=\s*(?:torch|at)::", code))
+    alt = "|".join(map(re.escape, sorted(tensors)))
+    m = alt and re.search(rf"(?<![.\w])(?:{alt})\s*[-+*/](?![=>-])|[-+*/]\s*(?:{alt})\b(?!\s*[.\[(])", code)
+    return f"tensor arithmetic ({m.group(0).strip()})" if m else None
+
+
+def dispatch(code: str) -> str:
+    """The dispatch macro the code dispatches with, or 'float only: no AT_DISPATCH' where none."""
+    m = DISPATCH.search(code)
+    return m.group(0).rstrip("( ") if m else "float only: no AT_DISPATCH"
+
+
+def dtypes_of(code: str) -> list[str]:
+    """float32, and float16/bfloat16 where the code's dtype dispatch names them; each of them for a
+    dispatch macro of the project's own, defined out of sight (the probe keeps the dtypes that agree)."""
+    m = DISPATCH.search(code)
+    if not m:
+        return ["float32"]
+    if not m.group(0).startswith("AT_DISPATCH"):
+        return ["float32", "float16", "bfloat16"]
+    out = ["float32"]
+    if re.search(r"AT_DISPATCH_\w*HALF|\bHalf\b", code):
+        out.append("float16")
+    if re.search(r"AT_DISPATCH_\w*BFLOAT16|\bBFloat16\b", code):
+        out.append("bfloat16")
+    return out
+
+
+def declaration(fn: dict) -> str:
+    """The function's declaration (its head, default values dropped), for the module's translation unit."""
+    head = fn["code"][:fn["code"].find("{")] if "{" in fn["code"] else fn["code"]
+    head = parsing.strip_comments(head)
+    m = re.search(rf"[^;{{}}]*\b{re.escape(fn['name'])}\s*\(", head)
+    start = m.start() if m else 0
+    head = head[start:].strip()
+    head = re.sub(r"\s*=\s*[^,()]+(?=[,)])", "", head)  # defaults belong to the definition's unit
+    return re.sub(r"^\s*(?:static|inline)\s+", "", " ".join(head.split())) + ";"
+
+
+def scalar(name: str, params: dict):
+    """The op's parameter a scalar argument named `name` takes (`epsilon` takes `eps`), or None."""
+    for key in (name, SCALAR_ALIASES.get(name.lower(), ""), name.lower()):
+        if key in params:
+            return params[key]
+    return None
+
+
+def arguments(found: list[dict], inputs: list[dict], n_outputs: int, params: dict):
+    """Ways to call the function with an op's tensors, best named first: lists, one per parameter, of
+    "t:k" (the op's k-th tensor, outputs then inputs, the `tensors` contract's order), "float:v",
+    "int:v" or "flag:0|1"; then "return:k" slots say which output each returned tensor is."""
+    import itertools
+
+    ins = [r for r in found if r["role"] == "in"]
+    outs = [r for r in found if r["role"] == "out"]
+    if len(ins) != len(inputs) or len(outs) < n_outputs:
+        return
+    scalars = []
+    for r in found:
+        if r["role"] in ("float", "int"):
+            v = scalar(r["name"], params)
+            if v is None:
+                return
+            scalars.append([f"{r['role']}:{float(v) if r['role'] == 'float' else int(v)!r}"])
+        elif r["role"] == "flag":
+            scalars.append(["flag:0", "flag:1"])
+        elif r["role"] == "absent":
+            scalars.append(["none:"])
+    out_order = sorted(range(len(outs)), key=lambda i: (not launched.OUT_NAMES.match(outs[i]["name"]), i))
+    out_of = {id(outs[i]): f"t:{n}" if n < n_outputs else "scratch" for n, i in enumerate(out_order)}
+    for perm in launched._input_orders(ins, inputs):
+        in_of = {id(r): f"t:{n_outputs + j}" for r, j in zip(ins, perm)}
+        for values in itertools.product(*scalars):
+            it = iter(values)
+            yield [in_of[id(r)] if r["role"] == "in" else out_of[id(r)] if r["role"] == "out" else next(it)
+                   for r in found]
