@@ -12,7 +12,8 @@ import click
 
 from sftbuild import config as C
 from sftbuild import plugins, sandbox, serving, stages
-from sftbuild.context import Context, UserError, Waiting, make_executor, waiting
+from sftbuild.context import Context, UserError, Waiting, make_executor
+from sftbuild.producers import waiting
 from sftbuild.funnel import blockers, format_funnel, format_runs
 from sftbuild.store import Store, StoreError, write_failure
 

@@ -11,8 +11,8 @@ Tables
                stages keyed on the binding (describe, validate) the binding key it was reached under
   stage_state  the config hash each stage last ran under (defines "current")
   stage_producers  what produced the results under that hash: plug-in versions, file hashes, project
-               version (sftbuild.context.producers), the hash of the config alone, and a cheap
-               fingerprint of the producers' files (sftbuild.context.fingerprint); a stage with
+               version (sftbuild.producers.producers), the hash of the config alone, and a cheap
+               fingerprint of the producers' files (sftbuild.producers.fingerprint); a stage with
                none was last run before results were keyed to their producers: its results are stale
   skips        things a harvest saw but did not turn into records, with a reason
   verdicts     append-only log of validation verdicts with their environment

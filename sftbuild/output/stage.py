@@ -39,7 +39,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sftbuild.context import Context, StageRun, UserError, Waiting, stale
+from sftbuild.context import Context, StageRun, UserError, Waiting
+from sftbuild.producers import stale
 from sftbuild.output import summary
 from sftbuild.output.exporters import EXPORTERS, Batch, Exporter
 from sftbuild.output.rows import LocalPaths, Sample, bound, where

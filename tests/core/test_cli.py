@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from sftbuild.cli import main
-from sftbuild.context import producers
+from sftbuild.producers import producers
 from sftbuild.record import Record
 from sftbuild.store import Store
 

@@ -2,8 +2,9 @@
 project's version; a change waits in `status` and reaches only the languages its plug-ins read."""
 from __future__ import annotations
 
-from sftbuild import context
-from sftbuild.context import StageRun, changes, producers, reached, waiting
+from sftbuild import producers as keys
+from sftbuild.context import StageRun
+from sftbuild.producers import changes, producers, reached, waiting
 from sftbuild.describe.describers.atomics import Atomics
 from sftbuild.bind.binders.inferred import Inferred
 from sftbuild.record import LANGUAGES, Record
@@ -21,7 +22,7 @@ def test_the_key_holds_plugins_templates_tables_and_the_project_version(ctx, mon
     assert StageRun(ctx, "validate", {"a": 1}).chash == key != StageRun(ctx, "validate", {"a": 2}).chash
     monkeypatch.setattr(OutputType, "version", 2)
     assert StageRun(ctx, "validate", {"a": 1}).chash != key
-    monkeypatch.setattr(context, "_version", lambda: "9.9")
+    monkeypatch.setattr(keys, "_version", lambda: "9.9")
     assert changes(made, producers("validate")) == [f"sftbuild {made['sftbuild']}→9.9", "runtime_check output_type v1→v2"]
 
 
@@ -63,13 +64,13 @@ def test_status_names_what_changed_and_a_workspace_from_before_keys_is_stale_not
 
 def test_a_fresh_process_imports_no_plugin_to_learn_nothing_changed(make_ctx, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(context, "_loaded", lambda stage: False)  # as in a fresh `sftbuild status`
+    monkeypatch.setattr(keys, "_loaded", lambda stage: False)  # as in a fresh `sftbuild status`
     ctx = make_ctx("first")
     with StageRun(ctx, "validate", {}):  # reads the versions once, and caches them by fingerprint
         pass
     made = ctx.store.stage_producers("validate")
-    assert made["fingerprint"] == context.fingerprint("validate") and made["producers"] == producers("validate")
-    monkeypatch.setattr(context, "producers", lambda stage: 1 / 0)
-    assert context.stale(ctx.store, "validate") == (set(), [])
+    assert made["fingerprint"] == keys.fingerprint("validate") and made["producers"] == producers("validate")
+    monkeypatch.setattr(keys, "producers", lambda stage: 1 / 0)
+    assert keys.stale(ctx.store, "validate") == (set(), [])
     assert StageRun(ctx, "validate", {}).producers == made["producers"]
     assert StageRun(make_ctx("another"), "validate", {}).producers == made["producers"]  # a new workspace

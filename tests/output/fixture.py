@@ -8,7 +8,8 @@ a record still waiting for a GPU.
 from __future__ import annotations
 
 from sftbuild.config import Config
-from sftbuild.context import Context, producers
+from sftbuild.context import Context
+from sftbuild.producers import producers
 from sftbuild.describe import stage as describe_stage
 from sftbuild.executor import LocalExecutor
 from sftbuild.harvest import kernelbench as KB

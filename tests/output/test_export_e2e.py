@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sftbuild import config as C
-from sftbuild.context import producers
+from sftbuild.producers import producers
 from sftbuild.store import Store
 from tests.core.test_cli import invoke
 from tests.output import fixture
@@ -293,7 +293,8 @@ def test_a_check_version_bump_redoes_exactly_its_verdicts_and_export_refuses_the
         exported, tmp_path, monkeypatch):
     """A Python-only static check at v2: the Triton and KernelBench verdicts wait and export refuses them,
     naming how many; validate redoes exactly those (and what still waited), keeps the CUDA ones."""
-    from sftbuild.context import Context, waiting
+    from sftbuild.context import Context
+    from sftbuild.producers import waiting
     from sftbuild.executor import LocalExecutor
     from sftbuild.validate import pipeline
     from sftbuild.validate import stage as validate_stage

@@ -1,7 +1,7 @@
 """A fixture workspace for review tests: records that passed harvest..dedupe, with validate evidence."""
 from __future__ import annotations
 
-from sftbuild.context import producers
+from sftbuild.producers import producers
 from sftbuild.record import Record
 from sftbuild.store import Store
 
