@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import re
+import threading
 
 from sftbuild import sandbox
 from sftbuild.executor import WorkerFailure
@@ -84,33 +86,70 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
     if any(_inline(t) for t in tasks):
         _prepare_extensions(cache_dir)
-    ready = []
-    for task, res in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
-        rec = by_id[task["id"]]
-        verdict = after_compile(rec, res, cfg)
-        if verdict is not None:
-            yield (rec, *verdict)
+    slots = gpus * workers_per_gpu(cfg, gpus) if gpus else max(1, getattr(executor, "cpu_workers", 1))
+    comp = {}
+    # the trials of what has compiled run while the rest compiles: the CPU cores and the GPUs work together
+    for compiled in _compiled(executor, tasks, slots):
+        ready = []
+        for task, res in compiled:
+            rec = by_id[task["id"]]
+            verdict = after_compile(rec, res, cfg)
+            if verdict is not None:
+                yield (rec, *verdict)
+                continue
+            ready.append((rec, res))
+            comp[rec.id] = res
+        if not ready:
             continue
-        ready.append((rec, res))
-    if not ready:
-        return
-    comp = {rec.id: res for rec, res in ready}
-    items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
-    # a program's own kernels after every program pair: workers running side by side would otherwise
-    # compile the same kernels at once, where later ones find them in the shared Triton cache
-    items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
-    _prepare_ops(items)
-    if gpus:
-        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness", unit="records",
-                                   per_gpu=workers_per_gpu(cfg, gpus))
-    else:
-        results = _without_gpu(items, cfg, executor)
-    for item, out in results:
-        rec = by_id[item["id"]]
-        if out is None:
-            yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
-            continue
-        yield (rec, *finish(out, cfg, comp[rec.id]))
+        items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
+        # a program's own kernels after every program pair: workers running side by side would otherwise
+        # compile the same kernels at once, where later ones find them in the shared Triton cache
+        items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
+        _prepare_ops(items)
+        if gpus:
+            results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
+                                       unit="records", per_gpu=workers_per_gpu(cfg, gpus))
+        else:
+            results = _without_gpu(items, cfg, executor)
+        for item, out in results:
+            rec = by_id[item["id"]]
+            if out is None:
+                yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
+                continue
+            yield (rec, *finish(out, cfg, comp[rec.id]))
+
+
+def _compiled(executor, tasks, slots: int):
+    """The compile results in batches, while the compiles go on in a thread: each batch is what has
+    finished when the last batch's trials ended, once it fills `slots` workers or the compiles are done."""
+    done = object()
+    results: queue.Queue = queue.Queue()
+
+    def compile_all():
+        try:
+            for pair in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
+                results.put(pair)
+        except BaseException as e:  # the caller raises it, as an inline compile would
+            results.put(e)
+        finally:
+            results.put(done)
+
+    threading.Thread(target=compile_all, daemon=True, name="compile_pool").start()
+    finished = False
+    while not finished:
+        batch = []
+        while not finished and (len(batch) < slots or not batch):
+            batch.append(results.get())
+            while True:  # and everything else already there
+                try:
+                    batch.append(results.get_nowait())
+                except queue.Empty:
+                    break
+            failed = next((x for x in batch if isinstance(x, BaseException)), None)
+            if failed is not None:
+                raise failed
+            finished = batch[-1] is done
+        yield [pair for pair in batch if pair is not done]
 
 
 def workers_per_gpu(cfg, n_gpus: int) -> int:
