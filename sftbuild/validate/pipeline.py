@@ -119,7 +119,27 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
             yield (rec, *finish(out, cfg, comp[rec.id]))
 
 
-def _compiled(executor, tasks, slots: int):
+_COMPILER: dict = {}
+_COMPILER_LOCK = threading.Lock()
+
+
+def _compile_thread() -> queue.Queue:
+    """The jobs queue of the process's compile thread, which never ends: the kernel sends a process
+    PR_SET_PDEATHSIG when the thread that started it ends, and the CPU pool must outlive a call."""
+    with _COMPILER_LOCK:
+        if _COMPILER.get("pid") != os.getpid():  # a forked child has no such thread
+            jobs: queue.Queue = queue.Queue()
+
+            def serve():
+                while True:
+                    jobs.get()()
+
+            threading.Thread(target=serve, daemon=True, name="compile_pool").start()
+            _COMPILER.update(pid=os.getpid(), jobs=jobs)
+        return _COMPILER["jobs"]
+
+
+def _compiled(executor, tasks, slots: int, compile_fn=None):
     """The compile results in batches, while the compiles go on in a thread: each batch is what has
     finished when the last batch's trials ended, once it fills `slots` workers or the compiles are done."""
     done = object()
@@ -127,14 +147,14 @@ def _compiled(executor, tasks, slots: int):
 
     def compile_all():
         try:
-            for pair in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
+            for pair in executor.map_cpu(compile_fn or compile_any, tasks, desc="compile", unit="records"):
                 results.put(pair)
         except BaseException as e:  # the caller raises it, as an inline compile would
             results.put(e)
         finally:
             results.put(done)
 
-    threading.Thread(target=compile_all, daemon=True, name="compile_pool").start()
+    _compile_thread().put(compile_all)
     finished = False
     while not finished:
         batch = []

@@ -1,10 +1,13 @@
 """The pipeline hands compiled records to the trials in batches while the rest compile
 (pipeline._compiled): every result once, a batch fills the workers unless the compiles are done, and a
-failure of the compile pool reaches the caller."""
+failure of the compile pool reaches the caller; the pool's processes outlive the call (they die with the
+thread that started them)."""
+import os
 import time
 
 import pytest
 
+from sftbuild.executor import LocalExecutor
 from sftbuild.validate import pipeline
 
 
@@ -36,3 +39,14 @@ def test_a_broken_compile_pool_is_raised_to_the_caller():
     with pytest.raises(RuntimeError, match="the pool broke"):
         for _ in pipeline._compiled(Compiles(fail_after=2), [{"id": i} for i in range(5)], slots=1):
             pass
+
+
+def worker_pid(task) -> int:
+    return os.getpid()
+
+
+def test_the_cpu_pool_started_for_one_call_serves_the_next():
+    with LocalExecutor(cpu_workers=2, gpus="none", progress=False) as ex:
+        runs = [{pid for batch in pipeline._compiled(ex, [{"id": i} for i in range(4)], 2, worker_pid)
+                 for _, pid in batch} for _ in range(2)]
+    assert runs[0] & runs[1]  # the same processes: none was ended with the thread of the first call
