@@ -2,7 +2,8 @@
 
 `validate(records, cfg, executor, cache_dir)` yields (record, status, reason, payload)
 for each record. Static checks read the code in this process (they never run it);
-compiles go to the CPU pool; candidates run only in GPU workers, or, without a GPU,
+compiles go to the CPU pool, from one thread kept for the process, and the trials of what has
+compiled start while the rest compiles; candidates run only in GPU workers, or, without a GPU,
 Triton candidates run in the interpreter in sandboxed CPU processes (the executor's
 `map_interpreted`), which are replaced on the same terms as GPU workers.
 """
