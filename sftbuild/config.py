@@ -254,6 +254,8 @@ class SandboxConfig:
     memory_gb: float = opt(16.0, "address space per sandboxed process, in GB (GPU runs are exempt: CUDA "
                            "reserves far more than it uses); compiles use at most 8", lo=0, lo_open=True)
     file_mb: int = opt(4096, "largest file a sandboxed process may write, in MB", lo=1)
+    min_free_mb: int = opt(1024, "free space, in MB, below which a sandboxed command that may write to that disk "
+                           "is ended (file_mb bounds one file, not how many); 0: never", lo=0)
     processes: int = opt(4096, "processes and threads of this user beyond which a sandboxed process may not "
                          "start more (CPU work only; not enforced for root)", lo=1)
     output_kb: int = opt(256, "stdout and stderr kept per sandboxed process, in KB (the rest is dropped)", lo=1)

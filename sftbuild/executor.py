@@ -450,7 +450,7 @@ class GpuWorker:
         """`worker exit code 1: <its last lines of output>`: how the worker ended and what the item's
         work last printed (a check macro's file:line and CUDA error, a failed assertion)."""
         said = sandbox.last_lines(self.proc.output_since(self.mark))
-        return f"worker {sandbox.exit_reason(code)}" + (f": {said}" if said else "")
+        return f"worker {self.proc.ended_why(code)}" + (f": {said}" if said else "")
 
     def restart(self):
         self.stop()

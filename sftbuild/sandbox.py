@@ -19,6 +19,8 @@ and recorded in every run manifest (`sftbuild.context.StageRun`):
   rlimits    CPU seconds, address space and process count (neither for GPU runs: CUDA reserves far
              more address space than it uses, and the count is of all this user's threads), file
              size, no core files; the kernel does not enforce the process count for root
+  disk       a command is ended once the disk of a folder it may write has less than min_free_mb
+             free: the file size limit bounds one file, not how many
   env        only an allowlist of variables passes; HOME and TMPDIR point at the scratch folder
   output     stdout and stderr are kept to their last `output_kb`
   hygiene    each command leads its own process group; a timeout kills the group (compiler front
@@ -33,6 +35,7 @@ docs/threat-model.md.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -114,6 +117,7 @@ class Policy:
     cpu_seconds: int = 900
     memory_gb: float = 16.0
     file_mb: int = 4096
+    min_free_mb: int = 1024
     processes: int = 4096
     output_kb: int = 256
     read_only: list = dataclasses.field(default_factory=list)
@@ -265,6 +269,7 @@ def layers(pol: Policy | None = None) -> dict:
     out = {"isolation": iso, "network": net,
            "filesystem": "read-only view (" + " + ".join(names[k] for k in fs) + ")" if fs else "host view",
            "rlimits": {"cpu_seconds": pol.cpu_seconds, "memory_gb": pol.memory_gb, "file_mb": pol.file_mb,
+                       "min_free_mb": pol.min_free_mb,
                        "processes": pol.processes if os.geteuid() != 0 else "not enforced for root"},
            "env": "allowlist", "output_kb": pol.output_kb}
     if pol.isolation == "auto" and iso != "bwrap":
@@ -609,6 +614,9 @@ class Proc:
         self._out = _Tail(self.proc.stdout, cap)
         self._err = None if merge else _Tail(self.proc.stderr, cap)
         self.timed_out = False
+        self.disk_low = False  # ended because a disk it may write fell below sandbox.min_free_mb
+        if pol.min_free_mb:
+            threading.Thread(target=self._guard_disk, args=([self.scratch, *rw], pol.min_free_mb), daemon=True).start()
 
     @property
     def pid(self) -> int:
@@ -639,6 +647,26 @@ class Proc:
         except subprocess.TimeoutExpired:
             pass
 
+    def _guard_disk(self, folders, floor_mb: int) -> None:
+        """Ends the group once a disk it may write has less than `floor_mb` free: file_mb bounds one
+        file, not how many files are written."""
+        disks = {}
+        for f in folders:
+            with contextlib.suppress(OSError):
+                disks.setdefault(os.stat(f).st_dev, f)
+        while self.proc.poll() is None:
+            if any(free_mb(f) < floor_mb for f in disks.values()):
+                self.disk_low = True
+                self._end_group()
+                return
+            time.sleep(0.1)
+
+    def ended_why(self, code: int | None) -> str:
+        """How the command ended: `exit_reason`, or the disk it filled."""
+        if self.disk_low:
+            return f"ended: a disk it may write fell below {policy().min_free_mb} MB free (sandbox.min_free_mb)"
+        return exit_reason(code)
+
     def _end_group(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers: a leader that exited leaves the group alive
@@ -666,6 +694,15 @@ class Proc:
         self.kill()
         if self._own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def free_mb(path: str) -> float:
+    """MB free for this user on the disk holding `path` (infinite where it cannot be read)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return float("inf")
+    return st.f_bavail * st.f_frsize / (1 << 20)
 
 
 def _wait_group_dead(pgid: int, timeout: float = 3.0) -> None:
@@ -797,7 +834,7 @@ def run_isolated(func: str, task, timeout: float, prefix=(), env: dict | None = 
         if p.timed_out:
             return WorkerFailure("timeout", f"no result within {timeout:.0f} s")
         if not os.path.exists(dst):
-            return WorkerFailure("crash", f"{exit_reason(code)}: {log[-2000:]}")
+            return WorkerFailure("crash", f"{p.ended_why(code)}: {log[-2000:]}")
         try:
             result = load_result(dst)
         except Exception as e:  # a truncated or forged result file

@@ -2,7 +2,8 @@
 
 `validate(records, cfg, executor, cache_dir)` yields (record, status, reason, payload)
 for each record. Static checks read the code in this process (they never run it);
-compiles go to the CPU pool; candidates run only in GPU workers, or, without a GPU,
+compiles go to the CPU pool, from one thread kept for the process, and the trials of what has
+compiled start while the rest compiles; candidates run only in GPU workers, or, without a GPU,
 Triton candidates run in the interpreter in sandboxed CPU processes (the executor's
 `map_interpreted`), which are replaced on the same terms as GPU workers.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
 import re
+import threading
 
 from sftbuild import sandbox
 from sftbuild.executor import WorkerFailure
@@ -89,33 +92,90 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
     if any(kinds.for_task(t).builds_extension(t) for t in tasks):
         _prepare_extensions(cache_dir)
-    ready = []
-    for task, res in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
-        rec = by_id[task["id"]]
-        verdict = after_compile(rec, res, cfg)
-        if verdict is not None:
-            yield (rec, *verdict)
+    slots = gpus * workers_per_gpu(cfg, gpus) if gpus else max(1, getattr(executor, "cpu_workers", 1))
+    comp = {}
+    # the trials of what has compiled run while the rest compiles: the CPU cores and the GPUs work together
+    for compiled in _compiled(executor, tasks, slots):
+        ready = []
+        for task, res in compiled:
+            rec = by_id[task["id"]]
+            verdict = after_compile(rec, res, cfg)
+            if verdict is not None:
+                yield (rec, *verdict)
+                continue
+            ready.append((rec, res))
+            comp[rec.id] = res
+        if not ready:
             continue
-        ready.append((rec, res))
-    if not ready:
-        return
-    comp = {rec.id: res for rec, res in ready}
-    items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
-    # a program's own kernels after every program pair: workers running side by side would otherwise
-    # compile the same kernels at once, where later ones find them in the shared Triton cache
-    items.sort(key=lambda t: t["kind"] == "inductor_program")
-    _prepare_ops(items)
-    if gpus:
-        results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness", unit="records",
-                                   per_gpu=workers_per_gpu(cfg, gpus))
-    else:
-        results = _without_gpu(items, cfg, executor)
-    for item, out in results:
-        rec = by_id[item["id"]]
-        if out is None:
-            yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
-            continue
-        yield (rec, *finish(out, cfg, comp[rec.id]))
+        items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
+        # a program's own kernels after every program pair: workers running side by side would otherwise
+        # compile the same kernels at once, where later ones find them in the shared Triton cache
+        items.sort(key=lambda t: t["kind"] == "inductor_program")
+        _prepare_ops(items)
+        if gpus:
+            results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
+                                       unit="records", per_gpu=workers_per_gpu(cfg, gpus))
+        else:
+            results = _without_gpu(items, cfg, executor)
+        for item, out in results:
+            rec = by_id[item["id"]]
+            if out is None:
+                yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
+                continue
+            yield (rec, *finish(out, cfg, comp[rec.id]))
+
+
+_COMPILER: dict = {}
+_COMPILER_LOCK = threading.Lock()
+
+
+def _compile_thread() -> queue.Queue:
+    """The jobs queue of the process's compile thread, which never ends: the kernel sends a process
+    PR_SET_PDEATHSIG when the thread that started it ends, and the CPU pool must outlive a call."""
+    with _COMPILER_LOCK:
+        if _COMPILER.get("pid") != os.getpid():  # a forked child has no such thread
+            jobs: queue.Queue = queue.Queue()
+
+            def serve():
+                while True:
+                    jobs.get()()
+
+            threading.Thread(target=serve, daemon=True, name="compile_pool").start()
+            _COMPILER.update(pid=os.getpid(), jobs=jobs)
+        return _COMPILER["jobs"]
+
+
+def _compiled(executor, tasks, slots: int, compile_fn=None):
+    """The compile results in batches, while the compiles go on in a thread: each batch is what has
+    finished when the last batch's trials ended, once it fills `slots` workers or the compiles are done."""
+    done = object()
+    results: queue.Queue = queue.Queue()
+
+    def compile_all():
+        try:
+            for pair in executor.map_cpu(compile_fn or compile_any, tasks, desc="compile", unit="records"):
+                results.put(pair)
+        except BaseException as e:  # the caller raises it, as an inline compile would
+            results.put(e)
+        finally:
+            results.put(done)
+
+    _compile_thread().put(compile_all)
+    finished = False
+    while not finished:
+        batch = []
+        while not finished and (len(batch) < slots or not batch):
+            batch.append(results.get())
+            while True:  # and everything else already there
+                try:
+                    batch.append(results.get_nowait())
+                except queue.Empty:
+                    break
+            failed = next((x for x in batch if isinstance(x, BaseException)), None)
+            if failed is not None:
+                raise failed
+            finished = batch[-1] is done
+        yield [pair for pair in batch if pair is not done]
 
 
 def workers_per_gpu(cfg, n_gpus: int) -> int:

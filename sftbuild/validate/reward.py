@@ -11,8 +11,9 @@ temp dir.
 
 Warm across calls: a trainer calls the reward every step, so the executor (its GPU
 workers, their CUDA contexts and Triton caches) and the compile cache live for the
-process and a call pays only for its own samples. Trainers with several processes
-share one warm service instead: `sftbuild reward serve` on each node, and
+process and a call pays only for its own samples. Calls that arrive in one process while a batch
+runs (verl calls `compute_score` once per response, from many threads) are scored as one batch.
+Trainers with several processes share one warm service instead: `sftbuild reward serve` on each node, and
 SFTBUILD_REWARD_URL=http://127.0.0.1:PORT in the trainers' environment sends every
 call there (sftbuild/validate/reward_service.py).
 
@@ -136,6 +137,17 @@ def refuse(code) -> Reward | None:
     return None
 
 
+def merged():
+    """The process's batcher: calls that arrive while a batch runs are scored together as the next one."""
+    with _WARM_LOCK:
+        if _WARM.get("batcher_pid") != os.getpid():  # a forked child has no batcher thread
+            from sftbuild.validate import reward_service
+
+            _WARM["batcher"] = reward_service.Batcher(lambda tasks, codes: _score(tasks, codes))
+            _WARM["batcher_pid"] = os.getpid()
+        return _WARM["batcher"]
+
+
 def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> list[Reward]:
     """Score many candidates at once: one compile pool, one GPU worker per GPU, both kept warm."""
     url = os.environ.get("SFTBUILD_REWARD_URL")
@@ -143,6 +155,13 @@ def reward_batch(tasks, codes, config=None, executor=None, cache_dir=None) -> li
         from sftbuild.validate import reward_service
 
         return [Reward(**r) for r in reward_service.remote_batch(url, tasks, codes)]
+    if executor is None and config is None and cache_dir is None:
+        # verl's reward loop calls compute_score once per response, from many threads at once: one batch
+        return merged().submit(list(tasks), list(codes))
+    return _score(tasks, codes, config, executor, cache_dir)
+
+
+def _score(tasks, codes, config=None, executor=None, cache_dir=None) -> list[Reward]:
     from sftbuild.context import say_sandbox_once
 
     say_sandbox_once(lambda line: print(line, file=sys.stderr))  # a missing isolation layer, once a process

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MAX_BODY = 64 << 20  # bytes in one request
 
 
-class _Batcher:
+class Batcher:
     """Merges concurrent requests: one thread scores whatever is pending, as one batch."""
 
     def __init__(self, score):
@@ -65,7 +65,7 @@ class _Batcher:
 
 def make_server(port: int, score) -> ThreadingHTTPServer:
     """The service on 127.0.0.1:port (0 picks a free port); `score(tasks, codes)` returns dataclasses."""
-    batcher = _Batcher(score)
+    batcher = Batcher(score)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):  # quiet: a trainer calls this every step
