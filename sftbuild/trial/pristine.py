@@ -53,6 +53,7 @@ class Pristine:
     def __init__(self):
         self.bound: list[tuple] = []  # (owner's dict, attr, label, object, code, defaults, kwdefaults)
         self.classes: list[tuple] = []  # (class, attr, label, resolved attribute)
+        import sftbuild.ops  # noqa: F401  the judge (ops.compare, the references) is watched even before a trial loads it
         self.modules = {name: mod for name, mod in sys.modules.items() if _watched_module(name)}
         for name in MODULES:
             mod = sys.modules.get(name) or (builtins if name == "builtins" else None)
