@@ -7,7 +7,8 @@
     every arrow runs down. Rooms that import each other (a cycle) share a floor and are named.
   * A hidden arrow is a module path written as a string (`"sftbuild.x.y:fn"`, loaded by name at run
     time) that names another room: the import contract cannot see it, so it is listed apart. The
-    registries' own declarations (plugins.py, stages.py) are marked; any other is a back door.
+    registries' own declarations (plugins.py, stages.py) and strings beside a real import arrow are
+    marked; any other is a back door (`back_doors`, which tests/core/test_architecture.py keeps empty).
   * `--mermaid` prints the picture as a Mermaid graph instead of text.
 
     python bench/structure.py [--mermaid]
@@ -65,6 +66,11 @@ def hidden(graph) -> dict[tuple[str, str], int]:
                 if m and m.group(1) != room(mod) and (ROOT / m.group(1)).exists() | (ROOT / f"{m.group(1)}.py").exists():
                     out[room(mod), m.group(1)] += 1
     return dict(out)
+
+
+def back_doors(edges, strings) -> list[tuple[str, str]]:
+    """Hidden arrows that neither a registry declares nor a real import runs beside."""
+    return sorted(k for k in strings if k[0] not in REGISTRIES and k not in edges)
 
 
 def cycles(rooms: list[str], edges) -> list[list[str]]:
@@ -147,9 +153,11 @@ def main() -> None:
         if outs:
             print(f"  {r} -> {', '.join(outs)}")
     strings = hidden(graph)
-    print(f"hidden arrows (module paths in strings): {len(strings)}")
+    print(f"hidden arrows (module paths in strings): {len(strings)}, back doors: {len(back_doors(edges, strings))}")
     for (a, b), n in sorted(strings.items()):
-        print(f"  {a} ~> {b} ({n})" + ("  (the registry's declaration)" if a in REGISTRIES else ""))
+        why = ("the registry's declaration" if a in REGISTRIES else "beside an import" if (a, b) in edges
+               else "a back door")
+        print(f"  {a} ~> {b} ({n})  ({why})")
 
 
 if __name__ == "__main__":

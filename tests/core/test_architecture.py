@@ -140,3 +140,21 @@ def test_the_readme_install_works_on_a_plain_machine():
     assert "https://download.pytorch.org/whl/cpu" in first and first.endswith("sftbuild run")
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith("triton") and "linux" in d for d in deps), deps
+
+
+def test_no_module_is_reached_through_a_string_the_contract_cannot_see():
+    """A module path written as a string (a worker's task function, a plug-in's module) names a room
+    that the registries declare or that a real import already reaches: none is a back door past the
+    import contract (bench/structure.py draws the whole house)."""
+    import grimp
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import structure
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    # the binders once named validate's probes as strings from ops/: that is what it reports
+    assert structure.back_doors({("bind", "trial"): 3}, {("bind", "trial"): 1, ("ops", "validate"): 3,
+                                                         ("plugins", "trial"): 2}) == [("ops", "validate")]
+    graph = grimp.build_graph("sftbuild", include_external_packages=False)
+    assert structure.back_doors(structure.arrows(graph), structure.hidden(graph)) == []
