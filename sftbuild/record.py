@@ -1,6 +1,7 @@
 """The kernel record: the one object that flows through every stage.
 
-A record is immutable once harvested. Its id hashes the language and the exact
+A record is immutable once harvested (a frozen dataclass: a change is a new record, built with
+`dataclasses.replace`). Its id hashes the language and the exact
 code, so a one-byte change is a new record and every stage result keyed to the
 id is a statement about exactly the bytes that will be emitted.
 """
@@ -22,7 +23,7 @@ def code_hash(language: str, code: str) -> str:
     return h.hexdigest()[:24]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Record:
     """One harvested kernel.
 
@@ -52,7 +53,7 @@ class Record:
         expected = code_hash(self.language, self.code)
         if self.id and self.id != expected:
             raise ValueError(f"record id {self.id} does not match its code hash {expected}")
-        self.id = expected
+        object.__setattr__(self, "id", expected)
 
     @property
     def name(self) -> str:

@@ -33,6 +33,7 @@ the record's current one: a record whose binding changes is described and valida
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import json
@@ -871,9 +872,9 @@ def _keyed(stage: str) -> str:
 def _with_origins(rec: Record, origins: list[dict]) -> Record:
     """`rec` with provenance["origins"]: every place its code was found, when there is more than one."""
     if len(origins) > 1:
-        rec.provenance = {**rec.provenance, "origins": [
+        rec = dataclasses.replace(rec, provenance={**rec.provenance, "origins": [
             {"source": o["source"], "path": o["path"], "url": o["provenance"].get("url"),
-             "license": o["provenance"].get("license"), "binding": o["binding"]} for o in origins]}
+             "license": o["provenance"].get("license"), "binding": o["binding"]} for o in origins]})
     return rec
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -25,6 +26,17 @@ def test_record_id_is_code_hash():
         Record(language="cuda", code="x", source="s", id="0" * 24)
     with pytest.raises(ValueError):
         Record(language="fortran", code="x", source="s")
+
+
+def test_a_record_is_immutable_and_a_change_is_a_new_record():
+    a = rec(1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.code = "__global__ void k() {}\n"
+    with pytest.raises(ValueError, match="does not match its code hash"):  # a changed code keeps no stale id
+        dataclasses.replace(a, code="__global__ void k() {}\n")
+    b = dataclasses.replace(a, id="", code="__global__ void k() {}\n")
+    assert b.id != a.id and a.code.startswith("__global__ void k1")
+    assert dataclasses.replace(a, source="t").id == a.id
 
 
 def test_add_records_is_idempotent(tmp_path):

@@ -3,6 +3,7 @@ compiled program yields, and (on the CPU, where Inductor writes C++ with the sam
 ModelNew == Model through the validator's module path at more than one size."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -248,7 +249,7 @@ def test_instructions_show_the_program_and_what_a_kernel_fuses():
     conf = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90",
             "smem_budget": 232448}
     for rec in recs:
-        rec.binding = Binding.from_dict(rec.binding).to_dict()
+        rec = dataclasses.replace(rec, binding=Binding.from_dict(rec.binding).to_dict())
         status, _, payload = describe(rec, conf)
         assert status == "ok", payload.get("problems")
         text = payload["instructions"]

@@ -3,6 +3,7 @@
 CPU: every harness renders and compiles (nvcc -shared). GPU (marked gpu): each record goes
 through validate's trial loop and must come out correct.
 """
+import dataclasses
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,10 +39,7 @@ def records() -> list[Record]:
 
 
 def bound() -> list[Record]:
-    recs = records()
-    for r in recs:
-        r.binding = binders.infer(r)
-    return recs
+    return [dataclasses.replace(r, binding=binders.infer(r)) for r in records()]
 
 
 def test_inference_binds_every_known_kernel():
@@ -189,9 +187,7 @@ def _aten_harness_failures(records, cache) -> list:
 
 
 def _bound_aten(workspace) -> list:
-    recs = _aten_records(workspace)
-    for rec in recs:
-        rec.binding = rec.binding or binders.infer(rec)
+    recs = [dataclasses.replace(rec, binding=rec.binding or binders.infer(rec)) for rec in _aten_records(workspace)]
     return [r for r in recs if r.binding]
 
 

@@ -6,6 +6,7 @@ size-specialised or touch memory past an edge, the deadline's bound, and the exe
 bounds. GPU: the red-team hang is cut short by the per-call bound, not by `sample_timeout`:
     pytest -m gpu -s -n 0 tests/validate/test_sizes_guards_deadlines.py
 """
+import dataclasses
 import math
 import tempfile
 import types
@@ -526,7 +527,7 @@ def test_cuda_harness_trials_grow_and_guard(compile_cache):
         rec = Record(language="cuda", code=f"{code}// {name}\n", source="test",
                      entry={"kernels": ["relu_kernel"], "params": ["float* y", "const float* x", "int n"],
                             "include_sets": []})
-        rec.binding = binders.infer(rec)
+        rec = dataclasses.replace(rec, binding=binders.infer(rec))
         srcs = [H.render(rec, check, ["float32"]) for check in H.checks(rec.binding)]
         built = [CC.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
                                   "timeout": 300, "nvcc": "", "cache_dir": str(compile_cache), "link": True})

@@ -17,6 +17,7 @@ not reached.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from sftbuild.harvest import inductor
@@ -144,8 +145,10 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None,
     gen = {"gemm": comp.gemm, **({"gemm_why": comp.why} if comp.why else {}), "extern": extern, **versions}
     n = solution.count("\n") + 1
     pair = KB.pair_record(source, solution, reference, prog.name, {**prov, "lines": [1, n]})
-    pair.entry.update(backend="triton", kernels=[k["name"] for k in found], generator="inductor", **gen)
-    pair.binding.update(program=prog.name, dtypes=[comp.dtype], sizes=sizes)
+    pair = dataclasses.replace(
+        pair, entry={**pair.entry, "backend": "triton", "kernels": [k["name"] for k in found], "generator": "inductor",
+                     **gen},
+        binding={**pair.binding, "program": prog.name, "dtypes": [comp.dtype], "sizes": sizes})
     out = [pair]
     library = sorted(set(extern) & set(LIBRARY_WORK))
     if library:
