@@ -286,7 +286,7 @@ class Store:
                      stable_json(r.provenance), now),
                 )
                 new += cur.rowcount
-                b = Binding.from_dict(r.binding, how="declared", by=f"source:{r.source}") if r.binding else None
+                b = r.binding
                 self.db.execute("INSERT OR REPLACE INTO origins VALUES (?,?,?,?,?,?)",
                                 (r.id, r.source, str((r.provenance or {}).get("path") or ""),
                                  stable_json(r.provenance), stable_json(b.to_dict()) if b else None, now))
@@ -351,10 +351,10 @@ class Store:
     def binding(self, record_id: str) -> Binding | None:
         """A record's current binding, or None when it has none (or is unbound)."""
         row = self.binding_row(record_id)
-        return Binding.from_dict(row["binding"]) if row and row["binding"] else None
+        return row["binding"] if row else None
 
     def binding_row(self, record_id: str) -> dict | None:
-        """The stored row: status bound|unbound, key, how, origin, binding (dict), reason, evidence."""
+        """The stored row: status bound|unbound, key, how, origin, binding (a Binding), reason, evidence."""
         rows = self.binding_rows([record_id])
         return rows.get(record_id)
 
@@ -366,7 +366,7 @@ class Store:
         else:
             rows = [r for i in ids for r in self.db.execute(q + " WHERE record_id=?", (i,)).fetchall()]
         keys = ("status", "key", "how", "origin", "binding", "reason", "evidence")
-        return {r[0]: {**dict(zip(keys, r[1:])), "binding": json.loads(r[5]) if r[5] else None,
+        return {r[0]: {**dict(zip(keys, r[1:])), "binding": Binding.from_dict(json.loads(r[5])) if r[5] else None,
                        "evidence": json.loads(r[7])} for r in rows}
 
     def get(self, record_id: str) -> Record:
@@ -884,7 +884,8 @@ def _row_record(row) -> Record:
     if lic is not None:
         prov.update(license=lic, license_source=lic_source)
     return Record(id=rid, language=language, source=source, code=code, entry=json.loads(entry),
-                  binding=json.loads(binding) if binding else None, provenance=prov, unbound=unbound)
+                  binding=Binding.from_dict(json.loads(binding)) if binding else None, provenance=prov,
+                  unbound=unbound)
 
 
 def _take(f, orphan_wait: float = 10.0) -> bool:

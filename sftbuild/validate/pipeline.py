@@ -13,7 +13,9 @@ import os
 import re
 
 from sftbuild import sandbox
+from sftbuild.binding import Binding
 from sftbuild.executor import WorkerFailure
+from sftbuild.trial_types import TrialTask, Verdict
 from sftbuild.validate import compile as C
 from sftbuild.validate import logs, memcheck, static
 
@@ -98,7 +100,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
     # a program's own kernels after every program pair: workers running side by side would otherwise
     # compile the same kernels at once, where later ones find them in the shared Triton cache
-    items.sort(key=lambda t: (t["binding"] or {}).get("kind") == "inductor")
+    items.sort(key=lambda t: bool(t.binding) and t.binding.kind == "inductor")
     _prepare_ops(items)
     if gpus:
         results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness", unit="records",
@@ -106,7 +108,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     else:
         results = _without_gpu(items, cfg, executor)
     for item, out in results:
-        rec = by_id[item["id"]]
+        rec = by_id[item.id]
         if out is None:
             yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
             continue
@@ -123,7 +125,7 @@ def _prepare_ops(items) -> None:
     """torch's op catalogue (sftbuild.ops.opdb), scanned here and cached before the workers start
     when a record is bound to one of its ops: where no catalogue was shipped or cached for this torch,
     every worker would scan op_db on its own (a minute each), inside its first sample's time limit."""
-    names = {(t["binding"] or {}).get("op") for t in items}
+    names = {t.binding.op for t in items if t.binding}
     name = next((n for n in names if isinstance(n, str) and n.startswith("opdb.")), None)
     if name is None:
         return
@@ -150,20 +152,20 @@ def _without_gpu(items, cfg, executor):
     a GPU (None). Yields (task, result); a task keeps its item's id."""
     tasks = []
     for item in items:
-        if item["language"] == "cuda" or not cfg.cpu_interpret or \
-                "load_inline" in item["code"] or "triton" not in item["code"] or _inductor(item) or \
-                item["dtypes"] == ["bfloat16"]:
+        if item.language == "cuda" or not cfg.cpu_interpret or \
+                "load_inline" in item.code or "triton" not in item.code or _inductor(item) or \
+                item.dtypes == ["bfloat16"]:
             yield item, None
             continue
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
-        tasks.append({**item, "device": "cpu", "timing": False,
-                      "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]})
+        tasks.append(dataclasses.replace(item, device="cpu", timing=False,
+                                         dtypes=[d for d in item.dtypes or [] if d != "bfloat16"]))
     if tasks:
         yield from executor.map_interpreted(run_interpreted, tasks, timeout=cfg.sample_timeout,
                                             desc="correctness (interpreter)", unit="records")
 
 
-def run_interpreted(task: dict) -> dict:
+def run_interpreted(task: TrialTask) -> dict:
     """The interpreter's task: the trials (sftbuild.validate.pyrun). What escapes them (a candidate's
     SystemExit) ends the sample as a one-shot sandbox ends it, and a kept process with it."""
     from sftbuild.validate import pyrun
@@ -174,10 +176,10 @@ def run_interpreted(task: dict) -> dict:
         return {"status": "dropped", "reason": "error", "detail": repr(e)[:2000], "recycle": True}
 
 
-def _inductor(item) -> bool:
+def _inductor(item: TrialTask) -> bool:
     """Inductor output code (a program pair, or a kernel run inside its program) launches through
     Inductor's CUDA launcher: the interpreter cannot run it, so it waits for a GPU."""
-    return (item.get("binding") or {}).get("kind") == "inductor" or "async_compile.triton(" in item["code"]
+    return (item.binding is not None and item.binding.kind == "inductor") or "async_compile.triton(" in item.code
 
 
 def finish(out, cfg, comp) -> tuple:
@@ -186,10 +188,8 @@ def finish(out, cfg, comp) -> tuple:
         reason = {"timeout": "timeout", "error": "worker_error"}.get(out.kind, "crash")
         stopped = {"stopped_after_s": out.seconds} if out.seconds is not None else {}
         out = {"status": "dropped", "reason": reason, "detail": out.detail, **stopped}
-    out = dict(out)
-    status, reason = out.pop("status"), out.pop("reason")
-    for k in ("recycle", "_exit", "_log"):
-        out.pop(k, None)
+    verdict = Verdict.of(out)
+    status, reason, out = verdict.status, verdict.reason, dict(verdict.payload)
     if status == "ok" and cfg.max_slowdown and out.get("speedup") and out["speedup"] < 1.0 / cfg.max_slowdown:
         status, reason = "dropped", "too_slow"
     out["compile"] = brief(comp)
@@ -200,14 +200,15 @@ def compile_task(rec, cfg, nvcc, cache) -> dict:
     from sftbuild.validate import harness as H
 
     harnesses = []
-    if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
-        harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]
+    b = rec.binding
+    if rec.language == "cuda" and b and b.harness:
+        harnesses = [H.render(rec, check, list(b.dtypes) or ALL_DTYPES) for check in H.checks(b)]
     task = {"id": rec.id, "name": rec.name, "language": rec.language, "code": rec.code, "harnesses": harnesses,
-            "launcher": (rec.binding or {}).get("launcher") or "",
+            "launcher": (b.launcher if b else None) or "",
             "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
             "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
             "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
-    if (rec.binding or {}).get("harness") == "extension_function":  # torch/extension.h's parse nears 30 s
+    if b and b.harness == "extension_function":  # torch/extension.h's parse nears 30 s
         from sftbuild.validate.extension import lean_tree
 
         lean = lean_tree(rec.code, task["headers"], task["include_dirs"])
@@ -382,67 +383,67 @@ def brief(res) -> dict:
             **{k: res[k] for k in ("aot", "header", "phases") if res.get(k)}}
 
 
-def task_dtypes(binding: dict, mode: str = "declared") -> list[str]:
+def task_dtypes(binding: Binding | None, mode: str = "declared") -> list[str]:
     """The dtypes a record's trials may use: its binding's, a KernelBench pair's declared by its
     get_inputs() (under `validate.dtypes: declared`), else every float dtype (an op's own list, or
     what the reference runs at, narrows them: pyrun.program_dtypes)."""
-    if binding.get("dtypes"):
-        return list(binding["dtypes"])
-    if binding.get("kind") == "kernelbench" and binding.get("reference") and mode == "declared":
+    if binding and binding.dtypes:
+        return list(binding.dtypes)
+    if binding and binding.kind == "kernelbench" and binding.reference and mode == "declared":
         from sftbuild.harvest.kernelbench import declared_dtypes
 
-        return declared_dtypes(binding["reference"])
+        return declared_dtypes(binding.reference)
     return list(ALL_DTYPES)
 
 
-def gpu_task(rec, res, cfg, cache_dir) -> dict:
-    binding = rec.binding or {}
+def gpu_task(rec, res, cfg, cache_dir) -> TrialTask:
+    binding = rec.binding
     runtime_checks = cfg.runtime_checks
-    if binding.get("kind") == "inductor" and (rec.entry or {}).get("extern"):
+    if binding and binding.kind == "inductor" and (rec.entry or {}).get("extern"):
         # one kernel run inside its program: the library calls are the program's host code, not the record's
         runtime_checks = {**(runtime_checks or {}), "library_kernels": False}
-    return {"id": rec.id, "language": rec.language, "code": rec.code, "sos": res.get("sos", []),
-            "binding": binding, "entry": rec.entry, "dtypes": task_dtypes(binding, cfg.dtypes),
-            "program_dtypes": cfg.dtypes,
-            "tree": (rec.provenance or {}).get("tree"), "path": (rec.provenance or {}).get("path"),
-            "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
-            "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": runtime_checks,
-            "max_speedup": cfg.max_speedup, "ext_cache": os.path.join(cache_dir, "ext"),
-            "memcheck": cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
-            "racecheck": cfg.racecheck, "memcheck_timeout": cfg.memcheck_timeout,
-            "sample_timeout": cfg.sample_timeout}
+    return TrialTask(
+        id=rec.id, language=rec.language, code=rec.code, sos=res.get("sos", []), binding=binding, entry=rec.entry,
+        dtypes=task_dtypes(binding, cfg.dtypes), program_dtypes=cfg.dtypes,
+        tree=(rec.provenance or {}).get("tree"), path=(rec.provenance or {}).get("path"),
+        shapes=cfg.shapes, seeds=cfg.seeds, timing=cfg.timing, warmup=cfg.warmup,
+        runs=cfg.runs, compile_baseline=cfg.compile_baseline, runtime_checks=runtime_checks,
+        max_speedup=cfg.max_speedup, ext_cache=os.path.join(cache_dir, "ext"),
+        memcheck=cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
+        racecheck=cfg.racecheck, memcheck_timeout=cfg.memcheck_timeout, sample_timeout=cfg.sample_timeout)
 
 
 RUNNERS = {"cuda": "sftbuild.validate.trials:run_record", "python": "sftbuild.validate.pyrun:run_python"}
 
 
-def run_on_gpu(task: dict) -> dict:
+def run_on_gpu(task: TrialTask | dict) -> dict:
     """The GPU worker's task: trials, then compute-sanitizer on one small trial when chosen."""
     import importlib
     import time
 
     started = time.monotonic()
-    kind = "cuda" if task["language"] == "cuda" else "python"
+    task = TrialTask.of(task)
+    kind = "cuda" if task.language == "cuda" else "python"
     mod, _, fn = RUNNERS[kind].partition(":")
     out = getattr(importlib.import_module(mod), fn)(task)
     seconds = {"trials": round(time.monotonic() - started, 3)}
     env = _env()
-    if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
-        tools = memcheck.tools_for(task.get("code", ""), task.get("racecheck"))
-        mc = memcheck.run(task, RUNNERS[kind], tools, task.get("memcheck_timeout", 300.0))
+    if out.get("status") == "ok" and task.memcheck != "off":
+        tools = memcheck.tools_for(task.code, task.racecheck)
+        mc = memcheck.run(task, RUNNERS[kind], tools, task.memcheck_timeout)
         out["memcheck"] = mc
         if mc.get("ok") is False:  # reason: the tool (memcheck, racecheck, synccheck), with its one-line message
             out.update(status="dropped", reason=mc.get("tool") or "memcheck",
                        detail=mc.get("finding") or mc.get("log") or mc.get("why", ""))
     elif out.get("reason") == "out_of_bounds":
-        name_fault(task, kind, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
+        name_fault(task, kind, out, task.sample_timeout - (time.monotonic() - started))
     if "memcheck" in out:
         seconds["memcheck"] = round(time.monotonic() - started - seconds["trials"], 3)
     out["env"], out["seconds"] = env, seconds  # the sample's time in its worker, by phase
     return out
 
 
-def _prefork(task: dict) -> None:
+def _prefork(task: TrialTask) -> None:
     """Before a GPU or interpreter worker forks the processes that run candidates: the runner's imports
     and torch's first-use patches, made once in the process each is forked from, without a CUDA context
     (a forked process cannot use its parent's)."""
@@ -450,18 +451,18 @@ def _prefork(task: dict) -> None:
 
     from sftbuild.validate import pristine
 
-    importlib.import_module(RUNNERS["cuda" if task["language"] == "cuda" else "python"].partition(":")[0])
+    importlib.import_module(RUNNERS["cuda" if TrialTask.of(task).language == "cuda" else "python"].partition(":")[0])
     pristine.warm()
 
 
 run_on_gpu.prefork = run_interpreted.prefork = _prefork
 
 
-def name_fault(task: dict, kind: str, out: dict, left: float) -> None:
+def name_fault(task: TrialTask, kind: str, out: dict, left: float) -> None:
     """A record whose guards tripped: memcheck runs on it to name the fault, within what is `left` of the
     sample's time (less a margin for the reply); the reason stays out_of_bounds (a small trial may not
     reach the fault), the tool's own message joins the detail."""
-    budget = min(task.get("memcheck_timeout", 300.0), left - 10.0)
+    budget = min(task.memcheck_timeout, left - 10.0)
     if budget < 10.0:
         out["memcheck"] = {"ok": None, "why": "no time left in the sample to run memcheck"}
         return

@@ -71,7 +71,7 @@ def test_triton_features():
 def test_instructions_are_seeded_bilingual_and_faithful():
     rec = _rec(FANCY, "sum_kernel", ["float* y", "const float* x", "int rows", "int cols"])
     rec = dataclasses.replace(rec, binding=binders.infer(rec))
-    assert rec.binding["op"] == "row_sum"
+    assert rec.binding.op == "row_sum"
     status, reason, payload = S.describe(rec, CONF)
     assert status == "ok", payload.get("problems")
     instr = payload["instructions"]
@@ -231,7 +231,8 @@ def test_a_cpu_reference_task_names_what_is_compared_and_every_kernel_it_launche
     rec = Record(language="cuda", code=code, source="t", entry={"kernels": ["mean_kernel", "rstd_kernel"]})
     ref = {"cpu": "norm_cpu", "launcher": "norm2", "cpu_code": "void norm_cpu(float* mean, float* rstd) {}",
            "call_args": ["mean", "rstd", "inp", "N", "C"], "compare": [0, 1], "cpu_params": ["mean", "rstd"]}
-    rec = dataclasses.replace(rec, binding={"how": "file_reference", "harness": "file_reference", "harness_args": {"ref": ref}})
+    rec = dataclasses.replace(rec, binding={"kind": "program", "program": "norm.cu:norm_cpu", "how": "file_reference",
+                                            "harness": "file_reference", "harness_args": {"ref": ref}})
     status, _, payload = S.describe(rec, CONF)
     assert status == "ok", payload.get("problems")
     for key, text in payload["instructions"].items():

@@ -232,7 +232,7 @@ def test_gpu_probe_and_validate_two_liger_kernels(liger_tree, tmp_path):
         rec = dataclasses.replace(rec, binding=b.accept(rec, res))
         assert rec.binding, res.get("unbound")
         bound.append(rec)
-    assert [r.binding["op"] for r in bound] == ["softmax", "rms_norm"]
+    assert [r.binding.op for r in bound] == ["softmax", "rms_norm"]
     cfg = dataclasses.replace(ValidateConfig(), timing=False)
     with LocalExecutor(progress=False) as ex:
         out = list(pipeline.validate(bound, cfg, ex, str(tmp_path / "cc")))

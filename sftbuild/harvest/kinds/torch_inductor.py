@@ -148,7 +148,8 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None,
     pair = dataclasses.replace(
         pair, entry={**pair.entry, "backend": "triton", "kernels": [k["name"] for k in found], "generator": "inductor",
                      **gen},
-        binding={**pair.binding, "program": prog.name, "dtypes": [comp.dtype], "sizes": sizes})
+        binding=dataclasses.replace(pair.binding, target=prog.name, dtypes=(comp.dtype,),
+                                    launch={**pair.binding.launch, "sizes": sizes}))
     out = [pair]
     library = sorted(set(extern) & set(LIBRARY_WORK))
     if library:

@@ -1,0 +1,100 @@
+"""The typed boundary between validate and the workers that run candidates: the task a worker
+receives (`TrialTask`) and the verdict read back from it (`Verdict`).
+
+- A TrialTask crosses to its worker as a pickle (sftbuild.executor's GPU and interpreter workers,
+  ray_executor, a one-shot sandbox under compute-sanitizer): plain values and a Binding only.
+- A dict becomes a TrialTask only through `TrialTask.of`, which refuses a task naming an unknown
+  field, lacking id, language or code, or giving a field of the wrong type: one ValueError sentence.
+- A field left out takes validate's config default, except that timing and memcheck are off and
+  the dtypes are the op's or program's own; `sftbuild.validate.pipeline.gpu_task` sets every field.
+- A worker's reply is plain data and untrusted: `Verdict.of` reads it, and a reply that is no
+  verdict (no known status, a reason that is no string) is a `worker_error` drop, never a pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sftbuild.binding import Binding
+from sftbuild.config import ValidateConfig as _V
+
+STATUSES = ("ok", "dropped")
+_TYPES = {"id": str, "language": str, "code": str, "entry": dict, "dtypes": list, "sos": list, "shapes": int,
+          "seeds": int, "timing": bool, "warmup": int, "runs": int, "max_numel": int, "device": str}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialTask:
+    """One record's trials, as a GPU or interpreter worker runs them."""
+
+    id: str
+    language: str
+    code: str
+    binding: Binding | None = None
+    entry: dict = dataclasses.field(default_factory=dict)
+    dtypes: list | None = None  # None: the op's own, or what the program declares
+    program_dtypes: str = "declared"  # validate.dtypes: declared | all
+    sos: list = dataclasses.field(default_factory=list)  # the compiled harnesses, one per check
+    tree: str | None = None  # the record's package tree (provenance.tree)
+    path: str | None = None  # the record's file in that tree
+    shapes: int = _V.shapes
+    seeds: int = _V.seeds
+    timing: bool = False
+    warmup: int = _V.warmup
+    runs: int = _V.runs
+    timing_budget_ms: float | None = None  # None: timing.BUDGET_MS
+    compile_baseline: bool = False
+    runtime_checks: dict | None = None  # None: every registered runtime check
+    max_speedup: float = _V.max_speedup
+    ext_cache: str | None = None
+    memcheck: str = "off"
+    racecheck: bool = False
+    memcheck_timeout: float = _V.memcheck_timeout
+    sample_timeout: float = _V.sample_timeout
+    device: str | None = None  # None: cuda when there is one
+    max_numel: int | None = None  # a cap on any tensor's elements (tests, memcheck's small run)
+
+    @classmethod
+    def of(cls, task: "TrialTask | dict") -> "TrialTask":
+        """`task` as a TrialTask; a dict is checked field by field (ValueError, one sentence)."""
+        if isinstance(task, cls):
+            return task
+        if not isinstance(task, dict):
+            raise ValueError(f"a trial task must be a TrialTask or a mapping, got {type(task).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(task) - set(names))
+        if unknown:
+            raise ValueError(f"a trial task has no field {', '.join(map(repr, unknown))} "
+                             f"(its fields: {', '.join(names)})")
+        missing = [k for k in ("id", "language", "code") if not isinstance(task.get(k), str)]
+        if missing:
+            raise ValueError(f"a trial task needs {', '.join(missing)} as text")
+        for k, v in task.items():
+            want = _TYPES.get(k)
+            if v is not None and want is not None and (not isinstance(v, want) or (want is int and v is True)):
+                raise ValueError(f"trial task field {k!r} must be {want.__name__}, got {type(v).__name__}")
+        binding = task.get("binding")
+        binding = Binding.from_dict(binding) if isinstance(binding, dict) and binding else binding or None
+        return cls(**{**task, "binding": binding})
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What a worker says of one record: ok or dropped with a reason; the payload keeps the rest
+    (detail, trials, errors, timing, speedup, memcheck, env, seconds) as it is stored."""
+
+    status: str
+    reason: str | None
+    payload: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, reply: Any) -> "Verdict":
+        """A worker's plain-data reply as a Verdict; the worker's own markers (recycle, _exit, _log)
+        are dropped, and a reply that is no verdict is a drop that says so."""
+        if not isinstance(reply, dict) or reply.get("status") not in STATUSES or \
+                not isinstance(reply.get("reason"), (str, type(None))):
+            shown = {k: reply.get(k) for k in ("status", "reason")} if isinstance(reply, dict) else type(reply).__name__
+            return cls("dropped", "worker_error", {"detail": f"the worker's reply is no verdict: {shown!r}"[:300]})
+        payload = {k: v for k, v in reply.items() if k not in ("status", "reason", "recycle", "_exit", "_log")}
+        reason = reply.get("reason") or ("worker_error" if reply["status"] == "dropped" else None)
+        return cls(reply["status"], reason, payload)
