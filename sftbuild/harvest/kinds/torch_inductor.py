@@ -4,7 +4,7 @@ Each program compiled to one Dynamo graph yields:
 - one program pair (language `kernelbench`, binding kind `kernelbench`): the reference is the
   program, the solution its output code made standalone with `class ModelNew`
   (sftbuild.harvest.inductor_code.solution); it validates through the module path like any
-  KernelBench pair, with the sizes of `binding["sizes"]` varied;
+  KernelBench pair, with the sizes of `binding.sizes` varied;
 - one record per generated Triton kernel (language `triton`, binding kind `inductor`): the
   binding carries the program's solution and the kernel's name, and validation runs that
   solution with the record's kernel spliced in (sftbuild.validate.pyrun.inductor_candidate).
