@@ -1,10 +1,11 @@
-"""The typed boundary between validate and the workers that run candidates: the task a worker
-receives (`TrialTask`) and the verdict read back from it (`Verdict`).
+"""The typed boundary between validate and the workers that run candidates: the tasks a worker
+receives (`TrialTask` for the trials, `CompileTask` for the compile pool) and the verdict read back
+(`Verdict`).
 
-- A TrialTask crosses to its worker as a pickle (sftbuild.executor's GPU and interpreter workers,
+- A task crosses to its worker as a pickle (sftbuild.executor's pools, GPU and interpreter workers,
   ray_executor, a one-shot sandbox under compute-sanitizer): plain values and a Binding only.
-- A dict becomes a TrialTask only through `TrialTask.of`, which refuses a task naming an unknown
-  field, lacking id, language or code, or giving a field of the wrong type: one ValueError sentence.
+- A dict becomes a task only through `of`, which refuses a task naming an unknown field, lacking
+  a required one or giving a field of the wrong type: one ValueError sentence.
 - A field left out takes validate's config default, except that timing and memcheck are off and
   the dtypes are the op's or program's own; `sftbuild.validate.pipeline.gpu_task` sets every field.
 - A worker's reply is plain data and untrusted: `Verdict.of` reads it, and a reply that is no
@@ -20,7 +21,27 @@ from sftbuild.config import ValidateConfig as _V
 
 STATUSES = ("ok", "dropped")
 _TYPES = {"id": str, "language": str, "code": str, "entry": dict, "dtypes": list, "sos": list, "shapes": int,
-          "seeds": int, "timing": bool, "warmup": int, "runs": int, "max_numel": int, "device": str}
+          "seeds": int, "timing": bool, "warmup": int, "runs": int, "max_numel": int, "device": str,
+          "cache_dir": str, "arch": str, "harness": str, "harnesses": list, "headers": dict, "include_dirs": list,
+          "include_sets": list, "link": bool}
+
+
+def _checked(cls, task, what: str, required: tuple) -> dict:
+    """`task`'s fields for `cls`, or ValueError: an unknown field, a required one missing, a wrong type."""
+    if not isinstance(task, dict):
+        raise ValueError(f"a {what} must be a {cls.__name__} or a mapping, got {type(task).__name__}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(task) - set(names))
+    if unknown:
+        raise ValueError(f"a {what} has no field {', '.join(map(repr, unknown))} (its fields: {', '.join(names)})")
+    missing = [k for k in required if not isinstance(task.get(k), str)]
+    if missing:
+        raise ValueError(f"a {what} needs {', '.join(missing)} as text")
+    for k, v in task.items():
+        want = _TYPES.get(k)
+        if v is not None and want is not None and (not isinstance(v, want) or (want is int and v is True)):
+            raise ValueError(f"{what} field {k!r} must be {want.__name__}, got {type(v).__name__}")
+    return task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,23 +80,37 @@ class TrialTask:
         """`task` as a TrialTask; a dict is checked field by field (ValueError, one sentence)."""
         if isinstance(task, cls):
             return task
-        if not isinstance(task, dict):
-            raise ValueError(f"a trial task must be a TrialTask or a mapping, got {type(task).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(task) - set(names))
-        if unknown:
-            raise ValueError(f"a trial task has no field {', '.join(map(repr, unknown))} "
-                             f"(its fields: {', '.join(names)})")
-        missing = [k for k in ("id", "language", "code") if not isinstance(task.get(k), str)]
-        if missing:
-            raise ValueError(f"a trial task needs {', '.join(missing)} as text")
-        for k, v in task.items():
-            want = _TYPES.get(k)
-            if v is not None and want is not None and (not isinstance(v, want) or (want is int and v is True)):
-                raise ValueError(f"trial task field {k!r} must be {want.__name__}, got {type(v).__name__}")
+        task = _checked(cls, task, "trial task", ("id", "language", "code"))
         binding = task.get("binding")
         binding = Binding.from_dict(binding) if isinstance(binding, dict) and binding else binding or None
         return cls(**{**task, "binding": binding})
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileTask:
+    """One record's compile gate and harness builds, as the CPU pool runs them (validate.compile)."""
+
+    code: str
+    cache_dir: str
+    id: str = ""
+    name: str = ""  # the kernel: a build log naming it says the build compiled it out
+    language: str = "cuda"
+    arch: str = _V.arch
+    timeout: float = _V.compile_timeout
+    nvcc: str = ""  # "": the one compile.find_nvcc finds
+    include_sets: list = dataclasses.field(default_factory=list)
+    headers: dict = dataclasses.field(default_factory=dict)  # the record's own headers, by path
+    include_dirs: list = dataclasses.field(default_factory=list)
+    harness: str | None = None  # the one harness this build compiles; None: the kernel alone
+    harnesses: list = dataclasses.field(default_factory=list)  # every check's harness source
+    launcher: str = ""
+    link: bool = True  # False: the harness's device code only, for machines that cannot run it
+    lean: dict | None = None  # the code and headers on the lean torch header (extension functions)
+
+    @classmethod
+    def of(cls, task: "CompileTask | dict") -> "CompileTask":
+        """`task` as a CompileTask; a dict is checked field by field (ValueError, one sentence)."""
+        return task if isinstance(task, cls) else cls(**_checked(cls, task, "compile task", ("code", "cache_dir")))
 
 
 @dataclasses.dataclass(frozen=True)

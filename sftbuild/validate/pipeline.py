@@ -15,7 +15,7 @@ import re
 from sftbuild import sandbox
 from sftbuild.binding import Binding
 from sftbuild.executor import WorkerFailure
-from sftbuild.trial_types import TrialTask, Verdict
+from sftbuild.trial_types import CompileTask, TrialTask, Verdict
 from sftbuild.validate import compile as C
 from sftbuild.validate import logs, memcheck, static
 
@@ -83,12 +83,12 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
         todo.append(rec)
     by_id = {r.id: r for r in todo}
     # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
-    tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
+    tasks = [dataclasses.replace(compile_task(r, cfg, nvcc, cache_dir), link=bool(gpus)) for r in todo]
     if any(_inline(t) for t in tasks):
         _prepare_extensions(cache_dir)
     ready = []
     for task, res in executor.map_cpu(compile_any, tasks, desc="compile", unit="records"):
-        rec = by_id[task["id"]]
+        rec = by_id[task.id]
         verdict = after_compile(rec, res, cfg)
         if verdict is not None:
             yield (rec, *verdict)
@@ -196,38 +196,39 @@ def finish(out, cfg, comp) -> tuple:
     return status, reason, out
 
 
-def compile_task(rec, cfg, nvcc, cache) -> dict:
+def compile_task(rec, cfg, nvcc, cache) -> CompileTask:
     from sftbuild.validate import harness as H
 
     harnesses = []
     b = rec.binding
     if rec.language == "cuda" and b and b.harness:
         harnesses = [H.render(rec, check, list(b.dtypes) or ALL_DTYPES) for check in H.checks(b)]
-    task = {"id": rec.id, "name": rec.name, "language": rec.language, "code": rec.code, "harnesses": harnesses,
-            "launcher": (b.launcher if b else None) or "",
-            "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
-            "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
-            "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
+    task = CompileTask(id=rec.id, name=rec.name, language=rec.language, code=rec.code, harnesses=harnesses,
+                       launcher=(b.launcher if b else None) or "", include_sets=rec.entry.get("include_sets", []),
+                       arch=cfg.arch, headers=rec.entry.get("headers") or {},
+                       include_dirs=rec.entry.get("include_dirs") or [], timeout=cfg.compile_timeout, nvcc=nvcc,
+                       cache_dir=cache)
     if b and b.harness == "extension_function":  # torch/extension.h's parse nears 30 s
         from sftbuild.validate.extension import lean_tree
 
-        lean = lean_tree(rec.code, task["headers"], task["include_dirs"])
+        lean = lean_tree(rec.code, task.headers, task.include_dirs)
         if lean:
-            task["lean"] = {"code": lean[0], "headers": lean[1]}
+            task = dataclasses.replace(task, lean={"code": lean[0], "headers": lean[1]})
     return task
 
 
-def _inline(task: dict) -> bool:
+def _inline(task: CompileTask) -> bool:
     """A Python sample that builds a CUDA extension with load_inline (KernelBench style)."""
-    return task["language"] not in ("cuda", "triton") and "load_inline" in task["code"]
+    return task.language not in ("cuda", "triton") and "load_inline" in task.code
 
 
-def compile_any(task: dict) -> dict:
-    if task["language"] == "cuda":
+def compile_any(task: CompileTask | dict) -> dict:
+    task = CompileTask.of(task)
+    if task.language == "cuda":
         return compile_cuda(task)
     if _inline(task):
         return compile_inline(task)
-    res = triton_gate(task) if _jit_kernels(task["code"]) else {"ok": True, "resources": {}, "seconds": 0}
+    res = triton_gate(task) if _jit_kernels(task.code) else {"ok": True, "resources": {}, "seconds": 0}
     return {**res, "sos": []}
 
 
@@ -247,7 +248,7 @@ def _jit_kernels(code: str) -> bool:
     return bool(C.jit_functions(tree))
 
 
-def triton_gate(task: dict) -> dict:
+def triton_gate(task: CompileTask | dict) -> dict:
     """The Triton compile gate in a sandboxed process of its own, forked from a kept one with Triton's
     compiler loaded (sandbox.run_forked): compiling a kernel runs its definition. Its result
     is cached by content, as nvcc's is (sftbuild.validate.compile.cached_gate): a module that several
@@ -255,10 +256,10 @@ def triton_gate(task: dict) -> dict:
     return C.cached_gate(task, _triton_gate)
 
 
-def _triton_gate(task: dict) -> dict:
+def _triton_gate(task: CompileTask) -> dict:
     from sftbuild.sandbox import run_forked
 
-    timeout = max(task["timeout"] * 2, 60)
+    timeout = max(task.timeout * 2, 60)
     res = run_forked("sftbuild.validate.compile:triton_gate", task, timeout)
     if isinstance(res, WorkerFailure):
         reason = "compile_timeout" if res.kind == "timeout" else "compile_error"
@@ -270,64 +271,64 @@ def _triton_gate(task: dict) -> dict:
     return {**{k: v for k, v in res.items() if k not in ("_exit", "_log")}, "keep": True}
 
 
-def compile_inline(task: dict) -> dict:
+def compile_inline(task: CompileTask) -> dict:
     """Build a KernelBench solution's load_inline extension ahead of the GPU run, when its sources
     are string constants; otherwise the GPU worker builds it through the same cache."""
     from sftbuild.validate import extension, inline_sources
 
-    found = inline_sources.extract(task["code"])
+    found = inline_sources.extract(task.code)
     if found is None:
         return {"ok": True, "resources": {}, "seconds": 0, "sos": [], "prebuilt": False}
-    res = extension.build(**found, cache_dir=os.path.join(task["cache_dir"], "ext"), arch=task["arch"],
-                          nvcc=task["nvcc"], timeout=max(task["timeout"], 120))
+    res = extension.build(**found, cache_dir=os.path.join(task.cache_dir, "ext"), arch=task.arch,
+                          nvcc=task.nvcc, timeout=max(task.timeout, 120))
     if not res["ok"] and res.get("reason") == "link_error":  # no CUDA torch here: the GPU worker links
         res = {**res, "ok": True}
     return {**res, "resources": {}, "sos": [], "prebuilt": True}
 
 
-def compile_cuda(task: dict) -> dict:
+def compile_cuda(task: CompileTask | dict) -> dict:
     """`_compile_cuda`, on the lean torch header first where the task has it (an extension function's
     record), and on the code as it is where that fails: the lean header is ours, its gaps are not
     the kernel's."""
-    lean = task.get("lean")
-    if lean:
-        res = _compile_cuda({**task, **lean})
+    task = CompileTask.of(task)
+    if task.lean:
+        res = _compile_cuda(dataclasses.replace(task, **task.lean))
         if res.get("ok") and not res.get("harness_failed"):
             return {**res, "header": "lean"}
     return _compile_cuda(task)
 
 
-def _compile_cuda(task: dict) -> dict:
+def _compile_cuda(task: CompileTask) -> dict:
     """One launchable .so per check; the kernel alone (the gate) only where there is no harness, a
     harness failed, or a harness took longer than the gate's budget. A harness includes the kernel's
     code, so a harness that compiles has compiled the kernel too (its ptxas figures cover the
     kernel's); when one fails, the gate says whose fault it is: the kernel's (the gate's
     compile_error), a guard's (`compiled_out`) or ours (`harness_failed`); when one is slow, whether
     the kernel alone compiles within the gate's budget (else `compile_timeout`)."""
-    base = {k: v for k, v in task.items() if k != "harnesses"}
-    if not task["harnesses"]:
-        return {**C.compile_task({**base, "harness": None}), "sos": []}
+    alone = dataclasses.replace(task, harness=None, harnesses=[])  # the kernel's own gate
+    if not task.harnesses:
+        return {**C.compile_task(alone), "sos": []}
     sos, resources, seconds, first = [], {}, 0.0, None
-    for src in task["harnesses"]:
+    for src in task.harnesses:
         # the harness is our scaffolding around torch headers, not the candidate: it gets a wider budget
-        res = C.compile_task({**base, "harness": src, "timeout": max(task["timeout"] * 4, 120)})
+        res = C.compile_task(dataclasses.replace(alone, harness=src, timeout=max(task.timeout * 4, 120)))
         seconds += res["seconds"]
         if not res["ok"]:
-            gate = C.compile_task({**base, "harness": None})
+            gate = C.compile_task(alone)
             if not gate["ok"]:
                 return {**gate, "sos": []}
-            if any(compiled_out(res.get("log", ""), n) for n in (task.get("name", ""), task.get("launcher", ""))):
+            if any(compiled_out(res.get("log", ""), n) for n in (task.name, task.launcher)):
                 return {**res, "reason": "compiled_out", "sos": []}
             return {**res, "sos": [], "harness_failed": True}
-        if res["seconds"] > task["timeout"]:  # the harness outlasted the kernel's own budget: the gate decides
-            gate = C.compile_task({**base, "harness": None})
+        if res["seconds"] > task.timeout:  # the harness outlasted the kernel's own budget: the gate decides
+            gate = C.compile_task(alone)
             if not gate["ok"]:
                 return {**gate, "sos": []}
         first = first or res
         if res["so"]:
             sos.append(res["so"])
         resources = _merge(resources, res["resources"])
-    return {**first, "so": None, "sos": sos, "harnesses_built": len(task["harnesses"]), "resources": resources,
+    return {**first, "so": None, "sos": sos, "harnesses_built": len(task.harnesses), "resources": resources,
             "seconds": round(seconds, 3)}
 
 

@@ -9,7 +9,7 @@ from sftbuild import sandbox
 from sftbuild.binding import Binding
 from sftbuild.config import ValidateConfig
 from sftbuild.record import Record
-from sftbuild.trial_types import TrialTask, Verdict
+from sftbuild.trial_types import CompileTask, TrialTask, Verdict
 from sftbuild.validate import pipeline
 
 CODE = "__global__ void relu_kernel(float* y, const float* x, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i]; }\n"
@@ -66,3 +66,15 @@ def test_the_sandbox_binds_the_folders_a_typed_task_names(tmp_path):
     ro, rw = sandbox.task_paths([task])  # the harness's build folder is bound as its cache, read-only
     assert sorted(ro) == sorted([str(tree), str(tmp_path / "cache")]) and rw == [str(tmp_path / "ext")]
     assert (ro, rw) == sandbox.task_paths([dataclasses.asdict(task)])  # as it was bound as a dict
+
+
+def test_the_compile_pools_task_is_typed_too_and_refuses_a_malformed_one():
+    rec = Record(language="cuda", code=CODE, source="t", entry={"kernels": ["relu_kernel"], "include_dirs": ["k"]})
+    task = pipeline.compile_task(rec, ValidateConfig(), "", "/tmp/cache")
+    assert isinstance(task, CompileTask) and (task.id, task.name, task.harnesses) == (rec.id, "relu_kernel", [])
+    assert task.include_dirs == ["k"] and pickle.loads(pickle.dumps(task)) == task
+    assert CompileTask.of({"code": CODE, "cache_dir": "/tmp/cache"}).link is True  # a launchable .so by default
+    with pytest.raises(ValueError, match="^a compile task needs cache_dir as text$"):
+        CompileTask.of({"code": CODE})
+    with pytest.raises(ValueError, match="^compile task field 'link' must be bool, got str$"):
+        pipeline.compile_any({"code": CODE, "cache_dir": "/tmp/cache", "link": "yes"})

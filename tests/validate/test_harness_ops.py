@@ -336,8 +336,8 @@ def test_the_gate_compiles_only_when_a_harness_fails(monkeypatch):
     built = []
 
     def compile_task(task):
-        built.append("gate" if task["harness"] is None else "harness")
-        broken = "BROKEN" in task["code"] or "BROKEN" in (task["harness"] or "")
+        built.append("gate" if task.harness is None else "harness")
+        broken = "BROKEN" in task.code or "BROKEN" in (task.harness or "")
         return {"ok": not broken, "reason": "compile_error" if broken else None, "log": "error" if broken else "",
                 "resources": {"registers": 8, "kernels": {"k": {}}}, "so": None if broken else "h.so",
                 "seconds": 1.0, "cached": False}
