@@ -1,10 +1,10 @@
 """A binding: what a record is checked against, how it was found, and the evidence for it.
 
 A binding is derived, never part of the record: the store keeps one current binding per record
-in its `bindings` table (or an `unbound` row with the reason), and fills `record.binding` with
-`Binding.to_dict()` when it reads records. That dict is the one validate and describe have
-always read (kind, op, params, harness, harness_args, dtypes, constraints, also, how, ...),
-plus `by`, `evidence` and `key`.
+in its `bindings` table (or an `unbound` row with the reason), as the JSON of `Binding.to_dict()`,
+and fills `record.binding` with the Binding when it reads records. Readers take the Binding and
+read its attributes (`op`, `harness`, `call`, ...); dicts are converted at the store's and the
+sources' boundary only (`from_dict`, `to_dict`).
 
 kind    op | inductor | kernelbench | program
 target  the op's name (kind op) or the program's id (inductor, kernelbench, program)
@@ -34,6 +34,11 @@ _OWN = ("kind", "op", "program", "target", "how", "by", "params", "dtypes", "con
         "evidence", "key")
 
 
+def _launch(name: str, doc: str) -> property:
+    """A key of the launch contract, read as an attribute (None where the binding has none)."""
+    return property(lambda self: self.launch.get(name), doc=doc)
+
+
 @dataclasses.dataclass(frozen=True)
 class Binding:
     kind: str
@@ -54,6 +59,29 @@ class Binding:
             raise ValueError(f"binding how {self.how!r} is not one of {', '.join(HOWS)}")
         object.__setattr__(self, "dtypes", tuple(self.dtypes or ()))
         object.__setattr__(self, "also", tuple(self.also or ()))
+
+    # the launch contract's keys that validate, describe, dedupe, review and export read
+    harness = _launch("harness", "the CUDA harness template that calls the kernel (validate/templates)")
+    harness_args = _launch("harness_args", "the harness template's values")
+    call = _launch("call", "how a Triton kernel's Python entry is called (probe.call_contract)")
+    reference = _launch("reference", "a program binding's reference source (KernelBench Model, Inductor graph)")
+    launcher = _launch("launcher", "the host launcher a CUDA harness calls")
+    layouts = _launch("layouts", "the layouts the trials may use")
+    sizes = _launch("sizes", "a program's size constants that vary (None: every one)")
+    values = _launch("values", "the value classes the binding's domain allows (sftbuild.ops.values)")
+    package_reference = _launch("package_reference", "the package's own reference the op was probed against")
+    solution = _launch("solution", "an Inductor kernel's whole output program")
+    kernel = _launch("kernel", "the kernel an Inductor binding runs inside its program")
+
+    @property
+    def op(self) -> str | None:
+        """The op's name, for a binding of kind op."""
+        return self.target if self.kind == "op" else None
+
+    @property
+    def program(self) -> str | None:
+        """The program's id, for a binding of any other kind."""
+        return None if self.kind == "op" else (self.target or None)
 
     @property
     def key(self) -> str:
@@ -104,11 +132,9 @@ class Binding:
                    evidence=dict(d.get("evidence") or evidence or {}))
 
 
-def key_of(binding: dict | None) -> str:
-    """The key of a record's binding dict, '' when unbound (the key results of unbound records carry)."""
-    if not binding:
-        return ""
-    return binding.get("key") or Binding.from_dict(binding).key
+def key_of(binding: Binding | None) -> str:
+    """The key of a record's binding, '' when unbound (the key results of unbound records carry)."""
+    return binding.key if binding else ""
 
 
 def summary(evidence: dict | None) -> str:

@@ -192,18 +192,18 @@ def bindings(ctx, how, as_json):
         row = rows.get(rec.id)
         if row is None:
             continue  # not bound yet: `sftbuild bind` decides
-        b = row["binding"] or {}
+        b = row["binding"]
         shown = row["how"] if row["status"] == "bound" else "unbound"
         if how is not None and shown != how:
             continue
-        target = b.get("op") or b.get("program") or b.get("kind") or ""
-        item = {"id": rec.id, "kernel": rec.name, "source": rec.source, "kind": b.get("kind"), "target": target,
-                "how": shown, "by": b.get("by"), "origin": row["origin"], "key": row["key"] or None,
+        target = (b.target or b.kind) if b else ""
+        item = {"id": rec.id, "kernel": rec.name, "source": rec.source, "kind": b.kind if b else None, "target": target,
+                "how": shown, "by": (b.by or None) if b else None, "origin": row["origin"], "key": row["key"] or None,
                 "evidence": row["evidence"], "reason": row["reason"]}
         if as_json:
             click.echo(json.dumps(item, sort_keys=True))
             continue
-        how_by = f"{shown} ({b['by']})" if b.get("by") else shown
+        how_by = f"{shown} ({b.by})" if b and b.by else shown
         tail = summary(row["evidence"]) if row["status"] == "bound" else row["reason"]
         table.append((rec.id[:12], rec.name, target or "-", how_by, tail or ""))
     if as_json:

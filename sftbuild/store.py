@@ -33,6 +33,7 @@ the record's current one: a record whose binding changes is described and valida
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import json
@@ -285,7 +286,7 @@ class Store:
                      stable_json(r.provenance), now),
                 )
                 new += cur.rowcount
-                b = Binding.from_dict(r.binding, how="declared", by=f"source:{r.source}") if r.binding else None
+                b = r.binding
                 self.db.execute("INSERT OR REPLACE INTO origins VALUES (?,?,?,?,?,?)",
                                 (r.id, r.source, str((r.provenance or {}).get("path") or ""),
                                  stable_json(r.provenance), stable_json(b.to_dict()) if b else None, now))
@@ -350,10 +351,10 @@ class Store:
     def binding(self, record_id: str) -> Binding | None:
         """A record's current binding, or None when it has none (or is unbound)."""
         row = self.binding_row(record_id)
-        return Binding.from_dict(row["binding"]) if row and row["binding"] else None
+        return row["binding"] if row else None
 
     def binding_row(self, record_id: str) -> dict | None:
-        """The stored row: status bound|unbound, key, how, origin, binding (dict), reason, evidence."""
+        """The stored row: status bound|unbound, key, how, origin, binding (a Binding), reason, evidence."""
         rows = self.binding_rows([record_id])
         return rows.get(record_id)
 
@@ -365,7 +366,7 @@ class Store:
         else:
             rows = [r for i in ids for r in self.db.execute(q + " WHERE record_id=?", (i,)).fetchall()]
         keys = ("status", "key", "how", "origin", "binding", "reason", "evidence")
-        return {r[0]: {**dict(zip(keys, r[1:])), "binding": json.loads(r[5]) if r[5] else None,
+        return {r[0]: {**dict(zip(keys, r[1:])), "binding": Binding.from_dict(json.loads(r[5])) if r[5] else None,
                        "evidence": json.loads(r[7])} for r in rows}
 
     def get(self, record_id: str) -> Record:
@@ -871,9 +872,9 @@ def _keyed(stage: str) -> str:
 def _with_origins(rec: Record, origins: list[dict]) -> Record:
     """`rec` with provenance["origins"]: every place its code was found, when there is more than one."""
     if len(origins) > 1:
-        rec.provenance = {**rec.provenance, "origins": [
+        rec = dataclasses.replace(rec, provenance={**rec.provenance, "origins": [
             {"source": o["source"], "path": o["path"], "url": o["provenance"].get("url"),
-             "license": o["provenance"].get("license"), "binding": o["binding"]} for o in origins]}
+             "license": o["provenance"].get("license"), "binding": o["binding"]} for o in origins]})
     return rec
 
 
@@ -883,7 +884,8 @@ def _row_record(row) -> Record:
     if lic is not None:
         prov.update(license=lic, license_source=lic_source)
     return Record(id=rid, language=language, source=source, code=code, entry=json.loads(entry),
-                  binding=json.loads(binding) if binding else None, provenance=prov, unbound=unbound)
+                  binding=Binding.from_dict(json.loads(binding)) if binding else None, provenance=prov,
+                  unbound=unbound)
 
 
 def _take(f, orphan_wait: float = 10.0) -> bool:

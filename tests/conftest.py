@@ -125,7 +125,7 @@ LONGEST_FIRST = (
 QUICK = {
     "core/test_config.py": (), "core/test_store.py": (), "core/test_plugin_contract.py": (),
     "core/test_stage_keys.py": (), "core/test_parsing.py": (), "core/test_architecture.py": (),
-    "core/test_blockers.py": (), "core/test_cli.py": ("test_review_gate_blocks_export_until_every_verdict",),
+    "core/test_blockers.py": (), "core/test_trial_types.py": (), "core/test_cli.py": ("test_review_gate_blocks_export_until_every_verdict",),
     "harvest/test_harvest_sources.py": ("test_kill9_then_rerun_gives_same_records",
                                         "test_datasets_kernelbook_and_ai_cuda_engineer"),
     "harvest/test_harvest_plugins.py": (), "harvest/test_harvest_license.py": (), "harvest/test_harvest_dsl.py": (),

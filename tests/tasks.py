@@ -86,9 +86,12 @@ def bounded_steps(x):
     return {"x": x, "pid": os.getpid()}
 
 
+VERDICT: dict = {}  # what trial_verdict answers
+
+
 def trial_verdict(task):
-    """Stands in for a trial runner: the verdict the task names."""
-    return dict(task["verdict"])
+    """Stands in for a trial runner: the verdict a test set in VERDICT."""
+    return dict(VERDICT)
 
 
 def hold_timing_lock(x):

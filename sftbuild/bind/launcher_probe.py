@@ -29,6 +29,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import special
+from sftbuild.trial_types import CompileTask
 from sftbuild.bind.binders import launched
 from sftbuild.trial import pyrun
 from sftbuild.bind.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
@@ -86,15 +87,15 @@ def _build(task: dict) -> tuple[dict, str]:
 
     major, minor = torch.cuda.get_device_capability()
     cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or os.path.join(tempfile.gettempdir(), "sftbuild-probe-cache")
-    base = {"id": task["id"], "code": task["code"], "include_sets": task.get("include_sets") or [],
-            "arch": f"sm_{major}{minor}", "timeout": 120, "cache_dir": cache, "headers": task.get("headers") or {},
-            "include_dirs": task.get("include_dirs") or []}
+    base = CompileTask(id=task["id"], code=task["code"], include_sets=task.get("include_sets") or [],
+                       arch=f"sm_{major}{minor}", timeout=120, cache_dir=cache, headers=task.get("headers") or {},
+                       include_dirs=task.get("include_dirs") or [])
     builds = [(task["dtypes"], task["harness"])] + [([d], src) for d, src in (task.get("harnesses") or {}).items()]
     fns, why = {}, ""
     for dtypes, src in builds:
         if fns:
             break
-        res = compile_task({**base, "harness": src})
+        res = compile_task(dataclasses.replace(base, harness=src))
         if not res.get("ok"):
             why = why or f"the launcher's harness did not compile ({res.get('reason')}): {res.get('where', '')}"[:400]
             continue

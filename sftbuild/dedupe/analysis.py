@@ -12,6 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
+from sftbuild.binding import Binding
 from sftbuild.context import Context, UserError
 from sftbuild.dedupe import filters as F
 from sftbuild.dedupe import fingerprints, normalize
@@ -29,33 +30,33 @@ CHUNK_BYTES = 4 << 20  # code per analysis task
 def to_doc(record: Record, validation: dict | None) -> Doc:
     res = validation or {}
     payload = res.get("payload") or {}
-    binding = record.binding or {}
+    binding = record.binding
     prov = record.provenance or {}
     speedup = payload.get("speedup")
-    evidence = binding.get("evidence") if isinstance(binding.get("evidence"), dict) else {}
+    evidence = binding.evidence if binding else {}
     return Doc(
         id=record.id, text=record.code, language=record.language,
-        op=binding.get("op") or computation(record, binding),
+        op=(binding.op or computation(record, binding)) if binding else None,
         validated=res.get("status") == "ok" and payload.get("validated", True) is not False,
         speedup=float(speedup) if isinstance(speedup, (int, float)) else None,
         license=prov.get("license"), priority=int(prov.get("priority", 0) or 0),
         source_kind=prov.get("source_kind", ""),
-        reference=binding.get("reference") if isinstance(binding.get("reference"), str) else None,
+        reference=binding.reference if binding and isinstance(binding.reference, str) else None,
         meta={"source": record.source, "name": record.name,
               **{k: prov.get(k) for k in ("source_kind", "url", "path", "lines", "license", "benchmark")
                  if k in prov}},
-        how=(binding.get("how") or "declared") if binding else None,
+        how=binding.how if binding else None,
         evidence=sum(len(v) for k in ("shapes", "dtypes") if isinstance(v := evidence.get(k), list)))
 
 
-def computation(record: Record, binding: dict) -> str | None:
+def computation(record: Record, binding: Binding) -> str | None:
     """What an op-less binding computes, so that abstract links join only records of one computation:
     an Inductor kernel by the ATen ops it fuses, a program pair by its program. (Inductor's pointwise
     kernels share most of their text: by text alone a roll, a stack and an unpool would be one.)"""
-    if binding.get("kind") == "inductor":
+    if binding.kind == "inductor":
         aten = (record.entry or {}).get("aten") or []
         return "inductor:" + "+".join(sorted(aten)) if aten else None
-    return f"program:{binding['program']}" if binding.get("program") else None
+    return f"program:{binding.program}" if binding.program else None
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ def decontaminator(ctx: Context, cfg) -> Decontaminator | None:
         seen = set()
         for r in ctx.store.records():
             bench = (r.provenance or {}).get("benchmark")
-            ref = (r.binding or {}).get("reference")
+            ref = r.binding.reference if r.binding else None
             if bench in items and isinstance(ref, str) and (bench, ref) not in seen:
                 seen.add((bench, ref))
                 items[bench].append(((r.provenance or {}).get("path") or r.name or r.id, ref, "kernelbench"))

@@ -2,7 +2,7 @@
 
 A record is contaminated by item B when the share of B's distinctive n-grams
 found in the record's kernel code, or in its reference program
-(``binding["reference"]``, KernelBench records), reaches the threshold.
+(``binding.reference``, KernelBench records), reaches the threshold.
 "Distinctive" leaves out n-grams shared by many benchmark items (the
 ``get_inputs``/``batch_size`` boilerplate every KernelBench problem has), so a
 record is not matched to an item for boilerplate alone.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
+from sftbuild.binding import Binding
 from sftbuild.describe.describers import DESCRIBERS, Describer, Source
 from sftbuild.ops.programs import declared_dtypes
 from sftbuild.parsing import cuda_parser
@@ -94,8 +95,8 @@ def _reduction(s: Source, techniques: set[str]) -> str | None:
     return None
 
 
-def _block_size(entry: dict, binding: dict, code: str) -> int | None:
-    args = binding.get("harness_args") or {}
+def _block_size(entry: dict, binding: Binding | None, code: str) -> int | None:
+    args = (binding.harness_args if binding else None) or {}
     for key in ("block", "threads", "block_size"):
         if isinstance(args.get(key), int):
             return args[key]
@@ -105,11 +106,11 @@ def _block_size(entry: dict, binding: dict, code: str) -> int | None:
 
 
 def _dtypes(record) -> list[str]:
-    binding = record.binding or {}
-    if binding.get("dtypes"):
-        return list(binding["dtypes"])
-    if binding.get("kind") == "kernelbench" and binding.get("reference"):  # what its get_inputs() makes
-        return declared_dtypes(binding["reference"])
+    binding = record.binding
+    if binding and binding.dtypes:
+        return list(binding.dtypes)
+    if binding and binding.kind == "kernelbench" and binding.reference:  # what its get_inputs() makes
+        return declared_dtypes(binding.reference)
     params = " ".join(record.entry.get("params") or [])
     found = [d for d, pat in (("float32", r"\bfloat\s*\*"), ("float16", r"\b(__)?half\b|c10::Half|at::Half"),
                               ("bfloat16", r"bfloat16|BFloat16")) if re.search(pat, params)]
@@ -160,7 +161,7 @@ def extract(record, describers: list[Describer] | None = None) -> dict:
         "kernel": record.name,
         "techniques": sorted(techniques),
         "reduction": _reduction(src, techniques),
-        "block_size": _block_size(record.entry, record.binding or {}, record.code),
+        "block_size": _block_size(record.entry, record.binding, record.code),
         "templated": _template_over(record) if record.entry.get("template") else None,
         "dtypes": _dtypes(record),
         "accumulate_type": src.has("acc_type", "accscalar_t", "opmath_t", "acc_t"),

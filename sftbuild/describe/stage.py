@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from sftbuild import ops
-from sftbuild.binding import key_of
+from sftbuild.binding import Binding, key_of
 from sftbuild.ops import fits
 from sftbuild.ops import launch as ops_launch
 from sftbuild.context import Context, StageRun
@@ -61,8 +61,8 @@ def describe(rec, conf: dict, describers=None) -> tuple[str, str | None, dict]:
 def _facts(rec, feats: dict, conf: dict) -> dict:
     """What the templates state: the task by kind (op, program or unbound), the kernel's
     parameters with the ones it writes (from the code), and the static features."""
-    binding = rec.binding or {}
-    op = _op(binding.get("op"))
+    binding = rec.binding
+    op = _op(binding.op if binding else None)
     backend = rec.entry.get("backend") if rec.language == "kernelbench" else rec.language
     params = rec.entry.get("params") or (W.function_params(rec.code, rec.name) or [] if rec.language == "triton" else [])
     reads, writes = W.roles(rec.language, rec.code, rec.name, params)
@@ -80,49 +80,48 @@ def _facts(rec, feats: dict, conf: dict) -> dict:
         "arch": conf["arch"], "smem_budget": conf["smem_budget"],
         "signature": f"{rec.name}({', '.join(_param_name(p) for p in params)})",
     }
-    if binding.get("kind") in ("kernelbench", "inductor") and binding.get("reference"):
+    if binding and binding.kind in ("kernelbench", "inductor") and binding.reference:
         # Inductor names a kernel after its kind and the ops it fuses: triton_poi_fused_add_relu_0
         fused = re.match(r"triton_(poi|red|per|tem)_fused_(.+?)(?:_\d+)?$", rec.name)
         kind_words = T.INDUCTOR_KINDS[fused.group(1)] if fused else ("Triton", "")
-        facts.update(kind="program", flavor=binding["kind"], reference=binding["reference"].strip(),
-                     dtypes=binding.get("dtypes") or declared_dtypes(binding["reference"]),
-                     layouts=binding.get("layouts") or ["contiguous", "transposed", "sliced"],
+        facts.update(kind="program", flavor=binding.kind, reference=binding.reference.strip(),
+                     dtypes=list(binding.dtypes) or declared_dtypes(binding.reference),
+                     layouts=binding.layouts or ["contiguous", "transposed", "sliced"],
                      fused=fused.group(2) if fused else "", fused_kind=kind_words[0], fused_kind_zh=kind_words[1])
-        if binding["kind"] == "kernelbench":
+        if binding.kind == "kernelbench":
             facts["signature"] = "ModelNew"
-            if "sizes" in binding:  # generated pairs: only the sizes the solution takes as arguments vary
-                facts["sizes"] = [f"`{n}`" for n in binding.get("sizes") or []]
+            if "sizes" in binding.launch:  # generated pairs: only the sizes the solution takes as arguments vary
+                facts["sizes"] = [f"`{n}`" for n in binding.sizes or []]
         else:  # an Inductor kernel: the ATen ops it fuses and how its program's host code launches it
             facts["aten"] = [f"`{a}`" for a in rec.entry.get("aten") or []]
             site = next(iter(rec.entry.get("launch_sites") or []), {}).get("text", "")
             facts["launch"] = re.sub(r",\s*stream=\w+\)$", ")", site)
-    elif binding.get("how") == "file_reference":
-        ref = (binding.get("harness_args") or {}).get("ref") or {}
+    elif binding and binding.how == "file_reference":
+        ref = (binding.harness_args or {}).get("ref") or {}
         facts.update(kind="program", flavor="cpu_reference", reference=(ref.get("cpu_code") or "").strip(),
                      fence="cpp", cpu=ref.get("cpu", ""), launcher=ref.get("launcher", ""),
                      same_args=all("cpu" in m for m in ref.get("launcher_map") or []) and
                      len(ref.get("launcher_map") or ref.get("cpu_params") or []) >= len(ref.get("cpu_params") or []),
-                     dtypes=binding.get("dtypes") or ["float32"], layouts=["contiguous"],
+                     dtypes=list(binding.dtypes) or ["float32"], layouts=["contiguous"],
                      compared=_compared(ref),
                      others=[f"`{k}`" for k in rec.entry.get("kernels") or [] if k != rec.name])
     elif op:
         noun = T.NOUNS.get(op.family, T.GENERIC_NOUN)
-        allowed = binding.get("dtypes") or list(op.dtypes)
+        allowed = binding.dtypes or op.dtypes
         dtypes = [d for d in op.dtypes if d in allowed and (not feats["dtypes"] or d in feats["dtypes"])]
         # CUDA harnesses launch on contiguous tensors; Triton wrappers get the op's layouts
         layouts = list(op.layouts) if rec.language == "triton" else ["contiguous"]
         semantics, outputs = op.semantics, [f"`{s}`" for s in op.io["outputs"]]
-        contract = (binding.get("call") or {}).get("contract")
+        contract = (binding.call or {}).get("contract")
         outputs, outputs_zh = _with_contract(outputs, contract), _with_contract(outputs, contract, "zh")
-        if (binding.get("call") or {}).get("grad"):  # a backward kernel, checked through its Function's gradients
+        if (binding.call or {}).get("grad"):  # a backward kernel, checked through its Function's gradients
             semantics = {"en": "the backward pass (a torch.autograd.Function's forward and backward, returning "
                                "the outputs and the gradient of each floating-point input) of " + op.semantics["en"],
                          "zh": "反向传播（torch.autograd.Function的前向与反向，返回输出及每个浮点输入的梯度）："
                                + op.semantics["zh"]}
         facts.update(kind="op", op=op.name, semantics=semantics, noun={"en": noun[0], "zh": noun[1]},
                      inputs=[f"`{s}`" for s in op.io["inputs"]], outputs=outputs, outputs_zh=outputs_zh,
-                     shapes=_shapes(op.shape_pool, {**_harness_limits(binding.get("harness")),
-                                                    **(binding.get("constraints") or {})}),
+                     shapes=_shapes(op.shape_pool, {**_harness_limits(binding.harness), **binding.constraints}),
                      dtypes=dtypes or feats["dtypes"], layouts=layouts, roles=_roles(op, params, binding),
                      launcher=_launcher(rec, binding) if rec.language == "triton" else "")
     else:
@@ -161,11 +160,11 @@ def _with_contract(outputs: list, contract: list | None, lang: str = "en") -> li
     return out
 
 
-def _launcher(rec, binding: dict | None = None) -> str:
+def _launcher(rec, binding: Binding | None = None) -> str:
     """`name(args)` of the Python function in the record that launches its kernel (what validation
     calls with the op's inputs), or "" when the record holds none. A probed binding names the entry
     point the probe confirmed (`call.entry`), which comes first."""
-    call = (binding or {}).get("call") or {}
+    call = (binding.call if binding else None) or {}
     if call.get("entry"):
         entry = next((e for e in rec.entry.get("entry_points") or [] if e["qualname"] == call["entry"]), None)
         if entry is not None:
@@ -180,12 +179,12 @@ def _launcher(rec, binding: dict | None = None) -> str:
     return ""
 
 
-def _roles(op, params: list[str], binding: dict) -> list[tuple[str, str]]:
+def _roles(op, params: list[str], binding: Binding) -> list[tuple[str, str]]:
     """(kernel parameter, op role) pairs where the binding maps parameters onto the op's launch
     contract (`generic_launch`: "ptr:i" is the i-th of outputs then inputs, "int:i" the contract's
     i-th size, named in its docstring as `ints = [...]`)."""
-    args = (binding.get("harness_args") or {}).get("args") or []
-    if binding.get("harness") != "generic_launch" or len(args) != len(params):
+    args = (binding.harness_args or {}).get("args") or []
+    if binding.harness != "generic_launch" or len(args) != len(params):
         return []
     tensors = [t.split(":")[0].strip() for t in op.io["outputs"] + op.io["inputs"]]
     m = re.search(r"ints = \[([^\]]*)\]", ops_launch.CONTRACTS[op.launch].__doc__ or "")

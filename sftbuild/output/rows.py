@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from sftbuild.binding import Binding
 from sftbuild.record import Record
 
 SPLITS = ("train", "cpu_interpreter", "unbound")
@@ -101,7 +102,8 @@ class LocalPaths:
         prov = {k: v for k, v in rec.provenance.items() if k != "tree"}  # the workspace's copy of the source
         if str(prov.get("url") or "").startswith("file://"):
             prov["url"] = None
-        return dataclasses.replace(rec, source=self(rec.source), entry=self(rec.entry), binding=self(rec.binding),
+        binding = Binding.from_dict(self(rec.binding.to_dict())) if rec.binding else None
+        return dataclasses.replace(rec, source=self(rec.source), entry=self(rec.entry), binding=binding,
                                    provenance=self(prov))
 
 
@@ -116,10 +118,10 @@ def bound(record: Record) -> bool:
 
 
 def program(record: Record) -> str | None:
-    b = record.binding or {}
-    if b.get("kind") == "inductor":
-        return b.get("program") or record.name
-    if b.get("kind") == "kernelbench":
+    b = record.binding
+    if b and b.kind == "inductor":
+        return b.program or record.name
+    if b and b.kind == "kernelbench":
         return (record.provenance.get("path") or record.name)
     return None
 
@@ -143,10 +145,10 @@ def validation(sample: Sample) -> dict:
 def meta(sample: Sample) -> dict:
     """The columns every row carries."""
     rec, review = sample.record, sample.review
-    b = rec.binding or {}
+    b = rec.binding
     return {
-        "id": rec.id, "language": _language(rec), "kernel": rec.name, "op": b.get("op"), "program": program(rec),
-        "binding": b.get("kind") or ("op" if b.get("op") else None), "source": rec.source,
+        "id": rec.id, "language": _language(rec), "kernel": rec.name, "op": b.op if b else None,
+        "program": program(rec), "binding": b.kind if b else None, "source": rec.source,
         "license": rec.provenance.get("license"), "url": rec.provenance.get("url"),
         "path": rec.provenance.get("path"), "validation": validation(sample),
         "review": {"sampled": review is not None, "verdict": (review or {}).get("verdict"),
@@ -157,7 +159,8 @@ def meta(sample: Sample) -> dict:
 def task_json(sample: Sample) -> str:
     """The RLVR task `sftbuild.validate.reward.reward` takes: what to check a candidate against."""
     rec, timing = sample.record, sample.validation.get("timing") or {}
-    return json.dumps({"task_id": rec.id, "language": rec.language, "binding": rec.binding, "entry": rec.entry,
+    binding = rec.binding.to_dict() if rec.binding else None
+    return json.dumps({"task_id": rec.id, "language": rec.language, "binding": binding, "entry": rec.entry,
                        "baseline_ms": {k: (v.get("eager_ms") or {}).get("median") for k, v in timing.items()}},
                       sort_keys=True)
 

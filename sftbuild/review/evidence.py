@@ -85,11 +85,11 @@ def _headline(ev: Evidence, payload: dict) -> str:
 
 
 def _what(rec: Record) -> str:
-    b = rec.binding or {}
-    if b.get("op"):
-        return f"{rec.language} kernel bound to op {b['op']}"
-    if b.get("kind"):
-        kind = b["kind"] if b["kind"] == rec.language else f"{rec.language} {b['kind']}"
+    b = rec.binding
+    if b and b.op:
+        return f"{rec.language} kernel bound to op {b.op}"
+    if b:
+        kind = b.kind if b.kind == rec.language else f"{rec.language} {b.kind}"
         return f"{kind} record checked against its reference program"
     return f"{rec.language} kernel"
 
@@ -107,9 +107,9 @@ def _tolerance(rec: Record, dtypes: list[str]) -> dict:
     from sftbuild.ops import cards
     from sftbuild.ops.tolerance import Tolerance
 
-    b = rec.binding or {}
-    if b.get("op"):
-        card = cards.cards([b["op"]])[b["op"]]
+    b = rec.binding
+    if b and b.op:
+        card = cards.cards([b.op])[b.op]
         tol = card and cards.tolerance(card)
     else:
         tol = Tolerance(scale=4.0) if b else None
@@ -135,25 +135,25 @@ def _timing(timing: dict) -> list[dict]:
 
 
 def _reference(rec: Record) -> dict:
-    b = rec.binding or {}
-    if isinstance(b.get("reference"), str):
-        return {"kind": "program", "title": f"reference program ({b.get('kind')})", "source": b["reference"],
+    b = rec.binding
+    if b and isinstance(b.reference, str):
+        return {"kind": "program", "title": f"reference program ({b.kind})", "source": b.reference,
                 "language": "python"}
-    if b.get("how") == "file_reference":
-        ref = (b.get("harness_args") or {}).get("ref") or {}
-        return {"kind": "program", "title": f"CPU reference {ref.get('cpu', '')} in {b.get('program', '')}, "
+    if b and b.how == "file_reference":
+        ref = (b.harness_args or {}).get("ref") or {}
+        return {"kind": "program", "title": f"CPU reference {ref.get('cpu', '')} in {b.program or ''}, "
                 f"called through the launcher {ref.get('launcher', '')}", "source": ref.get("cpu_code", ""),
                 "language": "cpp"}
-    if b.get("op"):
+    if b and b.op:
         from sftbuild.ops.cards import cards
 
-        op = cards([b["op"]])[b["op"]]
+        op = cards([b.op])[b.op]
         if op is None:
-            return {"kind": "op", "title": f"op {b['op']} (not in this sftbuild's registry)", "source": "",
+            return {"kind": "op", "title": f"op {b.op} (not in this sftbuild's registry)", "source": "",
                     "language": "python"}
         io = "\n".join(f"#   {k}: {', '.join(v)}" for k, v in op["io"].items())
         head = f"# {op['name']} ({op['family']}): {op['semantics'].get('en', '')}\n{io}\n"
-        params = {**op["params"], **(b.get("params") or {})}
+        params = {**op["params"], **b.params}
         if params:
             head += f"# params: {json.dumps(params, sort_keys=True)}\n"
         return {"kind": "op", "title": f"op {op['name']} (torch reference)", "source": head + op["source"],
@@ -168,7 +168,8 @@ def _num(x) -> str:
 def lines(ev: Evidence) -> list[str]:
     """The text form: headline first, then what was tried, errors, timing, resources, versions."""
     rec, t = ev.record, ev.trials
-    binding = {k: v for k, v in (rec.binding or {}).items() if k != "reference"}  # the program is shown whole
+    # the program is shown whole
+    binding = {k: v for k, v in rec.binding.to_dict().items() if k != "reference"} if rec.binding else {}
     out = [ev.headline, f"id: {rec.id}   source: {rec.source}   language: {rec.language}   "
            f"license: {rec.provenance.get('license', '?')}   path: {rec.provenance.get('path', '?')}",
            f"binding: {json.dumps(binding, sort_keys=True)[:300] if rec.binding else 'none'}"]

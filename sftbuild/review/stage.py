@@ -26,13 +26,13 @@ def families(records) -> dict[str, str]:
     (sftbuild.ops.cards: no torch once an earlier command described the ops)."""
     from sftbuild.ops.cards import cards
 
-    known = cards((r.binding or {}).get("op") for r in records if (r.binding or {}).get("op"))
+    known = cards(r.binding.op for r in records if r.binding and r.binding.op)
 
     def family(rec) -> str:
-        b = rec.binding or {}
-        if b.get("op"):
-            return (known[b["op"]] or {}).get("family", b["op"])
-        return b.get("kind") or "unbound"
+        b = rec.binding
+        if b and b.op:
+            return (known[b.op] or {}).get("family", b.op)
+        return b.kind if b else "unbound"
     return {r.id: family(r) for r in records}
 
 

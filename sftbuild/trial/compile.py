@@ -14,6 +14,7 @@ or whose `..` would leave that tree fails the gate as `unsafe_include` before nv
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import io
@@ -27,6 +28,7 @@ from pathlib import Path
 from sftbuild import sandbox
 from sftbuild.parsing import params, strip_comments
 from sftbuild.context import NvccMissing, find_nvcc, nvcc_version  # noqa: F401  (re-exported)
+from sftbuild.trial_types import CompileTask
 from sftbuild.trial import logs
 from sftbuild.trial.include_sets import nvcc_args
 from sftbuild.trial import nvcc_parallel
@@ -62,28 +64,28 @@ def parse_ptxas(log: str) -> dict:
     return {"kernels": kernels, **worst}
 
 
-def compile_task(task: dict) -> dict:
-    """Compile one record. Task keys: id, code, harness (or None), include_sets, arch, timeout,
-    nvcc, cache_dir, link (default True: build a launchable .so; False: the harness's device code
-    only, for machines that cannot run it). Returns {ok, reason, log, resources, so, seconds, cached}."""
-    link = task.get("link", True)
-    nvcc = find_nvcc(task.get("nvcc", ""))
-    headers, dirs = task.get("headers") or {}, task.get("include_dirs") or []
-    unsafe = unsafe_include(task["code"], headers, dirs)
+def compile_task(task: CompileTask | dict) -> dict:
+    """Compile one record's kernel, or one harness with it (sftbuild.trial_types.CompileTask).
+    Returns {ok, reason, log, resources, so, seconds, cached}."""
+    task = CompileTask.of(task)
+    link = task.link
+    nvcc = find_nvcc(task.nvcc)
+    headers, dirs = task.headers, task.include_dirs
+    unsafe = unsafe_include(task.code, headers, dirs)
     if unsafe:
         return {"ok": False, "reason": "unsafe_include", "log": unsafe, "seconds": 0.0, "cached": False}
     # the same include sets and defines the harvest's compile-on-its-own check uses
-    flags = nvcc_args(task["include_sets"]) + ["-lineinfo", f"-arch={task['arch']}"]
+    flags = nvcc_args(task.include_sets) + ["-lineinfo", f"-arch={task.arch}"]
     if headers:
         flags = [f"-I{TREE}/{d}" for d in dirs or ["."]] + flags
-    host = HOST_FLAGS if task.get("harness") and link else []
-    key = hashlib.sha256(json.dumps([task["code"], task.get("harness"), flags, link, nvcc_version(), headers]
+    host = HOST_FLAGS if task.harness and link else []
+    key = hashlib.sha256(json.dumps([task.code, task.harness, flags, link, nvcc_version(), headers]
                                     + ([host] if host else [])).encode()).hexdigest()[:24]
-    out_dir = Path(task["cache_dir"]) / key
+    out_dir = Path(task.cache_dir) / key
     res = once(out_dir, lambda: _compile(task, out_dir, nvcc, flags, link, key),
                valid=lambda res: not res.get("so") or Path(res["so"]).exists())
     if res.get("reason") == "compile_error":  # judged on reading, so a cached failure gets today's judgement
-        reason, where = blame(res.get("log", ""), task["code"] + (task.get("harness") or ""), headers)
+        reason, where = blame(res.get("log", ""), task.code + (task.harness or ""), headers)
         res = {**res, "reason": reason, **({"where": where} if where else {})}
     return res
 
@@ -106,38 +108,38 @@ def once(out_dir: Path, build, valid=lambda res: True) -> dict:
         return {**res, "cached": False}
 
 
-def _compile(task: dict, out_dir: Path, nvcc: str, flags: list, link: bool, key: str) -> tuple[dict, bool]:
-    headers = task.get("headers") or {}
+def _compile(task: CompileTask, out_dir: Path, nvcc: str, flags: list, link: bool, key: str) -> tuple[dict, bool]:
+    headers = task.headers
     if headers:  # the record's tree, with the kernel in its own folder (the first include folder)
         for rel, text in headers.items():
             dest = out_dir / TREE / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text, encoding="utf-8")
-        own = out_dir / TREE / ((task.get("include_dirs") or ["."])[0])
+        own = out_dir / TREE / ((task.include_dirs or ["."])[0])
         own.mkdir(parents=True, exist_ok=True)
-        (own / "kernel.cuh").write_text(task["code"], encoding="utf-8")
+        (own / "kernel.cuh").write_text(task.code, encoding="utf-8")
     else:
-        (out_dir / "kernel.cuh").write_text(task["code"], encoding="utf-8")
-    if task.get("harness") and link:
-        (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")
+        (out_dir / "kernel.cuh").write_text(task.code, encoding="utf-8")
+    if task.harness and link:
+        (out_dir / "harness.cu").write_text(task.harness, encoding="utf-8")
         cmd = [nvcc, "-shared", "-Xcompiler", "-fPIC", *HOST_FLAGS, "-Xptxas", "-v", *flags, "harness.cu", "-o",
                "harness.so"]
-    elif task.get("harness"):  # instantiates the kernel for real ptxas figures, skips the host build
-        (out_dir / "harness.cu").write_text(task["harness"], encoding="utf-8")
+    elif task.harness:  # instantiates the kernel for real ptxas figures, skips the host build
+        (out_dir / "harness.cu").write_text(task.harness, encoding="utf-8")
         cmd = [nvcc, "-cubin", "-Xptxas", "-v", *flags, "harness.cu", "-o", "harness.cubin"]
     else:
         (out_dir / "kernel.cu").write_text('#include "kernel.cuh"\n', encoding="utf-8")
         cmd = [nvcc, "-cubin", "-Xptxas", "-v", *flags, "kernel.cu", "-o", "kernel.cubin"]
     start = time.monotonic()
     # nvcc on hostile code can explode in memory; 8 GB is far above any real kernel's need
-    code, log = nvcc_parallel.run(cmd, out_dir, task["timeout"], memory_gb=8, scratch=str(out_dir))
+    code, log = nvcc_parallel.run(cmd, out_dir, task.timeout, memory_gb=8, scratch=str(out_dir))
     if code == -9:
-        return {"ok": False, "reason": "compile_timeout", "log": f"nvcc exceeded {task['timeout']} s",
+        return {"ok": False, "reason": "compile_timeout", "log": f"nvcc exceeded {task.timeout} s",
                 "seconds": time.monotonic() - start}, False
     log = logs.scrub(log, [str(out_dir)], cap=20000)
     res = {"ok": code == 0, "reason": None if code == 0 else "compile_error",
            "log": log if code else "", "resources": parse_ptxas(log),
-           "so": str(out_dir / "harness.so") if task.get("harness") and link and code == 0 else None,
+           "so": str(out_dir / "harness.so") if task.harness and link and code == 0 else None,
            "seconds": round(time.monotonic() - start, 3), "key": key}
     return res, True
 
@@ -207,14 +209,16 @@ def unsafe_include(code: str, headers: dict, dirs: list[str]) -> str | None:
 
 # ---- Triton: ahead-of-time compile of each @triton.jit kernel -------------------
 
-def cached_gate(task: dict, gate) -> dict:
+def cached_gate(task: CompileTask | dict, gate) -> dict:
     """`gate(task)`'s result for the module in `task`, kept under the compile cache by a hash of what
     it depends on (the code, the target, Triton's and the toolchain's versions, and this module, which
     holds the gate): processes that share a cache run the gate once per key, the others wait for it and
     read the result ("cached": True). Only a result that `gate` marks `keep` (the gate ran to its end)
     is kept; a timeout is retried."""
+    task = CompileTask.of(task)
+
     def key(code: str) -> str:
-        return hashlib.sha256(json.dumps(["triton-gate", code, task.get("arch"), _triton_version(),
+        return hashlib.sha256(json.dumps(["triton-gate", code, task.arch, _triton_version(),
                                           nvcc_version(), _GATE_SOURCE]).encode()).hexdigest()[:24]
 
     def build():
@@ -223,12 +227,12 @@ def cached_gate(task: dict, gate) -> dict:
 
     # a module that passed, read by its code without comments: completions that differ only in them pass
     # alike (lines are kept, so are the figures); a failure's log quotes the code, so it is kept per text
-    passed = Path(task["cache_dir"]) / "triton_gate_passed" / f"{key(uncommented(task['code']))}.json"
+    passed = Path(task.cache_dir) / "triton_gate_passed" / f"{key(uncommented(task.code))}.json"
     try:
         return {**json.loads(passed.read_text()), "cached": True}
     except (OSError, ValueError):
         pass
-    res = once(Path(task["cache_dir"]) / "triton_gate" / key(task["code"]), build)
+    res = once(Path(task.cache_dir) / "triton_gate" / key(task.code), build)
     if res.get("ok"):
         passed.parent.mkdir(parents=True, exist_ok=True)
         tmp = passed.with_suffix(f".{os.getpid()}.tmp")
@@ -264,7 +268,7 @@ def _triton_version() -> str | None:
         return None
 
 
-def triton_gate(task: dict) -> dict:
+def triton_gate(task: CompileTask | dict) -> dict:
     """Compile every @triton.jit kernel in a module to a cubin for the target, without a GPU.
 
     Argument types are not declared in Python, so the signature is read from the kernel:
@@ -277,8 +281,9 @@ def triton_gate(task: dict) -> dict:
     import ast
 
     start = time.monotonic()
+    task = CompileTask.of(task)
     try:
-        tree = ast.parse(task["code"])
+        tree = ast.parse(task.code)
     except SyntaxError as e:
         return {"ok": False, "reason": "compile_error", "log": f"syntax error line {e.lineno}: {e.msg}"}
     launch_kw = launch_values(tree)
@@ -311,10 +316,10 @@ def sftbuild_warm(x_ptr, n, BLOCK: tl.constexpr):
 """
 
 
-def _warm_gate(task: dict) -> None:
+def _warm_gate(task: CompileTask | dict) -> None:
     """Before the gate's kept process forks one process per module: Triton imported and its compiler
     loaded, by compiling a kernel of our own (a first compile costs half a second, later ones 50 ms)."""
-    triton_gate({**task, "code": _WARM_KERNEL})
+    triton_gate(dataclasses.replace(CompileTask.of(task), code=_WARM_KERNEL))
 
 
 triton_gate.prefork = _warm_gate
@@ -435,7 +440,7 @@ def _triton_aot(task, f, launch_kw) -> dict:
     src = textwrap.dedent(ast.unparse(bare))
     mod = types.ModuleType("sftbuild_aot")
     mod.__dict__.update(triton=triton, tl=triton.language)
-    path = Path(task["cache_dir"]) / "triton_aot" / f"{hashlib.sha256(src.encode()).hexdigest()[:16]}.py"
+    path = Path(task.cache_dir) / "triton_aot" / f"{hashlib.sha256(src.encode()).hexdigest()[:16]}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("import triton\nimport triton.language as tl\n" + src)
     import importlib.util
@@ -447,8 +452,8 @@ def _triton_aot(task, f, launch_kw) -> dict:
     except Exception as e:
         raise _Skip(f"kernel refers to module names: {e}") from e
     fn = triton.jit(getattr(m, f.name))
-    major = int(task.get("arch", "sm_90").split("_")[-1][:-1] or 9)
-    minor = int(task.get("arch", "sm_90").split("_")[-1][-1])
+    major = int(task.arch.split("_")[-1][:-1] or 9)
+    minor = int(task.arch.split("_")[-1][-1])
     ck = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v
                                                                     for k, v in consts.items()}),
                         target=GPUTarget("cuda", major * 10 + minor, 32))
@@ -468,8 +473,8 @@ def _cubin_resources(cubin: bytes | None, task) -> dict:
     if not cubin:
         return out
     try:
-        tool = Path(find_nvcc(task.get("nvcc", ""))).parent / "cuobjdump"
-        path = Path(task["cache_dir"]) / "triton_aot" / f"{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
+        tool = Path(find_nvcc(task.nvcc)).parent / "cuobjdump"
+        path = Path(task.cache_dir) / "triton_aot" / f"{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
         path.write_bytes(cubin)  # named by content: pool workers never share a file
         log = sandbox.run([str(tool), "-res-usage", str(path)], 30, ro=[str(path.parent)]).output
         m = RES.search(log)

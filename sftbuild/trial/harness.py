@@ -34,6 +34,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
+from sftbuild.binding import Binding
 from sftbuild.ops import launch
 from sftbuild.trial import launchers
 from sftbuild.ops import fits  # noqa: F401  (trials and pyrun filter pools with it)
@@ -56,14 +57,15 @@ def env() -> jinja2.Environment:
 
 def render(record, check: dict, dtypes: list[str]) -> str:
     """The harness source for one bound record and one check (op + harness args)."""
-    binding = record.binding or {}
-    harness = check.get("harness") or binding.get("harness")
+    binding = record.binding
+    harness = check.get("harness") or (binding.harness if binding else None)
     if not harness:
         raise ValueError(f"record {record.id[:12]} has no harness")
     torch_types = "torch" in record.entry.get("include_sets", [])
     ctypes = TORCH_CTYPES if torch_types else PLAIN_CTYPES
-    args = {**get(harness).defaults, **(binding.get("harness_args") or {}), **(check.get("harness_args") or {})}
-    params = {**(binding.get("params") or {}), **(check.get("params") or {})}
+    own_args, own_params = (binding.harness_args or {}, binding.params) if binding else ({}, {})
+    args = {**get(harness).defaults, **own_args, **(check.get("harness_args") or {})}
+    params = {**own_params, **(check.get("params") or {})}
     kernel = record.entry["kernels"][0]
     launcher = record.entry.get("launcher")
     if harness == "host_launcher":  # the probe's mapping, as the launcher's C arguments
@@ -159,13 +161,14 @@ def _limits(name: str | None) -> dict:
     return get(name).limits if name else {}
 
 
-def checks(binding: dict) -> list[dict]:
+def checks(binding: Binding) -> list[dict]:
     """The (op, params, harness args) checks a binding asks for: the primary op plus `also`."""
-    first = {k: binding.get(k) for k in ("op", "params", "harness", "harness_args", "constraints")}
+    first = {"op": binding.op, "params": binding.params or None, "harness": binding.harness,
+             "harness_args": binding.harness_args, "constraints": binding.constraints}
     # sizes a harness's own launch logic cannot serve come first; the binding's own constraints add to them
     first["constraints"] = {**_limits(first["harness"]), **(first["constraints"] or {})}
     out = [first]
-    for extra in binding.get("also") or []:
+    for extra in binding.also:
         # an `also` op's params replace the first op's (`params: {}` means none), harness args add up
         out.append({"op": extra["op"], "params": extra["params"] if "params" in extra else first["params"],
                     "harness": extra.get("harness") or first["harness"],

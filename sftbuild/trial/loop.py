@@ -36,6 +36,7 @@ from typing import Iterable, NamedTuple
 
 import torch
 
+from sftbuild.trial_types import TrialTask
 from sftbuild.trial import checks as C
 from sftbuild.trial.checks.input_independent import UNINFORMATIVE
 from sftbuild.trial.tally import Tally
@@ -143,13 +144,13 @@ def _mark(e: BaseException, adapter: Adapter, t: Trial) -> None:
         pass
 
 
-def run(adapters: Iterable, task: dict) -> dict:
+def run(adapters: Iterable, task: TrialTask) -> dict:
     """Every adapter's trials, then its timing; returns the verdict payload. `adapters` may be a
     generator: each is made when the one before it has passed its trials."""
     tally, done = Tally(), []
     for adapter in adapters:
         done.append(adapter)
-        trials = plan(adapter, task["seeds"])
+        trials = plan(adapter, task.seeds)
         if not trials:  # nothing to try is never a pass
             return {"status": "dropped", "reason": "unbound", "trials": tally.tried,
                     "detail": adapter.unbound or f"no shape or dtype of {adapter.name} fits the binding"}
@@ -186,7 +187,7 @@ def run(adapters: Iterable, task: dict) -> dict:
             notes.setdefault(reason, []).extend(whys)
     if notes:
         payload["flags"] = {k: sorted(set(v)) for k, v in notes.items()}
-    if task.get("timing"):
+    if task.timing:
         refused = _time(done, task, payload)
         if refused:
             return {"status": "dropped", "reason": refused["reason"], "detail": refused["why"],
@@ -194,7 +195,7 @@ def run(adapters: Iterable, task: dict) -> dict:
     return payload
 
 
-def _time(adapters: list, task: dict, payload: dict) -> dict | None:
+def _time(adapters: list, task: TrialTask, payload: dict) -> dict | None:
     """Each adapter's timing into the payload; the first refusal (sftbuild.trial.timing), if any."""
     measured = dict(t for t in (a.timed() for a in adapters) if t is not None)
     refused = next((m["refused"] for m in measured.values() if m.get("refused")), None)

@@ -12,12 +12,14 @@ guards tripped.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import shutil
 
 from sftbuild.executor import WorkerFailure
 from sftbuild.sandbox import run_isolated
+from sftbuild.trial_types import TrialTask
 
 ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+) error")
 # whole words: a backtrace line ("Saved host backtrace ...") is no race finding
@@ -55,16 +57,16 @@ def chosen(record_id: str, mode: str, fraction: float) -> bool:
     return int(hashlib.sha256(record_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def small(task: dict) -> dict:
+def small(task: TrialTask) -> TrialTask:
     """One shape, one dtype, one seed, no timing: enough to touch every code path once."""
-    t = {**task, "shapes": 1, "seeds": 1, "timing": False, "memcheck": "off", "dtypes": task["dtypes"][:1]}
-    if t.get("binding"):
-        t["binding"] = {**t["binding"], "layouts": ["contiguous"]}
-    t["max_numel"] = 1 << 16
-    return t
+    b = task.binding
+    return dataclasses.replace(
+        task, shapes=1, seeds=1, timing=False, memcheck="off", dtypes=task.dtypes and task.dtypes[:1],
+        max_numel=1 << 16,
+        binding=dataclasses.replace(b, launch={**b.launch, "layouts": ["contiguous"]}) if b else None)
 
 
-def run(task: dict, runner: str, tools=("memcheck",), timeout: float = 300.0) -> dict:
+def run(task: TrialTask, runner: str, tools=("memcheck",), timeout: float = 300.0) -> dict:
     """{"ok": bool, "tool": ..., "errors": n, "log": tail}; ok=None when the tool is missing."""
     sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not shutil.which(sanitizer):

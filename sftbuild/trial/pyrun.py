@@ -49,6 +49,8 @@ from pathlib import Path
 
 import torch
 
+from sftbuild.binding import Binding
+from sftbuild.trial_types import TrialTask
 from sftbuild import inductor_code, ops
 from sftbuild.ops import opdb, special, values
 from sftbuild.ops.pools import TORCH_DTYPES
@@ -480,24 +482,24 @@ class OpProblem(Problem):
     the input gradients, against the gradients of the op's reference (`with_grads`). Without `call` the
     wrapper is picked by `pick_wrapper`."""
 
-    def __init__(self, task, dev):
-        b = task["binding"]
-        ref = b.get("package_reference")
+    def __init__(self, task: TrialTask, dev):
+        b = task.binding
+        ref = b.package_reference
         if ref:  # the package's own reference, registered in this worker as the probe registered it
-            ops.package_op(ref["module"], ref["func"], ref["like"], root=task.get("tree"), name=b["op"])
-        self.op = ops.get(b["op"])
-        self.params = {**self.op.params, **(b.get("params") or {})}
+            ops.package_op(ref["module"], ref["func"], ref["like"], root=task.tree, name=b.op)
+        self.op = ops.get(b.op)
+        self.params = {**self.op.params, **b.params}
         self._made: dict = {}  # (shape, dtype) -> the params its input generator left (`params_for`)
-        self.mod, self.call, self.entry = None, b.get("call"), task.get("entry") or {}
-        allowed = b.get("dtypes") or list(self.op.dtypes)
-        self.dtypes = [d for d in self.op.dtypes if d in allowed and d in task.get("dtypes", allowed)]
-        self.layouts = [lay for lay in self.op.layouts if lay in (b.get("layouts") or self.op.layouts)]
-        self.values = b["values"] if "values" in b else self.op.values  # a declared binding's own, else the op's
-        cons = self.op.constraints_with(b.get("constraints"))
-        pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.get("max_numel"))]
-        rng = random.Random(task["id"])
-        self.shapes = rng.sample(pool, min(task["shapes"], len(pool)))
-        if task["shapes"] > 1:
+        self.mod, self.call, self.entry = None, b.call, task.entry
+        allowed = b.dtypes or self.op.dtypes
+        self.dtypes = [d for d in self.op.dtypes if d in allowed and (task.dtypes is None or d in task.dtypes)]
+        self.layouts = [lay for lay in self.op.layouts if lay in (b.layouts or self.op.layouts)]
+        self.values = self.op.values if b.values is None else b.values  # a declared binding's own, else the op's
+        cons = self.op.constraints_with(b.constraints)
+        pool = [s for s in self.op.shape_pool if H.fits(s, cons, task.max_numel)]
+        rng = random.Random(task.id)
+        self.shapes = rng.sample(pool, min(task.shapes, len(pool)))
+        if task.shapes > 1:
             self.shapes = self._with_grown(task, cons, dev)
 
     def _with_grown(self, task, cons, dev) -> list:
@@ -508,8 +510,8 @@ class OpProblem(Problem):
             self.op.run_reference(self.inputs(shape, dtype, 0, dev), self.params_for(shape, dtype))
             return True
 
-        limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
-        shapes = sizes.add_grown(self.shapes, cons, limit, sizes.block_sizes(task.get("code") or ""), works)
+        limit = sizes.limit_for(task.max_numel, dev.type == "cpu")
+        shapes = sizes.add_grown(self.shapes, cons, limit, sizes.block_sizes(task.code), works)
         self._grown = shapes[len(self.shapes):]
         return shapes
 
@@ -658,18 +660,18 @@ class ModuleProblem(Problem):
     Variants perturb the reference's module-level integer size constants (odd sizes, non-multiples
     of block sizes); a variant is kept only when the reference runs on it."""
 
-    def __init__(self, task, workdir, dev):
-        b = task["binding"]
+    def __init__(self, task: TrialTask, workdir, dev):
+        b = task.binding
         self.workdir, self.dev = workdir, dev
-        self.reference_src = b["reference"]
+        self.reference_src = b.reference
         self.cand_cls = None
         self.dtypes, self.extra_dtypes = program_dtypes(b, task)
-        self.layouts = b.get("layouts") or ["contiguous", "transposed", "sliced"]
-        self.max_variants = task["shapes"]
-        self.sizes = b.get("sizes")  # None: every size constant varies
-        self.declared_values = b.get("values")  # the value classes a binding declares; None: the generic ones
-        self.blocks = sizes.block_sizes(task.get("code") or "")
-        self.limit = sizes.limit_for(task.get("max_numel"), dev.type == "cpu")
+        self.layouts = b.layouts or ["contiguous", "transposed", "sliced"]
+        self.max_variants = task.shapes
+        self.sizes = b.sizes  # None: every size constant varies
+        self.declared_values = b.values  # the value classes a binding declares; None: the generic ones
+        self.blocks = sizes.block_sizes(task.code)
+        self.limit = sizes.limit_for(task.max_numel, dev.type == "cpu")
         self._variants = None
         self._refs, self._cands = {}, {}
         self.seed = 1234
@@ -846,17 +848,17 @@ class ModuleProblem(Problem):
 PROGRAM_DTYPES = ("float32", "float16", "bfloat16")
 
 
-def program_dtypes(binding: dict, task: dict) -> tuple[list[str], list[str]]:
+def program_dtypes(binding: Binding, task: TrialTask) -> tuple[list[str], list[str]]:
     """(dtypes a program runs at, dtypes to add where its reference supports them): those its binding
     names, else those its get_inputs() makes (sftbuild.ops.programs.declared_dtypes), within
     the task's; with `validate.dtypes: all` (task `program_dtypes`), a KernelBench pair adds the other
     float dtypes (an Inductor kernel is compiled for its program's dtype alone)."""
     from sftbuild.ops.programs import declared_dtypes
 
-    declared = list(binding.get("dtypes") or declared_dtypes(binding.get("reference") or ""))
-    allowed = task.get("dtypes") or PROGRAM_DTYPES
+    declared = list(binding.dtypes or declared_dtypes(binding.reference or ""))
+    allowed = task.dtypes or PROGRAM_DTYPES
     extra = [d for d in PROGRAM_DTYPES if d not in declared and d in allowed] \
-        if task.get("program_dtypes") == "all" and binding.get("kind", "kernelbench") == "kernelbench" else []
+        if task.program_dtypes == "all" and binding.kind == "kernelbench" else []
     return [d for d in declared if d in allowed], extra
 
 
@@ -899,22 +901,22 @@ def _odd_small(v: int, name: str, blocks=()) -> int:
 
 # ---- the record: references, snapshot, candidate, then the trial loop ---------------
 
-def run_python(task: dict) -> dict:
-    """Task: {id, language, code, binding, entry, dtypes?, shapes, seeds, timing, warmup, runs,
-    device ('cuda'|'cpu'), ext_cache, tree?, path?}. Returns a verdict dict. `tree` (the harvested
-    package copy) and `path` (the record's file in it) let the record import its package.
+def run_python(task: TrialTask | dict) -> dict:
+    """A Python record's trials (sftbuild.trial_types.TrialTask). Returns a verdict dict. `tree` (the
+    harvested package copy) and `path` (the record's file in it) let the record import its package.
     A verdict carries `recycle` when the worker must not run another sample (see `_left_behind`)."""
-    dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    task = TrialTask.of(task)
+    dev = torch.device(task.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     guards.set_strict()
     interpreter_scalars()
     bounded_autotune()
     deadline.lift_while_compiling(cuda=dev.type == "cuda")
-    pristine.warm(compiler=bool(task.get("compile_baseline")) or _uses_compiler(task["code"]))
+    pristine.warm(compiler=task.compile_baseline or _uses_compiler(task.code))
     workdir = tempfile.mkdtemp(prefix="sftbuild_cand_")
-    audit.watch([workdir, task.get("tree")])  # before any of the record's code is imported
+    audit.watch([workdir, task.tree])  # before any of the record's code is imported
     left: dict = {}
     try:
-        with package_tree(task.get("tree"), task.get("path")) as package:
+        with package_tree(task.tree, task.path) as package:
             verdict = _run_python(task, dev, workdir, package, left)
     except Reject as r:
         verdict = {"status": "dropped", "reason": r.reason, "detail": r.why}
@@ -968,7 +970,7 @@ class Run(loop.Adapter):
     book: refbook.Book  # every trial's inputs and reference results, computed before the candidate ran
     world: pristine.Pristine  # the process as it was before the candidate ran
     notes: dict = dataclasses.field(default_factory=dict)  # check notes: reason -> [why]
-    task: dict = dataclasses.field(default_factory=dict)  # the record's task: timing's warm-ups, runs, baselines
+    task: TrialTask | None = None  # the record's task: timing's warm-ups, runs, baselines
     in_place: tuple = ()  # inputs the candidate updates and returns (pyrun.updated_in_place), from its last checked call
     values: set = dataclasses.field(default_factory=set)  # the value classes its trials ran (sftbuild.ops.values)
 
@@ -1046,9 +1048,14 @@ class Run(loop.Adapter):
                                             _compiled_reference(prob, variant, dtype, self.task), check, prep)
 
 
+def _kind(task: TrialTask) -> str:
+    """The record's candidate kind: its binding's, else a program pair's or an op's."""
+    return task.binding.kind if task.binding else ("kernelbench" if task.language == "kernelbench" else "op")
+
+
 def _problem(task, dev, workdir) -> Problem:
     """The record's problem, reference side only: nothing of the candidate is imported yet."""
-    kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
+    kind = _kind(task)
     if kind == "op":
         return OpProblem(task, dev)
     if kind in ("kernelbench", "inductor"):
@@ -1061,9 +1068,8 @@ def _run_python(task, dev, workdir, package="", left=None):
     candidate left changed in the process ("dirty", "changed"), however its trials end."""
     from sftbuild.trial import extension
 
-    kind = (task.get("binding") or {}).get("kind") or ("kernelbench" if task["language"] == "kernelbench" else "op")
-    code = inductor_candidate(task) if kind == "inductor" else task["code"]
-    with extension.patched_load_inline(task.get("ext_cache") or os.path.join(workdir, "ext")):
+    code = inductor_candidate(task) if _kind(task) == "inductor" else task.code
+    with extension.patched_load_inline(task.ext_cache or os.path.join(workdir, "ext")):
         with guards.LaunchCounter(os.path.join(workdir, "cand.py"), inductor_code.kernel_names(code)) as counter:
             prob = _problem(task, dev, workdir)
             book = _book(prob, task, dev)
@@ -1081,7 +1087,7 @@ def _run_python(task, dev, workdir, package="", left=None):
 def _book(prob, task, dev) -> refbook.Book:
     """Every trial's references, before the candidate exists here: a failure is the reference's."""
     try:
-        return refbook.Book(prob, task["seeds"], dev, layout_of)
+        return refbook.Book(prob, task.seeds, dev, layout_of)
     except (Reject, torch.cuda.OutOfMemoryError):
         raise
     except Exception as e:
@@ -1097,28 +1103,28 @@ def _trials(task, code, prob, book, world, counter, dev, workdir, package):
         raise Reject("compile_error", f"syntax error: {e}")
     prob.bind(mod)
     run = Run(prob, dev, counter, set(extension.kernel_names(code)) | set(inductor_code.kernel_names(code)),
-              checks.selected(task.get("runtime_checks")), book, world, task=task)
+              checks.selected(task.runtime_checks), book, world, task=task)
     why = checks.judge(run.checks, checks.Call([], [], tampered=world.changes()))  # what its import changed
     if why:
         return {"status": "dropped", "reason": why["reason"], "detail": why["why"] + " (at import)"}
     return loop.run([run], task)
 
 
-def inductor_candidate(task) -> str:
+def inductor_candidate(task: TrialTask) -> str:
     """A per-kernel Inductor record runs inside its program: the program's solution module (its
     output code and ModelNew, in the binding) with this record's kernel spliced in place of the one
     of the same name."""
-    b = task.get("binding") or {}
-    if not b.get("solution") or not b.get("kernel"):
+    b = task.binding
+    if not b or not b.solution or not b.kernel:
         raise Reject("unbound", "the inductor binding carries no program solution to launch the kernel")
     try:
-        return inductor_code.splice(b["solution"], b["kernel"], task["code"])
+        return inductor_code.splice(b.solution, b.kernel, task.code)
     except (inductor_code.NotStandalone, SyntaxError) as e:
         raise Reject("unbound", f"the kernel cannot be spliced into its program: {e}")
 
 
 def _compiled_reference(prob, variant, dtype, task):
-    if not task.get("compile_baseline"):
+    if not task.compile_baseline:
         return None
     try:
         if isinstance(prob, ModuleProblem):

@@ -37,6 +37,8 @@ import warnings
 import torch
 import torch.profiler
 
+from sftbuild.trial_types import TrialTask
+
 # the timing and synchronisation callables, as the process had them before any candidate was imported
 CLOCKS = {"Event": torch.cuda.Event, "record": torch.cuda.Event.record, "elapsed_time": torch.cuda.Event.elapsed_time,
           "event_synchronize": torch.cuda.Event.synchronize, "synchronize": torch.cuda.synchronize,
@@ -46,7 +48,6 @@ SLACK_MS = 0.005  # a call's kernel may end this long after the caller's stream 
 MARK_CYCLES = 1000  # a marker kernel spins ~1 us
 
 L2_FLUSH_BYTES = 256 << 20
-MAX_SPEEDUP = 50.0
 
 
 def lock_path() -> str:
@@ -192,12 +193,12 @@ def peak_bandwidth() -> float:
     return 2 * a.numel() / (t["p10"] / 1e3) * 1.25
 
 
-def compare_times(cand, eager, tensors, task: dict, compile_fn=None, check=None, prep=None) -> dict:
+def compare_times(cand, eager, tensors, task: TrialTask, compile_fn=None, check=None, prep=None) -> dict:
     """Candidate, eager (and compiled) timed alike; `refused` ({reason, why}) where the candidate's times
     cannot be trusted (`disagreement`) or `check(output)` finds the last timed run's output wrong
     (`prep()` runs before each timed candidate run: module doc)."""
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    warmup, runs, budget = task.get("warmup", 10), task.get("runs", 100), task.get("timing_budget_ms", BUDGET_MS)
+    warmup, runs, budget = task.warmup, task.runs, task.timing_budget_ms or BUDGET_MS
     last: list = []
     c = events(_keeping(cand, last), warmup, runs, flush, budget, prep)
     e = events(eager, warmup, runs, flush, budget)
@@ -217,7 +218,7 @@ def compare_times(cand, eager, tensors, task: dict, compile_fn=None, check=None,
         except Exception as ex:  # torch.compile may not handle every reference; it is a baseline only
             out["compile_error"] = repr(ex)[:300]
     flags = {}
-    if out["speedup"] > task.get("max_speedup", MAX_SPEEDUP):
+    if out["speedup"] > task.max_speedup:
         flags["impossible_speedup"] = round(out["speedup"], 1)
     nbytes = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
     floor_ms = nbytes / peak_bandwidth() * 1e3

@@ -32,6 +32,7 @@ worker (`recycle`).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import math
 import os
@@ -40,6 +41,7 @@ import random
 import torch
 
 from sftbuild import ops
+from sftbuild.trial_types import TrialTask
 from sftbuild.ops import special, values
 from sftbuild.trial import checks as C
 from sftbuild.trial import deadline, fences, pristine, sizes
@@ -49,10 +51,11 @@ from sftbuild.trial.checks.input_independent import UNINFORMATIVE
 from sftbuild.trial.tally import fold_worst
 
 
-def run_record(task: dict) -> dict:
-    """Task: {id, sos (one .so per check), binding, entry, dtypes, shapes, seeds, timing, warmup, runs}. Returns a verdict dict."""
+def run_record(task: TrialTask | dict) -> dict:
+    """A CUDA record's trials (the task's sos: one .so per check). Returns a verdict dict."""
     from sftbuild.trial import guards
 
+    task = TrialTask.of(task)
     guards.set_strict()  # the reference runs in full fp32
     # torch's first-use patches (Dynamo's, which the profiler or a trial may import) are made before
     # the snapshot, as for Python candidates: a worker whose first sample is a harness would otherwise
@@ -62,7 +65,7 @@ def run_record(task: dict) -> dict:
     return _untouched(_guarded_run(task), world)
 
 
-def _guarded_run(task: dict) -> dict:
+def _guarded_run(task: TrialTask) -> dict:
     try:
         return _run(task)
     except torch.cuda.OutOfMemoryError as e:
@@ -92,13 +95,12 @@ def _untouched(verdict: dict, world) -> dict:
     return out
 
 
-def _run(task: dict) -> dict:
-    if (task.get("binding") or {}).get("how") == "file_reference":
+def _run(task: TrialTask) -> dict:
+    if task.binding is not None and task.binding.how == "file_reference":
         return run_file_reference(task)
     dev = torch.device("cuda")
-    checks = C.selected(task.get("runtime_checks"))
-    return loop.run((HarnessOp(task, i, check, dev, checks) for i, check in enumerate(H.checks(task["binding"]))),
-                    task)
+    checks = C.selected(task.runtime_checks)
+    return loop.run((HarnessOp(task, i, check, dev, checks) for i, check in enumerate(H.checks(task.binding))), task)
 
 
 class HarnessOp(loop.Adapter):
@@ -107,21 +109,21 @@ class HarnessOp(loop.Adapter):
     Its launches are not profiled (a trial's `profile` is not used): the library and own-kernel
     checks see Python candidates only."""
 
-    def __init__(self, task: dict, i: int, check: dict, dev: torch.device, checks: list):
+    def __init__(self, task: TrialTask, i: int, check: dict, dev: torch.device, checks: list):
         self.op = op = ops.get(check["op"])
         self.task, self.check, self.dev, self.checks, self.notes = task, check, dev, checks, {}
         self.values: dict[str, bool] = {}  # value class -> whether it ran (False: ill-posed wherever drawn)
         self.name = f"op {op.name}"
         self.contract = H.CONTRACTS[H.contract_for(check.get("harness") or "", op.launch)]
         # a probed launcher's file may name cuBLAS in helpers it never calls (DeepSpeed's context.h)
-        self.lib = (load_file_harness if check.get("harness") == "host_launcher" else load_harness)(task["sos"][i])
+        self.lib = (load_file_harness if check.get("harness") == "host_launcher" else load_harness)(task.sos[i])
         cons = op.constraints_with(check.get("constraints"))
         self.pool = [s for s in op.shape_pool if H.fits(s, cons)]
-        rng = random.Random(f"{task['id']}:{check['op']}")
-        self.shapes = rng.sample(self.pool, min(task["shapes"], len(self.pool)))
-        self.dtypes = [d for d in op.dtypes if d in task["dtypes"]]
+        rng = random.Random(f"{task.id}:{check['op']}")
+        self.shapes = rng.sample(self.pool, min(task.shapes, len(self.pool)))
+        self.dtypes = [d for d in op.dtypes if task.dtypes is None or d in task.dtypes]
         self.drawn = len(self.shapes)
-        if task["shapes"] > 1 and self.dtypes:
+        if task.shapes > 1 and self.dtypes:
             self.shapes = _with_grown(self.shapes, op, check, cons, self.dtypes[0], task, dev)
 
     def variants(self) -> list:
@@ -134,9 +136,10 @@ class HarnessOp(loop.Adapter):
         return {"op": self.op.name, "shape": list(variant)}
 
     def trial(self, t: loop.Trial):
-        declared = self.check.get("values", (self.task.get("binding") or {}).get("values", self.op.values))
+        own = self.task.binding.values if self.task.binding else None
+        declared = self.check.get("values", self.op.values if own is None else own)
         classes = values.schedule(declared, t.dtype)
-        at = [values.slot(t.vi, self.dtypes.index(t.dtype), len(self.dtypes), t.seed, order, self.task["seeds"])
+        at = [values.slot(t.vi, self.dtypes.index(t.dtype), len(self.dtypes), t.seed, order, self.task.seeds)
               for order in (0, 1)]
         return _trial(self.lib, self.op, self.contract, self.check, t.variant, t.dtype, t.seed, self.dev,
                       self.checks, self.notes, [values.pick(classes, a) for a in at], self.values)
@@ -182,8 +185,8 @@ def _with_grown(shapes, op, check, cons, dtype, task, dev) -> list:
         op.run_reference(_inputs(op, shape, dtype, 0, dev, params), params)
         return True
 
-    blocks = sizes.block_sizes(task.get("code") or "") | {256}  # 256: the harnesses' own default block
-    return sizes.add_grown(shapes, cons, sizes.limit_for(task.get("max_numel")), blocks, works)
+    blocks = sizes.block_sizes(task.code) | {256}  # 256: the harnesses' own default block
+    return sizes.add_grown(shapes, cons, sizes.limit_for(task.max_numel), blocks, works)
 
 
 def _fenced_buffers(op, fence, ref_native):
@@ -364,7 +367,7 @@ def _trial(lib, op, contract, check, shape, dtype, seed, dev, checks=None, notes
 FILE_TOLERANCE = {4: 2e-3, 8: 1e-6, 2: 3e-2}  # by the launcher's element size: fp32, fp64, fp16/bf16
 
 
-def run_file_reference(task: dict) -> dict:
+def run_file_reference(task: TrialTask) -> dict:
     """Trials of a kernel called through its file's host launcher, judged against the file's CPU
     function on host copies of the same inputs.
 
@@ -385,9 +388,8 @@ def run_file_reference(task: dict) -> dict:
     integers exactly. Each trial runs again on new values in the same buffers (a stale result fails;
     the first run's result again is a cheat, cached by pointer); a reference that is constant in
     every trial says nothing about the kernel, so the record is dropped as `uninformative`."""
-    seeds = max(1, task.get("seeds", 1))
-    adapter = FileReference(task, torch.device("cuda"), C.selected(task.get("runtime_checks")))
-    return loop.run([adapter], {**task, "seeds": seeds, "timing": False})
+    adapter = FileReference(task, torch.device("cuda"), C.selected(task.runtime_checks))
+    return loop.run([adapter], dataclasses.replace(task, seeds=max(1, task.seeds), timing=False))
 
 
 # seconds one CPU reference run may take at the largest trial size: a slower one drops that size for
@@ -406,16 +408,16 @@ class FileReference(loop.Adapter):
     dtypes = [None]
     unbound = "no trial size fits the file's main()"
 
-    def __init__(self, task: dict, dev: torch.device, checks: list):
+    def __init__(self, task: TrialTask, dev: torch.device, checks: list):
         from sftbuild.trial import file_reference as FR
 
-        self.ref, self.dev, self.checks, self.notes = task["binding"]["harness_args"]["ref"], dev, checks, {}
+        self.ref, self.dev, self.checks, self.notes = task.binding.harness_args["ref"], dev, checks, {}
         self.name = f"launcher {self.ref['launcher']}"
-        self.lib = load_file_harness(task["sos"][0])
+        self.lib = load_file_harness(task.sos[0])
         for name, res in (("sftbuild_file_launch", ctypes.c_int), ("sftbuild_file_reference", ctypes.c_int),
                           ("sftbuild_file_elem_bytes", ctypes.c_int)):
             getattr(self.lib, name).restype = res
-        plans = FR.plans(self.ref, max(1, min(task.get("shapes", 2), 3)), task.get("max_numel") or FR.MAX_ELEMENTS,
+        plans = FR.plans(self.ref, max(1, min(task.shapes, 3)), task.max_numel or FR.MAX_ELEMENTS,
                          FR.device_fields(dev))
         self.references = ReferenceCache(self.lib, self.ref)
         # the largest size goes while one CPU run of it exceeds the budget (its result is kept for the trials)

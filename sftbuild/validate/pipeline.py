@@ -16,9 +16,11 @@ import re
 import threading
 
 from sftbuild import sandbox
+from sftbuild.binding import Binding
 from sftbuild.executor import WorkerFailure
 from sftbuild.trial import compile as C
 from sftbuild.trial import kinds, logs, memcheck
+from sftbuild.trial_types import CompileTask, TrialTask, Verdict
 from sftbuild.validate import static
 
 # sftbuild.trial.harness (and torch, through the op registry) is imported where a harness is rendered,
@@ -84,12 +86,12 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
             continue
         if kinds.of(rec.binding, rec.language) is None:
             yield rec, "dropped", "unbound", {"detail": f"no candidate kind runs a {rec.language} record bound as "
-                                                        f"{rec.binding.get('kind')!r}"}
+                                                        f"{rec.binding.kind!r}"}
             continue
         todo.append(rec)
     by_id = {r.id: r for r in todo}
     # without a GPU nothing can launch a harness: build its device code only (real ptxas figures)
-    tasks = [{**compile_task(r, cfg, nvcc, cache_dir), "link": bool(gpus)} for r in todo]
+    tasks = [dataclasses.replace(compile_task(r, cfg, nvcc, cache_dir), link=bool(gpus)) for r in todo]
     if any(kinds.for_task(t).builds_extension(t) for t in tasks):
         _prepare_extensions(cache_dir)
     slots = gpus * workers_per_gpu(cfg, gpus) if gpus else max(1, getattr(executor, "cpu_workers", 1))
@@ -98,7 +100,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
     for compiled in _compiled(executor, tasks, slots):
         ready = []
         for task, res in compiled:
-            rec = by_id[task["id"]]
+            rec = by_id[task.id]
             verdict = after_compile(rec, res, cfg)
             if verdict is not None:
                 yield (rec, *verdict)
@@ -110,7 +112,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
         items = [gpu_task(rec, res, cfg, cache_dir) for rec, res in ready]
         # a program's own kernels after every program pair: workers running side by side would otherwise
         # compile the same kernels at once, where later ones find them in the shared Triton cache
-        items.sort(key=lambda t: t["kind"] == "inductor_program")
+        items.sort(key=lambda t: t.kind == "inductor_program")
         _prepare_ops(items)
         if gpus:
             results = executor.map_gpu(run_on_gpu, items, timeout=cfg.sample_timeout, desc="correctness",
@@ -118,7 +120,7 @@ def _validate(records, cfg, executor, cache_dir: str, nvcc: str = ""):
         else:
             results = _without_gpu(items, cfg, executor)
         for item, out in results:
-            rec = by_id[item["id"]]
+            rec = by_id[item.id]
             if out is None:
                 yield rec, "waiting", "needs_gpu", {"compile": brief(comp[rec.id])}
                 continue
@@ -188,7 +190,7 @@ def _prepare_ops(items) -> None:
     """torch's op catalogue (sftbuild.ops.opdb), scanned here and cached before the workers start
     when a record is bound to one of its ops: where no catalogue was shipped or cached for this torch,
     every worker would scan op_db on its own (a minute each), inside its first sample's time limit."""
-    names = {(t["binding"] or {}).get("op") for t in items}
+    names = {t.binding.op for t in items if t.binding}
     name = next((n for n in names if isinstance(n, str) and n.startswith("opdb.")), None)
     if name is None:
         return
@@ -215,18 +217,18 @@ def _without_gpu(items, cfg, executor):
     a GPU (None). Yields (task, result); a task keeps its item's id."""
     tasks = []
     for item in items:
-        if not cfg.cpu_interpret or not kinds.for_task(item).interpretable(item) or item["dtypes"] == ["bfloat16"]:
+        if not cfg.cpu_interpret or not kinds.for_task(item).interpretable(item) or item.dtypes == ["bfloat16"]:
             yield item, None
             continue
         # the interpreter's bf16 arithmetic is silently wrong, so bf16 is left to the GPU
-        tasks.append({**item, "device": "cpu", "timing": False,
-                      "dtypes": [d for d in item["dtypes"] if d != "bfloat16"]})
+        tasks.append(dataclasses.replace(item, device="cpu", timing=False,
+                                         dtypes=[d for d in item.dtypes or [] if d != "bfloat16"]))
     if tasks:
         yield from executor.map_interpreted(run_interpreted, tasks, timeout=cfg.sample_timeout,
                                             desc="correctness (interpreter)", unit="records")
 
 
-def run_interpreted(task: dict) -> dict:
+def run_interpreted(task: TrialTask) -> dict:
     """The interpreter's task: the trials (sftbuild.trial.pyrun). What escapes them (a candidate's
     SystemExit) ends the sample as a one-shot sandbox ends it, and a kept process with it."""
     from sftbuild.trial import pyrun
@@ -243,46 +245,46 @@ def finish(out, cfg, comp) -> tuple:
         reason = {"timeout": "timeout", "error": "worker_error"}.get(out.kind, "crash")
         stopped = {"stopped_after_s": out.seconds} if out.seconds is not None else {}
         out = {"status": "dropped", "reason": reason, "detail": out.detail, **stopped}
-    out = dict(out)
-    status, reason = out.pop("status"), out.pop("reason")
-    for k in ("recycle", "_exit", "_log"):
-        out.pop(k, None)
+    verdict = Verdict.of(out)
+    status, reason, out = verdict.status, verdict.reason, dict(verdict.payload)
     if status == "ok" and cfg.max_slowdown and out.get("speedup") and out["speedup"] < 1.0 / cfg.max_slowdown:
         status, reason = "dropped", "too_slow"
     out["compile"] = brief(comp)
     return status, reason, out
 
 
-def compile_task(rec, cfg, nvcc, cache) -> dict:
+def compile_task(rec, cfg, nvcc, cache) -> CompileTask:
     from sftbuild.trial import harness as H
 
     harnesses = []
-    if rec.language == "cuda" and rec.binding and rec.binding.get("harness"):
-        harnesses = [H.render(rec, check, rec.binding.get("dtypes") or ALL_DTYPES) for check in H.checks(rec.binding)]
-    task = {"id": rec.id, "name": rec.name, "language": rec.language, "kind": kinds.of(rec.binding, rec.language).name,
-            "code": rec.code, "harnesses": harnesses,
-            "launcher": (rec.binding or {}).get("launcher") or "",
-            "include_sets": rec.entry.get("include_sets", []), "arch": cfg.arch,
-            "headers": rec.entry.get("headers") or {}, "include_dirs": rec.entry.get("include_dirs") or [],
-            "timeout": cfg.compile_timeout, "nvcc": nvcc, "cache_dir": cache}
-    if (rec.binding or {}).get("harness") == "extension_function":  # torch/extension.h's parse nears 30 s
+    b = rec.binding
+    if rec.language == "cuda" and b and b.harness:
+        harnesses = [H.render(rec, check, list(b.dtypes) or ALL_DTYPES) for check in H.checks(b)]
+    task = CompileTask(id=rec.id, name=rec.name, language=rec.language, kind=kinds.of(b, rec.language).name,
+                       code=rec.code, harnesses=harnesses,
+                       launcher=(b.launcher if b else None) or "", include_sets=rec.entry.get("include_sets", []),
+                       arch=cfg.arch, headers=rec.entry.get("headers") or {},
+                       include_dirs=rec.entry.get("include_dirs") or [], timeout=cfg.compile_timeout, nvcc=nvcc,
+                       cache_dir=cache)
+    if b and b.harness == "extension_function":  # torch/extension.h's parse nears 30 s
         from sftbuild.trial.extension import lean_tree
 
-        lean = lean_tree(rec.code, task["headers"], task["include_dirs"])
+        lean = lean_tree(rec.code, task.headers, task.include_dirs)
         if lean:
-            task["lean"] = {"code": lean[0], "headers": lean[1]}
+            task = dataclasses.replace(task, lean={"code": lean[0], "headers": lean[1]})
     return task
 
 
-def compile_any(task: dict) -> dict:
+def compile_any(task: CompileTask | dict) -> dict:
     """The build the task's candidate kind asks for (sftbuild.trial.kinds): CUDA harnesses, a load_inline
     extension, or the Triton gate."""
+    task = CompileTask.of(task)
     kind = kinds.for_task(task)
     if kind.build == "harness":
         return compile_cuda(task)
     if kind.builds_extension(task):
         return compile_inline(task)
-    res = triton_gate(task) if _jit_kernels(task["code"]) else {"ok": True, "resources": {}, "seconds": 0}
+    res = triton_gate(task) if _jit_kernels(task.code) else {"ok": True, "resources": {}, "seconds": 0}
     return {**res, "sos": []}
 
 
@@ -302,7 +304,7 @@ def _jit_kernels(code: str) -> bool:
     return bool(C.jit_functions(tree))
 
 
-def triton_gate(task: dict) -> dict:
+def triton_gate(task: CompileTask | dict) -> dict:
     """The Triton compile gate in a sandboxed process of its own, forked from a kept one with Triton's
     compiler loaded (sandbox.run_forked): compiling a kernel runs its definition. Its result
     is cached by content, as nvcc's is (sftbuild.trial.compile.cached_gate): a module that several
@@ -310,10 +312,10 @@ def triton_gate(task: dict) -> dict:
     return C.cached_gate(task, _triton_gate)
 
 
-def _triton_gate(task: dict) -> dict:
+def _triton_gate(task: CompileTask) -> dict:
     from sftbuild.sandbox import run_forked
 
-    timeout = max(task["timeout"] * 2, 60)
+    timeout = max(task.timeout * 2, 60)
     res = run_forked("sftbuild.trial.compile:triton_gate", task, timeout)
     if isinstance(res, WorkerFailure):
         reason = "compile_timeout" if res.kind == "timeout" else "compile_error"
@@ -325,64 +327,64 @@ def _triton_gate(task: dict) -> dict:
     return {**{k: v for k, v in res.items() if k not in ("_exit", "_log")}, "keep": True}
 
 
-def compile_inline(task: dict) -> dict:
+def compile_inline(task: CompileTask) -> dict:
     """Build a KernelBench solution's load_inline extension ahead of the GPU run, when its sources
     are string constants; otherwise the GPU worker builds it through the same cache."""
     from sftbuild.trial import extension, inline_sources
 
-    found = inline_sources.extract(task["code"])
+    found = inline_sources.extract(task.code)
     if found is None:
         return {"ok": True, "resources": {}, "seconds": 0, "sos": [], "prebuilt": False}
-    res = extension.build(**found, cache_dir=os.path.join(task["cache_dir"], "ext"), arch=task["arch"],
-                          nvcc=task["nvcc"], timeout=max(task["timeout"], 120))
+    res = extension.build(**found, cache_dir=os.path.join(task.cache_dir, "ext"), arch=task.arch,
+                          nvcc=task.nvcc, timeout=max(task.timeout, 120))
     if not res["ok"] and res.get("reason") == "link_error":  # no CUDA torch here: the GPU worker links
         res = {**res, "ok": True}
     return {**res, "resources": {}, "sos": [], "prebuilt": True}
 
 
-def compile_cuda(task: dict) -> dict:
+def compile_cuda(task: CompileTask | dict) -> dict:
     """`_compile_cuda`, on the lean torch header first where the task has it (an extension function's
     record), and on the code as it is where that fails: the lean header is ours, its gaps are not
     the kernel's."""
-    lean = task.get("lean")
-    if lean:
-        res = _compile_cuda({**task, **lean})
+    task = CompileTask.of(task)
+    if task.lean:
+        res = _compile_cuda(dataclasses.replace(task, **task.lean))
         if res.get("ok") and not res.get("harness_failed"):
             return {**res, "header": "lean"}
     return _compile_cuda(task)
 
 
-def _compile_cuda(task: dict) -> dict:
+def _compile_cuda(task: CompileTask) -> dict:
     """One launchable .so per check; the kernel alone (the gate) only where there is no harness, a
     harness failed, or a harness took longer than the gate's budget. A harness includes the kernel's
     code, so a harness that compiles has compiled the kernel too (its ptxas figures cover the
     kernel's); when one fails, the gate says whose fault it is: the kernel's (the gate's
     compile_error), a guard's (`compiled_out`) or ours (`harness_failed`); when one is slow, whether
     the kernel alone compiles within the gate's budget (else `compile_timeout`)."""
-    base = {k: v for k, v in task.items() if k != "harnesses"}
-    if not task["harnesses"]:
-        return {**C.compile_task({**base, "harness": None}), "sos": []}
+    alone = dataclasses.replace(task, harness=None, harnesses=[])  # the kernel's own gate
+    if not task.harnesses:
+        return {**C.compile_task(alone), "sos": []}
     sos, resources, seconds, first = [], {}, 0.0, None
-    for src in task["harnesses"]:
+    for src in task.harnesses:
         # the harness is our scaffolding around torch headers, not the candidate: it gets a wider budget
-        res = C.compile_task({**base, "harness": src, "timeout": max(task["timeout"] * 4, 120)})
+        res = C.compile_task(dataclasses.replace(alone, harness=src, timeout=max(task.timeout * 4, 120)))
         seconds += res["seconds"]
         if not res["ok"]:
-            gate = C.compile_task({**base, "harness": None})
+            gate = C.compile_task(alone)
             if not gate["ok"]:
                 return {**gate, "sos": []}
-            if any(compiled_out(res.get("log", ""), n) for n in (task.get("name", ""), task.get("launcher", ""))):
+            if any(compiled_out(res.get("log", ""), n) for n in (task.name, task.launcher)):
                 return {**res, "reason": "compiled_out", "sos": []}
             return {**res, "sos": [], "harness_failed": True}
-        if res["seconds"] > task["timeout"]:  # the harness outlasted the kernel's own budget: the gate decides
-            gate = C.compile_task({**base, "harness": None})
+        if res["seconds"] > task.timeout:  # the harness outlasted the kernel's own budget: the gate decides
+            gate = C.compile_task(alone)
             if not gate["ok"]:
                 return {**gate, "sos": []}
         first = first or res
         if res["so"]:
             sos.append(res["so"])
         resources = _merge(resources, res["resources"])
-    return {**first, "so": None, "sos": sos, "harnesses_built": len(task["harnesses"]), "resources": resources,
+    return {**first, "so": None, "sos": sos, "harnesses_built": len(task.harnesses), "resources": resources,
             "seconds": round(seconds, 3)}
 
 
@@ -438,65 +440,65 @@ def brief(res) -> dict:
             **{k: res[k] for k in ("aot", "header", "phases") if res.get(k)}}
 
 
-def task_dtypes(binding: dict, mode: str = "declared") -> list[str]:
+def task_dtypes(binding: Binding | None, mode: str = "declared") -> list[str]:
     """The dtypes a record's trials may use: its binding's, a KernelBench pair's declared by its
     get_inputs() (under `validate.dtypes: declared`), else every float dtype (an op's own list, or
     what the reference runs at, narrows them: pyrun.program_dtypes)."""
-    if binding.get("dtypes"):
-        return list(binding["dtypes"])
-    if binding.get("kind") == "kernelbench" and binding.get("reference") and mode == "declared":
+    if binding and binding.dtypes:
+        return list(binding.dtypes)
+    if binding and binding.kind == "kernelbench" and binding.reference and mode == "declared":
         from sftbuild.ops.programs import declared_dtypes
 
-        return declared_dtypes(binding["reference"])
+        return declared_dtypes(binding.reference)
     return list(ALL_DTYPES)
 
 
-def gpu_task(rec, res, cfg, cache_dir) -> dict:
-    binding = rec.binding or {}
+def gpu_task(rec, res, cfg, cache_dir) -> TrialTask:
+    binding = rec.binding
     runtime_checks = cfg.runtime_checks
-    if binding.get("kind") == "inductor" and (rec.entry or {}).get("extern"):
+    if binding and binding.kind == "inductor" and (rec.entry or {}).get("extern"):
         # one kernel run inside its program: the library calls are the program's host code, not the record's
         runtime_checks = {**(runtime_checks or {}), "library_kernels": False}
-    return {"id": rec.id, "language": rec.language, "kind": kinds.of(binding, rec.language).name, "code": rec.code,
-            "sos": res.get("sos", []),
-            "binding": binding, "entry": rec.entry, "dtypes": task_dtypes(binding, cfg.dtypes),
-            "program_dtypes": cfg.dtypes,
-            "tree": (rec.provenance or {}).get("tree"), "path": (rec.provenance or {}).get("path"),
-            "shapes": cfg.shapes, "seeds": cfg.seeds, "timing": cfg.timing, "warmup": cfg.warmup,
-            "runs": cfg.runs, "compile_baseline": cfg.compile_baseline, "runtime_checks": runtime_checks,
-            "max_speedup": cfg.max_speedup, "ext_cache": os.path.join(cache_dir, "ext"),
-            "memcheck": cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
-            "racecheck": cfg.racecheck, "memcheck_timeout": cfg.memcheck_timeout,
-            "sample_timeout": cfg.sample_timeout}
+    return TrialTask(
+        id=rec.id, language=rec.language, kind=kinds.of(binding, rec.language).name, code=rec.code,
+        sos=res.get("sos", []), binding=binding, entry=rec.entry,
+        dtypes=task_dtypes(binding, cfg.dtypes), program_dtypes=cfg.dtypes,
+        tree=(rec.provenance or {}).get("tree"), path=(rec.provenance or {}).get("path"),
+        shapes=cfg.shapes, seeds=cfg.seeds, timing=cfg.timing, warmup=cfg.warmup,
+        runs=cfg.runs, compile_baseline=cfg.compile_baseline, runtime_checks=runtime_checks,
+        max_speedup=cfg.max_speedup, ext_cache=os.path.join(cache_dir, "ext"),
+        memcheck=cfg.memcheck if memcheck.chosen(rec.id, cfg.memcheck, cfg.memcheck_fraction) else "off",
+        racecheck=cfg.racecheck, memcheck_timeout=cfg.memcheck_timeout, sample_timeout=cfg.sample_timeout)
 
 
-def run_on_gpu(task: dict) -> dict:
+def run_on_gpu(task: TrialTask | dict) -> dict:
     """The GPU worker's task: trials, then compute-sanitizer on one small trial when chosen."""
     import importlib
     import time
 
     started = time.monotonic()
+    task = TrialTask.of(task)
     runner = kinds.for_task(task).runner  # the trials of the task's candidate kind
     mod, _, fn = runner.partition(":")
     out = getattr(importlib.import_module(mod), fn)(task)
     seconds = {"trials": round(time.monotonic() - started, 3)}
     env = _env()
-    if out.get("status") == "ok" and task.get("memcheck") not in (None, "off"):
-        tools = memcheck.tools_for(task.get("code", ""), task.get("racecheck"))
-        mc = memcheck.run(task, runner, tools, task.get("memcheck_timeout", 300.0))
+    if out.get("status") == "ok" and task.memcheck != "off":
+        tools = memcheck.tools_for(task.code, task.racecheck)
+        mc = memcheck.run(task, runner, tools, task.memcheck_timeout)
         out["memcheck"] = mc
         if mc.get("ok") is False:  # reason: the tool (memcheck, racecheck, synccheck), with its one-line message
             out.update(status="dropped", reason=mc.get("tool") or "memcheck",
                        detail=mc.get("finding") or mc.get("log") or mc.get("why", ""))
     elif out.get("reason") == "out_of_bounds":
-        name_fault(task, runner, out, task.get("sample_timeout", 120.0) - (time.monotonic() - started))
+        name_fault(task, runner, out, task.sample_timeout - (time.monotonic() - started))
     if "memcheck" in out:
         seconds["memcheck"] = round(time.monotonic() - started - seconds["trials"], 3)
     out["env"], out["seconds"] = env, seconds  # the sample's time in its worker, by phase
     return out
 
 
-def _prefork(task: dict) -> None:
+def _prefork(task: TrialTask) -> None:
     """Before a GPU or interpreter worker forks the processes that run candidates: the runner's imports
     and torch's first-use patches, made once in the process each is forked from, without a CUDA context
     (a forked process cannot use its parent's)."""
@@ -504,18 +506,18 @@ def _prefork(task: dict) -> None:
 
     from sftbuild.trial import pristine
 
-    importlib.import_module(kinds.for_task(task).runner.partition(":")[0])
+    importlib.import_module(kinds.for_task(TrialTask.of(task)).runner.partition(":")[0])
     pristine.warm()
 
 
 run_on_gpu.prefork = run_interpreted.prefork = _prefork
 
 
-def name_fault(task: dict, runner: str, out: dict, left: float) -> None:
+def name_fault(task: TrialTask, runner: str, out: dict, left: float) -> None:
     """A record whose guards tripped: memcheck runs on it to name the fault, within what is `left` of the
     sample's time (less a margin for the reply); the reason stays out_of_bounds (a small trial may not
     reach the fault), the tool's own message joins the detail."""
-    budget = min(task.get("memcheck_timeout", 300.0), left - 10.0)
+    budget = min(task.memcheck_timeout, left - 10.0)
     if budget < 10.0:
         out["memcheck"] = {"ok": None, "why": "no time left in the sample to run memcheck"}
         return

@@ -114,7 +114,7 @@ def test_the_probe_binds_a_backward_kernel_through_its_gradients_and_validation_
     assert found is not None, res.get("unbound")
     assert found["op"] == "square" and found["call"]["entry"] == "SquareFunction.apply"
     assert found["call"]["grad"] is True and len(found["evidence"]["shapes"]) >= 3
-    rec.binding = found
+    rec = dataclasses.replace(rec, binding=found)
     cfg = dataclasses.replace(ValidateConfig(), shapes=2, seeds=1, timing=False)
     with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
         out = list(pipeline.validate([rec], cfg, ex, str(tmp_path / "cc")))

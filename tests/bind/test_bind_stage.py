@@ -3,6 +3,7 @@ a changed binding, re-harvest after a registry change, a probing binder through 
 `sftbuild bindings`, and a workspace written before bindings had their own table."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -60,7 +61,7 @@ def test_binding_reads_legacy_dicts_and_keys_what_validate_checks():
     assert Binding.from_dict({"op": "relu", "how": "by_name"}).by == "by_name"  # a binder's name: kept as `by`
     with pytest.raises(ValueError, match="no op"):
         Binding.from_dict({"kind": "op"})
-    assert key_of(None) == "" and key_of(d) == b.key
+    assert key_of(None) == "" and key_of(b) == b.key
 
 
 # ---- the stage ----------------------------------------------------------------------------------
@@ -76,10 +77,10 @@ def test_bind_stage_binds_what_it_can_says_why_not_and_resumes(ctx, tmp_path):
     assert "ok" not in stats and stats["records"] == sum(stats["bound"].values()) + \
         stats["unbound"] == len(ctx.store.alive("bind"))
     sq = by_name(ctx, "square_kernel")
-    assert sq.binding["how"] == "inferred" and sq.binding["by"] == "inferred" and sq.binding["op"] == "square"
-    assert ctx.store.binding(sq.id) == Binding.from_dict(sq.binding)
+    assert sq.binding.how == "inferred" and sq.binding.by == "inferred" and sq.binding.op == "square"
+    assert ctx.store.binding(sq.id) == sq.binding
     declared = by_name(ctx, "scale_kernel")  # the source declared it: bind leaves it alone
-    assert declared.binding["how"] == "declared" and declared.binding["op"] == "mul"
+    assert declared.binding.how == "declared" and declared.binding.op == "mul"
     assert ctx.store.binding_row(declared.id)["origin"] == "harvest"
     pair = by_name(ctx, "pair_kernel")
     assert pair.binding is None and pair.unbound.startswith("no binder found a binding")
@@ -91,7 +92,7 @@ def test_bind_stage_binds_what_it_can_says_why_not_and_resumes(ctx, tmp_path):
     ctx.config.bind.binders = {"inferred": False}
     run(ctx, "bind")
     assert by_name(ctx, "square_kernel").binding is None
-    assert by_name(ctx, "scale_kernel").binding["op"] == "mul"
+    assert by_name(ctx, "scale_kernel").binding.op == "mul"
     funnel = ctx.store.funnel()
     assert funnel["bindings"]["bound"] == {"declared": 1} and "bind" in funnel["stages"]
 
@@ -109,12 +110,12 @@ def test_reharvest_after_a_registry_change_updates_the_binding_and_redescribes(c
     run(ctx, "bind")
     run(ctx, "describe")
     sq = by_name(ctx, "square_kernel")
-    assert sq.binding["op"] == "abs" and sq.id in ctx.store.done_ids("describe", ctx.store.stage_config("describe"))
+    assert sq.binding.op == "abs" and sq.id in ctx.store.done_ids("describe", ctx.store.stage_config("describe"))
     first = ctx.store.result(sq.id, "describe")["payload"]["instructions"]
     # the registry now says square: harvest replaces the declared binding, describe redoes that record only
     run(ctx, "harvest", sources=[registry(reg, DATA / "cuda_tree", [{"kernel": "square_kernel", "op": "square"}])])
     sq2 = by_name(ctx, "square_kernel")
-    assert sq2.binding["op"] == "square" and sq2.binding["key"] != sq.binding["key"]
+    assert sq2.binding.op == "square" and sq2.binding.key != sq.binding.key
     assert sq.id not in ctx.store.done_ids("describe", ctx.store.stage_config("describe"))
     assert ctx.store.funnel()["stages"]["describe"]["waiting"] == {"binding_changed": 1}
     run(ctx, "bind")
@@ -130,9 +131,9 @@ def test_a_second_source_declaring_a_binding_for_stored_code_is_kept(ctx, tmp_pa
                                                                                        "op": "neg"}],
                                           name="declares")])
     pair = by_name(ctx, "pair_kernel")
-    assert pair.source == "plain" and pair.binding["op"] == "neg" and pair.binding["by"] == "source:declares"
+    assert pair.source == "plain" and pair.binding.op == "neg" and pair.binding.by == "source:declares"
     run(ctx, "harvest", sources=[registry(tmp_path / "a.yaml", DATA / "cuda_tree", name="plain")])
-    assert by_name(ctx, "pair_kernel").binding["op"] == "neg"  # a source that declares nothing keeps it
+    assert by_name(ctx, "pair_kernel").binding.op == "neg"  # a source that declares nothing keeps it
 
 
 # ---- revalidation: the real CPU path, the Triton interpreter ----------------------------------
@@ -140,7 +141,7 @@ def test_a_binding_added_later_is_validated_again(make_ctx, tmp_path, monkeypatc
     from sftbuild.validate import pipeline
 
     gpu_task = pipeline.gpu_task  # small shapes: the interpreter runs each program in Python
-    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: {**gpu_task(*a), "max_numel": 1 << 12})
+    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: dataclasses.replace(gpu_task(*a), max_numel=1 << 12))
     cfg = C.Config()
     cfg.validate.shapes, cfg.validate.seeds, cfg.validate.timing, cfg.validate.memcheck = 2, 1, False, "off"
     cfg.bind.binders = {"probed": False}  # the registry, not the probe, supplies the binding here
@@ -197,8 +198,8 @@ def test_a_running_binder_probes_in_a_sandbox_and_keeps_its_evidence(make_ctx, f
     stats = run(ctx, "bind")
     assert stats.get("bound") == {"probed": 1} and stats.get("unbound") == 1, [ctx.store.get(r.id).unbound for r in recs]
     good, bad = (ctx.store.get(r.id) for r in recs)
-    assert good.binding["how"] == "probed" and good.binding["by"] == "fake_probe" and good.binding["op"] == "relu"
-    assert good.binding["call"]["entry"] == "relu_kernel"  # the launch contract travels to validate
+    assert good.binding.how == "probed" and good.binding.by == "fake_probe" and good.binding.op == "relu"
+    assert good.binding.call["entry"] == "relu_kernel"  # the launch contract travels to validate
     ev = ctx.store.binding_row(good.id)["evidence"]
     assert ev["interpreter"] and ev["pid"] != __import__("os").getpid() and len(ev["dtypes"]) == 2
     assert bad.binding is None and "no candidate agreed" in bad.unbound
@@ -263,8 +264,8 @@ def test_an_old_workspace_with_the_binding_column_migrates(tmp_path):
     db.close()
     s = Store(tmp_path)
     got = {r.id: r for r in s.records()}
-    assert got[recs[0].id].binding["how"] == "declared" and got[recs[0].id].binding["op"] == "relu"
-    assert got[recs[1].id].binding["how"] == "inferred" and got[recs[2].id].binding is None
+    assert got[recs[0].id].binding.how == "declared" and got[recs[0].id].binding.op == "relu"
+    assert got[recs[1].id].binding.how == "inferred" and got[recs[2].id].binding is None
     assert s.binding_row(recs[0].id)["origin"] == "harvest" and s.binding_row(recs[1].id)["origin"] == "bind"
     # verdicts reached before the move still count: they were reached under these very bindings
     assert s.done_ids("validate", "c") == {r.id for r in recs}

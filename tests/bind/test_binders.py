@@ -31,17 +31,17 @@ def test_the_declared_table_comes_first():
     # a name and path the table declares: the table answers, though the signature reads as a row softmax
     rec = _rec(SOFTMAX_BW, "softmax_warp_backward", SOFTMAX_BW_PARAMS, "ATen/native/cuda/PersistentSoftmax.cuh")
     b = B.infer(rec)
-    assert b["how"] == "declared" and b["by"] == "manifest" and b["kind"] == "op" and b["op"] == "softmax_backward"
-    assert b["harness"] == "aten_softmax_backward"
+    assert b.how == "declared" and b.by == "manifest" and b.kind == "op" and b.op == "softmax_backward"
+    assert b.harness == "aten_softmax_backward"
     elsewhere = B.infer(_rec(SOFTMAX_BW, "softmax_warp_backward", SOFTMAX_BW_PARAMS, "mine/softmax.cu"))
-    assert elsewhere["how"] == "inferred" and elsewhere["op"] == "softmax"
+    assert elsewhere.how == "inferred" and elsewhere.op == "softmax"
 
 
 def test_signature_inference_and_selection():
     rec = _rec(RELU, "relu_kernel", ["float* y", "const float* x", "int n"])
     b = B.infer(rec)
-    assert b["how"] == "inferred" and b["op"] == "relu" and b["harness"] == "generic_launch"
-    assert b["harness_args"]["args"] == ["ptr:0", "ptr:1", "int:0"] and b["dtypes"] == ["float32"]
+    assert b.how == "inferred" and b.op == "relu" and b.harness == "generic_launch"
+    assert b.harness_args["args"] == ["ptr:0", "ptr:1", "int:0"] and b.dtypes == ("float32",)
     only_table = B.BINDERS.configured({"inferred": False})
     assert B.infer(rec, only_table) is None
     with pytest.raises(PluginError, match=r"bind\.binders\.probe"):
@@ -66,9 +66,9 @@ def test_a_new_strategy_is_one_class(monkeypatch):
     try:
         rec = _rec("__global__ void odd(int* p) {}\n", "odd", ["int* p"])
         b = B.infer(rec)
-        assert {k: b[k] for k in ("kind", "how", "by", "op")} == {"kind": "op", "how": "inferred", "by": "always",
-                                                                  "op": "transpose"}
-        assert b["key"] == Binding.from_dict(b).key
+        assert {k: getattr(b, k) for k in ("kind", "how", "by", "op")} == {"kind": "op", "how": "inferred",
+                                                                           "by": "always", "op": "transpose"}
+        assert b.key == Binding.from_dict(b.to_dict()).key
     finally:
         B.BINDERS._members.pop("always")
 

@@ -4,6 +4,7 @@ Test data: an excerpt of llm.c's train_gpt2_fp32.cu (tests/data/harvest/launcher
 launchers take raw pointers and B, T, C / N sizes and whose layer norm writes mean and rstd too."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,7 @@ def test_the_validate_harness_of_a_probed_launcher_compiles(records, compile_cac
     found = roles(rec.entry["launcher"]["params"], written(rec))
     first = next(mappings(found, [{"name": "x", "shape": [6, 10]}, {"name": "w", "shape": [10]},
                                   {"name": "b", "shape": [10]}], [{"shape": [6, 10]}], {}))
-    rec.binding = {"kind": "op", "op": "layer_norm", "harness": "host_launcher", "harness_args": first}
+    rec = dataclasses.replace(rec, binding={"kind": "op", "op": "layer_norm", "harness": "host_launcher", "harness_args": first})
     src = harness.render(rec, {"op": "layer_norm"}, ["float32"])
     res = compile_task({"id": "t", "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
                         "timeout": 120, "cache_dir": str(compile_cache), "link": False})

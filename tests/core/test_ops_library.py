@@ -590,8 +590,8 @@ def test_describe_renders_new_ops(opdb_ops):
     for name in sorted(opdb_ops):  # no op_db doc sentence reads as a technique claim
         assert not claims.search(re.sub(r"`[^`]*`", " ", opdb_ops[name].semantics["en"])), name
     for name in composites + _sample(opdb_ops)[:15]:
-        rec = Record(language="cuda", code=code, source="test", entry={"kernels": ["k"], "params": ["float* y"]})
-        rec.binding = {"op": name}
+        rec = Record(language="cuda", code=code, source="test", entry={"kernels": ["k"], "params": ["float* y"]},
+                     binding={"op": name})
         status, reason, payload = S.describe(rec, conf)
         assert status == "ok", (name, payload.get("problems"))
         op = ops.get(name)

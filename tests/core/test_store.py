@@ -1,3 +1,5 @@
+import dataclasses
+import json
 import os
 import signal
 import sqlite3
@@ -8,6 +10,7 @@ import time
 
 import pytest
 
+from sftbuild.binding import Binding
 from sftbuild.record import Record
 from sftbuild.store import Store, StoreError
 
@@ -25,6 +28,30 @@ def test_record_id_is_code_hash():
         Record(language="cuda", code="x", source="s", id="0" * 24)
     with pytest.raises(ValueError):
         Record(language="fortran", code="x", source="s")
+
+
+def test_a_record_is_immutable_and_a_change_is_a_new_record():
+    a = rec(1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.code = "__global__ void k() {}\n"
+    with pytest.raises(ValueError, match="does not match its code hash"):  # a changed code keeps no stale id
+        dataclasses.replace(a, code="__global__ void k() {}\n")
+    b = dataclasses.replace(a, id="", code="__global__ void k() {}\n")
+    assert b.id != a.id and a.code.startswith("__global__ void k1")
+    assert dataclasses.replace(a, source="t").id == a.id
+
+
+def test_a_binding_round_trips_between_the_store_and_its_type(tmp_path):
+    declared = {"op": "relu", "harness": "generic_launch", "harness_args": {"args": ["ptr:0"]}, "dtypes": ["float32"]}
+    r = dataclasses.replace(rec(1), binding=declared)  # a source's dict is read as its declaration
+    assert isinstance(r.binding, Binding) and (r.binding.how, r.binding.by) == ("declared", "source:s")
+    s = Store(tmp_path)
+    s.add_records([r])
+    back = s.get(r.id).binding
+    assert back == r.binding and (back.op, back.harness, back.dtypes) == ("relu", "generic_launch", ("float32",))
+    (text,) = s.db.execute("SELECT binding FROM bindings WHERE record_id=?", (r.id,)).fetchone()
+    assert json.loads(text) == r.binding.to_dict() and json.loads(text)["key"] == back.key  # JSON on disk only
+    assert s.binding_row(r.id)["binding"] == back
 
 
 def test_add_records_is_idempotent(tmp_path):

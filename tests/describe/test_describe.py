@@ -1,5 +1,7 @@
 """Describe: features from the parse tree, seeded bilingual instructions, the fidelity check, bindings."""
 
+import dataclasses
+
 import pytest
 
 from sftbuild import plugins
@@ -68,8 +70,8 @@ def test_triton_features():
 
 def test_instructions_are_seeded_bilingual_and_faithful():
     rec = _rec(FANCY, "sum_kernel", ["float* y", "const float* x", "int rows", "int cols"])
-    rec.binding = binders.infer(rec)
-    assert rec.binding["op"] == "row_sum"
+    rec = dataclasses.replace(rec, binding=binders.infer(rec))
+    assert rec.binding.op == "row_sum"
     status, reason, payload = S.describe(rec, CONF)
     assert status == "ok", payload.get("problems")
     instr = payload["instructions"]
@@ -187,7 +189,7 @@ def test_aten_binding_ratio(aten):
 def test_aten_descriptions_are_unique_and_faithful(aten):
     seen = {}
     for rec in aten:
-        rec.binding = rec.binding or binders.infer(rec)
+        rec = dataclasses.replace(rec, binding=rec.binding or binders.infer(rec))
         status, reason, payload = S.describe(rec, CONF)
         assert status == "ok", (rec.name, payload.get("problems"))
         for key, text in payload["instructions"].items():
@@ -208,9 +210,9 @@ def test_a_probed_binding_is_described_by_the_op_and_entry_the_probe_confirmed()
     k = extract_kernels(code)[0][0]
     rec = Record(language="triton", code=k.code, source="t",
                  entry={"kernels": [k.name], "entry_points": k.entry_points, "wrapper": "gelu_helper"})
-    rec.binding = {"kind": "op", "op": "neg", "how": "probed", "dtypes": ["float32", "float16"],
-                   "call": {"entry": "flip_sign", "kind": "function", "args": [["input", 0]],
-                            "outputs": [{"from": "return", "index": None}]}}
+    rec = dataclasses.replace(rec, binding={"kind": "op", "op": "neg", "how": "probed", "dtypes": ["float32", "float16"],
+                                         "call": {"entry": "flip_sign", "kind": "function", "args": [["input", 0]],
+                                                  "outputs": [{"from": "return", "index": None}]}})
     status, _, payload = S.describe(rec, CONF)
     assert status == "ok", payload.get("problems")
     text = " ".join(payload["instructions"].values())
@@ -229,7 +231,8 @@ def test_a_cpu_reference_task_names_what_is_compared_and_every_kernel_it_launche
     rec = Record(language="cuda", code=code, source="t", entry={"kernels": ["mean_kernel", "rstd_kernel"]})
     ref = {"cpu": "norm_cpu", "launcher": "norm2", "cpu_code": "void norm_cpu(float* mean, float* rstd) {}",
            "call_args": ["mean", "rstd", "inp", "N", "C"], "compare": [0, 1], "cpu_params": ["mean", "rstd"]}
-    rec.binding = {"how": "file_reference", "harness": "file_reference", "harness_args": {"ref": ref}}
+    rec = dataclasses.replace(rec, binding={"kind": "program", "program": "norm.cu:norm_cpu", "how": "file_reference",
+                                            "harness": "file_reference", "harness_args": {"ref": ref}})
     status, _, payload = S.describe(rec, CONF)
     assert status == "ok", payload.get("problems")
     for key, text in payload["instructions"].items():

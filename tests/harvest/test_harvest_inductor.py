@@ -52,10 +52,10 @@ def test_inductor_user_module_on_gpu(ctx):
     recs = list(ctx.store.records())
     pairs = [r for r in recs if r.language == "kernelbench"]
     kernels = [r for r in recs if r.language == "triton"]
-    assert len(pairs) == 1 and "class ModelNew" in pairs[0].code and pairs[0].binding["kind"] == "kernelbench"
-    assert kernels and all(r.binding["kind"] == "inductor" and r.binding["how"] == "exact"
-                           and r.binding["solution"] == pairs[0].code for r in kernels)
-    assert all(r.binding["program"].endswith("one_program.py") and "class Model" in r.binding["reference"]
+    assert len(pairs) == 1 and "class ModelNew" in pairs[0].code and pairs[0].binding.kind == "kernelbench"
+    assert kernels and all(r.binding.kind == "inductor" and r.binding.how == "exact"
+                           and r.binding.solution == pairs[0].code for r in kernels)
+    assert all(r.binding.program.endswith("one_program.py") and "class Model" in r.binding.reference
                for r in recs)
     assert all("@triton.jit" in r.code for r in kernels)
 
@@ -66,7 +66,7 @@ def test_inductor_catalog_on_gpu(ctx):
     stats = stage.run(ctx, ["torch-inductor?programs=120&seed=0"])  # a mixed slice of every catalog
     assert stats["errors"] == {}
     recs = list(ctx.store.records())
-    programs = {r.binding["program"] for r in recs}
+    programs = {r.binding.program for r in recs}
     failed = [s for s in ctx.store.skips() if s["reason"] == "compile_failed"]
     pairs = [r for r in recs if r.language == "kernelbench"]
     reasons = sorted({s["reason"] for s in ctx.store.skips()})

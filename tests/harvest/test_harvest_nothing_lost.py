@@ -75,7 +75,7 @@ def test_the_same_code_from_two_sources_keeps_both_provenances_and_both_bindings
     assert [o["binding"]["op"] for o in origins] == ["square", "relu"]
     assert [o["binding"]["by"] for o in origins] == ["source:first", "source:second"]
     # the first declaration stays current; the record says where else it was found, and what that declared
-    assert rec.binding["op"] == "square" and rec.binding["by"] == "source:first"
+    assert rec.binding.op == "square" and rec.binding.by == "source:first"
     assert [(o["source"], o["license"], o["binding"]["op"]) for o in rec.provenance["origins"]] == \
         [("first", "MIT", "square"), ("second", "Apache-2.0", "relu")]
     assert ctx.store.get(rec.id).provenance["origins"] == rec.provenance["origins"]
@@ -94,7 +94,7 @@ def test_a_source_that_changes_its_own_declaration_replaces_it(make_ctx, tmp_pat
                        f"     bindings: [{{kernel: square_kernel, op: {op}}}]}}\n")
         stage.run(ctx, [str(reg)])
     (rec,) = [r for r in ctx.store.records() if r.name == "square_kernel"]
-    assert rec.binding["op"] == "relu" and [o["binding"]["op"] for o in ctx.store.origins(rec.id)] == ["relu"]
+    assert rec.binding.op == "relu" and [o["binding"]["op"] for o in ctx.store.origins(rec.id)] == ["relu"]
 
 
 def test_a_workspace_from_before_origins_gets_one_per_record(tmp_path):

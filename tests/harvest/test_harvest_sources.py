@@ -58,7 +58,7 @@ def test_torch_aten_default_with_binding(ctx):
     stats = stage.run(ctx, [])
     assert stats["errors"] == {} and stats["sources"]["torch-aten"] >= 34
     sm = [r for r in records(ctx) if r.name == "softmax_warp_forward"]
-    assert sm and sm[0].binding["how"] == "declared" and sm[0].binding["op"] == "softmax"
+    assert sm and sm[0].binding.how == "declared" and sm[0].binding.op == "softmax"
     r = sm[0]
     assert r.provenance["license"] == "BSD-3-Clause" and r.provenance["package"] == "torch"
     assert r.entry["include_sets"] == ["torch"] and r.entry["launch_sites"]
@@ -144,11 +144,11 @@ def test_kernelbench_dir(ctx):
     assert stats["errors"] == {} and stats["sources"][str(DATA / "kernelbench")] == 3
     recs = {r.name: r for r in records(ctx)}
     assert set(recs) == {"relu_new", "scale", "selfcontained"}
-    assert all(r.language == "kernelbench" and r.binding["kind"] == "kernelbench" and r.binding["how"] == "exact"
+    assert all(r.language == "kernelbench" and r.binding.kind == "kernelbench" and r.binding.how == "exact"
                for r in recs.values())
     assert recs["relu_new"].entry["backend"] == "triton" and recs["scale"].entry["backend"] == "cuda"
-    assert "class Model(" in recs["scale"].binding["reference"]
-    assert "ModelNew" not in recs["selfcontained"].binding["reference"]
+    assert "class Model(" in recs["scale"].binding.reference
+    assert "ModelNew" not in recs["selfcontained"].binding.reference
 
 
 def test_kernelbench_dir_keeps_its_plain_kernels(ctx, tmp_path):
@@ -259,7 +259,7 @@ def test_user_registry_file(ctx, tmp_path):
     stats = stage.run(ctx, [str(reg)])
     assert stats["errors"] == {} and stats["sources"]["mine"] >= 4
     sq = [r for r in records(ctx) if r.name == "square_kernel"][0]
-    assert {k: sq.binding[k] for k in ("kind", "op", "how", "by")} == {"kind": "op", "op": "square",
+    assert {k: getattr(sq.binding, k) for k in ("kind", "op", "how", "by")} == {"kind": "op", "op": "square",
                                                                        "how": "declared", "by": "source:mine"}
 
 

@@ -3,6 +3,7 @@ compiled program yields, and (on the CPU, where Inductor writes C++ with the sam
 ModelNew == Model through the validator's module path at more than one size."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from sftbuild.harvest import inductor
 from sftbuild import inductor_code as IC
 from sftbuild.harvest.inductor import Compiled, Program
 from sftbuild.harvest.kinds.torch_inductor import records
+from sftbuild.trial_types import TrialTask
 from sftbuild.trial import guards
 from sftbuild.validate import pipeline, static
 
@@ -102,15 +104,15 @@ def test_records_pair_and_kernels_all_bound():
                                                       "self.fc = nn.Linear(1024, 1024)"))
     recs = records("torch-inductor", prog, comp, {"torch": "2.x", "triton": "3.x"})
     pair, kernels = recs[0], recs[1:]
-    assert pair.language == "kernelbench" and pair.binding["kind"] == "kernelbench"
-    assert pair.binding["reference"] == prog.src and pair.binding["dtypes"] == ["float32"]
+    assert pair.language == "kernelbench" and pair.binding.kind == "kernelbench"
+    assert pair.binding.reference == prog.src and pair.binding.dtypes == ("float32",)
     assert pair.entry["generator"] == "inductor" and pair.entry["gemm"] == "triton"
     assert [k.entry["kernels"][0] for k in kernels] == [k["name"] for k in IC.kernels(GEMM)]
     for k in kernels:
         b = k.binding
-        assert b["kind"] == "inductor" and b["solution"] == pair.code and b["kernel"] == k.entry["kernels"][0]
-        assert IC.splice(b["solution"], b["kernel"], k.code) == pair.code
-        assert Binding.from_dict(b).to_dict()["solution"] == pair.code
+        assert b.kind == "inductor" and b.solution == pair.code and b.kernel == k.entry["kernels"][0]
+        assert IC.splice(b.solution, b.kernel, k.code) == pair.code
+        assert Binding.from_dict(b.to_dict()).to_dict()["solution"] == pair.code
     with pytest.raises(IC.NotStandalone, match="graph break"):
         records("s", prog, Compiled([GEMM, GEMM], [[], []], "tensor", "float32"), {})
     with pytest.raises(IC.NotStandalone, match="returns something other"):
@@ -131,10 +133,10 @@ def test_inductor_records_wait_for_a_gpu_instead_of_the_interpreter():
         cpu_interpret = True
         sample_timeout = 10
 
-    item = {"id": "a", "language": "kernelbench", "code": "import triton\nk = async_compile.triton('k', '')",
-            "binding": {"kind": "kernelbench"}, "dtypes": ["float32"]}
-    kern = {"id": "b", "language": "triton", "code": "@triton.jit\ndef k(): pass",
-            "binding": {"kind": "inductor"}, "dtypes": ["float32"]}
+    item = TrialTask.of({"id": "a", "language": "kernelbench", "code": "import triton\nk = async_compile.triton('k', '')",
+                         "binding": {"kind": "kernelbench"}, "dtypes": ["float32"]})
+    kern = TrialTask.of({"id": "b", "language": "triton", "code": "@triton.jit\ndef k(): pass",
+                         "binding": {"kind": "inductor"}, "dtypes": ["float32"]})
     assert [out for _, out in pipeline._without_gpu([item, kern], Cfg(), {})] == [None, None]
 
 
@@ -249,7 +251,6 @@ def test_instructions_show_the_program_and_what_a_kernel_fuses():
     conf = {"seed": 0, "languages": ["en", "zh"], "levels": ["brief", "detailed"], "arch": "sm_90",
             "smem_budget": 232448}
     for rec in recs:
-        rec.binding = Binding.from_dict(rec.binding).to_dict()
         status, _, payload = describe(rec, conf)
         assert status == "ok", payload.get("problems")
         text = payload["instructions"]
@@ -293,7 +294,7 @@ def test_harvested_records_are_all_bound_and_wait_for_a_gpu(make_ctx, monkeypatc
     describe.run(ctx)
     validate.run(ctx)
     for r in ctx.store.records():
-        assert r.binding and r.binding["how"] == "exact"
+        assert r.binding and r.binding.how == "exact"
         res = ctx.store.result(r.id, "validate")
         assert (res["status"], res["reason"]) == ("waiting", "needs_gpu"), res
 
@@ -334,12 +335,12 @@ def test_a_kernel_record_runs_as_its_program_with_its_kernel_spliced_in():
     recs = records("torch-inductor", Program("add_rms_norm", RMS_PROGRAM),
                    Compiled([RMS], [RMS_SOURCES], 2, "float32"), {})
     pair, kernel = recs
-    task = {"code": kernel.code, "binding": kernel.binding}
+    task = TrialTask(kernel.id, "triton", kernel.code, binding=kernel.binding)
     assert pyrun.inductor_candidate(task) == pair.code
     changed = kernel.code.replace("tmp2 * tmp12", "tmp2 * tmp12 * 2")
-    spliced = pyrun.inductor_candidate({**task, "code": changed})
+    spliced = pyrun.inductor_candidate(dataclasses.replace(task, code=changed))
     assert IC.kernels(spliced)[0]["code"] == changed and "class ModelNew" in spliced
-    out = pyrun.run_python({**task, "id": "k", "language": "triton", "binding": {"kind": "inductor"},
+    out = pyrun.run_python({"code": task.code, "id": "k", "language": "triton", "binding": {"kind": "inductor"},
                             "entry": {}, "dtypes": ["float32"], "shapes": 1, "seeds": 1, "timing": False,
                             "device": "cpu"})
     assert (out["status"], out["reason"]) == ("dropped", "unbound")
@@ -390,11 +391,11 @@ def test_a_pair_left_to_cudnn_is_skipped_and_its_kernels_kept():
                     "tensor", "float32")
     skipped = []
     recs = records("s", Program("conv", RMS_PROGRAM), comp, {}, skip=lambda *a: skipped.append(a))
-    assert recs and all(r.binding["kind"] == "inductor" for r in recs)
+    assert recs and all(r.binding.kind == "inductor" for r in recs)
     assert [(name, reason) for name, reason, _ in skipped] == [("conv", "library_kernels")]
     # each kernel runs inside its program, whose library calls are not the record's
     task = pipeline.gpu_task(recs[0], {}, pipeline_cfg(), "/tmp")
-    assert task["runtime_checks"]["library_kernels"] is False
+    assert task.runtime_checks["library_kernels"] is False
 
 
 def pipeline_cfg():

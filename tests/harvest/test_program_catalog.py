@@ -249,7 +249,7 @@ def test_folder_harvest_on_gpu_carries_the_benchmark(tmp_path, make_ctx):
     recs = list(ctx.store.records())
     assert {r.provenance["benchmark"] for r in recs} == {"KernelBench"}
     assert {r.provenance["catalog"] for r in recs} == {"folder"}
-    assert {Path(r.binding["program"]).name for r in recs} == {"1_relu.py", "2_relu.py"}
+    assert {Path(r.binding.program).name for r in recs} == {"1_relu.py", "2_relu.py"}
     assert {s["reason"] for s in ctx.store.skips() if s["path"] in ("helpers.py", "broken.py")} == {"not_a_program"}
 
 

@@ -3,6 +3,7 @@ with `datasets`, verl and TRL columns, the card's YAML and funnel, splits, and e
 lost to an empty or smaller one."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -144,7 +145,7 @@ def test_pair_and_program_instructions_quote_their_reference(exported):
         for rec in recs[kind]:
             texts = [row["instruction"] for row in rows if row["id"] == rec.id]
             assert len(texts) == 4
-            assert all(rec.binding["reference"].strip() in t and "```python" in t for t in texts)
+            assert all(rec.binding.reference.strip() in t and "```python" in t for t in texts)
     kb = [row["instruction"] for row in rows if row["binding"] == "kernelbench" and row["text_lang"] == "en"]
     assert all("ModelNew" in t and "Triton" in t for t in kb)
 
@@ -268,11 +269,13 @@ def test_exports_hold_no_local_path_of_the_builder(tmp_path, monkeypatch):
 
     def local() -> dict:
         recs = made()
-        for r in recs["cuda"]:
-            r.source = str(src)
-            r.provenance = {**r.provenance, "url": src.as_uri(), "tree": str(ws / "trees" / "0a1b")}
-            r.binding = {**r.binding, "reference_file": str(src / "dev" / "ref.py")}
-            r.entry = {**r.entry, "module": str(ws / "trees" / "0a1b" / "relu.cu")}
+        recs["cuda"] = [dataclasses.replace(r, source=str(src),
+                                            provenance={**r.provenance, "url": src.as_uri(),
+                                                        "tree": str(ws / "trees" / "0a1b")},
+                                            binding=dataclasses.replace(r.binding, launch={
+                                                **r.binding.launch, "reference_file": str(src / "dev" / "ref.py")}),
+                                            entry={**r.entry, "module": str(ws / "trees" / "0a1b" / "relu.cu")})
+                        for r in recs["cuda"]]
         return recs
     monkeypatch.setattr(fixture, "records", local)
     fixture.build(str(ws))

@@ -77,10 +77,10 @@ def test_pair_and_inductor_records_quote_their_program():
     recs = fixture.records()
     kb = recs["kernelbench"][0]
     for key, text in _describe(kb).items():
-        assert kb.binding["reference"].strip() in text and "`ModelNew`" in text and "Triton" in text, key
+        assert kb.binding.reference.strip() in text and "`ModelNew`" in text and "Triton" in text, key
     ind = recs["inductor"][0]
     instr = _describe(ind)
-    assert ind.binding["reference"].strip() in instr["en:brief"]
+    assert ind.binding.reference.strip() in instr["en:brief"]
     assert "triton_poi_fused_mul_relu_1(in_ptr0, out_ptr0, xnumel, XBLOCK)" in instr["en:brief"]
     assert "torch.compile" in instr["en:brief"] and "writes `out_ptr0`" in instr["en:brief"]
     assert "dynamic shapes" in instr["en:detailed"]

@@ -20,16 +20,16 @@ def records(n: int, sources=("llmc", "liger"), languages=("cuda", "triton")) -> 
 
 
 def payload(rec: Record, gpu: bool = True) -> dict:
-    trials = [{"op": rec.binding["op"], "shape": [s, 33], "dtype": d, "layout": "contiguous", "seed": seed,
+    trials = [{"op": rec.binding.op, "shape": [s, 33], "dtype": d, "layout": "contiguous", "seed": seed,
                "ok": True, "max_abs": 1e-6, "max_rel": 2e-6, "norm_rel": 3e-7}
               for s in (7, 1025) for d in ("float32", "float16") for seed in (0, 1)]
     out = {"trials": trials, "errors": {"max_abs": 1e-6, "max_rel": 2e-6, "norm_rel": 3e-7},
            "compile": {"resources": {"registers": 32, "smem": 1024, "spill_stores": 0, "spill_loads": 0,
                                      "stack": 0}}}
     if gpu:
-        out["timing"] = {rec.binding["op"]: {"shape": [1025, 33], "dtype": "float32",
-                                             "candidate_ms": {"median": 0.010}, "eager_ms": {"median": 0.015},
-                                             "compile_ms": {"median": 0.012}, "speedup": 1.5}}
+        out["timing"] = {rec.binding.op: {"shape": [1025, 33], "dtype": "float32",
+                                          "candidate_ms": {"median": 0.010}, "eager_ms": {"median": 0.015},
+                                          "compile_ms": {"median": 0.012}, "speedup": 1.5}}
         out["speedup"] = 1.5
         out["env"] = {"gpu": "NVIDIA H200", "driver": 12080, "cuda": "12.8", "torch": "2.11.0", "triton": "3.5.0"}
     return out
@@ -46,7 +46,7 @@ def make(ws, n: int = 80, dedupe_ok=None, **kw) -> list[Record]:
         for r in recs:
             p = {}
             if stage == "describe":
-                p = {"instructions": {"en:detailed": f"Write the CUDA kernel k for {r.binding['op']}."}}
+                p = {"instructions": {"en:detailed": f"Write the CUDA kernel k for {r.binding.op}."}}
             elif stage == "validate":
                 p = payload(r, gpu=r.language == "cuda")
             rows.append((r.id, stage, "c", "ok", None, p))

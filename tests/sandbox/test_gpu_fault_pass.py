@@ -308,7 +308,7 @@ def _without_gpu(samples, tmp_path, monkeypatch) -> dict:
     """name -> (status, reason, detail) from a pass with no GPU: Triton runs in the interpreter on
     small sizes (as in tests/validate/test_validate_redteam.py), CUDA builds and then waits."""
     gpu_task = pipeline.gpu_task
-    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: {**gpu_task(*a), "max_numel": 1 << 16})
+    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: dataclasses.replace(gpu_task(*a), max_numel=1 << 16))
     records = [Record(source="fault-pass", **s.record) for s in samples]
     by_id = {r.id: s.name for r, s in zip(records, samples)}
     cfg = ValidateConfig(shapes=2, seeds=1, sample_timeout=300, memcheck="off", timing=False)

@@ -36,8 +36,8 @@ def test_a_probed_extension_function_validates_ok_and_its_broken_twin_is_dropped
     results = ctx.store.results_for("validate")
     by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()}
     ok, twin = by_source["good"], by_source["broken"]
-    assert ok.binding and ok.binding["by"] == "extension_function" and ok.binding["op"] == "rms_norm", ok.unbound
-    ev = ok.binding["evidence"]
+    assert ok.binding and ok.binding.by == "extension_function" and ok.binding.op == "rms_norm", ok.unbound
+    ev = ok.binding.evidence
     assert len(ev["shapes"]) >= 3 and ev["dtypes"] == ["float32", "float16", "bfloat16"], ev
     assert ev["exposed"]["kind"] == "PYBIND11_MODULE" and ev["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND2"
     assert results[ok.id]["status"] == "ok", results[ok.id]

@@ -17,7 +17,7 @@ def test_a_passed_module_is_reused_for_other_comments_and_a_failure_is_not(tmp_p
 
     def gate(ok):
         def run(task):
-            runs.append(task["code"])
+            runs.append(task.code)
             return {"ok": ok, "resources": {"k": {"registers": 8}}, "seconds": 0.1, "keep": True}
         return run
 

@@ -3,6 +3,7 @@
 CPU: every harness renders and compiles (nvcc -shared). GPU (marked gpu): each record goes
 through validate's trial loop and must come out correct.
 """
+import dataclasses
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from sftbuild import ops
+from sftbuild.binding import Binding
 from sftbuild.bind import binders
 from sftbuild.record import Record
 from sftbuild.trial import compile as C
@@ -38,19 +40,16 @@ def records() -> list[Record]:
 
 
 def bound() -> list[Record]:
-    recs = records()
-    for r in recs:
-        r.binding = binders.infer(r)
-    return recs
+    return [dataclasses.replace(r, binding=binders.infer(r)) for r in records()]
 
 
 def test_inference_binds_every_known_kernel():
     recs = bound()
     assert {r.name for r in recs} == set(EXPECTED)
     for r in recs:
-        assert r.binding and r.binding["how"] == "inferred", r.name
-        assert r.binding["op"] == EXPECTED[r.name], (r.name, r.binding["op"])
-        assert r.binding["dtypes"] == ["float32"], r.name  # float* params only
+        assert r.binding and r.binding.how == "inferred", r.name
+        assert r.binding.op == EXPECTED[r.name], (r.name, r.binding.op)
+        assert r.binding.dtypes == ("float32",), r.name  # float* params only
 
 
 # as validate builds them: a launchable .so with a GPU, else the harness's device code only (the
@@ -59,7 +58,7 @@ LINK = torch.cuda.is_available()
 
 
 def _compile(rec, cache):
-    srcs = [H.render(rec, check, rec.binding["dtypes"]) for check in H.checks(rec.binding)]
+    srcs = [H.render(rec, check, list(rec.binding.dtypes)) for check in H.checks(rec.binding)]
     return [C.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
                             "timeout": 300, "nvcc": "", "cache_dir": str(cache), "link": LINK}) for src in srcs]
 
@@ -69,7 +68,7 @@ def compiled(compile_cache):
     cache = compile_cache
     recs = bound()
     if not LINK:  # nothing runs them here: one kernel of each op family shows the template builds
-        recs = list({ops.get(r.binding["op"]).family: r for r in recs}.values())
+        recs = list({ops.get(r.binding.op).family: r for r in recs}.values())
     with ThreadPoolExecutor(4) as ex:
         results = list(ex.map(lambda r: _compile(r, cache), recs))
     return list(zip(recs, results))
@@ -90,7 +89,7 @@ def test_known_good_kernels_pass_trials(compiled):
     assert len(compiled) >= 10
     for rec, results in compiled:
         task = {"id": rec.id, "sos": [r["so"] for r in results], "binding": rec.binding, "entry": rec.entry,
-                "dtypes": rec.binding["dtypes"], "shapes": 4, "seeds": 2, "timing": False, "warmup": 1, "runs": 3}
+                "dtypes": list(rec.binding.dtypes), "shapes": 4, "seeds": 2, "timing": False, "warmup": 1, "runs": 3}
         out = trials.run_record(task)
         assert out["status"] == "ok", (rec.name, out.get("reason"), out.get("detail"))
 
@@ -171,7 +170,7 @@ def _aten_harness_failures(records, cache) -> list:
     jobs = []
     for rec in records:
         for check in H.checks(rec.binding):
-            src = H.render(rec, check, rec.binding.get("dtypes") or ["float32", "float16", "bfloat16"])
+            src = H.render(rec, check, list(rec.binding.dtypes) or ["float32", "float16", "bfloat16"])
             jobs.append((rec, check["op"], src))
 
     def build(job):
@@ -189,9 +188,7 @@ def _aten_harness_failures(records, cache) -> list:
 
 
 def _bound_aten(workspace) -> list:
-    recs = _aten_records(workspace)
-    for rec in recs:
-        rec.binding = rec.binding or binders.infer(rec)
+    recs = [dataclasses.replace(rec, binding=rec.binding or binders.infer(rec)) for rec in _aten_records(workspace)]
     return [r for r in recs if r.binding]
 
 
@@ -294,7 +291,7 @@ def test_also_params_replace_the_first_ops():
                "harness_args": {"which": "transform", "train": "false"},
                "also": [{"op": "batch_norm_apply", "params": {}, "harness_args": {"train": "true"}},
                         {"op": "batch_norm"}]}
-    first, apply, again = H.checks(binding)
+    first, apply, again = H.checks(Binding.from_dict(binding))
     assert first["params"] == {"eps": 1e-5} and again["params"] == {"eps": 1e-5}
     assert apply["params"] == {}
     assert apply["harness_args"] == {"which": "transform", "train": "true"}
@@ -339,8 +336,8 @@ def test_the_gate_compiles_only_when_a_harness_fails(monkeypatch):
     built = []
 
     def compile_task(task):
-        built.append("gate" if task["harness"] is None else "harness")
-        broken = "BROKEN" in task["code"] or "BROKEN" in (task["harness"] or "")
+        built.append("gate" if task.harness is None else "harness")
+        broken = "BROKEN" in task.code or "BROKEN" in (task.harness or "")
         return {"ok": not broken, "reason": "compile_error" if broken else None, "log": "error" if broken else "",
                 "resources": {"registers": 8, "kernels": {"k": {}}}, "so": None if broken else "h.so",
                 "seconds": 1.0, "cached": False}

@@ -57,8 +57,8 @@ def test_a_probed_launcher_validates_ok_and_its_broken_twin_is_dropped(make_ctx,
     results = ctx.store.results_for("validate")
     by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()}
     ok, twin = by_source["good"], by_source["broken"]
-    assert ok.binding and ok.binding["by"] == "host_launcher" and ok.binding["op"] == "layer_norm", ok.unbound
-    assert len(ok.binding["evidence"]["shapes"]) >= 3
+    assert ok.binding and ok.binding.by == "host_launcher" and ok.binding.op == "layer_norm", ok.unbound
+    assert len(ok.binding.evidence["shapes"]) >= 3
     assert results[ok.id]["status"] == "ok", results[ok.id]
     assert twin.binding is None and "no shortlisted op matched" in (twin.unbound or ""), twin.unbound
     assert results[twin.id]["status"] == "dropped" and results[twin.id]["reason"] == "unbound"

@@ -29,7 +29,7 @@ def harvested():
 
 def _task(rec):
     return {"id": rec.id, "language": rec.language, "code": rec.code, "binding": rec.binding, "entry": rec.entry,
-            "dtypes": rec.binding["dtypes"], "shapes": 3, "seeds": 2, "timing": False, "device": "cuda",
+            "dtypes": list(rec.binding.dtypes), "shapes": 3, "seeds": 2, "timing": False, "device": "cuda",
             "runtime_checks": None}
 
 
@@ -56,7 +56,7 @@ def test_program_pair_validates_and_its_broken_copy_is_dropped(harvested):
     assert out["status"] == "ok", out
     assert out["launches"] > 0 and set(out["triton_kernels"]) <= set(IC.kernel_names(pair.code))
     assert len({t["shape"]["sizes"]["batch_size"] for t in out["trials"]}) >= 2
-    name = harvested[1].binding["kernel"]
+    name = harvested[1].binding.kernel
     bad = IC.splice(pair.code, name, _broken(harvested[1].code))
     out = _run({**_task(pair), "code": bad})
     assert (out["status"], out["reason"]) == ("dropped", "incorrect"), out
@@ -66,8 +66,8 @@ def test_program_pair_validates_and_its_broken_copy_is_dropped(harvested):
 def test_kernel_record_validates_in_its_program_and_its_broken_copy_is_dropped(harvested):
     kernel = harvested[-1]
     out = _run(kernel)
-    print("kernel:", kernel.binding["kernel"], out["status"], out.get("reason"), out.get("detail"))
+    print("kernel:", kernel.binding.kernel, out["status"], out.get("reason"), out.get("detail"))
     assert out["status"] == "ok", out
-    assert kernel.binding["kernel"] in out["triton_kernels"]
+    assert kernel.binding.kernel in out["triton_kernels"]
     out = _run({**_task(kernel), "code": _broken(kernel.code)})
     assert (out["status"], out["reason"]) == ("dropped", "incorrect"), out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from sftbuild.binding import Binding
 from sftbuild.trial import parameters, pyrun
 from sftbuild.validate import pipeline
 from tests.redteam.cases import REF_LINEAR
@@ -38,7 +39,7 @@ FIRST_CALL = LINEAR.replace("        return F.linear(x, self.fc.weight, self.fc.
 def _pair(code):
     binding = {"kind": "kernelbench", "how": "exact", "reference": REF_LINEAR}
     task = {"id": "t", "language": "kernelbench", "code": code, "binding": binding, "entry": {},
-            "dtypes": pipeline.task_dtypes(binding), "shapes": 1, "seeds": 1, "timing": False, "device": "cpu"}
+            "dtypes": pipeline.task_dtypes(Binding.from_dict(binding)), "shapes": 1, "seeds": 1, "timing": False, "device": "cpu"}
     return pyrun.run_python(task)
 
 

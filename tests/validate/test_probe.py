@@ -122,7 +122,7 @@ def test_probe_binds_the_right_op_and_validation_calls_it_so(validator):
     assert len(ev["shapes"]) >= 3 and {"float32", "float16"} <= set(ev["dtypes"])
     assert ev["worst_error"] is not None and ev["candidates_tried"] >= 1
     # validation calls the entry exactly as the binding says (pick_wrapper alone would pass no scale_mode)
-    rec.binding = b
+    rec = dataclasses.replace(rec, binding=b)
     cfg = dataclasses.replace(ValidateConfig(), shapes=2, seeds=1, timing=False)
     out = list(pipeline.validate([rec], cfg, *validator))
     assert [(o[1], o[2]) for o in out] == [("ok", None)], out[0][3]
@@ -139,7 +139,7 @@ def test_decoy_stays_unbound_with_a_reason():
 
 def test_unbound_triton_is_dropped_with_the_probes_reason(tmp_path):
     rec = record(DECOY)
-    rec.entry = {**rec.entry, "unbound": "rms_norm_forward vs rms_norm: worst error 0.9"}
+    rec = dataclasses.replace(rec, entry={**rec.entry, "unbound": "rms_norm_forward vs rms_norm: worst error 0.9"})
     bare = Record(language="triton", code=RMS + "\n# no entry\n", source="t", entry={"kernels": ["k"]})
     cfg = ValidateConfig()
     with LocalExecutor(cpu_workers=1, gpus="none", progress=False) as ex:
@@ -229,10 +229,10 @@ def test_gpu_probe_and_validate_two_liger_kernels(liger_tree, tmp_path):
     for rel in ("liger_kernel/ops/softmax.py", "liger_kernel/ops/rms_norm.py"):
         rec = record((liger_tree / rel).read_text(), rel, str(liger_tree))
         res = run_isolated(b.task_fn, b.plan(rec, dtypes=["float32", "float16", "bfloat16"]), 300)
-        rec.binding = b.accept(rec, res)
+        rec = dataclasses.replace(rec, binding=b.accept(rec, res))
         assert rec.binding, res.get("unbound")
         bound.append(rec)
-    assert [r.binding["op"] for r in bound] == ["softmax", "rms_norm"]
+    assert [r.binding.op for r in bound] == ["softmax", "rms_norm"]
     cfg = dataclasses.replace(ValidateConfig(), timing=False)
     with LocalExecutor(progress=False) as ex:
         out = list(pipeline.validate(bound, cfg, ex, str(tmp_path / "cc")))
@@ -425,7 +425,7 @@ def test_the_entrys_own_layout_is_recorded_and_held_in_validation(validator):
     # one executor and one compile cache: the second binding runs in the worker the first left clean,
     # as the records of one validation do (the module's gate is compiled once)
     for binding in (b, bare):
-        rec.binding = binding
+        rec = dataclasses.replace(rec, binding=binding)
         verdicts += [(o[1], o[2], (o[3] or {}).get("detail", "")) for o in
                      pipeline.validate([rec], cfg, *validator)]
     assert verdicts[0][:2] == ("ok", None), verdicts[0]
@@ -460,7 +460,8 @@ def test_a_sibling_kernel_of_the_same_file_does_not_count_for_a_record():
     kernels = {k.name: k for k in extract_kernels(SIBLINGS)[0]}
     assert set(kernels) == {"relu_kernel", "leaky_kernel"}
     leaky = record(SIBLINGS, "pkg/relu.py")
-    leaky.code, leaky.entry = kernels["leaky_kernel"].code, _entry("triton", dataclasses.asdict(kernels["leaky_kernel"]), False)
+    leaky = dataclasses.replace(leaky, id="", code=kernels["leaky_kernel"].code,
+                                entry=_entry("triton", dataclasses.asdict(kernels["leaky_kernel"]), False))
     _, res, b = probe(leaky)
     assert b is None or b["op"] != "relu", b
     _, res, b = probe(record(SIBLINGS, "pkg/relu.py"))  # the relu kernel's own record binds

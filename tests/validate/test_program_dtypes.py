@@ -2,6 +2,8 @@
 dtype their reference runs at (all); the output contract holds at each."""
 from __future__ import annotations
 
+from sftbuild.binding import Binding
+from sftbuild.trial_types import TrialTask
 from sftbuild.ops.programs import declared_dtypes
 from sftbuild.validate import pipeline
 from sftbuild.trial import pyrun
@@ -17,7 +19,7 @@ RELU = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n   
 def _pair(code, reference, mode="declared"):
     binding = {"kind": "kernelbench", "how": "exact", "reference": reference}
     task = {"id": "t", "language": "kernelbench", "code": code, "binding": binding, "entry": {},
-            "dtypes": pipeline.task_dtypes(binding, mode), "program_dtypes": mode, "shapes": 1, "seeds": 1,
+            "dtypes": pipeline.task_dtypes(Binding.from_dict(binding), mode), "program_dtypes": mode, "shapes": 1, "seeds": 1,
             "timing": False, "device": "cpu"}
     return pyrun.run_python(task)
 
@@ -27,11 +29,12 @@ def test_a_programs_dtypes_are_read_from_its_get_inputs_source():
     named = "import torch\nDT = torch.bfloat16\n\n\ndef get_inputs():\n    return [torch.randn(4).to(DT)]\n"
     assert declared_dtypes(named) == ["bfloat16"]
     assert declared_dtypes("def get_inputs(:\n") == ["float32"]  # unparsable: torch's default
-    assert pyrun.program_dtypes({"reference": REF_HALF}, {"program_dtypes": "all"}) == \
-        (["float16"], ["float32", "bfloat16"])
+    every = TrialTask("t", "kernelbench", "", program_dtypes="all")
+    pair = Binding.from_dict({"kind": "kernelbench", "reference": REF_HALF})
+    assert pyrun.program_dtypes(pair, every) == (["float16"], ["float32", "bfloat16"])
     # an Inductor kernel is compiled for its program's dtype alone
-    assert pyrun.program_dtypes({"kind": "inductor", "dtypes": ["float16"]}, {"program_dtypes": "all"}) == \
-        (["float16"], [])
+    kernel = Binding.from_dict({"kind": "inductor", "dtypes": ["float16"]})
+    assert pyrun.program_dtypes(kernel, every) == (["float16"], [])
 
 
 def test_a_half_program_runs_in_half_and_an_fp32_result_breaks_its_contract():

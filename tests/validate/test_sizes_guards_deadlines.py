@@ -6,6 +6,7 @@ size-specialised or touch memory past an edge, the deadline's bound, and the exe
 bounds. GPU: the red-team hang is cut short by the per-call bound, not by `sample_timeout`:
     pytest -m gpu -s -n 0 tests/validate/test_sizes_guards_deadlines.py
 """
+import dataclasses
 import math
 import tempfile
 import types
@@ -15,6 +16,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.executor import LocalExecutor
+from sftbuild.trial_types import TrialTask
 from sftbuild.trial import checks as C
 from sftbuild.trial import deadline, fences, sizes
 from sftbuild.trial import harness as H
@@ -116,8 +118,8 @@ def _python_run(fn, dtype="float32", shapes=1):
     def wrapper(x):
         counter.count += 1  # stands in for the candidate's own Triton launch
         return fn(x)
-    task = {"id": "t", "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": [dtype],
-            "shapes": shapes}
+    task = TrialTask.of({"id": "t", "language": "triton", "code": "", "binding": {"op": "relu"},
+                         "entry": {"wrapper": "wrapper"}, "dtypes": [dtype], "shapes": shapes})
     from sftbuild.trial import guards, pristine, refbook
 
     guards.set_strict()  # as run_python does before its snapshot
@@ -311,7 +313,8 @@ def test_harness_loop_grows_a_shape_and_a_fixed_grid_fails_on_it(monkeypatch):
     from sftbuild.trial import trials
 
     op = ops.get("relu")
-    shapes = trials._with_grown([(7,), (31,)], op, {}, {}, "float32", {"code": STRIDE_KERNEL}, torch.device("cpu"))
+    shapes = trials._with_grown([(7,), (31,)], op, {}, {}, "float32", TrialTask("t", "cuda", STRIDE_KERNEL),
+                                torch.device("cpu"))
     assert len(shapes) == 3 and math.prod(shapes[2]) > 1 << 20
 
     def fixed_grid(i, o):
@@ -358,10 +361,10 @@ def _on_gpu(monkeypatch, verdict, sanitizer, code="__shared__ float buf[256];", 
 
     ran = []
     monkeypatch.setattr(KINDS.get("cuda_harness"), "runner", "tests.tasks:trial_verdict")
+    monkeypatch.setattr(tasks, "VERDICT", verdict)
     monkeypatch.setattr(pipeline, "_env", lambda: {})
     monkeypatch.setattr(memcheck, "run", lambda task, runner, tools, timeout: ran.append(tools) or sanitizer)
-    out = pipeline.run_on_gpu({"id": "r", "language": "cuda", "kind": "cuda_harness", "code": code, "verdict": verdict,
-                               "memcheck": sampled})
+    out = pipeline.run_on_gpu({"id": "r", "language": "cuda", "kind": "cuda_harness", "code": code, "memcheck": sampled})
     return out, ran
 
 
@@ -380,7 +383,7 @@ def test_a_sanitizer_that_cannot_start_is_no_finding(monkeypatch):
                                     "========= Failed to access the temporary directory.\n")
     monkeypatch.setattr(memcheck, "run_isolated", lambda *a, **k: failed)
     monkeypatch.setattr(memcheck.shutil, "which", lambda name: "/usr/bin/" + name)
-    mc = memcheck.run({"dtypes": ["float32"]}, "m:f")
+    mc = memcheck.run(TrialTask("t", "cuda", "", dtypes=["float32"]), "m:f")
     assert mc["ok"] is None and "could not start" in mc["why"]
     out, _ = _on_gpu(monkeypatch, {"status": "ok", "reason": None}, mc)
     assert out["status"] == "ok" and out["memcheck"]["ok"] is None and set(out["seconds"]) == {"trials", "memcheck"}
@@ -406,7 +409,7 @@ def test_an_api_error_of_the_references_import_is_no_finding(monkeypatch):
         return {"_log": API_ERRORS_LOG, "_exit": 86}
     monkeypatch.setattr(memcheck, "run_isolated", sanitized)
     monkeypatch.setattr(memcheck.shutil, "which", lambda name: "/usr/bin/" + name)
-    assert memcheck.run({"dtypes": ["float32"]}, "m:f") == {"ok": True, "tools": ["memcheck"]}
+    assert memcheck.run(TrialTask("t", "cuda", "", dtypes=["float32"]), "m:f") == {"ok": True, "tools": ["memcheck"]}
 
 
 def test_a_guard_trip_gets_memcheck_to_name_the_fault(monkeypatch):
@@ -528,7 +531,7 @@ def test_cuda_harness_trials_grow_and_guard(compile_cache):
         rec = Record(language="cuda", code=f"{code}// {name}\n", source="test",
                      entry={"kernels": ["relu_kernel"], "params": ["float* y", "const float* x", "int n"],
                             "include_sets": []})
-        rec.binding = binders.infer(rec)
+        rec = dataclasses.replace(rec, binding=binders.infer(rec))
         srcs = [H.render(rec, check, ["float32"]) for check in H.checks(rec.binding)]
         built = [CC.compile_task({"id": rec.id, "code": rec.code, "harness": src, "include_sets": [], "arch": "sm_90",
                                   "timeout": 300, "nvcc": "", "cache_dir": str(compile_cache), "link": True})

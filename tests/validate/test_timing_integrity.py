@@ -9,6 +9,7 @@ import types
 import pytest
 import torch
 
+from sftbuild.trial_types import TrialTask
 from sftbuild.trial import loop, pristine, timing
 from tests.validate.test_trial_loop import Fake
 
@@ -29,9 +30,9 @@ def test_a_refused_timing_drops_the_record_with_its_reason():
         def timed(self):
             return "main", {"speedup": 9.0, "refused": {"reason": "cheat", "why": "its kernels ran 3 ms"}}
 
-    out = loop.run([Timed()], {"seeds": 1, "timing": True})
+    out = loop.run([Timed()], TrialTask("t", "triton", "", seeds=1, timing=True))
     assert (out["status"], out["reason"], out["detail"]) == ("dropped", "cheat", "its kernels ran 3 ms")
-    assert loop.run([Fake()], {"seeds": 1, "timing": True})["status"] == "ok"
+    assert loop.run([Fake()], TrialTask("t", "triton", "", seeds=1, timing=True))["status"] == "ok"
 
 
 MARK = "at::cuda::(anonymous namespace)::spin_kernel(long)"

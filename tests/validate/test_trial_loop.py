@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sftbuild import ops
+from sftbuild.trial_types import TrialTask
 from sftbuild.trial import loop
 
 
@@ -48,7 +49,7 @@ class Fake(loop.Adapter):
 
 def test_the_loop_plans_variants_dtypes_layouts_seeds_and_one_seed_past_the_caps():
     fake = Fake()
-    out = loop.run([fake], {"seeds": 2})
+    out = loop.run([fake], TrialTask("t", "triton", "", seeds=2))
     points = [(t.variant, t.dtype, t.layout, t.seed) for t in fake.seen]
     assert points == [
         ("a", "float32", "contiguous", 0), ("a", "float32", "contiguous", 1),
@@ -68,13 +69,13 @@ def test_the_loop_plans_variants_dtypes_layouts_seeds_and_one_seed_past_the_caps
 
 def test_without_a_grown_variant_the_first_trial_is_profiled():
     fake = Fake(variants=("a", "b"))
-    loop.run([fake], {"seeds": 1})
+    loop.run([fake], TrialTask("t", "triton", "", seeds=1))
     assert [t.profile for t in fake.seen] == [True] + [False] * (len(fake.seen) - 1)
 
 
 def test_the_first_failed_trial_drops_the_record_with_the_rows_so_far():
     fake = Fake(fail=lambda t: t.variant == "b")
-    out = loop.run([fake, Fake()], {"seeds": 1})
+    out = loop.run([fake, Fake()], TrialTask("t", "triton", "", seeds=1))
     assert out["status"] == "dropped" and out["reason"] == "incorrect" and out["detail"] == "off"
     assert len(fake.seen) == 4 and [r["ok"] for r in out["trials"]] == [True, True, True, False]
     assert out["errors"] == {"max_abs": 1.0}
@@ -88,19 +89,20 @@ def test_every_adapter_runs_in_turn_and_nothing_to_try_is_unbound():
             made.append(variants)
             yield Fake(variants, notes={"degenerate": ["near_zero"]})
 
-    out = loop.run(adapters(), {"seeds": 1})
+    out = loop.run(adapters(), TrialTask("t", "triton", "", seeds=1))
     assert made == [("a",), ()]
     assert out == {"status": "dropped", "reason": "unbound", "detail": "no shape or dtype of op fake fits the binding",
                    "trials": out["trials"]} and len(out["trials"]) == 3
     out = loop.run([Fake(("a",), notes={"degenerate": ["near_zero"]}),
-                    Fake(("b",), notes={"degenerate": ["constant"]})], {"seeds": 1})
+                    Fake(("b",), notes={"degenerate": ["constant"]})], TrialTask("t", "triton", "", seeds=1))
     assert out["flags"] == {"degenerate": ["constant", "near_zero"]} and len(out["trials"]) == 6
 
 
 def test_a_record_no_trial_of_which_moved_its_reference_is_uninformative_not_the_candidates_fault():
-    out = loop.run([Fake(constant=lambda t: t.variant != "b")], {"seeds": 1})  # one shape moved it
+    # one shape moved it
+    out = loop.run([Fake(constant=lambda t: t.variant != "b")], TrialTask("t", "triton", "", seeds=1))
     assert out["status"] == "ok"
-    out = loop.run([Fake(), Fake(constant=lambda t: True)], {"seeds": 1})
+    out = loop.run([Fake(), Fake(constant=lambda t: True)], TrialTask("t", "triton", "", seeds=1))
     assert (out["status"], out["reason"]) == ("dropped", "uninformative") and len(out["trials"]) == 16
     assert out["detail"].startswith("op fake: the reference's result did not change in any of its trials")
     assert "cannot tell a kernel from a constant" in out["detail"]
@@ -153,8 +155,9 @@ def _harness(monkeypatch, kernel, op):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(trials, "load_harness", lambda path: None)
     monkeypatch.setattr(trials, "_launch", lambda lib, dtype, contract, i, o, params=None: kernel(i, o) or 0)
-    task = {"id": "t", "sos": ["fake.so"], "binding": {"op": op}, "dtypes": ["float32"], "shapes": 1, "seeds": 1}
-    adapter = trials.HarnessOp(task, 0, trials.H.checks(task["binding"])[0], torch.device("cpu"), C.selected())
+    task = TrialTask.of({"id": "t", "language": "cuda", "code": "", "sos": ["fake.so"], "binding": {"op": op},
+                         "dtypes": ["float32"], "shapes": 1, "seeds": 1})
+    adapter = trials.HarnessOp(task, 0, trials.H.checks(task.binding)[0], torch.device("cpu"), C.selected())
     return loop.run([adapter], task)
 
 
@@ -196,7 +199,7 @@ def _file_reference(monkeypatch, tmp_path, kernel, constant=False):
         sftbuild_file_launch=launcher, sftbuild_file_reference=launcher, sftbuild_file_elem_bytes=lambda k: 4))
     monkeypatch.setattr(trials, "file_reference_outputs", cpu)
     monkeypatch.setattr(trials, "_file_call", lambda lib, ref, p, d, block: kernel(p, d, block) or 0)
-    task = {"id": "t", "sos": ["fake.so"], "binding": binding, "shapes": 2, "seeds": 1, "timing": False}
+    task = TrialTask("t", "cuda", "", sos=["fake.so"], binding=binding, shapes=2, seeds=1)
     return loop.run([trials.FileReference(task, torch.device("cpu"), C.selected())], task)
 
 

@@ -7,6 +7,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.plugins import PluginError
+from sftbuild.trial_types import TrialTask
 from sftbuild.trial import checks as C
 from sftbuild.trial import harness as H
 
@@ -201,7 +202,8 @@ def _python_run(fn, dtype="float32"):
     def wrapper(x):
         counter.count += 1  # stands in for the candidate's own Triton launch
         return fn(x)
-    task = {"id": "t", "binding": {"op": "relu"}, "entry": {"wrapper": "wrapper"}, "dtypes": [dtype], "shapes": 1}
+    task = TrialTask.of({"id": "t", "language": "triton", "code": "", "binding": {"op": "relu"},
+                         "entry": {"wrapper": "wrapper"}, "dtypes": [dtype], "shapes": 1})
     cpu = torch.device("cpu")
     prob = pyrun.OpProblem(task, cpu)
     book = refbook.Book(prob, 1, cpu, pyrun.layout_of)
@@ -266,7 +268,8 @@ def test_an_entry_handing_back_the_input_it_overwrote_is_in_place_too():
     for keep, ok_expected in ((True, True), (False, False)):
         call = {"entry": "entry", "kind": "function", "args": [["input", 0], ["value", keep]],
                 "outputs": [{"from": "return", "index": 0}]}
-        task = {"id": "t", "binding": {"op": "relu", "call": call}, "dtypes": ["float32"], "shapes": 1}
+        task = TrialTask.of({"id": "t", "language": "triton", "code": "", "binding": {"op": "relu", "call": call},
+                             "dtypes": ["float32"], "shapes": 1})
         cpu = torch.device("cpu")
         prob = pyrun.OpProblem(task, cpu)
         book = refbook.Book(prob, 1, cpu, pyrun.layout_of)

@@ -7,6 +7,7 @@ replaced by one that records what it was asked to check and drops code marked BR
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -265,8 +266,8 @@ def test_unbound_members_are_dropped_at_once_and_take_no_round(make_ctx, fake):
 
 
 def test_an_unbound_record_is_dropped_without_a_compile(ctx, monkeypatch):
-    rec = _record(kernel("sum__shared_tree.cu"), None)
-    rec.unbound = "no binder found a binding: manifest; inferred"
+    rec = dataclasses.replace(_record(kernel("sum__shared_tree.cu"), None),
+                              unbound="no binder found a binding: manifest; inferred")
     compiled = []
     monkeypatch.setattr(ctx.executor, "map_cpu", lambda fn, items, desc="", **kw: compiled.extend(items) or iter(()))
     (out,) = pipeline.validate([rec], ctx.config.validate, ctx.executor, "/nonexistent", "nvcc")

@@ -14,7 +14,7 @@ BROKEN = ("int local_batches = batch_size - first_batch;",
 def _softmax_and_broken_twin(ctx, twin=True):
     """On a harvest of the ATen headers, keep only the bound softmax kernel, add a copy with an off-by-one
     (unless not `twin`: without a GPU it would only double the builds)."""
-    (soft,) = [r for r in ctx.store.records() if r.binding and r.binding.get("op") == "softmax"]
+    (soft,) = [r for r in ctx.store.records() if r.binding and r.binding.op == "softmax"]
     assert BROKEN[0] in soft.code
     broken = Record(language="cuda", code=soft.code.replace(*BROKEN), source="broken-copy",
                     entry=soft.entry, binding=soft.binding, provenance=soft.provenance)

@@ -6,6 +6,8 @@ candidates in the Triton interpreter on the CPU): a tamperer between honest samp
 verdicts must be those they get alone. GPU: the same samples on the GPU.
 Run on a GPU machine with:  pytest -m gpu -s -n 0 tests/validate/test_validate_isolation.py
 """
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -168,7 +170,8 @@ def test_a_tamperer_between_honest_samples_in_one_worker(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the worker runs the candidates in the interpreter
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     gpu_task = pipeline.gpu_task
-    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: {**gpu_task(*a), "max_numel": 1 << 14, "device": "cpu"})
+    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: dataclasses.replace(gpu_task(*a), max_numel=1 << 14,
+                                                                                     device="cpu"))
     # torch_override would drop the overrider unread: here it must run, to show the worker is replaced
     cfg = ValidateConfig(shapes=2, seeds=1, sample_timeout=300, memcheck="off", timing=False,
                          static_checks={"torch_override": False})

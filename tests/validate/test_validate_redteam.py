@@ -49,7 +49,7 @@ def test_triton_redteam_in_the_interpreter(tmp_path, monkeypatch):
     # the interpreter runs each program in Python: shapes of a million elements take tens of seconds
     # and decide nothing that the pool's small awkward sizes (1, 7, 31, 4097, ...) do not
     gpu_task = pipeline.gpu_task
-    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: {**gpu_task(*a), "max_numel": 1 << 16})
+    monkeypatch.setattr(pipeline, "gpu_task", lambda *a: dataclasses.replace(gpu_task(*a), max_numel=1 << 16))
     got = _run(selected, cfg, "none", str(tmp_path), cpu_workers=1)
     assert _table(selected, got) == []
 

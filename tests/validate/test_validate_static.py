@@ -213,9 +213,9 @@ def test_a_gate_result_is_kept_by_content_and_a_timeout_is_not(tmp_path):
     runs = []
 
     def gate(task):  # stands in for the sandboxed gate: a timeout comes back without `keep`
-        runs.append(task["code"])
-        return {"ok": "hang" not in task["code"], "reason": None, "seconds": 1.0, "cached": False,
-                **({} if "hang" in task["code"] else {"keep": True})}
+        runs.append(task.code)
+        return {"ok": "hang" not in task.code, "reason": None, "seconds": 1.0, "cached": False,
+                **({} if "hang" in task.code else {"keep": True})}
 
     task = {"code": "@triton.jit\ndef k(x):\n    pass\n", "cache_dir": str(tmp_path), "arch": "sm_90"}
     first, again = C.cached_gate(task, gate), C.cached_gate(task, gate)
@@ -231,12 +231,12 @@ def test_the_gate_process_starts_only_for_top_level_jit_kernels(monkeypatch):
     from sftbuild.validate import pipeline
 
     started = []
-    monkeypatch.setattr(pipeline, "triton_gate", lambda task: started.append(task["id"]) or {"ok": True})
+    monkeypatch.setattr(pipeline, "triton_gate", lambda task: started.append(task.id) or {"ok": True})
     twin = next(c for c in cases() if c.name == "twin_relu_triton").record["code"]
     solution = "import triton\nk = async_compile.triton('k', '''\n@triton.jit\ndef k(x):\n    pass\n''')\n"
     for i, code in enumerate([twin, solution, "import torch\n", "def broken(:\n  jit"]):
-        pipeline.compile_any({"id": i, "language": "triton", "kind": "triton_op", "code": code})
-    assert started == [0, 3]  # the kernel module, and the unparsable one (the gate names its error)
+        pipeline.compile_any({"id": str(i), "language": "triton", "kind": "triton_op", "code": code, "cache_dir": "/nonexistent"})
+    assert started == ["0", "3"]  # the kernel module, and the unparsable one (the gate names its error)
 
 
 HONEST_TRITON = '''

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from sftbuild.ops import values
+from sftbuild.trial_types import TrialTask
 
 NAIVE_SOFTMAX = ("import torch\n\n\ndef wrapper(x, dim=-1):\n    e = x.float().exp()\n"
                  "    return (e / e.sum(dim, keepdim=True)).to(x.dtype).contiguous()\n")
@@ -79,5 +80,5 @@ def test_the_classes_each_op_of_a_record_ran_add_up_in_the_payload():
         def summary(self):
             return {"value_classes": self.ran}
 
-    out = loop.run([Ran(["large", "normal"]), Ran(["normal", "shifted"])], {"seeds": 1})
+    out = loop.run([Ran(["large", "normal"]), Ran(["normal", "shifted"])], TrialTask("t", "triton", "", seeds=1))
     assert out["value_classes"] == ["large", "normal", "shifted"]

@@ -6,6 +6,7 @@ import types
 import torch
 
 from sftbuild.ops import model_layers as ML
+from sftbuild.trial_types import TrialTask
 
 
 def _run(shapes):
@@ -17,8 +18,8 @@ def _run(shapes):
     def wrapper(q, k, cos, sin, mrope_section=(16, 24, 24)):
         counter.count += 1  # stands in for the candidate's own Triton launch
         return list(ML._mrope(q, k, cos, sin, mrope_section))
-    task = {"id": "t", "binding": {"op": "qwen2vl_mrope"}, "entry": {"wrapper": "wrapper"},
-            "dtypes": ["float32"], "shapes": 1}
+    task = TrialTask.of({"id": "t", "language": "triton", "code": "", "binding": {"op": "qwen2vl_mrope"},
+                         "entry": {"wrapper": "wrapper"}, "dtypes": ["float32"], "shapes": 1})
     guards.set_strict()
     dev = torch.device("cpu")
     prob = pyrun.OpProblem(task, dev)
@@ -54,9 +55,10 @@ def _sample_entry_trials(name, entry, seeds=3):
     def counted(*args, **kwargs):
         calls.count += 1  # stands in for the candidate's own Triton launch
         return entry(*args, **kwargs)
-    task = {"id": "t", "dtypes": ["float32"], "shapes": 1, "entry": {},
-            "binding": {"op": name, "call": {"entry": "entry", "kind": "function", "args": [["sample", None]],
-                                             "outputs": [{"from": "return", "index": None}]}}}
+    task = TrialTask.of({"id": "t", "language": "triton", "code": "", "dtypes": ["float32"], "shapes": 1, "entry": {},
+                         "binding": {"op": name, "call": {"entry": "entry", "kind": "function",
+                                                          "args": [["sample", None]],
+                                                          "outputs": [{"from": "return", "index": None}]}}})
     guards.set_strict()
     dev = torch.device("cpu")
     prob = pyrun.OpProblem(task, dev)

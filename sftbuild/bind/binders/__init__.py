@@ -96,8 +96,8 @@ BINDERS: Registry[Binder] = Registry("binder", Binder, __name__,
                                      doc="strategies that bind kernels to ops, tried in order by the bind stage")
 
 
-def infer(record, binders: Iterable[Binder] | None = None) -> dict | None:
-    """The first binding dict a static binder finds for `record`, or None (running binders are skipped).
+def infer(record, binders: Iterable[Binder] | None = None) -> Binding | None:
+    """The first binding a static binder finds for `record`, or None (running binders are skipped).
 
     `binders`: the strategies to try, in order (default: every registered one)."""
     for binder in BINDERS.configured({}) if binders is None else binders:
@@ -105,7 +105,7 @@ def infer(record, binders: Iterable[Binder] | None = None) -> dict | None:
             continue
         found = binder.bind(record)
         if found:
-            return binder.binding(found).to_dict()
+            return binder.binding(found)
     return None
 
 

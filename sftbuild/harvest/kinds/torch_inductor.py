@@ -4,7 +4,7 @@ Each program compiled to one Dynamo graph yields:
 - one program pair (language `kernelbench`, binding kind `kernelbench`): the reference is the
   program, the solution its output code made standalone with `class ModelNew`
   (sftbuild.inductor_code.solution); it validates through the module path like any
-  KernelBench pair, with the sizes of `binding["sizes"]` varied;
+  KernelBench pair, with the sizes of `binding.sizes` varied;
 - one record per generated Triton kernel (language `triton`, binding kind `inductor`): the
   binding carries the program's solution and the kernel's name, and validation runs that
   solution with the record's kernel spliced in (sftbuild.trial.pyrun.inductor_candidate).
@@ -17,6 +17,7 @@ not reached.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from sftbuild import inductor_code as IC
@@ -144,8 +145,11 @@ def records(source: str, prog, comp, versions: dict, license: str | None = None,
     gen = {"gemm": comp.gemm, **({"gemm_why": comp.why} if comp.why else {}), "extern": extern, **versions}
     n = solution.count("\n") + 1
     pair = KB.pair_record(source, solution, reference, prog.name, {**prov, "lines": [1, n]})
-    pair.entry.update(backend="triton", kernels=[k["name"] for k in found], generator="inductor", **gen)
-    pair.binding.update(program=prog.name, dtypes=[comp.dtype], sizes=sizes)
+    pair = dataclasses.replace(
+        pair, entry={**pair.entry, "backend": "triton", "kernels": [k["name"] for k in found], "generator": "inductor",
+                     **gen},
+        binding=dataclasses.replace(pair.binding, target=prog.name, dtypes=(comp.dtype,),
+                                    launch={**pair.binding.launch, "sizes": sizes}))
     out = [pair]
     library = sorted(set(extern) & set(LIBRARY_WORK))
     if library:

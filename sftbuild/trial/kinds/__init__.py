@@ -14,7 +14,7 @@ it. Kinds are asked in `order`, then by name, and the first that takes the recor
         interpreted = True
 
         def takes(self, binding, language):
-            return binding.get("kind") == "op"
+            return binding.kind == "op"
 
 Invariants:
   * `runner` ("module:function") runs one task in a sandboxed worker and returns a verdict dict; the
@@ -26,7 +26,9 @@ Invariants:
 """
 from __future__ import annotations
 
+from sftbuild.binding import Binding
 from sftbuild.plugins import Plugin, Registry
+from sftbuild.trial_types import CompileTask, TrialTask
 
 
 class Kind(Plugin):
@@ -37,19 +39,19 @@ class Kind(Plugin):
     build: str = "module"  # "harness": CUDA launchers rendered and built by nvcc; "module": a Python module
     interpreted: bool = False  # its trials may run under the Triton interpreter where there is no GPU
 
-    def takes(self, binding: dict, language: str) -> bool:
-        """Whether this kind runs a record of `language` bound by `binding` (a binding dict)."""
+    def takes(self, binding: Binding, language: str) -> bool:
+        """Whether this kind runs a record of `language` bound by `binding`."""
         return False
 
-    def interpretable(self, task: dict) -> bool:
+    def interpretable(self, task: TrialTask) -> bool:
         """Whether this task's trials can run under the Triton interpreter (no GPU): a kind that may be
         interpreted, whose module holds Triton code and neither builds a CUDA extension nor launches
         through Inductor's CUDA launcher (`async_compile.triton`), which the interpreter cannot run."""
-        code = task["code"]
+        code = task.code
         return self.interpreted and "triton" in code and "load_inline" not in code and \
             "async_compile.triton(" not in code
 
-    def builds_extension(self, task: dict) -> bool:
+    def builds_extension(self, task: TrialTask | CompileTask) -> bool:
         """Whether the task's module builds a CUDA extension (load_inline) the CPU pool may build first."""
         return False
 
@@ -57,7 +59,7 @@ class Kind(Plugin):
 KINDS: Registry[Kind] = Registry("candidate_kind", Kind, __name__, doc=__doc__)
 
 
-def of(binding: dict | None, language: str) -> Kind | None:
+def of(binding: Binding | None, language: str) -> Kind | None:
     """The kind that runs a record bound by `binding`, or None (unbound, or no kind takes it)."""
     if not binding:
         return None
@@ -67,7 +69,8 @@ def of(binding: dict | None, language: str) -> Kind | None:
     return None
 
 
-def for_task(task: dict) -> Kind | None:
+def for_task(task: TrialTask | CompileTask) -> Kind | None:
     """The kind a worker's task names (`kind`), or the one its binding picks where it names none."""
-    name = task.get("kind")
-    return KINDS.get(name)() if name else of(task.get("binding"), task.get("language", ""))
+    if task.kind:
+        return KINDS.get(task.kind)()
+    return of(getattr(task, "binding", None), task.language)

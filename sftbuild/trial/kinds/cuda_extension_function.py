@@ -12,4 +12,4 @@ class CudaExtensionFunction(Kind):
     build = "harness"
 
     def takes(self, binding, language):
-        return binding.get("harness") == "extension_function"
+        return binding.harness == "extension_function"

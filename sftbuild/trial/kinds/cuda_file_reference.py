@@ -11,4 +11,4 @@ class CudaFileReference(Kind):
     build = "harness"
 
     def takes(self, binding, language):
-        return binding.get("how") == "file_reference"
+        return binding.how == "file_reference"

@@ -15,4 +15,4 @@ class CudaHarness(Kind):
     build = "harness"
 
     def takes(self, binding, language):
-        return binding.get("harness") not in SPECIAL and binding.get("how") != "file_reference"
+        return binding.harness not in SPECIAL and binding.how != "file_reference"

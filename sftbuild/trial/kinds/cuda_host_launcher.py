@@ -11,4 +11,4 @@ class CudaHostLauncher(Kind):
     build = "harness"
 
     def takes(self, binding, language):
-        return binding.get("harness") == "host_launcher"
+        return binding.harness == "host_launcher"

@@ -11,4 +11,4 @@ class InductorProgram(Kind):
     runner = "sftbuild.trial.pyrun:run_python"
 
     def takes(self, binding, language):
-        return binding.get("kind") == "inductor"
+        return binding.kind == "inductor"

@@ -12,7 +12,7 @@ class ModulePair(Kind):
     interpreted = True
 
     def takes(self, binding, language):
-        return binding.get("kind") == "kernelbench"
+        return binding.kind == "kernelbench"
 
     def builds_extension(self, task):
-        return "load_inline" in task["code"]
+        return "load_inline" in task.code

@@ -11,4 +11,4 @@ class TritonOp(Kind):
     interpreted = True
 
     def takes(self, binding, language):
-        return binding.get("kind") == "op"
+        return binding.kind == "op"
