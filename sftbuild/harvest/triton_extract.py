@@ -555,7 +555,10 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
     or an alias of it (`from .k import f as g`), through its module (`import pkg.k as m`, `from . import
     k`, then `m.f[grid]`), or through a local chosen at run time (`fn = f if c else g`). An imported
     jit function this file's kernels only call is listed as {"module", "kernel", "device": True}: a
-    device helper of another module, no kernel of its own. Read by AST only."""
+    device helper of another module, no kernel of its own. A function or class that plainly calls an
+imported function is listed with "wraps": True (the function named "kernel" is then a launcher
+of another module; an outer wrapper that allocates its outputs is the package's public entry).
+Read by AST only."""
     tree = ast.parse(src)
     module = module_of(rel)
     is_package = rel.endswith("__init__.py")
@@ -585,18 +588,30 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
         launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                           ast.ClassDef))
                      and not is_jit(s.node) and _grid_launches(s.node, local)]
+        wraps = False
         if not launchers:
             if via is None and any(is_jit(s.node) and local in _called(s.node) for s in stmts):
                 out.append({"module": mod, "kernel": name, "device": True, "from": module})
-            continue
+                continue
+            if mod.split(".")[0] != module.split(".")[0]:
+                continue  # another package's function is no launcher of this one
+            # a plain call of an imported function: an outer wrapper, kept where that function launches a kernel
+            launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                              ast.ClassDef))
+                         and not is_jit(s.node) and _plain_calls(s.node, local)]
+            wraps = bool(launchers)
+            if not launchers:
+                continue
         need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
             st.node, ast.ImportFrom) and st.node.module == "__future__"}
         parts = []
+        used = set().union(*(stmts[j].uses for j in need))
         for j in sorted(need):
             node = stmts[j].node
             if isinstance(node, ast.ImportFrom):
                 mod_j = _absolute(node, module, is_package)
-                names = [a for a in node.names if (a.asname or a.name) != local]
+                names = [a for a in node.names if (a.asname or a.name) != local and
+                         ((a.asname or a.name) in used or node.module == "__future__")]
                 if not names or not mod_j:
                     continue
                 alias = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
@@ -608,8 +623,13 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
         for spelled in {local} | {f"{m}.{name}" for m, full in modules.items() if full == mod}:
             if spelled != name:
                 code = re.sub(rf"(?<![\w.]){re.escape(spelled)}\b", name, code)
-        out.append({"module": mod, "kernel": name, "code": code, "from": module})
+        out.append({"module": mod, "kernel": name, "code": code, "from": module, **({"wraps": True} if wraps else {})})
     return out
+
+
+def _plain_calls(node, name: str) -> bool:
+    """`name(...)` or `name.apply(...)` (an autograd Function) inside node, `name` plain or dotted (`m.f`)."""
+    return any(isinstance(n, ast.Call) and ast.unparse(n.func) in (name, f"{name}.apply") for n in walk(node))
 
 
 def _attribute_launches(tree, local: str) -> set[str]:
@@ -637,6 +657,11 @@ def attach_launchers(code: str, launchers: list[str]) -> tuple[str, list[dict]]:
     """A record's code with launchers from other modules appended, and its entry points then (a
     launcher's `from __future__` imports go first, where Python reads them)."""
     future = re.compile(r"(?m)^from __future__ import [^\n]*\n?")
+    try:
+        defined = _statements(ast.parse(code))[1].keys()
+        launchers = [_unshadowed(c, defined) for c in launchers]
+    except SyntaxError:
+        return code, []
     heads = list(dict.fromkeys(m.group(0).rstrip("\n") for c in [code, *launchers] for m in future.finditer(c)))
     body = [future.sub("", c).strip("\n") for c in [code, *launchers]]
     joined = "".join(h + "\n" for h in heads) + ("\n" if heads else "") + "\n\n".join(body) + "\n"
@@ -645,3 +670,17 @@ def attach_launchers(code: str, launchers: list[str]) -> tuple[str, list[dict]]:
     except SyntaxError:
         return code, []
     return joined, entry_points(joined, hints)
+
+
+def _unshadowed(launcher: str, defined) -> str:
+    """`launcher` without the imported names the record's code defines: an appended import of the
+    package's copy would replace the record's own function (whose launches the probe counts)."""
+    lines = launcher.splitlines()
+    for node in reversed(ast.parse(launcher).body):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__" and \
+                any((a.asname or a.name) in defined for a in node.names):
+            keep = [a for a in node.names if (a.asname or a.name) not in defined]
+            text = f"from {'.' * node.level}{node.module or ''} import " + ", ".join(
+                a.name + (f" as {a.asname}" if a.asname else "") for a in keep) if keep else ""
+            lines[node.lineno - 1:node.end_lineno] = [text] if text else []
+    return "\n".join(lines) + "\n"
