@@ -602,6 +602,15 @@ Read by AST only."""
             wraps = bool(launchers)
             if not launchers:
                 continue
+            names = {stmts[j].node.name for j in launchers}
+            while True:  # and this file's callers of those (`scaled_quant` calling `static_scaled_quant`)
+                more = [j for j, s in enumerate(stmts) if j not in launchers and isinstance(
+                    s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not is_jit(s.node)
+                    and _called(s.node) & names]
+                if not more:
+                    break
+                launchers += more
+                names |= {stmts[j].node.name for j in more}
         need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
             st.node, ast.ImportFrom) and st.node.module == "__future__"}
         parts = []

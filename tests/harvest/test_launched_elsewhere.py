@@ -250,6 +250,11 @@ def negate(x):
 def zero(x):
     orphan_launcher(x)
     return x
+
+
+def negate_checked(x):
+    assert x.is_floating_point()
+    return negate(x)
 '''
 
 
@@ -267,7 +272,7 @@ def test_a_public_wrapper_in_another_module_that_allocates_the_output_is_an_entr
         rec = {r.name: r for r in store.records()}["_neg_kernel"]
     finally:
         store.close()
-    assert {e["qualname"] for e in rec.entry["entry_points"]} == {"negate", "neg_launcher"}
+    assert {e["qualname"] for e in rec.entry["entry_points"]} == {"negate", "negate_checked", "neg_launcher"}
     # the wrapper's import of the package's own launcher would replace the record's: it is left out
     assert "import neg_launcher" not in rec.code and "import orphan_launcher" not in rec.code
 
@@ -279,3 +284,20 @@ def test_a_public_wrapper_in_another_module_that_allocates_the_output_is_an_entr
     b = Probed()
     found = b.accept(rec, run_isolated(b.task_fn, b.plan(rec, seconds=60), 120, env=INTERPRETER_ENV))
     assert found is not None and found["op"] == "neg" and found["call"]["entry"] == "negate"
+
+
+def test_a_package_reference_borrowing_an_ops_inputs_is_tried_by_name_too(tmp_path):
+    from types import SimpleNamespace
+
+    from sftbuild.ops.binders.probed import _inputs, package_references
+
+    pkg = tmp_path / "qpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "naive.py").write_text("def naive_quant(x, scale):\n    return (x / scale).round()\n")
+    rec = SimpleNamespace(entry={"kernels": ["_quant_kernel"], "entry_points": [{"qualname": "quant"}]},
+                          provenance={"tree": str(tmp_path)})
+    assert _inputs("add") == 2
+    borrowed, by_name = package_references(rec, ["add"])
+    assert borrowed["like"] == "add" and borrowed["name"] == "pkg.qpkg.naive.naive_quant"
+    assert by_name["name"] == "pkg.qpkg.naive.naive_quant.by_name" and by_name["like"] == ["x: [rows, cols]", "scale: [1]"]

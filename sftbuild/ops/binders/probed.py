@@ -31,6 +31,7 @@ from sftbuild.ops import package_refs, registrations
 from sftbuild.ops.binders import BINDERS, Binder
 
 SHORTLIST = 8
+SCALAR_NAMES = {"scale", "inv_scale", "scale_factor", "temperature"}  # a package reference's one-element tensors
 PROBE_DTYPES = ["float32", "float16"]
 PROBE_SECONDS = 120
 NOISE = {"kernel", "kernels", "fwd", "forward", "bwd", "backward", "triton", "func", "fn", "impl", "jit", "op",
@@ -90,15 +91,20 @@ def package_references(record, names: list[str]) -> list[dict]:
     """The record's package's own plain-torch references named like it (sftbuild.ops.package_refs),
     each {name, module, func, like}: registered as an op inside the probe's worker, with the inputs of
     the first shortlisted op taking as many tensors as the reference requires (`like`), else tensors
-    of one 2-D shape."""
+    of one 2-D shape (a one-element tensor for a scale); where an op lends its inputs, the reference
+    is a candidate again with those by-name shapes (`<name>.by_name`)."""
     entries = (record.entry or {}).get("entry_points") or []
     words_of = [*(record.entry or {}).get("kernels", []), *(e["qualname"].split(".")[0] for e in entries)]
     refs = package_refs.candidates((record.provenance or {}).get("tree"), words_of)
     out = []
     for r in refs:
         need = [p for p in r["required"] if p not in ("self", "cls")]
-        like = next((n for n in names if _inputs(n) == len(need)), None) or [f"{p}: [rows, cols]" for p in need]
-        out.append({"name": f"pkg.{r['module']}.{r['name']}", "module": r["module"], "func": r["name"], "like": like})
+        io = [f"{p}: [1]" if p.lower() in SCALAR_NAMES else f"{p}: [rows, cols]" for p in need]
+        like = next((n for n in names if _inputs(n) == len(need)), None)
+        name = f"pkg.{r['module']}.{r['name']}"
+        out.append({"name": name, "module": r["module"], "func": r["name"], "like": like or io})
+        if like:  # the borrowed op's shapes may not be the reference's (a per-row scale for a one-element one)
+            out.append({"name": f"{name}.by_name", "module": r["module"], "func": r["name"], "like": io})
     return out
 
 
