@@ -2,9 +2,9 @@
 
 `find_package_references(tree)` reads every .py file under `tree` with `ast` only (harvested code
 is never imported here) and returns the module-level functions that look like references:
-named `naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref` or `*_reference` (leading
-underscores ignored), or any public function of a module named `naive.py`, `reference.py` or
-`ref.py`. Each result: {module, path, name, params, required (positional, no default), signature, line, why}; `module` is the dotted
+named `naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref`, `*_reference`, `*_torch` or
+`*_pytorch_*` (leading underscores ignored), or any public function of a module named `naive.py`,
+`reference.py` or `ref.py`, or of a module in a folder so named (`pkg/reference/norm/rms_norm.py`). Each result: {module, path, name, params, required (positional, no default), signature, line, why}; `module` is the dotted
 import path relative to `tree`.
 
 `candidates(tree, names, params)` lists the package references fit to be a record's candidate
@@ -33,12 +33,14 @@ from sftbuild.ops import OPS, Op, add, get
 
 NAME_PATTERNS = [(re.compile(p), why) for p, why in [
     (r"^naive_\w+", "naive_*"), (r"^ref_\w+", "ref_*"), (r"^reference_\w+", "reference_*"),
-    (r"^torch_\w+", "torch_*"), (r"\w+_ref$", "*_ref"), (r"\w+_reference$", "*_reference")]]
-REF_MODULES = {"naive", "reference", "ref"}
-NOT_REFERENCES = re.compile(r"dtype|device|version|available|config|to_triton|supported")
+    (r"^torch_\w+", "torch_*"), (r"\w+_ref$", "*_ref"), (r"\w+_reference$", "*_reference"),
+    (r"\w+_(?:py)?torch(?:_\w+)?", "*_torch, *_pytorch_*")]]
+REF_MODULES = {"naive", "reference", "ref", "references"}  # a module, or a folder of modules, of references
+NOT_REFERENCES = re.compile(r"dtype|device|version|available|config|to_triton|to_torch|from_torch|supported")
 SKIP_DIRS = {"__pycache__", ".git", "node_modules", "build", "dist"}
 # a cheap text test before parsing: a file without such a def (and not a reference module) has no candidate
-CANDIDATE = re.compile(r"^def\s+_*(naive_|ref_|reference_|torch_|\w+_ref\s*\(|\w+_reference\s*\()", re.M)
+CANDIDATE = re.compile(r"^def\s+_*(naive_|ref_|reference_|torch_|\w+_ref\s*\(|\w+_reference\s*\(|\w+_(py)?torch\b)",
+                       re.M)
 
 
 def python_files(root: Path, skip=SKIP_DIRS):
@@ -58,7 +60,8 @@ def find_package_references(tree: Path) -> list[dict]:
     for rel, path in python_files(tree):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
-            if rel.stem not in REF_MODULES and not CANDIDATE.search(text):
+            in_ref_module = bool(REF_MODULES & {rel.stem, *rel.parts[:-1]})
+            if not in_ref_module and not CANDIDATE.search(text):
                 continue
             mod = ast.parse(text, filename=str(path))
         except (SyntaxError, ValueError, OSError):
@@ -67,7 +70,6 @@ def find_package_references(tree: Path) -> list[dict]:
         if parts[-1] == "__init__":
             parts = parts[:-1]
         module = ".".join(parts)
-        in_ref_module = rel.stem in REF_MODULES
         for node in mod.body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue

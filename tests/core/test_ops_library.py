@@ -667,3 +667,17 @@ def test_an_opdb_op_with_few_sample_shapes_is_offered_them_scaled_with_its_call_
     torch.testing.assert_close(mm.run_reference([a, b], params), a @ b)
     assert opdb.scaled_shapes([(2, 1, 3)]) == {(4, 1, 6): ((2, 1, 3), 2), (6, 1, 9): ((2, 1, 3), 3)}
     assert opdb.scaled_shapes([(5,), (7,), (9,)]) == {}  # three shapes of its own are enough
+
+
+def test_references_in_a_reference_folder_and_named_for_torch(tmp_path):
+    ref = tmp_path / "vpkg" / "reference" / "norm"
+    ref.mkdir(parents=True)
+    for d in (tmp_path / "vpkg", tmp_path / "vpkg" / "reference", ref):
+        (d / "__init__.py").write_text("")
+    (ref / "rms.py").write_text("import torch\n\ndef rms(x):\n    return x\n\ndef _rms_pytorch_impl(x):\n    return x\n\n"
+                                "def _to_torch(x):\n    return x\n")
+    (tmp_path / "vpkg" / "pool.py").write_text("def bev_pool_torch(x):\n    return x\n")
+    found = {(r["module"], r["name"], r["why"]) for r in ops.find_package_references(tmp_path)}
+    assert found == {("vpkg.reference.norm.rms", "rms", "function in a reference module"),
+                     ("vpkg.reference.norm.rms", "_rms_pytorch_impl", "*_torch, *_pytorch_*"),
+                     ("vpkg.pool", "bev_pool_torch", "*_torch, *_pytorch_*")}
