@@ -4,7 +4,8 @@
 is never imported here) and returns the module-level functions that look like references:
 named `naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref`, `*_reference`, `*_torch` or
 `*_pytorch_*` (leading underscores ignored), or any public function of a module named `naive.py`,
-`reference.py` or `ref.py`, or of a module in a folder so named (`pkg/reference/norm/rms_norm.py`). Each result: {module, path, name, params, required (positional, no default), signature, line, why}; `module` is the dotted
+`reference.py` or `ref.py`, or of a module in a folder so named (`pkg/reference/norm/rms_norm.py`). Each result: {module, path, name, params, required (positional, no default), scalars (the required
+ones annotated float, int or bool: name -> type), signature, line, why}; `module` is the dotted
 import path relative to `tree`.
 
 `candidates(tree, names, params)` lists the package references fit to be a record's candidate
@@ -78,12 +79,16 @@ def find_package_references(tree: Path) -> list[dict]:
             if not why or not params or NOT_REFERENCES.search(node.name):
                 continue
             positional = node.args.posonlyargs + node.args.args
+            required = positional[:len(positional) - len(node.args.defaults)]
             found.append({"module": module, "path": str(rel), "name": node.name, "params": params,
-                          "required": [a.arg for a in positional[:len(positional) - len(node.args.defaults)]],
+                          "required": [a.arg for a in required],
+                          "scalars": {a.arg: ast.unparse(a.annotation) for a in required if a.annotation is not None
+                                      and ast.unparse(a.annotation) in SCALAR_TYPES},
                           "signature": f"{node.name}({ast.unparse(node.args)})", "line": node.lineno, "why": why})
     return found
 
 
+SCALAR_TYPES = {"float", "int", "bool"}  # a required parameter so annotated is no tensor input
 MAX_CANDIDATES = 3  # package references tried per record, best named first
 
 
@@ -98,7 +103,7 @@ def candidates(tree: str | None, names: list[str], params: list[str] | None = No
     scored = []
     for ref in _references(str(tree)):
         s = max((name_score(n, ref["name"]) for n in names), default=0.0)
-        if s > 0 and not plain_torch(Path(tree) / ref["path"], ref["name"]):
+        if s > 0 and not plain_torch(Path(tree) / ref["path"], ref["name"], Path(ref["path"]).parts[0]):
             scored.append((-s, ref["module"], ref["name"], ref))
     return [r for *_, r in sorted(scored, key=lambda x: x[:3])[:k]]
 
@@ -108,16 +113,17 @@ def _references(tree: str) -> tuple:
     return tuple(find_package_references(Path(tree)))
 
 
-def plain_torch(path: Path, func: str) -> str | None:
+def plain_torch(path: Path, func: str, package: str | None = None) -> str | None:
     """Why the module-level function `func` of the file at `path` may not be plain torch, or None:
     what it and the file's functions it calls use must not be a Triton import, a jit function, or a
-    name imported from the package's own modules (a wrapper that launches the kernel under test)."""
+    name imported from the package's own modules (a wrapper that launches the kernel under test);
+    `package` names the top-level package where a folder without `__init__.py` hides it."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return "unreadable"
     top = path.parent
-    own = {path.parent.name}
+    own = {path.parent.name, *([package] if package else [])}
     while (top / "__init__.py").is_file():  # the package's top-level name: its absolute imports are its own
         own.add(top.name)
         top = top.parent
@@ -203,8 +209,9 @@ def _io_like(io_in: list[str]) -> tuple:
 
 
 def package_op(module: str, func: str, like, root: str | Path | None = None, name: str | None = None,
-               register: bool = True) -> Op:
-    """An op whose reference is the package function `module.func`, shaped like `like`."""
+               register: bool = True, params: dict | None = None) -> Op:
+    """An op whose reference is the package function `module.func`, shaped like `like`, with `params`
+    (the reference's scalar arguments) added to the op's."""
     if isinstance(like, str):
         like = get(like)
     name = name or f"pkg.{module.removesuffix('.py').replace('/', '.')}.{func}"
@@ -231,12 +238,13 @@ def package_op(module: str, func: str, like, root: str | Path | None = None, nam
                 shape_pool=list(like.shape_pool), io=like.io, dtypes=like.dtypes, layouts=like.layouts,
                 params=dict(like.params), tolerance=like.tolerance, launch=like.launch, outputs=like.outputs,
                 mutates=like.mutates, grad_constants=like.grad_constants)
+        op.params.update(params or {})
     else:
         io_in = list(like)
         make_inputs, pool = _io_like(io_in)
         op = Op(name=name, family="torch_op", semantics=sem, reference=reference, make_inputs=make_inputs,
                 shape_pool=pool, io={"inputs": io_in, "outputs": ["y"]}, launch="tensors",
-                dtypes=("float32", "float16"))
+                dtypes=("float32", "float16"), params=dict(params or {}))
     if register:
         if name in OPS:
             return OPS[name]

@@ -681,3 +681,14 @@ def test_references_in_a_reference_folder_and_named_for_torch(tmp_path):
     assert found == {("vpkg.reference.norm.rms", "rms", "function in a reference module"),
                      ("vpkg.reference.norm.rms", "_rms_pytorch_impl", "*_torch, *_pytorch_*"),
                      ("vpkg.pool", "bev_pool_torch", "*_torch, *_pytorch_*")}
+
+
+def test_a_reference_in_a_folder_without_init_still_may_not_use_its_package(tmp_path):
+    from sftbuild.ops.package_refs import plain_torch
+
+    ref = tmp_path / "vpkg" / "reference" / "vision"
+    ref.mkdir(parents=True)
+    (tmp_path / "vpkg" / "__init__.py").write_text("")
+    (ref / "nms.py").write_text("from vpkg import ops\n\ndef nms(x):\n    return ops.nms(x)\n")
+    assert plain_torch(ref / "nms.py", "nms") is None  # no __init__.py: vpkg is not seen as its package
+    assert "vpkg.ops" in plain_torch(ref / "nms.py", "nms", "vpkg")

@@ -294,10 +294,11 @@ def test_a_package_reference_borrowing_an_ops_inputs_is_tried_by_name_too(tmp_pa
     pkg = tmp_path / "qpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "naive.py").write_text("def naive_quant(x, scale):\n    return (x / scale).round()\n")
+    (pkg / "naive.py").write_text("def naive_quant(x, scale, bits: int):\n    return (x / scale).round()\n")
     rec = SimpleNamespace(entry={"kernels": ["_quant_kernel"], "entry_points": [{"qualname": "quant"}]},
                           provenance={"tree": str(tmp_path)})
     assert _inputs("add") == 2
     borrowed, by_name = package_references(rec, ["add"])
     assert borrowed["like"] == "add" and borrowed["name"] == "pkg.qpkg.naive.naive_quant"
     assert by_name["name"] == "pkg.qpkg.naive.naive_quant.by_name" and by_name["like"] == ["x: [rows, cols]", "scale: [1]"]
+    assert borrowed["params"] == by_name["params"] == {"bits": 2}  # a scalar argument is a param, not a tensor

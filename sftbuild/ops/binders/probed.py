@@ -31,6 +31,7 @@ from sftbuild.ops import package_refs, registrations
 from sftbuild.ops.binders import BINDERS, Binder
 
 SHORTLIST = 8
+SCALAR_VALUES = {"float": 0.5, "int": 2, "bool": False}  # a reference's scalar argument without a package default
 SCALAR_NAMES = {"scale", "inv_scale", "scale_factor", "temperature"}  # a package reference's one-element tensors
 PROBE_DTYPES = ["float32", "float16"]
 PROBE_SECONDS = 120
@@ -96,15 +97,21 @@ def package_references(record, names: list[str]) -> list[dict]:
     entries = (record.entry or {}).get("entry_points") or []
     words_of = [*(record.entry or {}).get("kernels", []), *(e["qualname"].split(".")[0] for e in entries)]
     refs = package_refs.candidates((record.provenance or {}).get("tree"), words_of)
+    hints = tree_hints((record.provenance or {}).get("tree"), (record.provenance or {}).get("path"))
     out = []
     for r in refs:
-        need = [p for p in r["required"] if p not in ("self", "cls")]
+        scalars = r.get("scalars") or {}
+        need = [p for p in r["required"] if p not in ("self", "cls", *scalars)]
         io = [f"{p}: [1]" if p.lower() in SCALAR_NAMES else f"{p}: [rows, cols]" for p in need]
         like = next((n for n in names if _inputs(n) == len(need)), None)
         name = f"pkg.{r['module']}.{r['name']}"
-        out.append({"name": name, "module": r["module"], "func": r["name"], "like": like or io})
+        # a scalar argument takes the package's own default for its name, else a middling value of its type
+        params = {p: hints[p] if type(hints.get(p)) is SCALAR_VALUES[t].__class__ else SCALAR_VALUES[t]
+                  for p, t in scalars.items()}
+        ref = {"module": r["module"], "func": r["name"], **({"params": params} if params else {})}
+        out.append({"name": name, **ref, "like": like or io})
         if like:  # the borrowed op's shapes may not be the reference's (a per-row scale for a one-element one)
-            out.append({"name": f"{name}.by_name", "module": r["module"], "func": r["name"], "like": io})
+            out.append({"name": f"{name}.by_name", **ref, "like": io})
     return out
 
 
