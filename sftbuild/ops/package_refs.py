@@ -88,6 +88,7 @@ def find_package_references(tree: Path) -> list[dict]:
     return found
 
 
+TRITON_USE = re.compile(r"^\s*(?:import|from)\s+triton\b|^\s*@[\w.]*jit\b", re.M)
 SCALAR_TYPES = {"float", "int", "bool"}  # a required parameter so annotated is no tensor input
 MAX_CANDIDATES = 3  # package references tried per record, best named first
 
@@ -116,7 +117,8 @@ def _references(tree: str) -> tuple:
 def plain_torch(path: Path, func: str, package: str | None = None) -> str | None:
     """Why the module-level function `func` of the file at `path` may not be plain torch, or None:
     what it and the file's functions it calls use must not be a Triton import, a jit function, or a
-    name imported from the package's own modules (a wrapper that launches the kernel under test);
+    name imported from the package's own modules (a wrapper that launches the kernel under test)
+    unless that module has no Triton in it (`_triton_free`: a platform query, a settings module);
     `package` names the top-level package where a folder without `__init__.py` hides it."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
@@ -135,7 +137,8 @@ def plain_torch(path: Path, func: str, package: str | None = None) -> str | None
             for a in node.names:
                 full = a.name if isinstance(node, ast.Import) else f"{mod}.{a.name}"
                 root = full.split(".")[0]
-                if root == "triton" or (isinstance(node, ast.ImportFrom) and (node.level or root in own)):
+                if root == "triton" or (isinstance(node, ast.ImportFrom) and (node.level or root in own)
+                                        and not _triton_free(path, node, a.name)):
                     banned[(a.asname or a.name).split(".")[0]] = full
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if any("jit" in ast.unparse(d) for d in node.decorator_list):
@@ -156,6 +159,33 @@ def plain_torch(path: Path, func: str, package: str | None = None) -> str | None
             return f"{name} uses {hit[0]} ({banned[hit[0]]})"
         todo += [n for n in used if n in funcs]
     return None
+
+
+def _triton_free(path: Path, node: ast.ImportFrom, name: str, depth: int = 3) -> bool:
+    """Whether what `from <module> import <name>` in the file at `path` reads from its own package
+    (a platform query, a settings module) is a module that, with the package's modules it imports in
+    turn (`depth` levels), imports no Triton and defines no jit function; False where unreadable."""
+    parts = path.parent.parts[:len(path.parent.parts) - node.level + 1] if node.level else None
+    if parts is None:  # absolute: the folder holding the top-level package
+        top = (node.module or "").split(".")[0]
+        parts = next((p.parent.parts for p in path.parents if p.name == top), None)
+        if parts is None:
+            return False
+    base = Path(*parts, *(node.module or "").split(".")) if node.module else Path(*parts)
+    files = [f for f in (base / f"{name}.py", base / name / "__init__.py", base.with_suffix(".py"),
+                         base / "__init__.py") if f.is_file()][:1]
+    if not files or depth == 0:
+        return False
+    try:
+        text = files[0].read_text(encoding="utf-8", errors="replace")
+        imports = [n for n in ast.parse(text).body if isinstance(n, ast.ImportFrom) and n.module != "__future__"]
+    except (OSError, SyntaxError, ValueError):
+        return False
+    if TRITON_USE.search(text):
+        return False
+    own = (node.module or "").split(".")[0] if not node.level else None
+    return all(_triton_free(files[0], n, a.name, depth - 1) for n in imports for a in n.names
+               if n.level or (own and (n.module or "").split(".")[0] == own))
 
 
 def _why(name: str, in_ref_module: bool) -> str | None:

@@ -689,6 +689,10 @@ def test_a_reference_in_a_folder_without_init_still_may_not_use_its_package(tmp_
     ref = tmp_path / "vpkg" / "reference" / "vision"
     ref.mkdir(parents=True)
     (tmp_path / "vpkg" / "__init__.py").write_text("")
-    (ref / "nms.py").write_text("from vpkg import ops\n\ndef nms(x):\n    return ops.nms(x)\n")
+    (tmp_path / "vpkg" / "ops.py").write_text("import triton\n\n@triton.jit\ndef nms(x):\n    pass\n")
+    (tmp_path / "vpkg" / "envs.py").write_text("import os\n\nFAST = os.environ.get('FAST')\n")
+    (ref / "nms.py").write_text("from vpkg import envs, ops\n\ndef nms(x):\n    return ops.nms(x)\n\n"
+                                "def nms_ref(x):\n    return x if envs.FAST else x.clone()\n")
     assert plain_torch(ref / "nms.py", "nms") is None  # no __init__.py: vpkg is not seen as its package
     assert "vpkg.ops" in plain_torch(ref / "nms.py", "nms", "vpkg")
+    assert plain_torch(ref / "nms.py", "nms_ref", "vpkg") is None  # a settings module without Triton
