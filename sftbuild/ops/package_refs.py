@@ -84,6 +84,7 @@ def find_package_references(tree: Path) -> list[dict]:
                           "required": [a.arg for a in required],
                           "scalars": {a.arg: ast.unparse(a.annotation) for a in required if a.annotation is not None
                                       and ast.unparse(a.annotation) in SCALAR_TYPES},
+                          "shapes": read_shapes(node, params),
                           "signature": f"{node.name}({ast.unparse(node.args)})", "line": node.lineno, "why": why})
     return found
 
@@ -161,6 +162,42 @@ def plain_torch(path: Path, func: str, package: str | None = None) -> str | None
     return None
 
 
+def read_shapes(fn, params: list[str]) -> dict[str, list[str]]:
+    """The dimension names a reference's own code gives its tensor parameters: `B, T, D = x.shape`
+    (or `*q.shape, v.shape[-1]`) names every axis of x; `V = v.shape[-1]` names v's last one, as
+    ["...", "V"]. The first naming of a parameter counts; the names are lower-cased."""
+    out: dict[str, list[str]] = {}
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+            continue
+        unpacked = isinstance(n.targets[0], ast.Tuple)
+        names = [(t.id.lower() if t.id != "_" else f"_{n.lineno}_{i}") if isinstance(t, ast.Name) else None
+                 for i, t in enumerate(n.targets[0].elts if unpacked else [n.targets[0]])]
+        values = n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]
+        at = 0
+        for i, v in enumerate(values):
+            if isinstance(v, ast.Starred) and (p := _shape_of(v.value, params)):
+                take = len(names) - at - (len(values) - 1 - i)  # what the other values leave to `*x.shape`
+            elif len(values) == 1 and unpacked and (p := _shape_of(v, params)):
+                take = len(names)
+            else:
+                last = v.value if isinstance(v, ast.Subscript) and ast.unparse(v.slice) == "-1" else None
+                if (p := _shape_of(last, params)) and at < len(names) and names[at]:
+                    out.setdefault(p, ["...", names[at]])
+                at += 1
+                continue
+            if take > 0 and None not in names[at:at + take]:
+                out.setdefault(p, names[at:at + take])
+            at += max(take, 0)
+    return out
+
+
+def _shape_of(node, params) -> str | None:
+    """The parameter whose `.shape` `node` is (`x.shape`), else None."""
+    return node.value.id if isinstance(node, ast.Attribute) and node.attr == "shape" and \
+        isinstance(node.value, ast.Name) and node.value.id in params else None
+
+
 def _triton_free(path: Path, node: ast.ImportFrom, name: str, depth: int = 3) -> bool:
     """Whether what `from <module> import <name>` in the file at `path` reads from its own package
     (a platform query, a settings module) is a module that, with the package's modules it imports in
@@ -220,6 +257,7 @@ def load_function(module: str, func: str, root: str | Path | None = None):
 
 
 DIM_POOL = [1, 7, 33, 100, 257, 1000]
+DIM_POOL_ND = [2, 3, 5, 8, 16, 33]
 
 
 def _io_like(io_in: list[str]) -> tuple:
@@ -229,7 +267,8 @@ def _io_like(io_in: list[str]) -> tuple:
     specs = [[d.strip() for d in m.group(1).split(",") if d.strip()] if (m := re.search(r"\[([^\]]*)\]", s))
              else [] for s in io_in]
     dims = sorted({d for spec in specs for d in spec if not d.isdigit()})
-    pool = [tuple(DIM_POOL[(i + j) % len(DIM_POOL)] for j in range(len(dims))) for i in range(len(DIM_POOL))]
+    sizes = DIM_POOL if len(dims) <= 2 else DIM_POOL_ND  # three or more axes: small ones, or the product explodes
+    pool = [tuple(sizes[(i + j) % len(sizes)] for j in range(len(dims))) for i in range(len(sizes))]
 
     def make_inputs(shape, dtype, layout, gen, params):
         size = dict(zip(dims, shape))

@@ -696,3 +696,21 @@ def test_a_reference_in_a_folder_without_init_still_may_not_use_its_package(tmp_
     assert plain_torch(ref / "nms.py", "nms") is None  # no __init__.py: vpkg is not seen as its package
     assert "vpkg.ops" in plain_torch(ref / "nms.py", "nms", "vpkg")
     assert plain_torch(ref / "nms.py", "nms_ref", "vpkg") is None  # a settings module without Triton
+
+
+def test_a_references_own_code_shapes_its_inputs():
+    import ast
+
+    from sftbuild.ops.binders.probed import by_name_inputs
+    from sftbuild.ops.package_refs import package_op, read_shapes
+
+    fn = ast.parse("def naive_gla(q, k, v, g):\n    q = q.float()\n    B, H, T, K, V = *q.shape, v.shape[-1]\n"
+                   "    _, n = g.shape\n").body[0]
+    shapes = read_shapes(fn, ["q", "k", "v", "g"])
+    assert shapes["q"] == ["b", "h", "t", "k"] and shapes["v"] == ["...", "v"] and shapes["g"][1] == "n"
+    io = by_name_inputs(["q", "k", "v"], shapes)
+    assert io == ["q: [b, h, t, k]", "k: [b, h, t, k]", "v: [b, h, t, v]"]
+    assert by_name_inputs(["x", "weight", "scale"], {}) == ["x: [rows, cols]", "weight: [cols]", "scale: [1]"]
+    op = package_op("m", "naive_gla", like=io, register=False)
+    q, k, v = op.make_inputs(op.shape_pool[2], "float32", "contiguous", _gen(), {})
+    assert q.shape == k.shape and v.shape[:3] == q.shape[:3] and q.numel() < 1 << 16  # small axes where there are many

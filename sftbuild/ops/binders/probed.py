@@ -32,6 +32,7 @@ from sftbuild.ops.binders import BINDERS, Binder
 
 SHORTLIST = 8
 SCALAR_VALUES = {"float": 0.5, "int": 2, "bool": False}  # a reference's scalar argument without a package default
+FEATURE_NAMES = {"weight", "bias", "w", "b", "gamma", "beta"}  # a package reference's per-feature vectors
 SCALAR_NAMES = {"scale", "inv_scale", "scale_factor", "temperature"}  # a package reference's one-element tensors
 PROBE_DTYPES = ["float32", "float16"]
 PROBE_SECONDS = 120
@@ -102,8 +103,10 @@ def package_references(record, names: list[str]) -> list[dict]:
     for r in refs:
         scalars = r.get("scalars") or {}
         need = [p for p in r["required"] if p not in ("self", "cls", *scalars)]
-        io = [f"{p}: [1]" if p.lower() in SCALAR_NAMES else f"{p}: [rows, cols]" for p in need]
-        like = next((n for n in names if _inputs(n) == len(need)), None)
+        io = by_name_inputs(need, r.get("shapes") or {})
+        # a reference whose own code names every axis of an input is shaped by name first
+        named_axes = any("..." not in d for p, d in (r.get("shapes") or {}).items() if p in need)
+        like = None if named_axes else next((n for n in names if _inputs(n) == len(need)), None)
         name = f"pkg.{r['module']}.{r['name']}"
         # a scalar argument takes the package's own default for its name, else a middling value of its type
         params = {p: hints[p] if type(hints.get(p)) is SCALAR_VALUES[t].__class__ else SCALAR_VALUES[t]
@@ -113,6 +116,23 @@ def package_references(record, names: list[str]) -> list[dict]:
         if like:  # the borrowed op's shapes may not be the reference's (a per-row scale for a one-element one)
             out.append({"name": f"{name}.by_name", **ref, "like": io})
     return out
+
+
+def by_name_inputs(need: list[str], shapes: dict[str, list[str]]) -> list[str]:
+    """An io list for a package reference's tensor parameters: the axes its code names
+    (`package_refs.read_shapes`), the leading axes of the first fully named one where only the last is
+    named, a per-feature vector for a weight or bias, one element for a scale, else the first one's
+    shape (2-D rows by cols where nothing is named)."""
+    full = next((shapes[p] for p in need if "..." not in shapes.get(p, ["..."])), None) or ["rows", "cols"]
+
+    def axes(p: str) -> list[str]:
+        dims = shapes.get(p)
+        if p.lower() in SCALAR_NAMES:
+            return ["1"]
+        if dims:
+            return dims if "..." not in dims else full[:-1] + dims[-1:]
+        return full[-1:] if p.lower() in FEATURE_NAMES else full
+    return [f"{p}: [{', '.join(axes(p))}]" for p in need]
 
 
 def _inputs(name: str) -> int:
