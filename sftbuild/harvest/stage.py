@@ -42,6 +42,14 @@ def _modules_above(module: str, name: str, table: dict) -> list[tuple[str, str]]
     return [k for i in range(len(parts), 0, -1) if (k := (".".join(parts[:i]), name)) in table]
 
 
+def _fits(code: str, calls, record_code: str, launching: dict[str, set[str]]) -> bool:
+    """A wrapper from another module fits a record where it redefines none of the record's names and
+    calls no other record's launcher (it would compose kernels: an entry point of neither); the module
+    it imports one from may re-export it."""
+    return not _defined(code) & _defined(record_code) and not any(
+        d == m or d.startswith(m + ".") for m, f in calls for d in launching.get(f, ()))
+
+
 def _defined(code: str) -> set[str]:
     """The names a Python snippet defines at its top level with `def` or `class`."""
     return set(re.findall(r"(?m)^(?:async\s+)?(?:def|class)\s+(\w+)", code))
@@ -255,7 +263,7 @@ class Harvest:
                         device.setdefault((f["module"], f["kernel"]), f["from"])
                     else:
                         (wrappers if f.get("wraps") else foreign).setdefault((f["module"], f["kernel"]), []).append(
-                            f["code"])
+                            (f["code"], [tuple(c) for c in f.get("calls") or []]) if f.get("wraps") else f["code"])
                 for rec, span in zip(*self._file_result(tree, res, licenses)):
                     if rec.language == "triton":
                         held.append((rec, span))
@@ -275,13 +283,19 @@ class Harvest:
         appended; the others unchanged. A kernel or launcher re-exported by a package above its module
         (`from .ops.k import f` in `pkg/__init__.py`) is found under it."""
         todo, out = [], []
+        launching: dict[str, set[str]] = {}  # launcher name -> the modules defining one
+        for rec, _ in held:
+            for e in rec.entry.get("entry_points") or []:
+                launching.setdefault(e["qualname"].split(".")[0], set()).add(module_of(rec.provenance.get("path") or ""))
         for rec, span in held:
             module = module_of(rec.provenance.get("path") or "")
             names = rec.entry.get("kernels") or []
             own = [e["qualname"].split(".")[0] for e in rec.entry.get("entry_points") or []]
-            codes = [c for k in names for key in _modules_above(module, k, foreign) for c in foreign[key]] \
-                if not own else [c for n in own for key in _modules_above(module, n, wrappers) for c in wrappers[key]
-                                 if not _defined(c) & _defined(rec.code)]  # a wrapper may not redefine the record's
+            if own:
+                codes = [c for n in own for key in _modules_above(module, n, wrappers) for c, calls in wrappers[key]
+                         if _fits(c, calls, rec.code, launching)]
+            else:
+                codes = [c for k in names for key in _modules_above(module, k, foreign) for c in foreign[key]]
             if not own and not codes and names and all(_modules_above(module, k, device) for k in names):
                 where = device[_modules_above(module, names[0], device)[0]]
                 self.skip(rec.provenance.get("path") or "", "device_helper",
@@ -294,7 +308,8 @@ class Harvest:
         for _, results in self.ctx.executor.map_cpu(attach_launchers, [items], desc="launchers"):
             joined = [] if isinstance(results, WorkerFailure) else results
         for (rec, span, _), (code, entries) in zip(todo, joined or [(None, [])] * len(todo)):
-            if code and entries:
+            had = {e["qualname"] for e in rec.entry.get("entry_points") or []}
+            if code and entries and (not had or {e["qualname"] for e in entries} - had):  # wrappers that add an entry
                 rec = Record(language=rec.language, code=code, source=rec.source,
                              entry={**rec.entry, "entry_points": entries, "launched_from": "another module"
                                     if not rec.entry.get("entry_points") else "its own module, wrapped by another"},

@@ -556,8 +556,9 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
     k`, then `m.f[grid]`), or through a local chosen at run time (`fn = f if c else g`). An imported
     jit function this file's kernels only call is listed as {"module", "kernel", "device": True}: a
     device helper of another module, no kernel of its own. A function or class that plainly calls an
-imported function is listed with "wraps": True (the function named "kernel" is then a launcher
-of another module; an outer wrapper that allocates its outputs is the package's public entry).
+imported function and launches no kernel itself is listed with "wraps": True and the other imported
+functions it calls, "calls": [[module, name]] (the function named "kernel" is then a launcher of
+another module; an outer wrapper that allocates its outputs is the package's public entry).
 Read by AST only."""
     tree = ast.parse(src)
     module = module_of(rel)
@@ -598,42 +599,67 @@ Read by AST only."""
             # a plain call of an imported function: an outer wrapper, kept where that function launches a kernel
             launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                               ast.ClassDef))
-                         and not is_jit(s.node) and _plain_calls(s.node, local)]
+                         and not is_jit(s.node) and _plain_calls(s.node, local) and _thin(s.node)]
             wraps = bool(launchers)
-            if not launchers:
-                continue
-            names = {stmts[j].node.name for j in launchers}
-            while True:  # and this file's callers of those (`scaled_quant` calling `static_scaled_quant`)
-                more = [j for j, s in enumerate(stmts) if j not in launchers and isinstance(
-                    s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not is_jit(s.node)
-                    and _called(s.node) & names]
-                if not more:
-                    break
-                launchers += more
-                names |= {stmts[j].node.name for j in more}
-        need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
-            st.node, ast.ImportFrom) and st.node.module == "__future__"}
-        parts = []
-        used = set().union(*(stmts[j].uses for j in need))
-        for j in sorted(need):
-            node = stmts[j].node
-            if isinstance(node, ast.ImportFrom):
-                mod_j = _absolute(node, module, is_package)
-                names = [a for a in node.names if (a.asname or a.name) != local and
-                         ((a.asname or a.name) in used or node.module == "__future__")]
-                if not names or not mod_j:
-                    continue
-                alias = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
-                parts.append(f"from {mod_j} import {alias}")
-            else:
-                parts.append("\n".join(lines[stmts[j].start - 1:stmts[j].end]))
-        code = "\n\n".join(parts) + "\n"
-        # the launcher calls the kernel by a local alias or through its module: by its own name in the record
-        for spelled in {local} | {f"{m}.{name}" for m, full in modules.items() if full == mod}:
-            if spelled != name:
-                code = re.sub(rf"(?<![\w.]){re.escape(spelled)}\b", name, code)
-        out.append({"module": mod, "kernel": name, "code": code, "from": module, **({"wraps": True} if wraps else {})})
+        # one group per wrapper (each judged by what it calls), or all of the file's launchers
+        for group in ([_with_callers(j, stmts) for j in launchers] if wraps else [launchers] if launchers else []):
+            out.append(_launcher_code(group, stmts, by_name, lines, local, mod, name, module, is_package, modules,
+                                      imported if wraps else None))
     return out
+
+
+def _with_callers(j: int, stmts: list[_Stmt]) -> list[int]:
+    """Statement j with this file's functions that call it, directly or through each other
+    (`scaled_quant` calling `static_scaled_quant`), none launching a kernel itself."""
+    group, names = [j], {stmts[j].node.name}
+    while True:
+        more = [i for i, s in enumerate(stmts) if i not in group and isinstance(
+            s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not is_jit(s.node)
+            and _called(s.node) & names and _thin(s.node)]
+        if not more:
+            return group
+        group += more
+        names |= {stmts[i].node.name for i in more}
+
+
+def _launcher_code(launchers, stmts, by_name, lines, local, mod, name, module, is_package, modules,
+                   imported) -> dict:
+    """The foreign_launchers row for `launchers` (statement indices) of `local` (imported as `name`
+    from `mod`); `imported` is given for a wrapper, whose other package calls it lists."""
+    need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
+        st.node, ast.ImportFrom) and st.node.module == "__future__"}
+    parts = []
+    used = set().union(*(stmts[j].uses for j in need))
+    for j in sorted(need):
+        node = stmts[j].node
+        if isinstance(node, ast.ImportFrom):
+            mod_j = _absolute(node, module, is_package)
+            names = [a for a in node.names if (a.asname or a.name) != local and
+                     ((a.asname or a.name) in used or node.module == "__future__")]
+            if not names or not mod_j:
+                continue
+            alias = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
+            parts.append(f"from {mod_j} import {alias}")
+        else:
+            parts.append("\n".join(lines[stmts[j].start - 1:stmts[j].end]))
+    code = "\n\n".join(parts) + "\n"
+    # the launcher calls the kernel by a local alias or through its module: by its own name in the record
+    for spelled in {local} | {f"{m}.{name}" for m, full in modules.items() if full == mod}:
+        if spelled != name:
+            code = re.sub(rf"(?<![\w.]){re.escape(spelled)}\b", name, code)
+    row = {"module": mod, "kernel": name, "code": code, "from": module}
+    if imported is not None:  # what else of the package a wrapper calls: one running another record's launcher is refused
+        applied = {n.func.value.id for j in launchers for n in walk(stmts[j].node) if isinstance(n, ast.Call) and
+                   isinstance(n.func, ast.Attribute) and n.func.attr == "apply" and isinstance(n.func.value, ast.Name)}
+        row.update(wraps=True, calls=sorted({imported[c] for j in launchers for c in _called(stmts[j].node) | applied
+                                             if c in imported and c != local}))
+    return row
+
+
+def _thin(node) -> bool:
+    """A wrapper that launches no kernel of its own (`k[grid](...)`): an attention that calls a softmax
+    launcher among its own kernels is no entry point of the softmax."""
+    return not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) for n in walk(node))
 
 
 def _plain_calls(node, name: str) -> bool:

@@ -255,6 +255,13 @@ def zero(x):
 def negate_checked(x):
     assert x.is_floating_point()
     return negate(x)
+
+
+def neg_then_zero(x):  # composes two records' launchers: an entry point of neither
+    out = torch.empty_like(x)
+    neg_launcher(out, x)
+    orphan_launcher(out)
+    return out
 '''
 
 
@@ -273,6 +280,7 @@ def test_a_public_wrapper_in_another_module_that_allocates_the_output_is_an_entr
     finally:
         store.close()
     assert {e["qualname"] for e in rec.entry["entry_points"]} == {"negate", "negate_checked", "neg_launcher"}
+    assert "def neg_then_zero" not in rec.code
     # the wrapper's import of the package's own launcher would replace the record's: it is left out
     assert "import neg_launcher" not in rec.code and "import orphan_launcher" not in rec.code
 
