@@ -285,8 +285,9 @@ class Harvest:
         todo, out = [], []
         launching: dict[str, set[str]] = {}  # launcher name -> the modules defining one
         for rec, _ in held:
+            where = module_of(rec.provenance.get("path") or "")
             for e in rec.entry.get("entry_points") or []:
-                launching.setdefault(e["qualname"].split(".")[0], set()).add(module_of(rec.provenance.get("path") or ""))
+                launching.setdefault(e["qualname"].split(".")[0], set()).add(where)
         for rec, span in held:
             module = module_of(rec.provenance.get("path") or "")
             names = rec.entry.get("kernels") or []

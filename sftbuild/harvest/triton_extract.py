@@ -648,7 +648,7 @@ def _launcher_code(launchers, stmts, by_name, lines, local, mod, name, module, i
         if spelled != name:
             code = re.sub(rf"(?<![\w.]){re.escape(spelled)}\b", name, code)
     row = {"module": mod, "kernel": name, "code": code, "from": module}
-    if imported is not None:  # what else of the package a wrapper calls: one running another record's launcher is refused
+    if imported is not None:  # what else of the package a wrapper calls (one running another launcher is refused)
         applied = {n.func.value.id for j in launchers for n in walk(stmts[j].node) if isinstance(n, ast.Call) and
                    isinstance(n.func, ast.Attribute) and n.func.attr == "apply" and isinstance(n.func.value, ast.Name)}
         row.update(wraps=True, calls=sorted({imported[c] for j in launchers for c in _called(stmts[j].node) | applied

@@ -1,17 +1,18 @@
 """A package's own reference implementations, found by AST and registered as ops inside a worker.
 
-`find_package_references(tree)` reads every .py file under `tree` with `ast` only (harvested code
-is never imported here) and returns the module-level functions that look like references:
-named `naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref`, `*_reference`, `*_torch` or
-`*_pytorch_*` (leading underscores ignored), or any public function of a module named `naive.py`,
-`reference.py` or `ref.py`, or of a module in a folder so named (`pkg/reference/norm/rms_norm.py`). Each result: {module, path, name, params, required (positional, no default), scalars (the required
-ones annotated float, int or bool: name -> type), signature, line, why}; `module` is the dotted
-import path relative to `tree`.
+`find_package_references(tree)` reads every .py file under `tree` with `ast` only (harvested code is
+never imported here) and returns the module-level functions that look like references: named
+`naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref`, `*_reference`, `*_torch` or `*_pytorch_*`
+(leading underscores ignored), or any public function of a module named `naive.py`, `reference.py`
+or `ref.py`, or of a module in a folder so named (`pkg/reference/norm/rms_norm.py`). Each result:
+{module, path, name, params, required (positional, no default), scalars (the required ones annotated
+float, int or bool: name -> type), shapes (the axes its code names per input, `read_shapes`),
+signature, line, why}; `module` is the dotted import path relative to `tree`.
 
 `candidates(tree, names, params)` lists the package references fit to be a record's candidate
 references: named like the record's kernels or entry points, and plain torch (`plain_torch`: nothing
-reachable from the function is a Triton import, a jit function or a name from the package's own
-modules, so it can never be the kernel under test).
+reachable from the function is a Triton import, a jit function or a name from a module of the
+package that has either, so it can never be the kernel under test).
 
 `package_op(module, func, like=..., root=...)` builds an Op whose reference imports `module` and
 calls `func` on the inputs of `like` (an op or op name, whose input generator, shapes, dtypes,

@@ -674,8 +674,8 @@ def test_references_in_a_reference_folder_and_named_for_torch(tmp_path):
     ref.mkdir(parents=True)
     for d in (tmp_path / "vpkg", tmp_path / "vpkg" / "reference", ref):
         (d / "__init__.py").write_text("")
-    (ref / "rms.py").write_text("import torch\n\ndef rms(x):\n    return x\n\ndef _rms_pytorch_impl(x):\n    return x\n\n"
-                                "def _to_torch(x):\n    return x\n")
+    (ref / "rms.py").write_text("import torch\n\ndef rms(x):\n    return x\n\n"
+                                "def _rms_pytorch_impl(x):\n    return x\n\ndef _to_torch(x):\n    return x\n")
     (tmp_path / "vpkg" / "pool.py").write_text("def bev_pool_torch(x):\n    return x\n")
     found = {(r["module"], r["name"], r["why"]) for r in ops.find_package_references(tmp_path)}
     assert found == {("vpkg.reference.norm.rms", "rms", "function in a reference module"),

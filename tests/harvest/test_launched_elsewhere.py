@@ -308,5 +308,6 @@ def test_a_package_reference_borrowing_an_ops_inputs_is_tried_by_name_too(tmp_pa
     assert _inputs("add") == 2
     borrowed, by_name = package_references(rec, ["add"])
     assert borrowed["like"] == "add" and borrowed["name"] == "pkg.qpkg.naive.naive_quant"
-    assert by_name["name"] == "pkg.qpkg.naive.naive_quant.by_name" and by_name["like"] == ["x: [rows, cols]", "scale: [1]"]
+    assert by_name["name"] == "pkg.qpkg.naive.naive_quant.by_name"
+    assert by_name["like"] == ["x: [rows, cols]", "scale: [1]"]
     assert borrowed["params"] == by_name["params"] == {"bits": 2}  # a scalar argument is a param, not a tensor

@@ -136,9 +136,10 @@ def _launch_written(fn, launchers: set[str], args: set[str]) -> dict[str, int]:
                                          for x in ast.walk(a) if isinstance(x, ast.Name)}, set()))
         elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            launched = any(launched_name(c) in launchers for c in ast.walk(n.value))
             events.append((n.lineno, 1, {x.id for t in targets for x in ast.walk(t) if isinstance(x, ast.Name)},
-                           {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)} |
-                           ({"__launch__"} if any(launched_name(c) in launchers for c in ast.walk(n.value)) else set())))
+                           {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)} | ({"__launch__"} if launched
+                                                                                          else set())))
     written: dict[str, int] = {}
     for line, kind, names, used in sorted(events, key=lambda e: (e[0], e[1])):
         if kind == 0 or "__launch__" in used or used & written.keys():
