@@ -439,6 +439,8 @@ def count_jit(src: str) -> int:
 
 # ---- entry points -----------------------------------------------------------------
 
+WRAPPER_NOISE = {"launcher", "launch", "kernel", "fwd", "forward", "impl", "triton", "fn", "func", "op", "ops", "run",
+                 "apply", "function", "wrapper", "static", "dynamic"}  # words that name no computation
 OP_BASES = ("Function", "Module")  # torch.autograd.Function, torch.nn.Module (any spelling)
 BACKWARD_WORDS = ("backward", "bwd", "grad")
 
@@ -599,12 +601,15 @@ Read by AST only."""
             # a plain call of an imported function: an outer wrapper, kept where that function launches a kernel
             launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                               ast.ClassDef))
-                         and not is_jit(s.node) and _plain_calls(s.node, local) and _thin(s.node)]
+                         and not is_jit(s.node) and _plain_calls(s.node, local) and _thin(s.node)
+                         and _named_alike(s.node.name, name)]  # its public face, not a helper that uses it
             wraps = bool(launchers)
         # one group per wrapper (each judged by what it calls), or all of the file's launchers
         for group in ([_with_callers(j, stmts) for j in launchers] if wraps else [launchers] if launchers else []):
-            out.append(_launcher_code(group, stmts, by_name, lines, local, mod, name, module, is_package, modules,
-                                      imported if wraps else None))
+            row = _launcher_code(group, stmts, by_name, lines, local, mod, name, module, is_package, modules,
+                                 imported if wraps else None)
+            if row:
+                out.append(row)
     return out
 
 
@@ -623,11 +628,15 @@ def _with_callers(j: int, stmts: list[_Stmt]) -> list[int]:
 
 
 def _launcher_code(launchers, stmts, by_name, lines, local, mod, name, module, is_package, modules,
-                   imported) -> dict:
+                   imported) -> dict | None:
     """The foreign_launchers row for `launchers` (statement indices) of `local` (imported as `name`
-    from `mod`); `imported` is given for a wrapper, whose other package calls it lists."""
+    from `mod`); `imported` is given for a wrapper, whose other package calls it lists (its own
+    file's functions too), or None where what it needs of its file launches a kernel itself."""
     need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
         st.node, ast.ImportFrom) and st.node.module == "__future__"}
+    defs = [j for j in need if isinstance(stmts[j].node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if imported is not None and not all(_thin(stmts[j].node) for j in defs):
+        return None
     parts = []
     used = set().union(*(stmts[j].uses for j in need))
     for j in sorted(need):
@@ -652,8 +661,21 @@ def _launcher_code(launchers, stmts, by_name, lines, local, mod, name, module, i
         applied = {n.func.value.id for j in launchers for n in walk(stmts[j].node) if isinstance(n, ast.Call) and
                    isinstance(n.func, ast.Attribute) and n.func.attr == "apply" and isinstance(n.func.value, ast.Name)}
         row.update(wraps=True, calls=sorted({imported[c] for j in launchers for c in _called(stmts[j].node) | applied
-                                             if c in imported and c != local}))
+                                             if c in imported and c != local} |
+                                            {(module, stmts[j].node.name) for j in defs}))
     return row
+
+
+def _name_words(name: str) -> set[str]:
+    """`static_scaled_fp8_quant_launcher`, `SiluAndMul` -> the words that say what it computes."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return {w for w in spaced.lower().split("_") if w and w not in WRAPPER_NOISE}
+
+
+def _named_alike(a: str, b: str) -> bool:
+    """Two names share a word, or one word of one begins the other's (`negate`, `neg_launcher`)."""
+    return any(x.startswith(y) or y.startswith(x) for x in _name_words(a) for y in _name_words(b)
+               if min(len(x), len(y)) >= 3 or x == y)
 
 
 def _thin(node) -> bool:
