@@ -37,5 +37,7 @@ one() {  # name source bind_limit validate_limit
 # liger's bound records include grouped GEMMs and mHC kernels whose shapes are constexpr (a JIT
 # compile per trial size): its validation needs about 400 s of a call of its own
 [ "$liger" != "-" ] && one liger "$liger" "${LIGER_BIND_S:-120}" "${LIGER_VALIDATE_S:-400}"
-[ -n "$second" ] && [ "$second" != "-" ] && one second "$second" "${SECOND_BIND_S:-300}" "${SECOND_VALIDATE_S:-220}"
+# SECOND_NAME names the second source's row and files (a Triton package: SECOND_NAME=fla)
+[ -n "$second" ] && [ "$second" != "-" ] && one "${SECOND_NAME:-second}" "$second" "${SECOND_BIND_S:-300}" \
+  "${SECOND_VALIDATE_S:-220}"
 rm -f "$cfg"

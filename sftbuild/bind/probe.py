@@ -152,7 +152,7 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     specs = {}
     for r in task.get("package_refs") or []:  # the package's own references, imported from its tree when first run
         try:
-            ops.package_op(r["module"], r["func"], r["like"], name=r["name"])
+            ops.package_op(r["module"], r["func"], r["like"], name=r["name"], params=r.get("params"))
             specs[r["name"]] = r
         except (KeyError, ValueError, TypeError):  # its `like` is no op here: the rest of the shortlist stands
             continue

@@ -40,6 +40,21 @@ def _modules_above(module: str, name: str, table: dict) -> list[tuple[str, str]]
     """Keys of `table` for `name` in `module` or re-exported by a package above it, nearest first."""
     parts = module.split(".")
     return [k for i in range(len(parts), 0, -1) if (k := (".".join(parts[:i]), name)) in table]
+
+
+def _fits(code: str, calls, record_code: str, launching: dict[str, set[str]]) -> bool:
+    """A wrapper from another module fits a record where it redefines none of the record's names and
+    calls no other record's launcher (it would compose kernels: an entry point of neither); the module
+    it imports one from may re-export it."""
+    return not _defined(code) & _defined(record_code) and not any(
+        d == m or d.startswith(m + ".") for m, f in calls for d in launching.get(f, ()))
+
+
+def _defined(code: str) -> set[str]:
+    """The names a Python snippet defines at its top level with `def` or `class`."""
+    return set(re.findall(r"(?m)^(?:async\s+)?(?:def|class)\s+(\w+)", code))
+
+
 TORCH_INCLUDES = ("<ATen/", "<c10/", "<torch/", '"ATen/', '"c10/')
 PYTHON_INCLUDES = ("<Python.h", '"Python.h', "<torch/extension.h", "<torch/python.h", '"torch/extension.h',
                    "<pybind11/")
@@ -232,8 +247,9 @@ class Harvest:
                            getattr(self.ctx.executor, "cpu_workers", 1))
         tasks = [ParseTask(batch, self.data_filters, {rel: tested[rel] for rel, _, _ in batch if rel in tested})
                  for batch in batches]
-        held: list[tuple[Record, tuple]] = []  # Triton records no function of their file launches
+        held: list[tuple[Record, tuple]] = []  # Triton records: other modules may launch or wrap them
         foreign: dict[tuple[str, str], list[str]] = {}  # (module, kernel) -> launchers in other modules
+        wrappers: dict[tuple[str, str], list[str]] = {}  # (module, launcher) -> its callers in other modules
         device: dict[tuple[str, str], str] = {}  # (module, jit function) -> a module whose kernels call it
         for task, results in self.ctx.executor.map_cpu(parse_files, tasks, desc=f"harvest {self.src.name}"):
             if isinstance(results, WorkerFailure):
@@ -246,9 +262,10 @@ class Harvest:
                     if f.get("device"):
                         device.setdefault((f["module"], f["kernel"]), f["from"])
                     else:
-                        foreign.setdefault((f["module"], f["kernel"]), []).append(f["code"])
+                        (wrappers if f.get("wraps") else foreign).setdefault((f["module"], f["kernel"]), []).append(
+                            (f["code"], [tuple(c) for c in f.get("calls") or []]) if f.get("wraps") else f["code"])
                 for rec, span in zip(*self._file_result(tree, res, licenses)):
-                    if rec.language == "triton" and not rec.entry.get("entry_points"):
+                    if rec.language == "triton":
                         held.append((rec, span))
                     else:
                         records.append(rec)
@@ -256,32 +273,47 @@ class Harvest:
             self.flush_skips()
             self.emit(records, spans)  # one transaction per batch of files
         if held:
-            self.emit(*self._launched_elsewhere(held, foreign, device))
+            self.emit(*self._launched_elsewhere(held, foreign, device, wrappers))
 
-    def _launched_elsewhere(self, held, foreign, device) -> tuple[list[Record], list[tuple]]:
+    def _launched_elsewhere(self, held, foreign, device, wrappers) -> tuple[list[Record], list[tuple]]:
         """Records whose kernels only other modules of the package launch, with those launchers
         appended (the record then has entry points); a jit function only other modules' kernels call
-        is a device helper, skipped as in its own file; the others unchanged. A kernel re-exported by
-        a package above its module (`from .ops.k import f` in `pkg/__init__.py`) is found under it."""
+        is a device helper, skipped as in its own file. A record whose own entry points other modules
+        wrap (a public function that allocates the outputs and calls the launcher) gets those wrappers
+        appended; the others unchanged. A kernel or launcher re-exported by a package above its module
+        (`from .ops.k import f` in `pkg/__init__.py`) is found under it."""
         todo, out = [], []
+        launching: dict[str, set[str]] = {}  # launcher name -> the modules defining one
+        for rec, _ in held:
+            where = module_of(rec.provenance.get("path") or "")
+            for e in rec.entry.get("entry_points") or []:
+                launching.setdefault(e["qualname"].split(".")[0], set()).add(where)
         for rec, span in held:
             module = module_of(rec.provenance.get("path") or "")
             names = rec.entry.get("kernels") or []
-            codes = [c for k in names for key in _modules_above(module, k, foreign) for c in foreign[key]]
-            if not codes and names and all(_modules_above(module, k, device) for k in names):
+            own = [e["qualname"].split(".")[0] for e in rec.entry.get("entry_points") or []]
+            if own:
+                codes = [c for n in own for key in _modules_above(module, n, wrappers) for c, calls in wrappers[key]
+                         if _fits(c, calls, rec.code, launching)]
+            else:
+                codes = [c for k in names for key in _modules_above(module, k, foreign) for c in foreign[key]]
+            if not own and not codes and names and all(_modules_above(module, k, device) for k in names):
                 where = device[_modules_above(module, names[0], device)[0]]
                 self.skip(rec.provenance.get("path") or "", "device_helper",
                           f"{', '.join(names)} (called by the kernels of {where})", item=f"line {span[0]}")
                 continue
+            codes = list(dict.fromkeys(codes))
             (todo if codes else out).append((rec, span, codes[:MAX_FOREIGN_LAUNCHERS]))
         items = [(rec.code, codes) for rec, _, codes in todo]
         joined = []
         for _, results in self.ctx.executor.map_cpu(attach_launchers, [items], desc="launchers"):
             joined = [] if isinstance(results, WorkerFailure) else results
         for (rec, span, _), (code, entries) in zip(todo, joined or [(None, [])] * len(todo)):
-            if code and entries:
+            had = {e["qualname"] for e in rec.entry.get("entry_points") or []}
+            if code and entries and (not had or {e["qualname"] for e in entries} - had):  # wrappers that add an entry
                 rec = Record(language=rec.language, code=code, source=rec.source,
-                             entry={**rec.entry, "entry_points": entries, "launched_from": "another module"},
+                             entry={**rec.entry, "entry_points": entries, "launched_from": "another module"
+                                    if not rec.entry.get("entry_points") else "its own module, wrapped by another"},
                              binding=rec.binding, provenance=rec.provenance)
             out.append((rec, span, None))
         return [r for r, _, _ in out], [s for _, s, _ in out]

@@ -439,6 +439,8 @@ def count_jit(src: str) -> int:
 
 # ---- entry points -----------------------------------------------------------------
 
+WRAPPER_NOISE = {"launcher", "launch", "kernel", "fwd", "forward", "impl", "triton", "fn", "func", "op", "ops", "run",
+                 "apply", "function", "wrapper", "static", "dynamic"}  # words that name no computation
 OP_BASES = ("Function", "Module")  # torch.autograd.Function, torch.nn.Module (any spelling)
 BACKWARD_WORDS = ("backward", "bwd", "grad")
 
@@ -555,7 +557,11 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
     or an alias of it (`from .k import f as g`), through its module (`import pkg.k as m`, `from . import
     k`, then `m.f[grid]`), or through a local chosen at run time (`fn = f if c else g`). An imported
     jit function this file's kernels only call is listed as {"module", "kernel", "device": True}: a
-    device helper of another module, no kernel of its own. Read by AST only."""
+    device helper of another module, no kernel of its own. A function or class that plainly calls an
+imported function and launches no kernel itself is listed with "wraps": True and the other imported
+functions it calls, "calls": [[module, name]] (the function named "kernel" is then a launcher of
+another module; an outer wrapper that allocates its outputs is the package's public entry).
+Read by AST only."""
     tree = ast.parse(src)
     module = module_of(rel)
     is_package = rel.endswith("__init__.py")
@@ -585,31 +591,102 @@ def foreign_launchers(src: str, rel: str) -> list[dict]:
         launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                           ast.ClassDef))
                      and not is_jit(s.node) and _grid_launches(s.node, local)]
+        wraps = False
         if not launchers:
             if via is None and any(is_jit(s.node) and local in _called(s.node) for s in stmts):
                 out.append({"module": mod, "kernel": name, "device": True, "from": module})
-            continue
-        need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
-            st.node, ast.ImportFrom) and st.node.module == "__future__"}
-        parts = []
-        for j in sorted(need):
-            node = stmts[j].node
-            if isinstance(node, ast.ImportFrom):
-                mod_j = _absolute(node, module, is_package)
-                names = [a for a in node.names if (a.asname or a.name) != local]
-                if not names or not mod_j:
-                    continue
-                alias = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
-                parts.append(f"from {mod_j} import {alias}")
-            else:
-                parts.append("\n".join(lines[stmts[j].start - 1:stmts[j].end]))
-        code = "\n\n".join(parts) + "\n"
-        # the launcher calls the kernel by a local alias or through its module: by its own name in the record
-        for spelled in {local} | {f"{m}.{name}" for m, full in modules.items() if full == mod}:
-            if spelled != name:
-                code = re.sub(rf"(?<![\w.]){re.escape(spelled)}\b", name, code)
-        out.append({"module": mod, "kernel": name, "code": code, "from": module})
+                continue
+            if mod.split(".")[0] != module.split(".")[0]:
+                continue  # another package's function is no launcher of this one
+            # a plain call of an imported function: an outer wrapper, kept where that function launches a kernel
+            launchers = [j for j, s in enumerate(stmts) if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                              ast.ClassDef))
+                         and not is_jit(s.node) and _plain_calls(s.node, local) and _thin(s.node)
+                         and _named_alike(s.node.name, name)]  # its public face, not a helper that uses it
+            wraps = bool(launchers)
+        # one group per wrapper (each judged by what it calls), or all of the file's launchers
+        for group in ([_with_callers(j, stmts) for j in launchers] if wraps else [launchers] if launchers else []):
+            row = _launcher_code(group, stmts, by_name, lines, local, mod, name, module, is_package, modules,
+                                 imported if wraps else None)
+            if row:
+                out.append(row)
     return out
+
+
+def _with_callers(j: int, stmts: list[_Stmt]) -> list[int]:
+    """Statement j with this file's functions that call it, directly or through each other
+    (`scaled_quant` calling `static_scaled_quant`), none launching a kernel itself."""
+    group, names = [j], {stmts[j].node.name}
+    while True:
+        more = [i for i, s in enumerate(stmts) if i not in group and isinstance(
+            s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not is_jit(s.node)
+            and _called(s.node) & names and _thin(s.node)]
+        if not more:
+            return group
+        group += more
+        names |= {stmts[i].node.name for i in more}
+
+
+def _launcher_code(launchers, stmts, by_name, lines, local, mod, name, module, is_package, modules,
+                   imported) -> dict | None:
+    """The foreign_launchers row for `launchers` (statement indices) of `local` (imported as `name`
+    from `mod`); `imported` is given for a wrapper, whose other package calls it lists (its own
+    file's functions too), or None where what it needs of its file launches a kernel itself."""
+    need = _closure(launchers, stmts, by_name) | {j for j, st in enumerate(stmts) if isinstance(
+        st.node, ast.ImportFrom) and st.node.module == "__future__"}
+    defs = [j for j in need if isinstance(stmts[j].node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if imported is not None and not all(_thin(stmts[j].node) for j in defs):
+        return None
+    parts = []
+    used = set().union(*(stmts[j].uses for j in need))
+    for j in sorted(need):
+        node = stmts[j].node
+        if isinstance(node, ast.ImportFrom):
+            mod_j = _absolute(node, module, is_package)
+            names = [a for a in node.names if (a.asname or a.name) != local and
+                     ((a.asname or a.name) in used or node.module == "__future__")]
+            if not names or not mod_j:
+                continue
+            alias = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
+            parts.append(f"from {mod_j} import {alias}")
+        else:
+            parts.append("\n".join(lines[stmts[j].start - 1:stmts[j].end]))
+    code = "\n\n".join(parts) + "\n"
+    # the launcher calls the kernel by a local alias or through its module: by its own name in the record
+    for spelled in {local} | {f"{m}.{name}" for m, full in modules.items() if full == mod}:
+        if spelled != name:
+            code = re.sub(rf"(?<![\w.]){re.escape(spelled)}\b", name, code)
+    row = {"module": mod, "kernel": name, "code": code, "from": module}
+    if imported is not None:  # what else of the package a wrapper calls (one running another launcher is refused)
+        applied = {n.func.value.id for j in launchers for n in walk(stmts[j].node) if isinstance(n, ast.Call) and
+                   isinstance(n.func, ast.Attribute) and n.func.attr == "apply" and isinstance(n.func.value, ast.Name)}
+        row.update(wraps=True, calls=sorted({imported[c] for j in launchers for c in _called(stmts[j].node) | applied
+                                             if c in imported and c != local} |
+                                            {(module, stmts[j].node.name) for j in defs}))
+    return row
+
+
+def _name_words(name: str) -> set[str]:
+    """`static_scaled_fp8_quant_launcher`, `SiluAndMul` -> the words that say what it computes."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
+    return {w for w in spaced.lower().split("_") if w and w not in WRAPPER_NOISE}
+
+
+def _named_alike(a: str, b: str) -> bool:
+    """Two names share a word, or one word of one begins the other's (`negate`, `neg_launcher`)."""
+    return any(x.startswith(y) or y.startswith(x) for x in _name_words(a) for y in _name_words(b)
+               if min(len(x), len(y)) >= 3 or x == y)
+
+
+def _thin(node) -> bool:
+    """A wrapper that launches no kernel of its own (`k[grid](...)`): an attention that calls a softmax
+    launcher among its own kernels is no entry point of the softmax."""
+    return not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) for n in walk(node))
+
+
+def _plain_calls(node, name: str) -> bool:
+    """`name(...)` or `name.apply(...)` (an autograd Function) inside node, `name` plain or dotted (`m.f`)."""
+    return any(isinstance(n, ast.Call) and ast.unparse(n.func) in (name, f"{name}.apply") for n in walk(node))
 
 
 def _attribute_launches(tree, local: str) -> set[str]:
@@ -637,6 +714,11 @@ def attach_launchers(code: str, launchers: list[str]) -> tuple[str, list[dict]]:
     """A record's code with launchers from other modules appended, and its entry points then (a
     launcher's `from __future__` imports go first, where Python reads them)."""
     future = re.compile(r"(?m)^from __future__ import [^\n]*\n?")
+    try:
+        defined = _statements(ast.parse(code))[1].keys()
+        launchers = [_unshadowed(c, defined) for c in launchers]
+    except SyntaxError:
+        return code, []
     heads = list(dict.fromkeys(m.group(0).rstrip("\n") for c in [code, *launchers] for m in future.finditer(c)))
     body = [future.sub("", c).strip("\n") for c in [code, *launchers]]
     joined = "".join(h + "\n" for h in heads) + ("\n" if heads else "") + "\n\n".join(body) + "\n"
@@ -645,3 +727,17 @@ def attach_launchers(code: str, launchers: list[str]) -> tuple[str, list[dict]]:
     except SyntaxError:
         return code, []
     return joined, entry_points(joined, hints)
+
+
+def _unshadowed(launcher: str, defined) -> str:
+    """`launcher` without the imported names the record's code defines: an appended import of the
+    package's copy would replace the record's own function (whose launches the probe counts)."""
+    lines = launcher.splitlines()
+    for node in reversed(ast.parse(launcher).body):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__" and \
+                any((a.asname or a.name) in defined for a in node.names):
+            keep = [a for a in node.names if (a.asname or a.name) not in defined]
+            text = f"from {'.' * node.level}{node.module or ''} import " + ", ".join(
+                a.name + (f" as {a.asname}" if a.asname else "") for a in keep) if keep else ""
+            lines[node.lineno - 1:node.end_lineno] = [text] if text else []
+    return "\n".join(lines) + "\n"

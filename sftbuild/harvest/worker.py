@@ -52,6 +52,10 @@ def parse_file(rel: str, path: str, prelude: bytes, filters: list[F.FileFilter],
         from sftbuild.harvest.triton_extract import extract_kernels, foreign_launchers, may_define_kernels
 
         if not may_define_kernels(data):
+            try:  # no kernel of its own: it may still launch or wrap another module's (read for `foreign` only)
+                out["foreign"] = foreign_launchers(data.decode("utf-8"), rel) if b"import" in data else []
+            except (SyntaxError, ValueError, RecursionError, UnicodeDecodeError):
+                pass
             return out
 
         try:

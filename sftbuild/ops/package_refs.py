@@ -1,16 +1,18 @@
 """A package's own reference implementations, found by AST and registered as ops inside a worker.
 
-`find_package_references(tree)` reads every .py file under `tree` with `ast` only (harvested code
-is never imported here) and returns the module-level functions that look like references:
-named `naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref` or `*_reference` (leading
-underscores ignored), or any public function of a module named `naive.py`, `reference.py` or
-`ref.py`. Each result: {module, path, name, params, required (positional, no default), signature, line, why}; `module` is the dotted
-import path relative to `tree`.
+`find_package_references(tree)` reads every .py file under `tree` with `ast` only (harvested code is
+never imported here) and returns the module-level functions that look like references: named
+`naive_*`, `ref_*`, `reference_*`, `torch_*`, `*_ref`, `*_reference`, `*_torch` or `*_pytorch_*`
+(leading underscores ignored), or any public function of a module named `naive.py`, `reference.py`
+or `ref.py`, or of a module in a folder so named (`pkg/reference/norm/rms_norm.py`). Each result:
+{module, path, name, params, required (positional, no default), scalars (the required ones annotated
+float, int or bool: name -> type), shapes (the axes its code names per input, `read_shapes`),
+signature, line, why}; `module` is the dotted import path relative to `tree`.
 
 `candidates(tree, names, params)` lists the package references fit to be a record's candidate
 references: named like the record's kernels or entry points, and plain torch (`plain_torch`: nothing
-reachable from the function is a Triton import, a jit function or a name from the package's own
-modules, so it can never be the kernel under test).
+reachable from the function is a Triton import, a jit function or a name from a module of the
+package that has either, so it can never be the kernel under test).
 
 `package_op(module, func, like=..., root=...)` builds an Op whose reference imports `module` and
 calls `func` on the inputs of `like` (an op or op name, whose input generator, shapes, dtypes,
@@ -33,12 +35,14 @@ from sftbuild.ops import OPS, Op, add, get
 
 NAME_PATTERNS = [(re.compile(p), why) for p, why in [
     (r"^naive_\w+", "naive_*"), (r"^ref_\w+", "ref_*"), (r"^reference_\w+", "reference_*"),
-    (r"^torch_\w+", "torch_*"), (r"\w+_ref$", "*_ref"), (r"\w+_reference$", "*_reference")]]
-REF_MODULES = {"naive", "reference", "ref"}
-NOT_REFERENCES = re.compile(r"dtype|device|version|available|config|to_triton|supported")
+    (r"^torch_\w+", "torch_*"), (r"\w+_ref$", "*_ref"), (r"\w+_reference$", "*_reference"),
+    (r"\w+_(?:py)?torch(?:_\w+)?", "*_torch, *_pytorch_*")]]
+REF_MODULES = {"naive", "reference", "ref", "references"}  # a module, or a folder of modules, of references
+NOT_REFERENCES = re.compile(r"dtype|device|version|available|config|to_triton|to_torch|from_torch|supported")
 SKIP_DIRS = {"__pycache__", ".git", "node_modules", "build", "dist"}
 # a cheap text test before parsing: a file without such a def (and not a reference module) has no candidate
-CANDIDATE = re.compile(r"^def\s+_*(naive_|ref_|reference_|torch_|\w+_ref\s*\(|\w+_reference\s*\()", re.M)
+CANDIDATE = re.compile(r"^def\s+_*(naive_|ref_|reference_|torch_|\w+_ref\s*\(|\w+_reference\s*\(|\w+_(py)?torch\b)",
+                       re.M)
 
 
 def python_files(root: Path, skip=SKIP_DIRS):
@@ -58,7 +62,8 @@ def find_package_references(tree: Path) -> list[dict]:
     for rel, path in python_files(tree):
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
-            if rel.stem not in REF_MODULES and not CANDIDATE.search(text):
+            in_ref_module = bool(REF_MODULES & {rel.stem, *rel.parts[:-1]})
+            if not in_ref_module and not CANDIDATE.search(text):
                 continue
             mod = ast.parse(text, filename=str(path))
         except (SyntaxError, ValueError, OSError):
@@ -67,7 +72,6 @@ def find_package_references(tree: Path) -> list[dict]:
         if parts[-1] == "__init__":
             parts = parts[:-1]
         module = ".".join(parts)
-        in_ref_module = rel.stem in REF_MODULES
         for node in mod.body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -76,12 +80,18 @@ def find_package_references(tree: Path) -> list[dict]:
             if not why or not params or NOT_REFERENCES.search(node.name):
                 continue
             positional = node.args.posonlyargs + node.args.args
+            required = positional[:len(positional) - len(node.args.defaults)]
             found.append({"module": module, "path": str(rel), "name": node.name, "params": params,
-                          "required": [a.arg for a in positional[:len(positional) - len(node.args.defaults)]],
+                          "required": [a.arg for a in required],
+                          "scalars": {a.arg: ast.unparse(a.annotation) for a in required if a.annotation is not None
+                                      and ast.unparse(a.annotation) in SCALAR_TYPES},
+                          "shapes": read_shapes(node, params),
                           "signature": f"{node.name}({ast.unparse(node.args)})", "line": node.lineno, "why": why})
     return found
 
 
+TRITON_USE = re.compile(r"^\s*(?:import|from)\s+triton\b|^\s*@[\w.]*jit\b", re.M)
+SCALAR_TYPES = {"float", "int", "bool"}  # a required parameter so annotated is no tensor input
 MAX_CANDIDATES = 3  # package references tried per record, best named first
 
 
@@ -96,7 +106,7 @@ def candidates(tree: str | None, names: list[str], params: list[str] | None = No
     scored = []
     for ref in _references(str(tree)):
         s = max((name_score(n, ref["name"]) for n in names), default=0.0)
-        if s > 0 and not plain_torch(Path(tree) / ref["path"], ref["name"]):
+        if s > 0 and not plain_torch(Path(tree) / ref["path"], ref["name"], Path(ref["path"]).parts[0]):
             scored.append((-s, ref["module"], ref["name"], ref))
     return [r for *_, r in sorted(scored, key=lambda x: x[:3])[:k]]
 
@@ -106,16 +116,18 @@ def _references(tree: str) -> tuple:
     return tuple(find_package_references(Path(tree)))
 
 
-def plain_torch(path: Path, func: str) -> str | None:
+def plain_torch(path: Path, func: str, package: str | None = None) -> str | None:
     """Why the module-level function `func` of the file at `path` may not be plain torch, or None:
     what it and the file's functions it calls use must not be a Triton import, a jit function, or a
-    name imported from the package's own modules (a wrapper that launches the kernel under test)."""
+    name imported from the package's own modules (a wrapper that launches the kernel under test)
+    unless that module has no Triton in it (`_triton_free`: a platform query, a settings module);
+    `package` names the top-level package where a folder without `__init__.py` hides it."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return "unreadable"
     top = path.parent
-    own = {path.parent.name}
+    own = {path.parent.name, *([package] if package else [])}
     while (top / "__init__.py").is_file():  # the package's top-level name: its absolute imports are its own
         own.add(top.name)
         top = top.parent
@@ -127,7 +139,8 @@ def plain_torch(path: Path, func: str) -> str | None:
             for a in node.names:
                 full = a.name if isinstance(node, ast.Import) else f"{mod}.{a.name}"
                 root = full.split(".")[0]
-                if root == "triton" or (isinstance(node, ast.ImportFrom) and (node.level or root in own)):
+                if root == "triton" or (isinstance(node, ast.ImportFrom) and (node.level or root in own)
+                                        and not _triton_free(path, node, a.name)):
                     banned[(a.asname or a.name).split(".")[0]] = full
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if any("jit" in ast.unparse(d) for d in node.decorator_list):
@@ -148,6 +161,69 @@ def plain_torch(path: Path, func: str) -> str | None:
             return f"{name} uses {hit[0]} ({banned[hit[0]]})"
         todo += [n for n in used if n in funcs]
     return None
+
+
+def read_shapes(fn, params: list[str]) -> dict[str, list[str]]:
+    """The dimension names a reference's own code gives its tensor parameters: `B, T, D = x.shape`
+    (or `*q.shape, v.shape[-1]`) names every axis of x; `V = v.shape[-1]` names v's last one, as
+    ["...", "V"]. The first naming of a parameter counts; the names are lower-cased."""
+    out: dict[str, list[str]] = {}
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Assign) or len(n.targets) != 1:
+            continue
+        unpacked = isinstance(n.targets[0], ast.Tuple)
+        names = [(t.id.lower() if t.id != "_" else f"_{n.lineno}_{i}") if isinstance(t, ast.Name) else None
+                 for i, t in enumerate(n.targets[0].elts if unpacked else [n.targets[0]])]
+        values = n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]
+        at = 0
+        for i, v in enumerate(values):
+            if isinstance(v, ast.Starred) and (p := _shape_of(v.value, params)):
+                take = len(names) - at - (len(values) - 1 - i)  # what the other values leave to `*x.shape`
+            elif len(values) == 1 and unpacked and (p := _shape_of(v, params)):
+                take = len(names)
+            else:
+                last = v.value if isinstance(v, ast.Subscript) and ast.unparse(v.slice) == "-1" else None
+                if (p := _shape_of(last, params)) and at < len(names) and names[at]:
+                    out.setdefault(p, ["...", names[at]])
+                at += 1
+                continue
+            if take > 0 and None not in names[at:at + take]:
+                out.setdefault(p, names[at:at + take])
+            at += max(take, 0)
+    return out
+
+
+def _shape_of(node, params) -> str | None:
+    """The parameter whose `.shape` `node` is (`x.shape`), else None."""
+    return node.value.id if isinstance(node, ast.Attribute) and node.attr == "shape" and \
+        isinstance(node.value, ast.Name) and node.value.id in params else None
+
+
+def _triton_free(path: Path, node: ast.ImportFrom, name: str, depth: int = 3) -> bool:
+    """Whether what `from <module> import <name>` in the file at `path` reads from its own package
+    (a platform query, a settings module) is a module that, with the package's modules it imports in
+    turn (`depth` levels), imports no Triton and defines no jit function; False where unreadable."""
+    parts = path.parent.parts[:len(path.parent.parts) - node.level + 1] if node.level else None
+    if parts is None:  # absolute: the folder holding the top-level package
+        top = (node.module or "").split(".")[0]
+        parts = next((p.parent.parts for p in path.parents if p.name == top), None)
+        if parts is None:
+            return False
+    base = Path(*parts, *(node.module or "").split(".")) if node.module else Path(*parts)
+    files = [f for f in (base / f"{name}.py", base / name / "__init__.py", base.with_suffix(".py"),
+                         base / "__init__.py") if f.is_file()][:1]
+    if not files or depth == 0:
+        return False
+    try:
+        text = files[0].read_text(encoding="utf-8", errors="replace")
+        imports = [n for n in ast.parse(text).body if isinstance(n, ast.ImportFrom) and n.module != "__future__"]
+    except (OSError, SyntaxError, ValueError):
+        return False
+    if TRITON_USE.search(text):
+        return False
+    own = (node.module or "").split(".")[0] if not node.level else None
+    return all(_triton_free(files[0], n, a.name, depth - 1) for n in imports for a in n.names
+               if n.level or (own and (n.module or "").split(".")[0] == own))
 
 
 def _why(name: str, in_ref_module: bool) -> str | None:
@@ -182,6 +258,7 @@ def load_function(module: str, func: str, root: str | Path | None = None):
 
 
 DIM_POOL = [1, 7, 33, 100, 257, 1000]
+DIM_POOL_ND = [2, 3, 5, 8, 16, 33]
 
 
 def _io_like(io_in: list[str]) -> tuple:
@@ -191,7 +268,8 @@ def _io_like(io_in: list[str]) -> tuple:
     specs = [[d.strip() for d in m.group(1).split(",") if d.strip()] if (m := re.search(r"\[([^\]]*)\]", s))
              else [] for s in io_in]
     dims = sorted({d for spec in specs for d in spec if not d.isdigit()})
-    pool = [tuple(DIM_POOL[(i + j) % len(DIM_POOL)] for j in range(len(dims))) for i in range(len(DIM_POOL))]
+    sizes = DIM_POOL if len(dims) <= 2 else DIM_POOL_ND  # three or more axes: small ones, or the product explodes
+    pool = [tuple(sizes[(i + j) % len(sizes)] for j in range(len(dims))) for i in range(len(sizes))]
 
     def make_inputs(shape, dtype, layout, gen, params):
         size = dict(zip(dims, shape))
@@ -201,8 +279,9 @@ def _io_like(io_in: list[str]) -> tuple:
 
 
 def package_op(module: str, func: str, like, root: str | Path | None = None, name: str | None = None,
-               register: bool = True) -> Op:
-    """An op whose reference is the package function `module.func`, shaped like `like`."""
+               register: bool = True, params: dict | None = None) -> Op:
+    """An op whose reference is the package function `module.func`, shaped like `like`, with `params`
+    (the reference's scalar arguments) added to the op's."""
     if isinstance(like, str):
         like = get(like)
     name = name or f"pkg.{module.removesuffix('.py').replace('/', '.')}.{func}"
@@ -229,12 +308,13 @@ def package_op(module: str, func: str, like, root: str | Path | None = None, nam
                 shape_pool=list(like.shape_pool), io=like.io, dtypes=like.dtypes, layouts=like.layouts,
                 params=dict(like.params), tolerance=like.tolerance, launch=like.launch, outputs=like.outputs,
                 mutates=like.mutates, grad_constants=like.grad_constants)
+        op.params.update(params or {})
     else:
         io_in = list(like)
         make_inputs, pool = _io_like(io_in)
         op = Op(name=name, family="torch_op", semantics=sem, reference=reference, make_inputs=make_inputs,
                 shape_pool=pool, io={"inputs": io_in, "outputs": ["y"]}, launch="tensors",
-                dtypes=("float32", "float16"))
+                dtypes=("float32", "float16"), params=dict(params or {}))
     if register:
         if name in OPS:
             return OPS[name]

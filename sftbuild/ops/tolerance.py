@@ -65,7 +65,9 @@ def largest(tensors) -> float:
     """The largest finite magnitude among the floating tensors of one call's results (a `context`)."""
     import torch
 
-    found = [float(t.detach().abs().nan_to_num(0.0, 0.0, 0.0).max()) for t in tensors
+    # one-byte floats (float8) have no abs on the CPU: their magnitudes are read in float32
+    found = [float((t.detach().float() if t.element_size() == 1 else t.detach()).abs().nan_to_num(0.0, 0.0, 0.0).max())
+             for t in tensors
              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
     return max(found, default=0.0)
 

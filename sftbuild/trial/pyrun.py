@@ -486,7 +486,8 @@ class OpProblem(Problem):
         b = task.binding
         ref = b.package_reference
         if ref:  # the package's own reference, registered in this worker as the probe registered it
-            ops.package_op(ref["module"], ref["func"], ref["like"], root=task.tree, name=b.op)
+            ops.package_op(ref["module"], ref["func"], ref["like"], root=task.tree, name=b.op,
+                           params=ref.get("params"))
         self.op = ops.get(b.op)
         self.params = {**self.op.params, **b.params}
         self._made: dict = {}  # (shape, dtype) -> the params its input generator left (`params_for`)

@@ -253,6 +253,12 @@ def finish(out, cfg, comp) -> tuple:
     return status, reason, out
 
 
+def _kind_name(binding, language: str) -> str:
+    """The candidate kind that runs the record, "" where none does (a compile of the kernel alone)."""
+    kind = kinds.of(binding, language)
+    return kind.name if kind else ""
+
+
 def compile_task(rec, cfg, nvcc, cache) -> CompileTask:
     from sftbuild.trial import harness as H
 
@@ -260,7 +266,7 @@ def compile_task(rec, cfg, nvcc, cache) -> CompileTask:
     b = rec.binding
     if rec.language == "cuda" and b and b.harness:
         harnesses = [H.render(rec, check, list(b.dtypes) or ALL_DTYPES) for check in H.checks(b)]
-    task = CompileTask(id=rec.id, name=rec.name, language=rec.language, kind=kinds.of(b, rec.language).name,
+    task = CompileTask(id=rec.id, name=rec.name, language=rec.language, kind=_kind_name(b, rec.language),
                        code=rec.code, harnesses=harnesses,
                        launcher=(b.launcher if b else None) or "", include_sets=rec.entry.get("include_sets", []),
                        arch=cfg.arch, headers=rec.entry.get("headers") or {},
@@ -460,7 +466,7 @@ def gpu_task(rec, res, cfg, cache_dir) -> TrialTask:
         # one kernel run inside its program: the library calls are the program's host code, not the record's
         runtime_checks = {**(runtime_checks or {}), "library_kernels": False}
     return TrialTask(
-        id=rec.id, language=rec.language, kind=kinds.of(binding, rec.language).name, code=rec.code,
+        id=rec.id, language=rec.language, kind=_kind_name(binding, rec.language), code=rec.code,
         sos=res.get("sos", []), binding=binding, entry=rec.entry,
         dtypes=task_dtypes(binding, cfg.dtypes), program_dtypes=cfg.dtypes,
         tree=(rec.provenance or {}).get("tree"), path=(rec.provenance or {}).get("path"),

@@ -667,3 +667,50 @@ def test_an_opdb_op_with_few_sample_shapes_is_offered_them_scaled_with_its_call_
     torch.testing.assert_close(mm.run_reference([a, b], params), a @ b)
     assert opdb.scaled_shapes([(2, 1, 3)]) == {(4, 1, 6): ((2, 1, 3), 2), (6, 1, 9): ((2, 1, 3), 3)}
     assert opdb.scaled_shapes([(5,), (7,), (9,)]) == {}  # three shapes of its own are enough
+
+
+def test_references_in_a_reference_folder_and_named_for_torch(tmp_path):
+    ref = tmp_path / "vpkg" / "reference" / "norm"
+    ref.mkdir(parents=True)
+    for d in (tmp_path / "vpkg", tmp_path / "vpkg" / "reference", ref):
+        (d / "__init__.py").write_text("")
+    (ref / "rms.py").write_text("import torch\n\ndef rms(x):\n    return x\n\n"
+                                "def _rms_pytorch_impl(x):\n    return x\n\ndef _to_torch(x):\n    return x\n")
+    (tmp_path / "vpkg" / "pool.py").write_text("def bev_pool_torch(x):\n    return x\n")
+    found = {(r["module"], r["name"], r["why"]) for r in ops.find_package_references(tmp_path)}
+    assert found == {("vpkg.reference.norm.rms", "rms", "function in a reference module"),
+                     ("vpkg.reference.norm.rms", "_rms_pytorch_impl", "*_torch, *_pytorch_*"),
+                     ("vpkg.pool", "bev_pool_torch", "*_torch, *_pytorch_*")}
+
+
+def test_a_reference_in_a_folder_without_init_still_may_not_use_its_package(tmp_path):
+    from sftbuild.ops.package_refs import plain_torch
+
+    ref = tmp_path / "vpkg" / "reference" / "vision"
+    ref.mkdir(parents=True)
+    (tmp_path / "vpkg" / "__init__.py").write_text("")
+    (tmp_path / "vpkg" / "ops.py").write_text("import triton\n\n@triton.jit\ndef nms(x):\n    pass\n")
+    (tmp_path / "vpkg" / "envs.py").write_text("import os\n\nFAST = os.environ.get('FAST')\n")
+    (ref / "nms.py").write_text("from vpkg import envs, ops\n\ndef nms(x):\n    return ops.nms(x)\n\n"
+                                "def nms_ref(x):\n    return x if envs.FAST else x.clone()\n")
+    assert plain_torch(ref / "nms.py", "nms") is None  # no __init__.py: vpkg is not seen as its package
+    assert "vpkg.ops" in plain_torch(ref / "nms.py", "nms", "vpkg")
+    assert plain_torch(ref / "nms.py", "nms_ref", "vpkg") is None  # a settings module without Triton
+
+
+def test_a_references_own_code_shapes_its_inputs():
+    import ast
+
+    from sftbuild.ops.binders.probed import by_name_inputs
+    from sftbuild.ops.package_refs import package_op, read_shapes
+
+    fn = ast.parse("def naive_gla(q, k, v, g):\n    q = q.float()\n    B, H, T, K, V = *q.shape, v.shape[-1]\n"
+                   "    _, n = g.shape\n").body[0]
+    shapes = read_shapes(fn, ["q", "k", "v", "g"])
+    assert shapes["q"] == ["b", "h", "t", "k"] and shapes["v"] == ["...", "v"] and shapes["g"][1] == "n"
+    io = by_name_inputs(["q", "k", "v"], shapes)
+    assert io == ["q: [b, h, t, k]", "k: [b, h, t, k]", "v: [b, h, t, v]"]
+    assert by_name_inputs(["x", "weight", "scale"], {}) == ["x: [rows, cols]", "weight: [cols]", "scale: [1]"]
+    op = package_op("m", "naive_gla", like=io, register=False)
+    q, k, v = op.make_inputs(op.shape_pool[2], "float32", "contiguous", _gen(), {})
+    assert q.shape == k.shape and v.shape[:3] == q.shape[:3] and q.numel() < 1 << 16  # small axes where there are many

@@ -121,6 +121,12 @@ def test_backend_folders_of_other_accelerators_are_skipped_with_their_reason():
     assert f.check_path("kernels/ascend/rms.py", 10) is None  # a vendor name alone, not a backend folder
     g = FILE_FILTERS.create("other_accelerator", {"names": ["_mychip"]})
     assert g.check_path("pkg/backends/_mychip/k.py", 10)
+    # Triton written for another chip, named so: under backends/ or anywhere
+    assert f.check_path("fla/ops/common/backends/triton_ascend/chunk_o.py", 10)
+    assert f.check_path("fla/modules/norm/triton_ascend/l2norm.py", 10)
+    assert f.check_path("fla/modules/activations/triton_ascend.py", 10)
+    assert f.check_path("fla/modules/activations/ops.py", 10) is None
+    assert f.check_path("fla/ops/common/backends/tilelang/chunk_o.py", 10) is None
 
 
 def tree(tmp_path) -> Path:

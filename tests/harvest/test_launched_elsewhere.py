@@ -62,7 +62,7 @@ def package(root):
 
 def test_launchers_of_imported_kernels_are_read_with_absolute_imports():
     assert module_of("negpkg/ops/x.py") == "negpkg.ops.x" and module_of("negpkg/__init__.py") == "negpkg"
-    (found,) = foreign_launchers(API, "negpkg/api.py")
+    (found,) = [f for f in foreign_launchers(API, "negpkg/api.py") if not f.get("wraps")]
     assert (found["module"], found["kernel"]) == ("negpkg.kernels", "_neg_kernel")
     assert "from negpkg.util import block_for" in found["code"] and "def negate" in found["code"]
     assert "import _neg_kernel" not in found["code"] and "_neg_kernel[(" in found["code"] and "negk" not in found["code"]
@@ -223,3 +223,97 @@ def test_a_packages_own_naive_reference_binds_a_kernel_the_registry_lacks(tmp_pa
     assert found is not None, (plan["shortlist"], out.get("unbound"), out.get("evidence"))
     assert found["op"] == "pkg.negpkg.naive.naive_negsquare" and found["how"] == "package_reference"
     assert found["package_reference"]["func"] == "naive_negsquare"
+
+
+LAUNCHERS = KERNELS + '''
+
+def neg_launcher(out, x):
+    n = x.numel()
+    _neg_kernel[(triton.cdiv(n, 256),)](x, out, n, BLOCK=256)
+
+
+def orphan_launcher(x):
+    _orphan_kernel[(1,)](x, x.numel(), BLOCK=256)
+'''
+OPS = '''
+import torch
+
+from negpkg.kernels import neg_launcher, orphan_launcher
+
+
+def negate(x):
+    out = torch.empty_like(x)
+    neg_launcher(out, x)
+    return out
+
+
+def zero(x):
+    orphan_launcher(x)
+    return x
+
+
+def negate_checked(x):
+    assert x.is_floating_point()
+    return negate(x)
+
+
+def grad_bias(dy, bias):  # a helper that uses the launcher, named for something else: no entry point
+    out = torch.empty_like(dy)
+    neg_launcher(out, dy)
+    return out.sum(0).view(bias.shape)
+
+
+def neg_then_zero(x):  # composes two records' launchers: an entry point of neither
+    out = torch.empty_like(x)
+    neg_launcher(out, x)
+    orphan_launcher(out)
+    return out
+'''
+
+
+def test_a_public_wrapper_in_another_module_that_allocates_the_output_is_an_entry_point(tmp_path):
+    src = tmp_path / "src" / "negpkg"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "kernels.py").write_text(LAUNCHERS)
+    (src / "ops.py").write_text(OPS)
+    ws = tmp_path / "ws"
+    res = CliRunner().invoke(main, ["harvest", "-w", str(ws), "-q", str(tmp_path / "src")])
+    assert res.exit_code == 0, res.output
+    store = Store(ws)
+    try:
+        rec = {r.name: r for r in store.records()}["_neg_kernel"]
+    finally:
+        store.close()
+    assert {e["qualname"] for e in rec.entry["entry_points"]} == {"negate", "negate_checked", "neg_launcher"}
+    assert "def neg_then_zero" not in rec.code and "def grad_bias" not in rec.code
+    # the wrapper's import of the package's own launcher would replace the record's: it is left out
+    assert "import neg_launcher" not in rec.code and "import orphan_launcher" not in rec.code
+
+    pytest.importorskip("triton")
+    from sftbuild.executor import INTERPRETER_ENV
+    from sftbuild.ops.binders.probed import Probed
+    from sftbuild.sandbox import run_isolated
+
+    b = Probed()
+    found = b.accept(rec, run_isolated(b.task_fn, b.plan(rec, seconds=60), 120, env=INTERPRETER_ENV))
+    assert found is not None and found["op"] == "neg" and found["call"]["entry"] == "negate"
+
+
+def test_a_package_reference_borrowing_an_ops_inputs_is_tried_by_name_too(tmp_path):
+    from types import SimpleNamespace
+
+    from sftbuild.ops.binders.probed import _inputs, package_references
+
+    pkg = tmp_path / "qpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "naive.py").write_text("def naive_quant(x, scale, bits: int):\n    return (x / scale).round()\n")
+    rec = SimpleNamespace(entry={"kernels": ["_quant_kernel"], "entry_points": [{"qualname": "quant"}]},
+                          provenance={"tree": str(tmp_path)})
+    assert _inputs("add") == 2
+    borrowed, by_name = package_references(rec, ["add"])
+    assert borrowed["like"] == "add" and borrowed["name"] == "pkg.qpkg.naive.naive_quant"
+    assert by_name["name"] == "pkg.qpkg.naive.naive_quant.by_name"
+    assert by_name["like"] == ["x: [rows, cols]", "scale: [1]"]
+    assert borrowed["params"] == by_name["params"] == {"bits": 2}  # a scalar argument is a param, not a tensor

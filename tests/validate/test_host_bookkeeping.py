@@ -262,3 +262,33 @@ def test_library_kernels_are_bookkeeping_where_torch_touched_only_tensors_far_sm
         profile = C.Profile(seen, own={"partial_sum_kernel"}, torch_ops=work.ops, torch_elements=work.elements,
                             input_elements=x.numel())
         assert bool(_library(profile)) is caught
+
+
+CHAINED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dlogits_kernel(logits_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(logits_ptr + offs, tl.exp(tl.load(logits_ptr + offs, mask=m)), mask=m)
+
+
+def grads(x, w):
+    logits = torch.empty(x.shape[0], w.shape[0], device=x.device)
+    _dlogits_kernel[(1,)](logits, logits.numel(), BLOCK=1024)
+    dlogits = logits.float()
+    return torch.mm(dlogits, w), dlogits.t() @ x
+'''
+
+
+def test_a_matmul_chained_on_what_a_launch_wrote_is_left_to_the_run_time_checks():
+    assert findings(CHAINED) == []  # dx = dlogits @ W after the kernel wrote dlogits: the work check judges it
+    inputs_only = CHAINED.replace("torch.mm(dlogits, w)", "torch.mm(x, w.t())")
+    assert any("torch.mm" in f for f in findings(inputs_only))
+    before = CHAINED.replace("    logits = torch.empty(x.shape[0], w.shape[0], device=x.device)\n",
+                             "    logits = torch.mm(x, w.t())\n")
+    assert any("torch.mm" in f for f in findings(before))  # torch computed what the kernel then takes

@@ -31,6 +31,9 @@ from sftbuild.ops import package_refs, registrations
 from sftbuild.bind.binders import BINDERS, Binder
 
 SHORTLIST = 8
+SCALAR_VALUES = {"float": 0.5, "int": 2, "bool": False}  # a reference's scalar argument without a package default
+FEATURE_NAMES = {"weight", "bias", "w", "b", "gamma", "beta"}  # a package reference's per-feature vectors
+SCALAR_NAMES = {"scale", "inv_scale", "scale_factor", "temperature"}  # a package reference's one-element tensors
 PROBE_DTYPES = ["float32", "float16"]
 PROBE_SECONDS = 120
 NOISE = {"kernel", "kernels", "fwd", "forward", "bwd", "backward", "triton", "func", "fn", "impl", "jit", "op",
@@ -90,16 +93,46 @@ def package_references(record, names: list[str]) -> list[dict]:
     """The record's package's own plain-torch references named like it (sftbuild.ops.package_refs),
     each {name, module, func, like}: registered as an op inside the probe's worker, with the inputs of
     the first shortlisted op taking as many tensors as the reference requires (`like`), else tensors
-    of one 2-D shape."""
+    of one 2-D shape (a one-element tensor for a scale); where an op lends its inputs, the reference
+    is a candidate again with those by-name shapes (`<name>.by_name`)."""
     entries = (record.entry or {}).get("entry_points") or []
     words_of = [*(record.entry or {}).get("kernels", []), *(e["qualname"].split(".")[0] for e in entries)]
     refs = package_refs.candidates((record.provenance or {}).get("tree"), words_of)
+    hints = tree_hints((record.provenance or {}).get("tree"), (record.provenance or {}).get("path"))
     out = []
     for r in refs:
-        need = [p for p in r["required"] if p not in ("self", "cls")]
-        like = next((n for n in names if _inputs(n) == len(need)), None) or [f"{p}: [rows, cols]" for p in need]
-        out.append({"name": f"pkg.{r['module']}.{r['name']}", "module": r["module"], "func": r["name"], "like": like})
+        scalars = r.get("scalars") or {}
+        need = [p for p in r["required"] if p not in ("self", "cls", *scalars)]
+        io = by_name_inputs(need, r.get("shapes") or {})
+        # a reference whose own code names every axis of an input is shaped by name first
+        named_axes = any("..." not in d for p, d in (r.get("shapes") or {}).items() if p in need)
+        like = None if named_axes else next((n for n in names if _inputs(n) == len(need)), None)
+        name = f"pkg.{r['module']}.{r['name']}"
+        # a scalar argument takes the package's own default for its name, else a middling value of its type
+        params = {p: hints[p] if type(hints.get(p)) is SCALAR_VALUES[t].__class__ else SCALAR_VALUES[t]
+                  for p, t in scalars.items()}
+        ref = {"module": r["module"], "func": r["name"], **({"params": params} if params else {})}
+        out.append({"name": name, **ref, "like": like or io})
+        if like:  # the borrowed op's shapes may not be the reference's (a per-row scale for a one-element one)
+            out.append({"name": f"{name}.by_name", **ref, "like": io})
     return out
+
+
+def by_name_inputs(need: list[str], shapes: dict[str, list[str]]) -> list[str]:
+    """An io list for a package reference's tensor parameters: the axes its code names
+    (`package_refs.read_shapes`), the leading axes of the first fully named one where only the last is
+    named, a per-feature vector for a weight or bias, one element for a scale, else the first one's
+    shape (2-D rows by cols where nothing is named)."""
+    full = next((shapes[p] for p in need if "..." not in shapes.get(p, ["..."])), None) or ["rows", "cols"]
+
+    def axes(p: str) -> list[str]:
+        dims = shapes.get(p)
+        if p.lower() in SCALAR_NAMES:
+            return ["1"]
+        if dims:
+            return dims if "..." not in dims else full[:-1] + dims[-1:]
+        return full[-1:] if p.lower() in FEATURE_NAMES else full
+    return [f"{p}: [{', '.join(axes(p))}]" for p in need]
 
 
 def _inputs(name: str) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 
 from sftbuild.parsing import aliases
 from sftbuild.validate.static import PYTHON, STATIC_CHECKS, StaticCheck
@@ -42,6 +43,10 @@ BOOKKEEPING = {"sum", "mean", "amax", "amin", "max", "min", "prod", "cumsum", "s
 # torch calls beside a launching wrapper's own kernels that may be honest setup (a mask from `where`, the
 # logits a fused linear-cross-entropy's kernels take the loss of): the run-time work check judges them
 SETUP = {"where", "linear"}
+# matmuls that may chain on what a launch wrote (a fused linear-cross-entropy's dx = dlogits @ W, where
+# its kernels wrote dlogits in place): left to the run-time work check, never a matmul of inputs alone
+CHAIN = {"mm", "matmul", "bmm", "addmm", "baddbmm"}
+LIBRARIES = {"torch", "triton", "numpy", "np", "math", "einops", "functools", "typing", "itertools", "os", "sys"}
 REFERENCE_NAME = re.compile(r"(^|_)(ref|reference|naive|torch)(_|$)", re.I)
 NN_MODULES = re.compile(r"^torch\.nn\.(?!Module$|Parameter$|ParameterList$|ModuleList$|ModuleDict$|"
                         r"Identity$|Buffer$|init\.)\w+$")
@@ -75,8 +80,11 @@ class TorchDoesTheWork(StaticCheck):
             deferred = fallbacks.get(fn.name, set())
             returned = {id(x) for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value for x in ast.walk(r.value)}
             args = {a.arg for a in fn.args.args + fn.args.kwonlyargs if a.arg != "self"}
+            written = _launch_written(fn, launches | _package_calls(src), args) if launching else {}
             for n in ast.walk(fn):
                 if id(n) in deferred:
+                    continue
+                if _chains_on(n, written):
                     continue
                 if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
                     yield self.found("cheat", f"`@` matmul in {fn.name} (line {n.lineno}): torch does the work")
@@ -104,6 +112,52 @@ class TorchDoesTheWork(StaticCheck):
                     yield self.found("cheat", f"{name} is a torch layer ({layers[name.split('.')[1]]}) called in "
                                      f"{fn.name}: torch does the work")
                     return
+
+
+def _package_calls(src) -> set[str]:
+    """Functions the module imports from its own package (a relative import, or another top-level
+    package than torch, Triton and the usual libraries): launchers of the package's other modules."""
+    out = set()
+    for n in src.tree.body:
+        if isinstance(n, ast.ImportFrom) and n.module != "__future__" and (
+                n.level or (n.module or "").split(".")[0] not in LIBRARIES | set(sys.stdlib_module_names)):
+            out |= {a.asname or a.name for a in n.names}
+    return out
+
+
+def _launch_written(fn, launchers: set[str], args: set[str]) -> dict[str, int]:
+    """Local names (never `fn`'s own arguments) that hold what a launch in `fn` may have written, each
+    with the first line from which it does: a local passed to or returned by a launch, and what is
+    computed from one after that line."""
+    events = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and launched_name(n) in launchers:
+            events.append((n.lineno, 0, {x.id for a in [*n.args, *(k.value for k in n.keywords)]
+                                         for x in ast.walk(a) if isinstance(x, ast.Name)}, set()))
+        elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            launched = any(launched_name(c) in launchers for c in ast.walk(n.value))
+            events.append((n.lineno, 1, {x.id for t in targets for x in ast.walk(t) if isinstance(x, ast.Name)},
+                           {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)} | ({"__launch__"} if launched
+                                                                                          else set())))
+    written: dict[str, int] = {}
+    for line, kind, names, used in sorted(events, key=lambda e: (e[0], e[1])):
+        if kind == 0 or "__launch__" in used or used & written.keys():
+            for name in names - args:
+                written.setdefault(name, line)
+    return written
+
+
+def _chains_on(node, written: dict[str, int]) -> bool:
+    """A matmul (`torch.mm(...)`, `a @ b`) with an operand that holds what a launch wrote before it."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+        operands = [node.left, node.right]
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CHAIN:
+        operands = [node.func.value, *node.args, *(k.value for k in node.keywords if k.arg != "out")]
+    else:
+        return False
+    return any(isinstance(x, ast.Name) and written.get(x.id, node.lineno) < node.lineno
+               for o in operands for x in ast.walk(o))
 
 
 def _reaching(src, launching: set[str]) -> set[str]:
