@@ -701,7 +701,7 @@ def test_a_reference_in_a_folder_without_init_still_may_not_use_its_package(tmp_
 def test_a_references_own_code_shapes_its_inputs():
     import ast
 
-    from sftbuild.ops.binders.probed import by_name_inputs
+    from sftbuild.bind.binders.probed import by_name_inputs
     from sftbuild.ops.package_refs import package_op, read_shapes
 
     fn = ast.parse("def naive_gla(q, k, v, g):\n    q = q.float()\n    B, H, T, K, V = *q.shape, v.shape[-1]\n"

@@ -292,7 +292,7 @@ def test_a_public_wrapper_in_another_module_that_allocates_the_output_is_an_entr
 
     pytest.importorskip("triton")
     from sftbuild.executor import INTERPRETER_ENV
-    from sftbuild.ops.binders.probed import Probed
+    from sftbuild.bind.binders.probed import Probed
     from sftbuild.sandbox import run_isolated
 
     b = Probed()
@@ -303,7 +303,7 @@ def test_a_public_wrapper_in_another_module_that_allocates_the_output_is_an_entr
 def test_a_package_reference_borrowing_an_ops_inputs_is_tried_by_name_too(tmp_path):
     from types import SimpleNamespace
 
-    from sftbuild.ops.binders.probed import _inputs, package_references
+    from sftbuild.bind.binders.probed import _inputs, package_references
 
     pkg = tmp_path / "qpkg"
     pkg.mkdir()
