@@ -82,6 +82,9 @@ class HostLauncher(Binder):
             return "no host function launches this kernel alone"
         return unprobeable(launcher) or ""
 
+    def cause(self, record) -> str:
+        return "no_entry_point" if self.why_not(record) else "no_op_matched"  # else no op fits the data flow
+
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
         launcher = (record.entry or {}).get("launcher")
         if record.language != "cuda" or not launcher or unprobeable(launcher):
