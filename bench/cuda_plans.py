@@ -25,7 +25,12 @@ def main(root: str) -> None:
     for f in sorted(Path(root).rglob("*")):
         if f.suffix not in SUFFIXES or not f.is_file():
             continue
+        seen = set()  # harvest makes one record of kernels whose code is the same (one launcher runs them)
         for k in extract_kernels(f.read_bytes())[0]:
+            n["kernels"] += 1
+            if k.code in seen:
+                continue
+            seen.add(k.code)
             entry = {"kernels": [k.name], "params": k.params, "launch_sites": k.launch_sites,
                      "includes": k.includes, "include_sets": [], "template": k.template,
                      **({"launcher": k.launcher} if k.launcher else {})}

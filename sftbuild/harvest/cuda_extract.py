@@ -152,6 +152,9 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             text = _text(src, u)
             launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname,
                                                   _params(text.split("{", 1)[0], kname))
+            if launcher and launcher.get("launches"):  # one record for the kernels one launcher runs together
+                need |= siblings(units, by_name, launcher["launches"])
+                code = _emit(src, _head(units, need | config, early))
             if launcher and any("Tensor" in p for p in launcher["params"]):  # an extension function
                 launcher["exposed"] = exposed_by(src.decode("utf-8", "replace"), launcher["name"])
             head = text.split("{", 1)[0]
@@ -1078,11 +1081,16 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
     kernel's float record is launched by the float specialization."""
     hosts = set(_host_functions(units, src).values())
     ktypes = set(WORD.findall(" ".join(kparams)))
-    for site in sites:
-        i = next((j for j, u in enumerate(units) if u.line_start == site["lines"][0] and u.origin is src
-                  and site["function"] in u.defines), None)
-        if i is None or site.get("macro"):
-            continue
+    alone = _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several=False)
+    return alone or _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several=True)
+
+
+def _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several: bool) -> dict | None:
+    """`_launcher`'s search over the launch sites; `several`: a launcher that runs other kernels of the
+    file too is taken (it adds `launches`, those kernels), unless it calls a library (cuBLAS, cuDNN,
+    thrust, cub), whose work would be the match rather than the kernels'."""
+    for i, fname in _launching_units(units, src, sites, hosts):
+        site = {"function": fname}
         head = _text(src, units[i]).split("{", 1)[0]
         special = re.match(r"\s*template\s*<\s*>", head) and not re.search(r"__(?:device|global)__", head) and \
             re.search(rf"\b{re.escape(site['function'])}\s*(<[^(){{}};]*>)\s*\(", head)
@@ -1091,17 +1099,23 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
         need = _closure(i, units, by_name) - have
         code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
         named = set(WORD.findall(code))
-        if any(k in named for u in units for k in u.kernels if k != kname):
+        others = sorted({k for u in units for k in u.kernels if k != kname and k in named})
+        if others and (not several or LIBRARY_WORK.search(parsing.strip_comments(code))):
             continue  # it (or a host function it calls) runs other kernels too: not this record's launch
+        if others:  # the kernels it runs beside this one join the record's code (`siblings`), not the launcher's
+            code = _emit(src, [units[j] for j in sorted(need - siblings(units, by_name, others))
+                               if not units[j].include])
         if special:
             ptr_types = {w for p in split_args(head, special.end(), "(<[", ")>]") or [] if "*" in p
                          for w in WORD.findall(p.split("*")[0]) if w not in ("const", "volatile")}
             if ktypes & CONCRETE_TYPES and not ptr_types <= ktypes:
                 continue  # an overload of the kernel for other types (a template kernel takes any)
             found = {"name": site["function"], "call": site["function"] + "".join(special.group(1).split()),
-                     "params": split_args(head, special.end(), "(<[", ")>]") or [], "code": code}
+                     "params": split_args(head, special.end(), "(<[", ")>]") or [], "code": code,
+                     **({"launches": others} if others else {})}
             return found
-        found = {"name": site["function"], "params": _params(head, site["function"]), "code": code}
+        found = {"name": site["function"], "params": _params(head, site["function"]), "code": code,
+                 **({"launches": others} if others else {})}
         tparams = _type_template(head)
         if tparams:  # a template over types: the types the file instantiates it with, where it says
             found["template"] = tparams
@@ -1109,6 +1123,35 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
                                             for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m})
         return found
     return None
+
+
+def _launching_units(units, src, sites, hosts) -> list[tuple[int, str]]:
+    """(unit, function name) of each launch site, in order; a launch inside a `#define` body
+    (DeepSpeed's `LAUNCH_FUSED_LN(...)`) is made by the host functions that use that macro."""
+    out: list[tuple[int, str]] = []
+    macros = {j for j, u in enumerate(units) if DEFINE_LINE.match(_text(u.origin or src, u))}
+    for site in sites:
+        if site.get("macro"):
+            launching, grew = {site["macro"]}, True
+            while grew:  # a macro that expands one that launches launches too (LAUNCH_ALL_RMS_NORM)
+                more = {d for j in macros if units[j].uses & launching for d in units[j].defines} - launching
+                launching, grew = launching | more, bool(more)
+            out += [(j, next(iter(units[j].defines))) for j in sorted(hosts - macros) if units[j].uses & launching]
+            continue
+        i = next((j for j, u in enumerate(units) if u.line_start == site["lines"][0] and u.origin is src
+                  and site["function"] in u.defines), None)
+        if i is not None:
+            out.append((i, site["function"]))
+    return list(dict.fromkeys(out))
+
+
+def siblings(units: list[Unit], by_name, names: list[str]) -> set[int]:
+    """The units the kernels `names` need: a launcher running several kernels brings them into the record."""
+    out: set[int] = set()
+    for j, u in enumerate(units):
+        if set(u.kernels) & set(names):
+            out |= _closure(j, units, by_name)
+    return out
 
 
 MODULE = re.compile(r"\b(PYBIND11_MODULE|TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\s*\(([^)]*)\)\s*\{")

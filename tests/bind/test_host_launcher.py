@@ -276,3 +276,34 @@ def test_a_launcher_that_leaves_a_rows_tail_unwritten_binds_at_aligned_shapes_ke
     assert found and found["constraints"] == {"multiple": {"-1": 4}}, why
     assert all(s[-1] % 4 == 0 for s in found["evidence"]["shapes"])
     assert ops.fits((7, 1024), found["constraints"]) and not ops.fits((3, 33), found["constraints"])
+
+
+SEVERAL = b"""#include <cublas_v2.h>
+#define LAUNCH_ROW(TPB) row_max<TPB><<<rows, TPB, 0, stream>>>(out, x, cols);
+#define LAUNCH_ANY(TPB) if (cols <= TPB) { LAUNCH_ROW(TPB) }
+template <int TPB>
+__global__ void row_max(float* out, const float* x, int cols) {
+  float m = x[blockIdx.x * cols]; for (int c = 1; c < cols; c++) m = fmaxf(m, x[blockIdx.x * cols + c]);
+  out[blockIdx.x] = m;
+}
+__global__ void sub_max(float* y, const float* x, const float* m, int cols) {
+  int r = blockIdx.x; for (int c = threadIdx.x; c < cols; c += blockDim.x) y[r * cols + c] = x[r * cols + c] - m[r];
+}
+__global__ void scale(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] *= 2.f; }
+void launch_row_max(float* out, const float* x, int rows, int cols, cudaStream_t stream) { LAUNCH_ANY(128) }
+void centre(float* y, float* scratch, const float* x, int rows, int cols, cudaStream_t stream) {
+  row_max<256><<<rows, 256, 0, stream>>>(scratch, x, cols);
+  sub_max<<<rows, 256, 0, stream>>>(y, x, scratch, cols);
+}
+void scaled(cublasHandle_t h, float* y, int n) { scale<<<1, 256>>>(y, n); sub_max<<<1, 1>>>(y, y, y, n); cublasSscal(h, n, 0, y, 1); }
+"""
+
+
+def test_a_launcher_running_several_kernels_makes_one_record_and_a_macro_launch_has_its_host_function():
+    kernels = {k.name: k for k in extract_kernels(SEVERAL)[0]}
+    # launched through two macros, from the host function that expands them
+    assert kernels["row_max"].launcher["name"] == "launch_row_max" and "launches" not in kernels["row_max"].launcher
+    centre = kernels["sub_max"].launcher  # runs row_max too: both kernels are the record's code, not the launcher's
+    assert centre["name"] == "centre" and centre["launches"] == ["row_max"]
+    assert "__global__ void row_max" in kernels["sub_max"].code and "__global__" not in centre["code"]
+    assert kernels["scale"].launcher is None  # its only launcher calls cuBLAS too: that work is no kernel's
