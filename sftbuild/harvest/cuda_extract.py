@@ -1145,6 +1145,98 @@ def _launching_units(units, src, sites, hosts) -> list[tuple[int, str]]:
     return list(dict.fromkeys(out))
 
 
+TENSOR_PARAM = re.compile(r"\b(?:torch|at)::Tensor\b")
+CALLER_EXT = (".cpp", ".cc", ".cxx", ".cu")  # where a binding file's extension functions live
+
+
+def extension_callers(src: bytes, launchers: set[str], launching: set[str]) -> dict[str, dict]:
+    """The extension functions of `src` that launch a kernel of another file through its raw launcher:
+    {launcher name: {name, params, code, includes, template?, exposed?, calls}} for each host function
+    taking tensors whose closure in `src` (its macros and helpers, DeepSpeed's `DISPATCH_LAYER_NORM`)
+    calls exactly one of the repository's launching functions (`launching`), and that one is in
+    `launchers`. One per launcher: the first a module of `src` exposes, else the first in file order.
+    A template over types adds `template`, its type parameters."""
+    units: list[Unit] = []
+    _collect(cuda_parser().parse(mask_attributes(src)).root_node, src, (), units, [], top=True)
+    for u in units:
+        u.origin = src
+    by_name: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        for name in u.defines:
+            by_name.setdefault(name, []).append(i)
+    text = src.decode("utf-8", "replace")
+    includes = list(dict.fromkeys(_text(src, u).strip() for u in units if u.include))
+    found: dict[str, dict] = {}
+    for name, i in _host_functions(units, src).items():
+        head = _text(src, units[i]).split("{", 1)[0]
+        params = _params(head, name)
+        if not any(TENSOR_PARAM.search(p) for p in params):
+            continue
+        need = _closure(i, units, by_name)
+        if any(units[j].kernels for j in need):
+            continue  # launches kernels of its own file: that file's extension function
+        code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
+        calls = (set(WORD.findall(parsing.strip_comments(code))) & launching) - {name}
+        if len(calls) != 1 or not calls <= launchers:
+            continue
+        fn = {"name": name, "params": params, "code": code, "includes": includes, "calls": next(iter(calls))}
+        spaces = [m.group(1) for opener, _ in units[i].scopes for m in [re.match(r"namespace\s+([\w:]+)", opener)] if m]
+        if spaces:  # called from outside its namespaces by this name
+            fn["qualified"] = "::".join([*spaces, name])
+        tparams = _type_template(head)
+        if tparams:
+            fn["template"] = tparams
+        exposed = exposed_by(text, name)
+        if exposed:
+            fn["exposed"] = exposed
+        if fn["calls"] not in found or (exposed and not found[fn["calls"]].get("exposed")):
+            found[fn["calls"]] = fn
+    return found
+
+
+def calls_fit(code: str, launcher: dict) -> bool:
+    """Whether `code` calls `launcher` with as many arguments as it takes (those with defaults may be
+    left out): two files of a repository may define launchers of one name and different parameters."""
+    params = launcher.get("params") or []
+    least = sum("=" not in p for p in params)
+    for m in re.finditer(rf"\b{re.escape(launcher['name'])}\s*(?:<[^;(){{}}]*>)?\s*\(", parsing.strip_comments(code)):
+        args = split_args(parsing.strip_comments(code), m.end(), "(<[", ")>]")
+        if args is not None and least <= len(args) <= len(params):
+            return True
+    return False
+
+
+def needed_includes(code: str, includes: list[str], headers: dict[str, str]) -> list[str]:
+    """`includes` (a file's #include lines) less those of the tree's own `headers` that define nothing
+    `code` names, themselves or through the headers they include: a binding file's header of cuBLAS
+    wrappers that its layer norm never calls must not fail that function's build."""
+    words = set(WORD.findall(code))
+
+    def defined(rel: str, seen: set[str]) -> set[str]:
+        seen.add(rel)
+        data = headers[rel].encode()
+        units: list[Unit] = []
+        _collect(cuda_parser().parse(mask_attributes(data)).root_node, data, (), units, [], top=True)
+        out = set().union(*(u.defines for u in units))
+        for m in INCLUDE_LINE.finditer(data):
+            for r in _header_of(m.group(1).decode("utf-8", "replace"), headers):
+                out |= defined(r, seen) if r not in seen else set()
+        return out
+
+    kept = []
+    for line in includes:
+        m = INCLUDE_LINE.match(line.encode())
+        rels = _header_of(m.group(1).decode("utf-8", "replace"), headers) if m else []
+        if not rels or any(defined(r, set()) & words for r in rels):
+            kept.append(line)  # a system or library header, or one the code uses
+    return kept
+
+
+def _header_of(name: str, headers: dict[str, str]) -> list[str]:
+    """The tree's headers an #include of `name` may mean (by path suffix)."""
+    return [r for r in headers if r == name or r.endswith("/" + name)]
+
+
 def siblings(units: list[Unit], by_name, names: list[str]) -> set[int]:
     """The units the kernels `names` need: a launcher running several kernels brings them into the record."""
     out: set[int] = set()

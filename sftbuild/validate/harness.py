@@ -72,6 +72,7 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     elif harness == "extension_function":  # the probe's arguments, as the function's C++ call
         from sftbuild.ops.binders import extension
 
+        launcher = extension.function_of(record)  # its own file's, or another file's calling its launcher
         decls, call, rets = extension.call_args(launcher, args["args"])
         outputs = sum(a.startswith("t:") for r, a in zip(extension.roles(launcher), args["args"])
                       if r["role"] == "out")

@@ -6,7 +6,12 @@ Invariants:
     (`entry["launcher"]`) and takes `torch::Tensor`/`at::Tensor`; each parameter has a role
     (`roles`): a tensor (an input, or, in a function returning nothing, an output where its kernel
     writes it or its name says so), a float or int scalar (the op's parameter of its name), a flag
-    (tried false, then true), an optional tensor (passed absent). A template, or a parameter of another type, is named in `why_not`.
+    (tried false, then true), an optional tensor (passed absent). A template over more than one type,
+    or a parameter of another type, is named in `why_not`.
+  * Where the record's launcher is raw, an extension function of another file that calls it (harvest's
+    `entry["extensions"]`, a binding `.cpp`) is the entry point: built on the launcher's code and that
+    file's includes (`function_of`). A template over one type, or a function inside namespaces, is
+    called through a global wrapper (at the dtype of its first tensor, for a template).
   * The module that exposes it (`entry["launcher"]["exposed"]`: the file's PYBIND11_MODULE or
     TORCH_LIBRARY* definition) is evidence; the probe builds a minimal PYBIND11_MODULE of its own
     around the function and the record's code (`sftbuild.validate.extension.build`, once per record),
@@ -55,8 +60,8 @@ class ExtensionFunction(Binder):
     task_fn = "sftbuild.validate.extension_probe:probe"
 
     def why_not(self, record) -> str:
-        fn = (record.entry or {}).get("launcher")
-        if not fn or not takes_tensors(fn):
+        fn = function_of(record)
+        if not fn:
             return "no host function taking tensors launches this kernel alone"
         return unprobeable(fn) or ""
 
@@ -64,8 +69,8 @@ class ExtensionFunction(Binder):
         return "no_entry_point" if self.why_not(record) else "no_op_matched"  # else no op fits the data flow
 
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
-        fn = (record.entry or {}).get("launcher")
-        if record.language != "cuda" or not fn or not takes_tensors(fn) or unprobeable(fn):
+        fn = function_of(record)
+        if record.language != "cuda" or not fn or unprobeable(fn):
             return None
         found = roles(fn, record)
         candidates = launched.shortlist(record, found)
@@ -74,7 +79,8 @@ class ExtensionFunction(Binder):
         entry = record.entry
         return {"id": record.id, "code": record.code, "function": fn["name"], "declaration": declaration(fn),
                 "source": fn["code"], "roles": found, "returns": returns(fn)[1], "shortlist": candidates,
-                "dtypes": dtypes_of(record.code + fn["code"]), "dispatch": dispatch(record.code + fn["code"]),
+                "dtypes": fn.get("dtypes") or dtypes_of(record.code + fn["code"]),
+                "dispatch": dispatch(record.code + fn["code"]) if not fn.get("wraps") else "its template's instances",
                 "exposed": fn.get("exposed"), "shapes": 3, "time_limit": seconds,
                 "headers": entry.get("headers") or {}, "include_dirs": entry.get("include_dirs") or []}
 
@@ -88,6 +94,49 @@ class ExtensionFunction(Binder):
                              if ev.get(k) is not None}}
 
 
+def function_of(record) -> dict | None:
+    """The extension function the record's kernel is launched through, callable by its `name`: its own
+    file's (`entry["launcher"]` taking tensors), else the first probeable one of another file that calls
+    its raw launcher (`entry["extensions"]`), whose `code` then holds that launcher, the function's file's
+    includes and the function (`own`: the function alone). A template over one type is called through a
+    wrapper dispatching on its first tensor's dtype (`wrapper`; `wraps`, `dtypes`)."""
+    entry = record.entry or {}
+    launcher = entry.get("launcher")
+    if launcher and takes_tensors(launcher):
+        fn = {**launcher, "own": launcher["code"]}
+    else:
+        fns = [f for f in entry.get("extensions") or () if takes_tensors(f)]
+        fn = next((f for f in fns if not unprobeable({**f, "own": f["code"]})), fns[0] if fns else None)
+        if fn is None:
+            return None
+        fn = {**fn, "own": fn["code"], "code": "\n".join([(launcher or {}).get("code", ""), *fn.get("includes", ()),
+                                                          fn["code"]])}
+    if len(fn.get("template") or ()) == 1 or fn.get("qualified"):
+        return wrapper(fn, "bfloat16" in (record.code + fn["code"]).lower())
+    return fn
+
+
+def wrapper(fn: dict, bf16: bool) -> dict:
+    """`fn` with a function of the global namespace calling it appended, as that function: a template
+    over one type at the dtype of its first tensor (float16, bfloat16 where the code names it, else
+    float32), a function inside namespaces by its qualified name."""
+    params = [re.sub(r"\s*=[^,]*$", "", p) for p in fn["params"]]
+    names = [_plain(p).split()[-1] for p in params]
+    ret = returns(fn)[0] or "void"
+    name, call, callee = f"sftbuild_{fn['name']}", ", ".join(names), "::" + (fn.get("qualified") or fn["name"])
+    if fn.get("template"):
+        first = next(n for p, n in zip(params, names) if TENSOR.match(_plain(p)))
+        cases = [("at::kHalf", "__half")] + ([("at::kBFloat16", "__nv_bfloat16")] if bf16 else [])
+        body = "".join(f"    case {st}: return {callee}<{ct}>({call});\n" for st, ct in cases)
+        body = f"  switch ({first}.scalar_type()) {{\n{body}    default: return {callee}<float>({call});\n  }}\n"
+    else:
+        body = f"  return {callee}({call});\n"
+    code = f"\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n{ret} {name}({', '.join(params)}) {{\n{body}}}\n"
+    dtypes = ["float32", "float16"] + (["bfloat16"] if bf16 else []) if fn.get("template") else None
+    return {**{k: v for k, v in fn.items() if k != "template"}, "name": name, "params": params, "wraps": fn["name"],
+            "code": fn["code"] + code, "wrapper": code, **({"dtypes": dtypes} if dtypes else {})}
+
+
 def takes_tensors(fn: dict) -> bool:
     return any(TENSOR.match(_plain(p)) for p in fn.get("params") or ())
 
@@ -97,9 +146,23 @@ def _plain(decl: str) -> str:
     return " ".join(decl.split("=")[0].replace("&", " & ").split()).replace(" & ", "& ").replace(" &", "&")
 
 
+def _head(fn: dict) -> str:
+    """The function's own head: the text from the statement before its name to the `{` of its body,
+    without a template's parameter list, the namespaces around it or a wrapper's includes."""
+    code = parsing.strip_comments(fn.get("wrapper") or fn.get("own") or fn["code"])
+    code = re.sub(r"(?m)^[ \t]*#.*$", "", code)
+    # its definition's name: the first use followed by a body, not by `;` (a declaration, a call)
+    m = next((m for m in re.finditer(rf"\b{re.escape(fn['name'])}\s*\(", code)
+              if ";" not in code[m.end():code.find("{", m.end()) % (len(code) + 1)]), None)
+    end = code.find("{", m.end()) if m else code.find("{")
+    head = code[:end] if end >= 0 else code
+    start = max(head.rfind(c, 0, m.start() if m else len(head)) for c in ";{}") + 1
+    return re.sub(r"^\s*template\s*<[^<>]*>", "", head[start:]).strip()
+
+
 def returns(fn: dict) -> tuple[str, int]:
     """The function's return type and how many tensors it returns (0 for void or a non-tensor type)."""
-    head = fn["code"][:fn["code"].find("{")] if "{" in fn["code"] else fn["code"]
+    head = _head(fn)
     m = re.search(rf"([\w:<>,\s]*?)\b{re.escape(fn['name'])}\s*\(", head)
     ret = " ".join((m.group(1) if m else "").replace("static", "").replace("inline", "").split())
     if re.fullmatch(r"(?:torch|at)::Tensor", ret):
@@ -117,7 +180,7 @@ def roles(fn: dict, record=None) -> list[dict]:
     adds one `out` role per tensor, named `return:k`, after the parameters."""
     n_ret = returns(fn)[1]
     writes = None
-    if record is not None and not n_ret:
+    if record is not None and not n_ret and not fn.get("path"):  # another file's function: its tensors name no pointer
         try:
             writes = launched.written(_as_raw(record))
         except (KeyError, TypeError):
@@ -165,9 +228,9 @@ def unprobeable(fn: dict) -> str | None:
     other = [r for r in found if r["role"] == "other"]
     if other:
         return f"extension function {fn['name']} takes a parameter with no role: {other[0]['type']}"
-    if fn.get("template") or re.search(rf"template\s*<[^>]*>\s*[\w:<>\s*&]*\b{re.escape(fn['name'])}\s*\(",
-                                       fn["code"]):
-        return f"extension function {fn['name']} is a template"
+    if len(fn.get("template") or ()) > 1 or not fn.get("template") and not fn.get("wraps") and re.search(
+            rf"template\s*<[^>]*>\s*[\w:<>\s*&]*\b{re.escape(fn['name'])}\s*\(", fn.get("own") or fn["code"]):
+        return f"extension function {fn['name']} is a template over more than one type, or over values"
     if not any(r["role"] == "out" for r in found):
         return f"extension function {fn['name']} returns no tensor and writes none it is given"
     work = torch_work(fn)
@@ -179,7 +242,7 @@ def unprobeable(fn: dict) -> str | None:
 def torch_work(fn: dict) -> str | None:
     """The first torch op, tensor arithmetic or library call the function computes with besides
     launching its kernel (what would make a match torch's work, not the kernel's), or None."""
-    code = re.sub(r"\"(?:\\.|[^\"\\])*\"", " ", parsing.strip_comments(fn["code"]))  # nor string literals
+    code = re.sub(r"\"(?:\\.|[^\"\\])*\"", " ", parsing.strip_comments(fn.get("own") or fn["code"]))  # nor string literals
     for m in TORCH_CALL.finditer(code):
         if not TORCH_ALLOWED.match(m.group(1).split("::")[-1]) and not m.group(1).startswith(("cuda::", "detail::")):
             return f"{m.group(0).rstrip('( ')}"
@@ -217,11 +280,7 @@ def dtypes_of(code: str) -> list[str]:
 
 def declaration(fn: dict) -> str:
     """The function's declaration (its head, default values dropped), for the module's translation unit."""
-    head = fn["code"][:fn["code"].find("{")] if "{" in fn["code"] else fn["code"]
-    head = parsing.strip_comments(head)
-    m = re.search(rf"[^;{{}}]*\b{re.escape(fn['name'])}\s*\(", head)
-    start = m.start() if m else 0
-    head = head[start:].strip()
+    head = _head(fn)
     head = re.sub(r"\s*=\s*[^,()]+(?=[,)])", "", head)  # defaults belong to the definition's unit
     return re.sub(r"^\s*(?:static|inline)\s+", "", " ".join(head.split())) + ";"
 
