@@ -200,6 +200,9 @@ def _head(units: list[Unit], need: set[int], early: set[int]) -> list[Unit]:
     return [units[j] for j in head] + [units[j] for j in sorted(need - early)]
 
 
+TRAILING_SPACE = re.compile(rb"([ \t]+)\n")
+
+
 def mask_attributes(src: bytes) -> bytes:
     """Blank attribute macros (keeping length and newlines) so the grammar sees the declaration."""
     out = bytearray(src)
@@ -225,7 +228,9 @@ def mask_attributes(src: bytes) -> bytes:
             _blank(out, m.start(), m.end())
     for m in EMPTY_CONDITIONAL.finditer(bytes(out)):
         _blank(out, m.start(), m.end())
-    return bytes(out)
+    # a `#define F(x) ` with only spaces after it swallows the next line (causal-conv1d's `#else`): the
+    # spaces move past the newline, so every byte but them keeps its offset and line
+    return TRAILING_SPACE.sub(lambda m: b"\n" + m.group(1), bytes(out))
 
 
 def _balanced(src: bytes, open_at: int) -> int | None:
