@@ -568,7 +568,10 @@ def _launch_sites(root, units: list[Unit], src: bytes, kname: str, exclude: int)
             continue  # cheap byte tests before the regex
         pat = pat or _launch_pattern(kname)
         text = _text(src, u)
-        for m in pat.finditer(text):
+        # launched through a pointer to it (`auto kernel = &k<Ktraits>; kernel<<<...>>>`, causal-conv1d's and mamba's)
+        aliases = [a.group(1) for a in re.finditer(rf"\b(\w+)\s*=\s*&?\s*{re.escape(kname)}\b(?!\s*\()", text)]
+        pats = [pat] + [_launch_pattern(a) for a in aliases]
+        for m in (m for p in pats for m in p.finditer(text)):
             line = u.line_start + text.count("\n", 0, m.start())
             site = {"function": sorted(u.defines)[0] if u.defines else "", "lines": [u.line_start, u.line_end],
                     "line": line}
@@ -1132,7 +1135,8 @@ def _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several
 
 def _launching_units(units, src, sites, hosts) -> list[tuple[int, str]]:
     """(unit, function name) of each launch site, in order; a launch inside a `#define` body
-    (DeepSpeed's `LAUNCH_FUSED_LN(...)`) is made by the host functions that use that macro."""
+    (DeepSpeed's `LAUNCH_FUSED_LN(...)`) is made by the host functions that use that macro, one in a
+    function `_host_functions` leaves out (a template over values) by the host functions calling it."""
     out: list[tuple[int, str]] = []
     macros = {j for j, u in enumerate(units) if DEFINE_LINE.match(_text(u.origin or src, u))}
     for site in sites:
@@ -1147,6 +1151,13 @@ def _launching_units(units, src, sites, hosts) -> list[tuple[int, str]]:
                   and site["function"] in u.defines), None)
         if i is not None:
             out.append((i, site["function"]))
+        if i is not None and i not in hosts:  # a template over values (causal-conv1d's `_launch<128, 4, T>`):
+            calling, grew = {site["function"]}, True  # the host functions calling it, through others, launch
+            while grew:
+                more = {d for j, u in enumerate(units) if u.function and not u.kernels and j not in hosts
+                        and u.uses & calling for d in u.defines} - calling
+                calling, grew = calling | more, bool(more)
+            out += [(j, next(iter(units[j].defines))) for j in sorted(hosts - macros) if units[j].uses & calling]
     return list(dict.fromkeys(out))
 
 

@@ -177,3 +177,13 @@ def test_an_extension_function_of_another_file_calling_the_records_launcher_is_i
     assert "case at::kHalf: return ::ops::rms_norm_fwd<__half>(input, weight, eps);" in task["source"]
     assert task["source"].index("void launch_rms_norm") < task["source"].index("torch::Tensor rms_norm_fwd")
     assert [r["role"] for r in task["roles"]] == ["in", "in", "float", "out"] and task["shortlist"][0] == "rms_norm"
+
+
+def test_a_returned_vector_of_tensors_counts_what_its_return_lists():
+    code = ("std::vector<at::Tensor> norm_and_residual(at::Tensor& x, at::Tensor& r) {\n"
+            "  auto out = at::empty_like(x); auto res = at::empty_like(r);\n  k<<<1, 1>>>(out.data_ptr<float>());\n"
+            "  return {out, res};\n}")
+    fn = {"name": "norm_and_residual", "params": ["at::Tensor& x", "at::Tensor& r"], "code": code}
+    assert ext.returns(fn) == ("std::vector<at::Tensor>", 2)
+    assert ext.call_args(fn, ["t:2", "t:3", "t:0", "t:1"])[2] == [("sftbuild_ret[0]", "sftbuild_t(0)"),
+                                                                  ("sftbuild_ret[1]", "sftbuild_t(1)")]

@@ -170,6 +170,10 @@ def returns(fn: dict) -> tuple[str, int]:
     inner = re.fullmatch(r"std::(?:tuple|pair)\s*<(.*)>", ret)
     if inner:
         return ret, len(re.findall(r"(?:torch|at)::Tensor", inner.group(1)))
+    if re.fullmatch(r"std::vector\s*<\s*(?:torch|at)::Tensor\s*>", ret):  # as many as each `return {...}` lists
+        own = parsing.strip_comments(fn.get("own") or fn["code"])
+        sizes = {len(parsing.split_args(own, m.end(), "({[", ")}]") or []) for m in re.finditer(r"\breturn\s*\{", own)}
+        return ret, sizes.pop() if len(sizes) == 1 else 0
     return ret, 0
 
 
@@ -329,14 +333,16 @@ def call_args(fn: dict, args: list[str]) -> tuple[list[str], list[str], list[tup
     `sftbuild_t(k)`, a scratch output `sftbuild_scratch()`; locals, so a `Tensor&` parameter binds),
     the call's arguments, and (returned value, tensor) pairs, each result to copy into its output."""
     found = roles(fn)
-    single = returns(fn)[0].endswith("Tensor")
+    ret = returns(fn)[0]
+    single, listed = ret.endswith("Tensor"), ret.startswith("std::vector")
     decls, call, rets = [], [], []
     for r, a in zip(found, args):
         kind, _, v = a.partition(":")
         if r["name"].startswith("return:"):
             if kind == "t":
                 k = int(r["name"].split(":")[1])
-                rets.append(("sftbuild_ret" if single else f"std::get<{k}>(sftbuild_ret)", f"sftbuild_t({int(v)})"))
+                rets.append(("sftbuild_ret" if single else f"sftbuild_ret[{k}]" if listed else
+                             f"std::get<{k}>(sftbuild_ret)", f"sftbuild_t({int(v)})"))
             continue
         if kind in ("t", "scratch"):
             decls.append(f"at::Tensor sftbuild_arg{len(decls)} = "
