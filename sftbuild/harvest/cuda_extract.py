@@ -152,6 +152,8 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             text = _text(src, u)
             launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname,
                                                   _params(text.split("{", 1)[0], kname))
+            if not ref and launcher is None:  # none in the repository: one of ours, where the kernel is flat
+                launcher = generated_launcher(kname, _params(text.split("{", 1)[0], kname), text)
             if launcher and launcher.get("launches"):  # one record for the kernels one launcher runs together
                 need |= siblings(units, by_name, launcher["launches"])
                 code = _emit(src, _head(units, need | config, early))
@@ -1131,6 +1133,48 @@ def _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several
                                             for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m})
         return found
     return None
+
+
+FLAT_INDEX = re.compile(r"\b(\w+)\s*=\s*(?:\(\s*\w+\s*\)\s*)?(?:blockIdx\.x\s*\*\s*blockDim\.x\s*\+\s*threadIdx\.x|"
+                        r"threadIdx\.x\s*\+\s*blockIdx\.x\s*\*\s*blockDim\.x)\s*;")
+NOT_FLAT = re.compile(r"__shared__|__syncthreads|\b(?:blockIdx|threadIdx|blockDim|gridDim)\.[yz]\b|cooperative_groups|"
+                      r"\bcg::|__shfl|\bwarp|\batomic\w*\s*\(")
+
+
+def generated_launcher(kname: str, kparams: list[str], text: str) -> dict | None:
+    """A launcher of our own for a kernel the repository launches nowhere, where the kernel is flat: each
+    thread handles the element at `blockIdx.x * blockDim.x + threadIdx.x`, bounded by one of its integer
+    parameters (`if (i < n)`), with no shared memory, barriers, warp work, atomics or second grid
+    dimension; a template over one type stays one. The grid covers that size at 256 threads a block
+    (`generated` says so). None where the kernel is not flat."""
+    head, _, body = text.partition("{")
+    tparams = _type_template(head) if head.lstrip().startswith("template") else []
+    if tparams is None or len(tparams) > 1 or NOT_FLAT.search(body):
+        return None
+    params = [param_info(p) for p in kparams]
+    if not params or any(p is None for p in params):
+        return None
+    ints = {p["name"] for p in params if not p["ptr"] and p["kind"] == "int"}
+    size = None
+    for m in FLAT_INDEX.finditer(body):  # `if (idx < n)`, `idx < B * NH * N * d`: sizes and constants only
+        bound = re.search(rf"\b{re.escape(m.group(1))}\s*<\s*([\w\s*+()]+?)\s*(?:\)\s*[{{\w]|;|&&|\|\|)",
+                          body[m.end():])
+        if bound and set(WORD.findall(bound.group(1))) <= ints | {w for w in WORD.findall(bound.group(1)) if w.isdigit()}:
+            size = " ".join(bound.group(1).split())
+            break
+    if size is None:
+        return None
+    name = f"sftbuild_launch_{kname}"
+    inst = f"<{tparams[0]}>" if tparams else ""
+    args = ", ".join(p["name"] for p in params)
+    code = (f"{'template <typename ' + tparams[0] + '>' + chr(10) if tparams else ''}"
+            f"void {name}({', '.join(kparams)}) {{\n"
+            f"  {kname}{inst}<<<(({size}) + 255) / 256, 256>>>({args});\n}}\n")
+    out = {"name": name, "params": list(kparams), "code": code,
+           "generated": f"ours: a flat grid over {size} at 256 threads a block"}
+    if tparams:
+        out["template"], out["instantiated"] = tparams, []
+    return out
 
 
 def _launching_units(units, src, sites, hosts) -> list[tuple[int, str]]:

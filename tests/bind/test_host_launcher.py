@@ -307,3 +307,30 @@ def test_a_launcher_running_several_kernels_makes_one_record_and_a_macro_launch_
     assert centre["name"] == "centre" and centre["launches"] == ["row_max"]
     assert "__global__ void row_max" in kernels["sub_max"].code and "__global__" not in centre["code"]
     assert kernels["scale"].launcher is None  # its only launcher calls cuBLAS too: that work is no kernel's
+
+
+UNLAUNCHED = b"""template <typename T>
+__global__ void scale_shift(T* y, const T* x, float a, int rows, int cols) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < rows * cols) y[i] = (T)((float)x[i] * a + 1.f);
+}
+__global__ void row_sum(float* y, const float* x, int n) {
+  __shared__ float s[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.f; __syncthreads();
+  if (threadIdx.x == 0) y[blockIdx.x] = s[0];
+}
+"""
+
+
+def test_a_flat_kernel_no_one_launches_gets_a_launcher_of_ours_covering_its_bound():
+    kernels = {k.name: k for k in extract_kernels(UNLAUNCHED)[0]}
+    ours = kernels["scale_shift"].launcher
+    assert ours["generated"] == "ours: a flat grid over rows * cols at 256 threads a block"
+    assert "scale_shift<T><<<((rows * cols) + 255) / 256, 256>>>(y, x, a, rows, cols);" in ours["code"]
+    assert ours["template"] == ["T"] and unprobeable(ours) is None
+    assert kernels["row_sum"].launcher is None  # shared memory and a barrier: its grid is the kernel's own design
+    rec = Record(language="cuda", code=kernels["scale_shift"].code, source="t",
+                 entry={"kernels": ["scale_shift"], "launcher": ours, "params": kernels["scale_shift"].params})
+    task = HostLauncher().plan(rec)
+    assert task and "sftbuild_launch_scale_shift<__half>((__half*)ptrs[0]" in task["harness"]
