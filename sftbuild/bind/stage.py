@@ -110,7 +110,8 @@ def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0
                     continue
                 why = b.why_not(rec)
                 declined[rec.id].append(f"{b.name}: {why}" if why else b.name)
-                causes[rec.id].append(b.cause(rec))
+                if b.runs_code:  # a static binder's reading of names says less than a probe's plan could
+                    causes[rec.id].append(b.cause(rec))
             else:
                 cause = B.furthest(causes[rec.id]) if (rec.entry or {}).get("kernels") else "no_entry_point"
                 yield rec, None, _reason(rec, declined[rec.id]), {**evidence[rec.id], "cause": cause}

@@ -25,8 +25,9 @@ the Triton interpreter; never in the stage's own process. The stage sets the tas
 (`cuda`, or `cpu` under the interpreter, where bf16 arithmetic is wrong) unless the plan did. The task returns
 `{"binding": {...}, "evidence": {...}}` or `{"unbound": "reason sentence", "evidence": {...}}`, and
 `accept(record, result)` turns that into a Binding (or a binding dict) with how `probed`, or None.
-A declined record carries a cause code (`CAUSES`): a task's result says it (`cause`), a binder
-that made no task says it through `cause(record)`; the bind stage keeps the furthest one reached.
+A declined record carries a cause code (`CAUSES`): a task's result says it (`cause`), a running
+binder that made no task says it through `cause(record)`; the bind stage keeps the furthest one
+reached (no_op_matched where only static binders applied).
 Running binders see every language unless they set `languages`.
 
 `how` says how a binder's answers were found (default: its name when that is a `how`, else
