@@ -3,7 +3,7 @@ record's own code through the compile gate validate uses (its headers, include s
 with the reasons of those that do not. For the compile column of the CUDA yield table on a CPU host
 (validate drops an unbound record before compiling it).
 
-    sftbuild harvest SOURCE_DIR -w WS && python bench/cuda_compile.py WS [--arch sm_90] [--workers 2]
+    sftbuild harvest SOURCE_DIR -w WS && python bench/cuda_compile.py WS [--arch sm_90] [--workers 2] [--timeout S]
 """
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ def main() -> None:
     ap.add_argument("workspace")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=0, help="seconds per compile (default: validate's)")
     args = ap.parse_args()
     cfg = Config().validate
     cfg.arch = args.arch
+    cfg.compile_timeout = args.timeout or cfg.compile_timeout
     cache = os.path.join(tempfile.gettempdir(), "sftbuild-compile-bench")
     s = Store(args.workspace)
     recs = [r for r in s.records() if r.language == "cuda"]

@@ -642,7 +642,9 @@ INCLUDE_LINE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 def late_includes(files: dict[str, bytes]) -> dict[str, bytes]:
     """For headers included after code by another file of the same source, that file's text
-    up to the #include: the context the header relies on (e.g. Loops.cuh -> CUDALoops.cuh)."""
+    up to the #include: the context the header relies on (e.g. Loops.cuh -> CUDALoops.cuh); and
+    so for a header naming torch's namespaces after torch headers it does not include itself
+    (apex's scaled_masked_softmax.h, whose c10::BFloat16 its .cu's <ATen/ATen.h> declares)."""
     out: dict[str, bytes] = {}
     by_base: dict[str, list[str]] = {}
     for r in files:
@@ -655,9 +657,14 @@ def late_includes(files: dict[str, bytes]) -> dict[str, bytes]:
             if hit is None or hit == rel or hit in out:
                 continue
             before = data[:m.start()]
-            if _has_code(before):
-                out[hit] = before
+            if _has_code(before) or (TORCH_NAMES.search(files[hit])
+                                     and set(TORCH_INCLUDE.findall(before)) - set(TORCH_INCLUDE.findall(files[hit]))):
+                out[hit] = before  # ... or a header naming torch's types that its includer's includes declare
     return out
+
+
+TORCH_NAMES = re.compile(rb"\b(?:c10|at|torch)::")
+TORCH_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]((?:torch|ATen|c10)/[^>"]+)', re.M)
 
 
 def _has_code(text: bytes) -> bool:
