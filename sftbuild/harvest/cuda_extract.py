@@ -1278,23 +1278,33 @@ def needed_includes(code: str, includes: list[str], headers: dict[str, str]) -> 
     `code` names, themselves or through the headers they include: a binding file's header of cuBLAS
     wrappers that its layer norm never calls must not fail that function's build."""
     words = set(WORD.findall(code))
+    own: dict[str, set[str]] = {}  # each header's own names, parsed once
 
-    def defined(rel: str, seen: set[str]) -> set[str]:
-        seen.add(rel)
-        data = headers[rel].encode()
-        units: list[Unit] = []
-        _collect(cuda_parser().parse(mask_attributes(data)).root_node, data, (), units, [], top=True)
-        out = set().union(*(u.defines for u in units))
-        for m in INCLUDE_LINE.finditer(data):
-            for r in _header_of(m.group(1).decode("utf-8", "replace"), headers):
-                out |= defined(r, seen) if r not in seen else set()
-        return out
+    def names(rel: str) -> set[str]:
+        if rel not in own:
+            data = headers[rel].encode()
+            units: list[Unit] = []
+            _collect(cuda_parser().parse(mask_attributes(data)).root_node, data, (), units, [], top=True)
+            own[rel] = set().union(*(u.defines for u in units))
+        return own[rel]
+
+    def uses(rels: list[str]) -> bool:  # whether these headers, or those they include, define a name `code` uses
+        seen, todo = set(rels), list(rels)
+        while todo:
+            rel = todo.pop()
+            if names(rel) & words:
+                return True
+            for m in INCLUDE_LINE.finditer(headers[rel].encode()):
+                more = set(_header_of(m.group(1).decode("utf-8", "replace"), headers)) - seen
+                seen |= more
+                todo += sorted(more)
+        return False
 
     kept = []
     for line in includes:
         m = INCLUDE_LINE.match(line.encode())
         rels = _header_of(m.group(1).decode("utf-8", "replace"), headers) if m else []
-        if not rels or any(defined(r, set()) & words for r in rels):
+        if not rels or uses(rels):
             kept.append(line)  # a system or library header, or one the code uses
     return kept
 

@@ -282,7 +282,13 @@ class Harvest:
         for _, found in self.ctx.executor.map_cpu(find_callers, [(files, names, sorted(launching))],
                                                   desc="extension functions"):
             callers = {} if isinstance(found, WorkerFailure) else found
-        out = []
+        out, read_ = [], {}
+
+        def read(rel: str) -> dict:  # a file's headers, read once however many records name it
+            if rel not in read_:
+                read_[rel] = self._read_headers(tree, rel)
+            return read_[rel]
+
         for rec, span in raw:
             fns = sorted(callers.get(rec.entry["launcher"]["name"]) or [], key=lambda f: not f.get("exposed"))
             fns = [f for f in fns if f["path"] != (rec.provenance or {}).get("path")
@@ -290,8 +296,7 @@ class Harvest:
             if fns:
                 entry = {**rec.entry, "extensions": fns}
                 # the headers of the record's file and of each function's, cut to what they all use
-                locals_ = [self._read_headers(tree, rel) for rel in [f["path"] for f in fns[::-1]]
-                           + [(rec.provenance or {}).get("path") or ""]]
+                locals_ = [read(rel) for rel in [f["path"] for f in fns[::-1]] + [(rec.provenance or {}).get("path") or ""]]
                 used = rec.code + json.dumps([rec.entry.get("launcher"), fns])
                 every = {k: v for lo in locals_ for k, v in (lo.get("headers") or {}).items()}
                 fns = [{**f, "includes": needed_includes(f["code"], f["includes"], every)} for f in fns]
