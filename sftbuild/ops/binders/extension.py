@@ -114,30 +114,36 @@ def function_of(record) -> dict | None:
     if len(fn.get("template") or ()) == 1 or fn.get("qualified"):
         code = record.code + fn["code"]  # half where the code or its headers name it, bfloat16 where the code does
         half = re.search(r"\b__half\b|cuda_fp16", code + "".join((entry.get("headers") or {}).values()))
-        return wrapper(fn, ["__half"] * bool(half) + ["__nv_bfloat16"] * bool(re.search(r"\b__nv_bfloat16\b", code)))
+        types = ["float"] + ["__half"] * bool(half) + ["__nv_bfloat16"] * bool(re.search(r"\b__nv_bfloat16\b", code))
+        if fn.get("path") and launcher and not launcher.get("template"):  # a raw launcher of fixed types (one
+            named = set(WORD.findall(" ".join(launcher.get("params") or ())))  # overload of several) takes those only
+            types = [t for t in types if t in named or (t == "__half" and "half" in named)] or types
+        return wrapper(fn, types)
     return fn
 
 
 def wrapper(fn: dict, types: list[str]) -> dict:
     """`fn` with a function of the global namespace calling it appended, as that function: a template
-    over one type at the dtype of its first tensor (float32, and those of `types`, the half types the
-    code names: its headers declare them), a function inside namespaces by its qualified name."""
+    over one type at the dtype of its first tensor, among `types` (C types: float, __half,
+    __nv_bfloat16; the first for any other dtype), a function inside namespaces by its qualified name."""
     params = [re.sub(r"\s*=[^,]*$", "", p) for p in fn["params"]]
     names = [_plain(p).split()[-1] for p in params]
     ret = returns(fn)[0] or "void"
     name, call, callee = f"sftbuild_{fn['name']}", ", ".join(names), "::" + (fn.get("qualified") or fn["name"])
     if fn.get("template"):
         first = next(n for p, n in zip(params, names) if TENSOR.match(_plain(p)))
-        cases = [(st, ct) for st, ct in (("at::kHalf", "__half"), ("at::kBFloat16", "__nv_bfloat16")) if ct in types]
-        body = "".join(f"    case {st}: return {callee}<{ct}>({call});\n" for st, ct in cases)
-        body = f"  switch ({first}.scalar_type()) {{\n{body}    default: return {callee}<float>({call});\n  }}\n"
+        cases = "".join(f"    case {SCALAR_TYPES[ct]}: return {callee}<{ct}>({call});\n" for ct in types[1:])
+        body = f"  switch ({first}.scalar_type()) {{\n{cases}    default: return {callee}<{types[0]}>({call});\n  }}\n"
     else:
         body = f"  return {callee}({call});\n"
     code = f"\n{ret} {name}({', '.join(params)}) {{\n{body}}}\n"
-    dtypes = ["float32"] + [d for t, d in (("__half", "float16"), ("__nv_bfloat16", "bfloat16")) if t in types]
-    dtypes = dtypes if fn.get("template") else None
+    dtypes = [launched.DTYPES[t][0] for t in types] if fn.get("template") else None
     return {**{k: v for k, v in fn.items() if k != "template"}, "name": name, "params": params, "wraps": fn["name"],
             "code": fn["code"] + code, "wrapper": code, **({"dtypes": dtypes} if dtypes else {})}
+
+
+SCALAR_TYPES = {"float": "at::kFloat", "__half": "at::kHalf", "__nv_bfloat16": "at::kBFloat16"}
+WORD = re.compile(r"\w+")
 
 
 def takes_tensors(fn: dict) -> bool:
