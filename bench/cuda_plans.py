@@ -63,7 +63,7 @@ def main(root: str) -> None:
             else:
                 why[f"{b.name}: {b.why_not(rec)[:90]}"] += 1
     print(", ".join(f"{k} {v}" for k, v in n.items()))
-    for reason, count in why.most_common(8):
+    for reason, count in why.most_common(int(sys.argv[2]) if len(sys.argv) > 2 else 8):
         print(f"  {count:4d}  {reason}")
 
 

@@ -1166,7 +1166,7 @@ def generated_launcher(kname: str, kparams: list[str], text: str) -> dict | None
     for m in FLAT_INDEX.finditer(body):  # `if (idx < n)`, `idx < B * NH * N * d`: sizes and constants only
         bound = re.search(rf"\b{re.escape(m.group(1))}\s*<\s*([\w\s*+()]+?)\s*(?:\)\s*[{{\w]|;|&&|\|\|)",
                           body[m.end():])
-        if bound and set(WORD.findall(bound.group(1))) <= ints | {w for w in WORD.findall(bound.group(1)) if w.isdigit()}:
+        if bound and {w for w in WORD.findall(bound.group(1)) if not w.isdigit()} <= ints:
             size = " ".join(bound.group(1).split())
             break
     if size is None:

@@ -26,8 +26,8 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest import specs
-from sftbuild.harvest.cuda_extract import (CALLER_EXT, calls_fit, include_dirs, late_includes, local_headers, macros_tested,
-                                           needed_includes, prune_headers)
+from sftbuild.harvest.cuda_extract import (CALLER_EXT, calls_fit, include_dirs, late_includes, local_headers,
+                                           macros_tested, needed_includes, prune_headers)
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.triton_extract import module_of
 from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, find_callers, parse_files
@@ -296,14 +296,15 @@ class Harvest:
             if fns:
                 entry = {**rec.entry, "extensions": fns}
                 # the headers of the record's file and of each function's, cut to what they all use
-                locals_ = [read(rel) for rel in [f["path"] for f in fns[::-1]] + [(rec.provenance or {}).get("path") or ""]]
+                rels = [f["path"] for f in fns[::-1]] + [(rec.provenance or {}).get("path") or ""]
+                locals_ = [read(rel) for rel in rels]
                 used = rec.code + json.dumps([rec.entry.get("launcher"), fns])
                 every = {k: v for lo in locals_ for k, v in (lo.get("headers") or {}).items()}
                 fns = [{**f, "includes": needed_includes(f["code"], f["includes"], every)} for f in fns]
                 entry["extensions"] = fns
                 entry["headers"] = prune_headers(every, used)
-                entry["include_dirs"] = list(dict.fromkeys([*(entry.get("include_dirs") or []),
-                                                            *(d for lo in locals_ for d in lo.get("include_dirs") or [])]))
+                dirs = [d for lo in locals_ for d in lo.get("include_dirs") or []]
+                entry["include_dirs"] = list(dict.fromkeys([*(entry.get("include_dirs") or []), *dirs]))
                 entry["include_sets"] = list(dict.fromkeys([*(entry.get("include_sets") or []), "torch"]))
                 rec = Record(language=rec.language, code=rec.code, source=rec.source, entry=entry,
                              binding=rec.binding, provenance=rec.provenance)

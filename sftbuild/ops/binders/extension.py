@@ -255,7 +255,8 @@ def unprobeable(fn: dict) -> str | None:
 def torch_work(fn: dict) -> str | None:
     """The first torch op, tensor arithmetic or library call the function computes with besides
     launching its kernel (what would make a match torch's work, not the kernel's), or None."""
-    code = re.sub(r"\"(?:\\.|[^\"\\])*\"", " ", parsing.strip_comments(fn.get("own") or fn["code"]))  # nor string literals
+    own = parsing.strip_comments(fn.get("own") or fn["code"])  # the function alone, not the launcher it calls
+    code = re.sub(r"\"(?:\\.|[^\"\\])*\"", " ", own)  # nor string literals
     for m in TORCH_CALL.finditer(code):
         if not TORCH_ALLOWED.match(m.group(1).split("::")[-1]) and not m.group(1).startswith(("cuda::", "detail::")):
             return f"{m.group(0).rstrip('( ')}"

@@ -4,8 +4,9 @@ Invariants:
   * `bind` answers None: only agreement on a GPU makes a binding (plan -> probe -> accept).
   * A launcher is probed when harvest found one for the record (`entry["launcher"]`: one launching its
     kernel and no other; else one launching the record's kernels together, `launches`; else one of
-    harvest's own for a flat kernel, `generated`), and each of its parameters has a role (`roles`): a pointer (an input when
-    `const`, else a written buffer: an output), a size, a float scalar, a stream or a block size.
+    harvest's own for a flat kernel, `generated`), and each of its parameters has a role (`roles`):
+    a pointer (an input when `const`, else a written buffer: an output), a size, a float scalar, a
+    stream or a block size.
   * Every written buffer is an output: the op's outputs are compared where the op defines them, the
     rest get scratch buffers (llm.c's `layernorm_forward` writes mean and rstd beside `out`).
   * The probe harness (`probe_harness`) calls the launcher with the pointers, sizes and scalars in
