@@ -1318,7 +1318,8 @@ def siblings(units: list[Unit], by_name, names: list[str]) -> set[int]:
     """The units the kernels `names` need: a launcher running several kernels brings them into the record."""
     out: set[int] = set()
     for j, u in enumerate(units):
-        if set(u.kernels) & set(names):
+        # an explicit specialization's primary template is declared apart, under the same name
+        if set(u.kernels) & set(names) or u.defines & set(names) and not u.kernels and not u.function:
             out |= _closure(j, units, by_name)
     return out
 

@@ -334,3 +334,18 @@ def test_a_flat_kernel_no_one_launches_gets_a_launcher_of_ours_covering_its_boun
                  entry={"kernels": ["scale_shift"], "launcher": ours, "params": kernels["scale_shift"].params})
     task = HostLauncher().plan(rec)
     assert task and "sftbuild_launch_scale_shift<__half>((__half*)ptrs[0]" in task["harness"]
+
+
+SPECIALIZED_SIBLING = b"""template <typename T> __global__ void copy_rows(T* y, const T* x, int n);
+template <> __global__ void copy_rows<float>(float* y, const float* x, int n) { y[threadIdx.x] = x[threadIdx.x]; }
+__global__ void copy_rows_v2(float* y, const float* x, int n) { y[threadIdx.x] = 2.f * x[threadIdx.x]; }
+void launch_copy_rows(float* y, const float* x, int n, bool v2) {
+  if (v2) copy_rows_v2<<<1, 32>>>(y, x, n); else copy_rows<float><<<1, 32>>>(y, x, n);
+}
+"""
+
+
+def test_a_sibling_kernel_that_is_an_explicit_specialization_brings_its_primary_template():
+    v2 = next(k for k in extract_kernels(SPECIALIZED_SIBLING)[0] if k.name == "copy_rows_v2")
+    assert v2.launcher["launches"] == ["copy_rows"]
+    assert v2.code.index("template <typename T> __global__ void copy_rows(") < v2.code.index("template <>")
