@@ -1137,7 +1137,8 @@ def _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several
         if tparams:  # a template over types: the types the file instantiates it with, where it says
             found["template"] = tparams
             found["instantiated"] = sorted({m.group(1) for inst in _instantiations(units, src, site["function"])
-                                            for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m})
+                                            for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m}
+                                           | _macro_instantiations(units, src, site["function"]))
         return found
     return None
 
@@ -1181,6 +1182,19 @@ def generated_launcher(kname: str, kparams: list[str], text: str) -> dict | None
            "generated": f"ours: a flat grid over {size} at 256 threads a block"}
     if tparams:
         out["template"], out["instantiated"] = tparams, []
+    return out
+
+
+def _macro_instantiations(units: list[Unit], src: bytes, name: str) -> set[str]:
+    """The types a file instantiates template `name` at through a macro of its own (DeepSpeed's
+    `#define INSTANTIATE_FUSED_LN(T) template void launch_fused_ln(T*, ...);` then `INSTANTIATE_FUSED_LN(__half);`)."""
+    text = src.decode("utf-8", "replace")
+    out: set[str] = set()
+    for u in units:
+        body = _text(src, u) if u.origin is src else ""
+        m = re.match(r"\s*#\s*define\s+(\w+)\s*\(\s*\w+\s*\)", body)
+        if m and re.search(rf"\btemplate\s+[^;]*\b{re.escape(name)}\b", body):
+            out |= set(re.findall(rf"^[ \t]*{m.group(1)}\s*\(\s*([\w:]+)\s*\)", text, re.M))
     return out
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from sftbuild.harvest.cuda_extract import extract_kernels
 from sftbuild.ops.binders import BINDERS
-from sftbuild.ops.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
-                                           size_value, unprobeable, written)
+from sftbuild.ops.binders.launched import (HostLauncher, call_args, dimension_values, dtypes_of, mappings, roles,
+                                           shortlist, size_value, unprobeable, written)
 from sftbuild.record import Record
 from tests.conftest import HAS_NVCC
 
@@ -349,3 +349,18 @@ def test_a_sibling_kernel_that_is_an_explicit_specialization_brings_its_primary_
     v2 = next(k for k in extract_kernels(SPECIALIZED_SIBLING)[0] if k.name == "copy_rows_v2")
     assert v2.launcher["launches"] == ["copy_rows"]
     assert v2.code.index("template <typename T> __global__ void copy_rows(") < v2.code.index("template <>")
+
+
+MACRO_INSTANTIATED = b"""#include <cuda_fp16.h>
+template <typename T> __global__ void neg(T* y, const T* x, int n) { int i = threadIdx.x; if (i < n) y[i] = -x[i]; }
+template <typename T> void launch_neg(T* y, const T* x, int n, cudaStream_t s) { neg<T><<<1, 256, 0, s>>>(y, x, n); }
+#define INSTANTIATE_NEG(T) template void launch_neg<T>(T*, const T*, int, cudaStream_t);
+INSTANTIATE_NEG(__half)
+INSTANTIATE_NEG(float);
+"""
+
+
+def test_a_template_launcher_instantiated_through_a_macro_is_probed_at_those_types():
+    (k,), _ = extract_kernels(MACRO_INSTANTIATED)
+    assert k.launcher["instantiated"] == ["__half", "float"]
+    assert dtypes_of(roles(k.launcher["params"]), k.launcher) == ["float32", "float16"]
