@@ -1153,8 +1153,8 @@ def generated_launcher(kname: str, kparams: list[str], text: str) -> dict | None
     """A launcher of our own for a kernel the repository launches nowhere, where the kernel is flat: each
     thread handles the element at `blockIdx.x * blockDim.x + threadIdx.x`, bounded by one of its integer
     parameters (`if (i < n)`), with no shared memory, barriers, warp work, atomics or second grid
-    dimension; a template over one type stays one. The grid covers that size at 256 threads a block
-    (`generated` says so). None where the kernel is not flat."""
+    dimension; a template over one type stays one. The grid covers that size at 256 threads a block,
+    or fewer where its launch bounds say so (`generated` says so). None where the kernel is not flat."""
     head, _, body = text.partition("{")
     tparams = _type_template(head) if head.lstrip().startswith("template") else []
     if tparams is None or len(tparams) > 1 or NOT_FLAT.search(body):
@@ -1170,16 +1170,19 @@ def generated_launcher(kname: str, kparams: list[str], text: str) -> dict | None
         if bound and {w for w in WORD.findall(bound.group(1)) if not w.isdigit()} <= ints:
             size = " ".join(bound.group(1).split())
             break
-    if size is None:
-        return None
+    bounds = re.search(r"__launch_bounds__\s*\(\s*([^,)]*)", head)
+    threads = int(bounds.group(1)) if bounds and bounds.group(1).strip().isdigit() else 256
+    if size is None or bounds and not bounds.group(1).strip().isdigit():
+        return None  # a block size bounded by an expression we cannot read
+    threads = min(threads, 256)  # at most what its launch bounds allow
     name = f"sftbuild_launch_{kname}"
     inst = f"<{tparams[0]}>" if tparams else ""
     args = ", ".join(p["name"] for p in params)
     code = (f"{'template <typename ' + tparams[0] + '>' + chr(10) if tparams else ''}"
             f"void {name}({', '.join(kparams)}) {{\n"
-            f"  {kname}{inst}<<<(({size}) + 255) / 256, 256>>>({args});\n}}\n")
+            f"  {kname}{inst}<<<(({size}) + {threads - 1}) / {threads}, {threads}>>>({args});\n}}\n")
     out = {"name": name, "params": list(kparams), "code": code,
-           "generated": f"ours: a flat grid over {size} at 256 threads a block"}
+           "generated": f"ours: a flat grid over {size} at {threads} threads a block"}
     if tparams:
         out["template"], out["instantiated"] = tparams, []
     return out

@@ -330,6 +330,9 @@ def test_a_flat_kernel_no_one_launches_gets_a_launcher_of_ours_covering_its_boun
     assert "scale_shift<T><<<((rows * cols) + 255) / 256, 256>>>(y, x, a, rows, cols);" in ours["code"]
     assert ours["template"] == ["T"] and unprobeable(ours) is None
     assert kernels["row_sum"].launcher is None  # shared memory and a barrier: its grid is the kernel's own design
+    (bounded,), _ = extract_kernels(b"__global__ void __launch_bounds__(128) f(float* y, int n) {\n"
+                                    b"  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 1.f;\n}\n")
+    assert "f<<<((n) + 127) / 128, 128>>>(y, n);" in bounded.launcher["code"]  # within its launch bounds
     rec = Record(language="cuda", code=kernels["scale_shift"].code, source="t",
                  entry={"kernels": ["scale_shift"], "launcher": ours, "params": kernels["scale_shift"].params})
     task = HostLauncher().plan(rec)
