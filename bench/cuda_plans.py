@@ -57,11 +57,14 @@ def main(root: str) -> None:
             if fns:
                 rec.entry["extensions"] = fns
                 n["called by another file's extension function"] += 1
+        planned = False
         for b in binders:
             if b.plan(rec):
                 n[f"{b.name} plans"] += 1
+                planned = True
             else:
                 why[f"{b.name}: {b.why_not(rec)[:90]}"] += 1
+        n["records with a plan"] += planned
     print(", ".join(f"{k} {v}" for k, v in n.items()))
     for reason, count in why.most_common(int(sys.argv[2]) if len(sys.argv) > 2 else 8):
         print(f"  {count:4d}  {reason}")
