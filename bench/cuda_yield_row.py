@@ -1,5 +1,5 @@
 """One row of the CUDA yield table for a workspace: records, compiled, bound, validated ok, and what
-stops the rest (each drop reason and unbound cause, counted).
+stops the rest (`status`'s blockers: each validate drop reason, and each unbound record's cause code).
 
     python bench/cuda_yield_row.py WORKSPACE NAME
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import sys
 
+from sftbuild.funnel import blockers
 from sftbuild.store import Store
 
 # validate's reasons for a record that did not compile (the kernel's fault or the toolchain's)
@@ -23,8 +24,7 @@ def main(ws: str, name: str) -> None:
     bound = [r for r in recs if r.binding]
     ok = [r for r in recs if res.get(r.id, {}).get("status") == "ok"]
     how = collections.Counter((r.binding or {}).get("by") for r in bound)
-    stops = collections.Counter(res[r.id].get("reason") for r in recs
-                                if r.id in res and res[r.id].get("status") != "ok")
+    stops = collections.Counter(blockers(s.funnel()))  # by cause: compile failures, and unbound records by code
     n = max(1, len(recs))
     print(f"| {name} | {len(recs)} | {len(compiled)} ({100 * len(compiled) / n:.0f}%) | {len(bound)} "
           f"({100 * len(bound) / n:.0f}%; {', '.join(f'{h} {c}' for h, c in how.most_common())}) | {len(ok)} "

@@ -155,3 +155,19 @@ def summary(evidence: dict | None) -> str:
     if ev.get("why"):
         parts.append(str(ev["why"]))
     return "; ".join(parts)
+
+
+# why a record stays unbound: the cause codes binders report, furthest reached last
+CAUSES = ("no_entry_point", "no_op_matched", "compile_error", "missing_header", "toolchain", "import_failed",
+          "needs_gpu_to_probe")
+
+
+# a failed compile's reason (the compile gate's, validate's drop reason) -> its cause
+COMPILE_CAUSES = {"toolchain": "toolchain", "closure_error": "toolchain", "missing_header": "missing_header",
+                  "compile_error": "compile_error", "compile_timeout": "compile_error",
+                  "unsafe_include": "compile_error"}
+
+
+def furthest(causes) -> str:
+    """The cause that got furthest of `causes` (no_op_matched when there is none)."""
+    return max(causes, key=CAUSES.index, default="no_op_matched")

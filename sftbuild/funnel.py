@@ -5,23 +5,9 @@ records that did not pass, by cause, so a user sees what blocks yield in their o
 """
 from __future__ import annotations
 
-import re
 import time
 
-# validate's drop reasons for a compile that failed, by whose failure it was
-COMPILE_CAUSES = {"toolchain": "toolchain", "closure_error": "toolchain", "missing_header": "missing_header",
-                  "compile_error": "compile_error", "compile_timeout": "compile_error",
-                  "unsafe_include": "compile_error"}
-# an unbound record's reason (each binder's phrase) -> cause; the first that matches wins
-UNBOUND_CAUSES = [
-    (re.compile(r"needs a GPU"), "needs_gpu_to_probe"),
-    (re.compile(r"did not compile|did not build|did not load|incompatible_toolchain"), "toolchain"),
-    (re.compile(r"import failed"), "import_failed"),  # a dependency or the package itself, not the toolchain
-    # a function taking tensors is the extension_function binder's entry point: what its probe said decides
-    (re.compile(r"no (host )?function (taking tensors |in the record )?launches|no kernel entry|"
-                r"takes a parameter with no role|is a template|writes no pointer|returns no tensor|computes with|"
-                r"launched from another module"), "no_entry_point"),
-]
+from sftbuild.binding import COMPILE_CAUSES
 
 
 def format_runs(runs: dict) -> list[str]:
@@ -77,10 +63,10 @@ def _bindings(counts: dict) -> str:
 
 
 def blockers(funnel: dict) -> dict[str, int]:
-    """What stops records, by cause: a failed compile or an import the installed Triton or torch cannot
-    satisfy (toolchain, missing_header, compile_error), another failed import (import_failed), no
-    entry point a binder can call (no_entry_point), a probe that found no op (no_op_matched), probing
-    that waits for a GPU, and every other validate drop under its own reason."""
+    """What stops records, by cause: validate's failed compiles (toolchain, missing_header,
+    compile_error), the cause code each unbound record's binders reported (`binding.CAUSES`: their
+    probes' builds and imports, no entry point, no op matched, probing that waits for a GPU), and
+    every other validate drop under its own reason."""
     out: dict[str, int] = {}
     validate = funnel["stages"].get("validate") or {"dropped": {}}
     for reason, n in validate["dropped"].items():
@@ -88,10 +74,7 @@ def blockers(funnel: dict) -> dict[str, int]:
             continue  # counted by the binders' reasons below
         cause = COMPILE_CAUSES.get(reason, reason)
         out[cause] = out.get(cause, 0) + n
-    unbound = funnel.get("unbound_at_validate")
-    if unbound is None:  # validate has not run: every unbound record is stopped there
-        unbound = (funnel.get("bindings") or {}).get("unbound", {})
-    for reason, n in unbound.items():
-        cause = next((c for pattern, c in UNBOUND_CAUSES if pattern.search(reason or "")), "no_op_matched")
+    for cause, n in (funnel.get("unbound_causes") or {}).items():  # the codes the binders reported
+        cause = cause or "unclassified"  # bound before binders reported causes: rebinding classifies it
         out[cause] = out.get(cause, 0) + n
     return out

@@ -806,6 +806,12 @@ class Store:
                 "SELECT COALESCE(b.reason, ''), COUNT(*) FROM results s JOIN bindings b ON b.record_id = s.record_id "
                 "WHERE s.stage='validate' AND s.config_hash=? AND s.status='dropped' AND s.reason='unbound' "
                 "GROUP BY b.reason", (chash,)).fetchall())
+        # the same records by the cause code their binders reported ('' for a row bound before causes were kept)
+        where = ("JOIN results s ON s.record_id = b.record_id AND s.stage='validate' AND s.config_hash=? "
+                 "AND s.status='dropped' AND s.reason='unbound'" if chash is not None else "WHERE b.status='unbound'")
+        out["unbound_causes"] = dict(self.db.execute(
+            f"SELECT COALESCE(json_extract(b.evidence, '$.cause'), ''), COUNT(*) FROM bindings b {where} "
+            "GROUP BY 1", (chash,) if chash is not None else ()).fetchall())
         return out
 
     def binding_counts(self) -> dict:

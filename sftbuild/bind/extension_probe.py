@@ -30,6 +30,7 @@ from sftbuild import ops
 from sftbuild.ops import special
 from sftbuild.bind.binders import extension as ext
 from sftbuild.trial import pyrun
+from sftbuild.bind.binders import COMPILE_CAUSES
 from sftbuild.bind.launcher_probe import MIN_SHAPES, search
 from sftbuild.bind.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes
 
@@ -38,10 +39,10 @@ def probe(task: dict) -> dict:
     start = time.monotonic()
     deadline = start + float(task.get("time_limit", ext.PROBE_SECONDS))
     if task.get("device", "cuda") != "cuda" or not torch.cuda.is_available():
-        return {"unbound": "probing an extension function needs a GPU", "evidence": {}}
-    fn, why = build(task)
+        return {"unbound": "probing an extension function needs a GPU", "cause": "needs_gpu_to_probe", "evidence": {}}
+    fn, why, cause = build(task)
     if fn is None:
-        return {"unbound": why, "evidence": {"seconds": round(time.monotonic() - start, 2)}}
+        return {"unbound": why, "cause": cause, "evidence": {"seconds": round(time.monotonic() - start, 2)}}
     return run_probe(fn, task, start, deadline)
 
 
@@ -54,7 +55,7 @@ def run_probe(fn, task: dict, start: float, deadline: float, dev: str = "cuda") 
 
 
 def build(task: dict):
-    """(the module's function, "") or (None, why the build failed)."""
+    """(the module's function, "", "") or (None, why the build failed, its cause code)."""
     from sftbuild.trial import extension
 
     cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or os.path.join(tempfile.gettempdir(), "sftbuild-probe-cache")
@@ -71,11 +72,12 @@ def build(task: dict):
     if not res.get("ok"):
         log = (res.get("log") or "").strip().splitlines()
         first = next((line for line in log if "error" in line), log[0] if log else "")
-        return None, f"the extension function's module did not build ({res.get('reason')}): {first}"[:400]
+        return (None, f"the extension function's module did not build ({res.get('reason')}): {first}"[:400],
+                COMPILE_CAUSES.get(res.get("reason"), "compile_error"))
     try:
-        return getattr(extension.load(name, res["so"]), task["function"]), ""
+        return getattr(extension.load(name, res["so"]), task["function"]), "", ""
     except Exception as e:  # a module that builds yet does not load (an undefined symbol)
-        return None, f"the extension function's module did not load: {type(e).__name__}: {str(e)[:200]}"
+        return None, f"the extension function's module did not load: {type(e).__name__}: {str(e)[:200]}", "toolchain"
 
 
 def _try_op(fn, op, task, deadline, dev) -> tuple[dict | None, str]:

@@ -30,7 +30,7 @@ import torch
 from sftbuild import ops
 from sftbuild.ops import special
 from sftbuild.trial_types import CompileTask
-from sftbuild.bind.binders import launched
+from sftbuild.bind.binders import COMPILE_CAUSES, launched
 from sftbuild.trial import pyrun
 from sftbuild.bind.probe import MAX_PROBE_NUMEL_GPU, probe_shapes
 from sftbuild.trial.trials import load_file_harness
@@ -45,10 +45,10 @@ def probe(task: dict) -> dict:
     start = time.monotonic()
     deadline = start + float(task.get("time_limit", launched.PROBE_SECONDS))
     if task.get("device", "cuda") != "cuda" or not torch.cuda.is_available():
-        return {"unbound": "probing a host launcher needs a GPU", "evidence": {}}
-    fns, why = _build(task)
+        return {"unbound": "probing a host launcher needs a GPU", "cause": "needs_gpu_to_probe", "evidence": {}}
+    fns, why, cause = _build(task)
     if not fns:
-        return {"unbound": why, "evidence": {}}
+        return {"unbound": why, "cause": cause, "evidence": {}}
     return search(task["shortlist"], lambda op: _try_op(fns, op, task, deadline), start, deadline,
                   "the launcher's outputs")
 
@@ -74,15 +74,15 @@ def search(shortlist, attempt, start: float, deadline: float, what: str, extra: 
         if found:
             return {"binding": found, "evidence": {**found.pop("evidence"), **seen}}
         rejected.append({"op": name, "why": why[:300]})
-    return {"unbound": f"no shortlisted op matched {what} ({len(tried)} tried: "
+    return {"cause": "no_op_matched", "unbound": f"no shortlisted op matched {what} ({len(tried)} tried: "
                        + "; ".join(f"{r['op']}: {r['why'][:80]}" for r in rejected[:4]) + ")",
             "evidence": {**extra, "candidates_tried": tried, "candidates_rejected": rejected,
                          "seconds": round(time.monotonic() - start, 2)}}
 
 
-def _build(task: dict) -> tuple[dict, str]:
+def _build(task: dict) -> tuple[dict, str, str]:
     """{dtype: the harness's `sftbuild_raw_call_<dtype>`} for the dtypes whose instantiation compiles,
-    and why none did. One build of every dtype first; where it fails, one per dtype."""
+    why none did, and its cause code. One build of every dtype first; where it fails, one per dtype."""
     from sftbuild.trial.compile import compile_task
 
     major, minor = torch.cuda.get_device_capability()
@@ -91,23 +91,25 @@ def _build(task: dict) -> tuple[dict, str]:
                        arch=f"sm_{major}{minor}", timeout=120, cache_dir=cache, headers=task.get("headers") or {},
                        include_dirs=task.get("include_dirs") or [])
     builds = [(task["dtypes"], task["harness"])] + [([d], src) for d, src in (task.get("harnesses") or {}).items()]
-    fns, why = {}, ""
+    fns, why, cause = {}, "", ""
     for dtypes, src in builds:
         if fns:
             break
         res = compile_task(dataclasses.replace(base, harness=src))
         if not res.get("ok"):
             why = why or f"the launcher's harness did not compile ({res.get('reason')}): {res.get('where', '')}"[:400]
+            cause = cause or COMPILE_CAUSES.get(res.get("reason"), "compile_error")
             continue
         try:  # lazily bound, as validation loads it: helpers the launcher never calls may name cuBLAS
             lib = load_file_harness(res["so"])
         except OSError as e:  # named as the harness, not by our build folder (a log scrubs that path away)
             why = why or f"the launcher's harness does not load: {str(e).replace(res['so'], 'harness.so')}"[:400]
+            cause = cause or "toolchain"
             continue
         for d in dtypes:
             fns[d] = getattr(lib, f"sftbuild_raw_call_{d}")
             fns[d].restype = ctypes.c_int
-    return fns, why
+    return fns, why, cause
 
 
 def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:

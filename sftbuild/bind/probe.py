@@ -109,7 +109,9 @@ def probe(task: dict) -> dict:
             try:
                 mod, path = pyrun.load_module(task["code"], "cand", workdir, package)
             except Exception as e:
-                return {"unbound": import_failed(e, task.get("path")), "evidence": {"candidates_tried": tried}}
+                said = import_failed(e, task.get("path"))
+                return {"unbound": said, "evidence": {"candidates_tried": tried},
+                        "cause": "toolchain" if said.startswith("incompatible_toolchain") else "import_failed"}
             with guards.LaunchCounter(path) as counter:
                 _LAUNCHES[:] = [counter, set((task.get("entry") or {}).get("kernels") or ())]
                 try:
@@ -147,7 +149,8 @@ def _search(task, mod, dev, deadline, tried) -> dict:
     entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"
                and runs_kernels(e, kernels)]
     if not entries:
-        return {"unbound": "no entry point launches its kernels", "evidence": {"candidates_tried": tried}}
+        return {"unbound": "no entry point launches its kernels", "cause": "no_entry_point",
+                "evidence": {"candidates_tried": tried}}
     names = task.get("shortlist") or []
     specs = {}
     for r in task.get("package_refs") or []:  # the package's own references, imported from its tree when first run

@@ -75,12 +75,14 @@ def _tally(run: StageRun, how: str) -> None:
 
 
 def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0):
-    """Yield (record, Binding | None, unbound reason | None, evidence) for each record.
+    """Yield (record, Binding | None, unbound reason | None, evidence) for each record; an unbound
+    record's evidence holds `cause`, the cause code of the binder that got furthest (`B.furthest`).
 
     Binders are tried in order; a running binder's tasks for all waiting records go out as one
     batch, and a record its task did not bind moves on to the next binder."""
     cursor = {r.id: 0 for r in records}  # the next binder each record tries
     declined: dict[str, list[str]] = {r.id: [] for r in records}
+    causes: dict[str, list[str]] = {r.id: [] for r in records}  # each decline's cause code (B.CAUSES)
     evidence: dict[str, dict] = {r.id: {} for r in records}
     pending = list(records)
     while pending:
@@ -108,8 +110,11 @@ def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0
                     continue
                 why = b.why_not(rec)
                 declined[rec.id].append(f"{b.name}: {why}" if why else b.name)
+                if b.runs_code:  # a static binder's reading of names says less than a probe's plan could
+                    causes[rec.id].append(b.cause(rec))
             else:
-                yield rec, None, _reason(rec, declined[rec.id]), evidence[rec.id]
+                cause = B.furthest(causes[rec.id]) if (rec.entry or {}).get("kernels") else "no_entry_point"
+                yield rec, None, _reason(rec, declined[rec.id]), {**evidence[rec.id], "cause": cause}
                 continue
             if found is not None:
                 yield rec, found, None, found.evidence
@@ -121,6 +126,8 @@ def bind(records, binders, ctx=None, probe: str = "none", timeout: float = 300.0
                 yield rec, found, None, found.evidence or ev
                 continue
             declined[rec.id].append(f"{b.name}: {why}")
+            causes[rec.id].append(result.get("cause") or "no_op_matched" if isinstance(result, dict)
+                                  else "no_op_matched")  # a probe that ran and found nothing, or died
             evidence[rec.id] = ev or evidence[rec.id]
             pending.append(rec)
 
@@ -173,7 +180,7 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
         if probe == "interpreter" and item["language"] == "triton":
             runnable.append(item)
         else:
-            yield item["n"], {"unbound": "probing this kernel needs a GPU"}
+            yield item["n"], {"unbound": "probing this kernel needs a GPU", "cause": "needs_gpu_to_probe"}
     for item, res in ctx.executor.map_interpreted(run_task, runnable, timeout=timeout, desc="bind", unit="records"):
         yield item["n"], res
 

@@ -152,6 +152,11 @@ def extract_kernels(src: bytes, prelude: bytes = b"", tested: frozenset[str] = f
             text = _text(src, u)
             launcher = None if ref else _launcher(units, src, sites, need | config | early, by_name, kname,
                                                   _params(text.split("{", 1)[0], kname))
+            if not ref and launcher is None:  # none in the repository: one of ours, where the kernel is flat
+                launcher = generated_launcher(kname, _params(text.split("{", 1)[0], kname), text)
+            if launcher and launcher.get("launches"):  # one record for the kernels one launcher runs together
+                need |= siblings(units, by_name, launcher["launches"])
+                code = _emit(src, _head(units, need | config, early))
             if launcher and any("Tensor" in p for p in launcher["params"]):  # an extension function
                 launcher["exposed"] = exposed_by(src.decode("utf-8", "replace"), launcher["name"])
             head = text.split("{", 1)[0]
@@ -197,6 +202,9 @@ def _head(units: list[Unit], need: set[int], early: set[int]) -> list[Unit]:
     return [units[j] for j in head] + [units[j] for j in sorted(need - early)]
 
 
+TRAILING_SPACE = re.compile(rb"([ \t]+)\n")
+
+
 def mask_attributes(src: bytes) -> bytes:
     """Blank attribute macros (keeping length and newlines) so the grammar sees the declaration."""
     out = bytearray(src)
@@ -222,7 +230,9 @@ def mask_attributes(src: bytes) -> bytes:
             _blank(out, m.start(), m.end())
     for m in EMPTY_CONDITIONAL.finditer(bytes(out)):
         _blank(out, m.start(), m.end())
-    return bytes(out)
+    # a `#define F(x) ` with only spaces after it swallows the next line (causal-conv1d's `#else`): the
+    # spaces move past the newline, so every byte but them keeps its offset and line
+    return TRAILING_SPACE.sub(lambda m: b"\n" + m.group(1), bytes(out))
 
 
 def _balanced(src: bytes, open_at: int) -> int | None:
@@ -560,7 +570,10 @@ def _launch_sites(root, units: list[Unit], src: bytes, kname: str, exclude: int)
             continue  # cheap byte tests before the regex
         pat = pat or _launch_pattern(kname)
         text = _text(src, u)
-        for m in pat.finditer(text):
+        # launched through a pointer to it (`auto kernel = &k<Ktraits>; kernel<<<...>>>`, causal-conv1d's and mamba's)
+        aliases = [a.group(1) for a in re.finditer(rf"\b(\w+)\s*=\s*&?\s*{re.escape(kname)}\b(?!\s*\()", text)]
+        pats = [pat] + [_launch_pattern(a) for a in aliases]
+        for m in (m for p in pats for m in p.finditer(text)):
             line = u.line_start + text.count("\n", 0, m.start())
             site = {"function": sorted(u.defines)[0] if u.defines else "", "lines": [u.line_start, u.line_end],
                     "line": line}
@@ -629,7 +642,9 @@ INCLUDE_LINE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 def late_includes(files: dict[str, bytes]) -> dict[str, bytes]:
     """For headers included after code by another file of the same source, that file's text
-    up to the #include: the context the header relies on (e.g. Loops.cuh -> CUDALoops.cuh)."""
+    up to the #include: the context the header relies on (e.g. Loops.cuh -> CUDALoops.cuh); and
+    so for a header naming torch's namespaces after torch headers it does not include itself
+    (apex's scaled_masked_softmax.h, whose c10::BFloat16 its .cu's <ATen/ATen.h> declares)."""
     out: dict[str, bytes] = {}
     by_base: dict[str, list[str]] = {}
     for r in files:
@@ -642,9 +657,14 @@ def late_includes(files: dict[str, bytes]) -> dict[str, bytes]:
             if hit is None or hit == rel or hit in out:
                 continue
             before = data[:m.start()]
-            if _has_code(before):
-                out[hit] = before
+            if _has_code(before) or (TORCH_NAMES.search(files[hit])
+                                     and set(TORCH_INCLUDE.findall(before)) - set(TORCH_INCLUDE.findall(files[hit]))):
+                out[hit] = before  # ... or a header naming torch's types that its includer's includes declare
     return out
+
+
+TORCH_NAMES = re.compile(rb"\b(?:c10|at|torch)::")
+TORCH_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]((?:torch|ATen|c10)/[^>"]+)', re.M)
 
 
 def _has_code(text: bytes) -> bool:
@@ -1078,11 +1098,16 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
     kernel's float record is launched by the float specialization."""
     hosts = set(_host_functions(units, src).values())
     ktypes = set(WORD.findall(" ".join(kparams)))
-    for site in sites:
-        i = next((j for j, u in enumerate(units) if u.line_start == site["lines"][0] and u.origin is src
-                  and site["function"] in u.defines), None)
-        if i is None or site.get("macro"):
-            continue
+    alone = _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several=False)
+    return alone or _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several=True)
+
+
+def _launcher_of(units, src, sites, have, by_name, kname, hosts, ktypes, several: bool) -> dict | None:
+    """`_launcher`'s search over the launch sites; `several`: a launcher that runs other kernels of the
+    file too is taken (it adds `launches`, those kernels), unless it calls a library (cuBLAS, cuDNN,
+    thrust, cub), whose work would be the match rather than the kernels'."""
+    for i, fname in _launching_units(units, src, sites, hosts):
+        site = {"function": fname}
         head = _text(src, units[i]).split("{", 1)[0]
         special = re.match(r"\s*template\s*<\s*>", head) and not re.search(r"__(?:device|global)__", head) and \
             re.search(rf"\b{re.escape(site['function'])}\s*(<[^(){{}};]*>)\s*\(", head)
@@ -1091,24 +1116,229 @@ def _launcher(units: list[Unit], src: bytes, sites: list[dict], have: set[int], 
         need = _closure(i, units, by_name) - have
         code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
         named = set(WORD.findall(code))
-        if any(k in named for u in units for k in u.kernels if k != kname):
+        others = sorted({k for u in units for k in u.kernels if k != kname and k in named})
+        if others and (not several or LIBRARY_WORK.search(parsing.strip_comments(code))):
             continue  # it (or a host function it calls) runs other kernels too: not this record's launch
+        if others:  # the kernels it runs beside this one join the record's code (`siblings`), not the launcher's
+            code = _emit(src, [units[j] for j in sorted(need - siblings(units, by_name, others))
+                               if not units[j].include])
         if special:
             ptr_types = {w for p in split_args(head, special.end(), "(<[", ")>]") or [] if "*" in p
                          for w in WORD.findall(p.split("*")[0]) if w not in ("const", "volatile")}
             if ktypes & CONCRETE_TYPES and not ptr_types <= ktypes:
                 continue  # an overload of the kernel for other types (a template kernel takes any)
             found = {"name": site["function"], "call": site["function"] + "".join(special.group(1).split()),
-                     "params": split_args(head, special.end(), "(<[", ")>]") or [], "code": code}
+                     "params": split_args(head, special.end(), "(<[", ")>]") or [], "code": code,
+                     **({"launches": others} if others else {})}
             return found
-        found = {"name": site["function"], "params": _params(head, site["function"]), "code": code}
+        found = {"name": site["function"], "params": _params(head, site["function"]), "code": code,
+                 **({"launches": others} if others else {})}
         tparams = _type_template(head)
         if tparams:  # a template over types: the types the file instantiates it with, where it says
             found["template"] = tparams
             found["instantiated"] = sorted({m.group(1) for inst in _instantiations(units, src, site["function"])
-                                            for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m})
+                                            for m in [re.search(r"<\s*([\w:]+)\s*[,>]", inst)] if m}
+                                           | _macro_instantiations(units, src, site["function"]))
         return found
     return None
+
+
+FLAT_INDEX = re.compile(r"\b(\w+)\s*=\s*(?:\(\s*\w+\s*\)\s*)?(?:blockIdx\.x\s*\*\s*blockDim\.x\s*\+\s*threadIdx\.x|"
+                        r"threadIdx\.x\s*\+\s*blockIdx\.x\s*\*\s*blockDim\.x)\s*;")
+NOT_FLAT = re.compile(r"__shared__|__syncthreads|\b(?:blockIdx|threadIdx|blockDim|gridDim)\.[yz]\b|cooperative_groups|"
+                      r"\bcg::|__shfl|\bwarp|\batomic\w*\s*\(")
+
+
+def generated_launcher(kname: str, kparams: list[str], text: str) -> dict | None:
+    """A launcher of our own for a kernel the repository launches nowhere, where the kernel is flat: each
+    thread handles the element at `blockIdx.x * blockDim.x + threadIdx.x`, bounded by one of its integer
+    parameters (`if (i < n)`), with no shared memory, barriers, warp work, atomics or second grid
+    dimension; a template over one type stays one. The grid covers that size at 256 threads a block,
+    or fewer where its launch bounds say so (`generated` says so). None where the kernel is not flat."""
+    head, _, body = text.partition("{")
+    tparams = _type_template(head) if head.lstrip().startswith("template") else []
+    if tparams is None or len(tparams) > 1 or NOT_FLAT.search(body):
+        return None
+    params = [param_info(p) for p in kparams]
+    if not params or any(p is None for p in params):
+        return None
+    ints = {p["name"] for p in params if not p["ptr"] and p["kind"] == "int"}
+    size = None
+    for m in FLAT_INDEX.finditer(body):  # `if (idx < n)`, `idx < B * NH * N * d`: sizes and constants only
+        bound = re.search(rf"\b{re.escape(m.group(1))}\s*<\s*([\w\s*+()]+?)\s*(?:\)\s*[{{\w]|;|&&|\|\|)",
+                          body[m.end():])
+        if bound and {w for w in WORD.findall(bound.group(1)) if not w.isdigit()} <= ints:
+            size = " ".join(bound.group(1).split())
+            break
+    bounds = re.search(r"__launch_bounds__\s*\(\s*([^,)]*)", head)
+    threads = int(bounds.group(1)) if bounds and bounds.group(1).strip().isdigit() else 256
+    if size is None or bounds and not bounds.group(1).strip().isdigit():
+        return None  # a block size bounded by an expression we cannot read
+    threads = min(threads, 256)  # at most what its launch bounds allow
+    name = f"sftbuild_launch_{kname}"
+    inst = f"<{tparams[0]}>" if tparams else ""
+    args = ", ".join(p["name"] for p in params)
+    code = (f"{'template <typename ' + tparams[0] + '>' + chr(10) if tparams else ''}"
+            f"void {name}({', '.join(kparams)}) {{\n"
+            f"  {kname}{inst}<<<(({size}) + {threads - 1}) / {threads}, {threads}>>>({args});\n}}\n")
+    out = {"name": name, "params": list(kparams), "code": code,
+           "generated": f"ours: a flat grid over {size} at {threads} threads a block"}
+    if tparams:
+        out["template"], out["instantiated"] = tparams, []
+    return out
+
+
+def _macro_instantiations(units: list[Unit], src: bytes, name: str) -> set[str]:
+    """The types a file instantiates template `name` at through a macro of its own (DeepSpeed's
+    `#define INSTANTIATE_FUSED_LN(T) template void launch_fused_ln(T*, ...);` then `INSTANTIATE_FUSED_LN(__half);`)."""
+    text = src.decode("utf-8", "replace")
+    out: set[str] = set()
+    for u in units:
+        body = _text(src, u) if u.origin is src else ""
+        m = re.match(r"\s*#\s*define\s+(\w+)\s*\(\s*\w+\s*\)", body)
+        if m and re.search(rf"\btemplate\s+[^;]*\b{re.escape(name)}\b", body):
+            out |= set(re.findall(rf"^[ \t]*{m.group(1)}\s*\(\s*([\w:]+)\s*\)", text, re.M))
+    return out
+
+
+def _launching_units(units, src, sites, hosts) -> list[tuple[int, str]]:
+    """(unit, function name) of each launch site, in order; a launch inside a `#define` body
+    (DeepSpeed's `LAUNCH_FUSED_LN(...)`) is made by the host functions that use that macro, one in a
+    function `_host_functions` leaves out (a template over values) by the host functions calling it."""
+    out: list[tuple[int, str]] = []
+    macros = {j for j, u in enumerate(units) if DEFINE_LINE.match(_text(u.origin or src, u))}
+    for site in sites:
+        if site.get("macro"):
+            launching, grew = {site["macro"]}, True
+            while grew:  # a macro that expands one that launches launches too (LAUNCH_ALL_RMS_NORM)
+                more = {d for j in macros if units[j].uses & launching for d in units[j].defines} - launching
+                launching, grew = launching | more, bool(more)
+            out += [(j, next(iter(units[j].defines))) for j in sorted(hosts - macros) if units[j].uses & launching]
+            continue
+        i = next((j for j, u in enumerate(units) if u.line_start == site["lines"][0] and u.origin is src
+                  and site["function"] in u.defines), None)
+        if i is not None:
+            out.append((i, site["function"]))
+        if i is not None and i not in hosts:  # a template over values (causal-conv1d's `_launch<128, 4, T>`):
+            calling, grew = {site["function"]}, True  # the host functions calling it, through others, launch
+            while grew:
+                more = {d for j, u in enumerate(units) if u.function and not u.kernels and j not in hosts
+                        and u.uses & calling for d in u.defines} - calling
+                calling, grew = calling | more, bool(more)
+            out += [(j, next(iter(units[j].defines))) for j in sorted(hosts - macros) if units[j].uses & calling]
+    return list(dict.fromkeys(out))
+
+
+TENSOR_PARAM = re.compile(r"\b(?:torch|at)::Tensor\b")
+CALLER_EXT = (".cpp", ".cc", ".cxx", ".cu")  # where a binding file's extension functions live
+
+
+def extension_callers(src: bytes, launchers: set[str], launching: set[str]) -> dict[str, dict]:
+    """The extension functions of `src` that launch a kernel of another file through its raw launcher:
+    {launcher name: {name, params, code, includes, template?, exposed?, calls}} for each host function
+    taking tensors whose closure in `src` (its macros and helpers, DeepSpeed's `DISPATCH_LAYER_NORM`)
+    calls exactly one of the repository's launching functions (`launching`), and that one is in
+    `launchers`. One per launcher: the first a module of `src` exposes, else the first in file order.
+    A template over types adds `template`, its type parameters."""
+    units: list[Unit] = []
+    _collect(cuda_parser().parse(mask_attributes(src)).root_node, src, (), units, [], top=True)
+    for u in units:
+        u.origin = src
+    by_name: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        for name in u.defines:
+            by_name.setdefault(name, []).append(i)
+    text = src.decode("utf-8", "replace")
+    includes = list(dict.fromkeys(_text(src, u).strip() for u in units if u.include))
+    found: dict[str, dict] = {}
+    for name, i in _host_functions(units, src).items():
+        head = _text(src, units[i]).split("{", 1)[0]
+        params = _params(head, name)
+        if not any(TENSOR_PARAM.search(p) for p in params):
+            continue
+        need = _closure(i, units, by_name)
+        if any(units[j].kernels for j in need):
+            continue  # launches kernels of its own file: that file's extension function
+        code = _emit(src, [units[j] for j in sorted(need) if not units[j].include])
+        calls = (set(WORD.findall(parsing.strip_comments(code))) & launching) - {name}
+        if len(calls) != 1 or not calls <= launchers:
+            continue
+        fn = {"name": name, "params": params, "code": code, "includes": includes, "calls": next(iter(calls))}
+        spaces = [m.group(1) for opener, _ in units[i].scopes for m in [re.match(r"namespace\s+([\w:]+)", opener)] if m]
+        if spaces:  # called from outside its namespaces by this name
+            fn["qualified"] = "::".join([*spaces, name])
+        tparams = _type_template(head)
+        if tparams:
+            fn["template"] = tparams
+        exposed = exposed_by(text, name)
+        if exposed:
+            fn["exposed"] = exposed
+        if fn["calls"] not in found or (exposed and not found[fn["calls"]].get("exposed")):
+            found[fn["calls"]] = fn
+    return found
+
+
+def calls_fit(code: str, launcher: dict) -> bool:
+    """Whether `code` calls `launcher` with as many arguments as it takes (those with defaults may be
+    left out): two files of a repository may define launchers of one name and different parameters."""
+    params = launcher.get("params") or []
+    least = sum("=" not in p for p in params)
+    for m in re.finditer(rf"\b{re.escape(launcher['name'])}\s*(?:<[^;(){{}}]*>)?\s*\(", parsing.strip_comments(code)):
+        args = split_args(parsing.strip_comments(code), m.end(), "(<[", ")>]")
+        if args is not None and least <= len(args) <= len(params):
+            return True
+    return False
+
+
+def needed_includes(code: str, includes: list[str], headers: dict[str, str]) -> list[str]:
+    """`includes` (a file's #include lines) less those of the tree's own `headers` that define nothing
+    `code` names, themselves or through the headers they include: a binding file's header of cuBLAS
+    wrappers that its layer norm never calls must not fail that function's build."""
+    words = set(WORD.findall(code))
+    own: dict[str, set[str]] = {}  # each header's own names, parsed once
+
+    def names(rel: str) -> set[str]:
+        if rel not in own:
+            data = headers[rel].encode()
+            units: list[Unit] = []
+            _collect(cuda_parser().parse(mask_attributes(data)).root_node, data, (), units, [], top=True)
+            own[rel] = set().union(*(u.defines for u in units))
+        return own[rel]
+
+    def uses(rels: list[str]) -> bool:  # whether these headers, or those they include, define a name `code` uses
+        seen, todo = set(rels), list(rels)
+        while todo:
+            rel = todo.pop()
+            if names(rel) & words:
+                return True
+            for m in INCLUDE_LINE.finditer(headers[rel].encode()):
+                more = set(_header_of(m.group(1).decode("utf-8", "replace"), headers)) - seen
+                seen |= more
+                todo += sorted(more)
+        return False
+
+    kept = []
+    for line in includes:
+        m = INCLUDE_LINE.match(line.encode())
+        rels = _header_of(m.group(1).decode("utf-8", "replace"), headers) if m else []
+        if not rels or uses(rels):
+            kept.append(line)  # a system or library header, or one the code uses
+    return kept
+
+
+def _header_of(name: str, headers: dict[str, str]) -> list[str]:
+    """The tree's headers an #include of `name` may mean (by path suffix)."""
+    return [r for r in headers if r == name or r.endswith("/" + name)]
+
+
+def siblings(units: list[Unit], by_name, names: list[str]) -> set[int]:
+    """The units the kernels `names` need: a launcher running several kernels brings them into the record."""
+    out: set[int] = set()
+    for j, u in enumerate(units):
+        # an explicit specialization's primary template is declared apart, under the same name
+        if set(u.kernels) & set(names) or u.defines & set(names) and not u.kernels and not u.function:
+            out |= _closure(j, units, by_name)
+    return out
 
 
 MODULE = re.compile(r"\b(PYBIND11_MODULE|TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\s*\(([^)]*)\)\s*\{")

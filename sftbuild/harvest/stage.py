@@ -26,10 +26,11 @@ from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
 from sftbuild.harvest import sources as S
 from sftbuild.harvest import specs
-from sftbuild.harvest.cuda_extract import include_dirs, late_includes, local_headers, macros_tested, prune_headers
+from sftbuild.harvest.cuda_extract import (CALLER_EXT, calls_fit, include_dirs, late_includes, local_headers,
+                                           macros_tested, needed_includes, prune_headers)
 from sftbuild.harvest.kinds import KINDS
 from sftbuild.harvest.triton_extract import module_of
-from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, parse_files
+from sftbuild.harvest.worker import CODE_EXT, CUDA_EXT, ParseTask, attach_launchers, find_callers, parse_files
 from sftbuild.record import Record
 
 ERRORS_REPORT = "reports/harvest_errors.json"  # under the workspace: the sources that failed the last harvest, and why
@@ -248,6 +249,8 @@ class Harvest:
         tasks = [ParseTask(batch, self.data_filters, {rel: tested[rel] for rel, _, _ in batch if rel in tested})
                  for batch in batches]
         held: list[tuple[Record, tuple]] = []  # Triton records: other modules may launch or wrap them
+        raw: list[tuple[Record, tuple]] = []  # CUDA records with a raw launcher, which another file may call
+        launching: set[str] = set()  # every CUDA function of the tree that launches a kernel
         foreign: dict[tuple[str, str], list[str]] = {}  # (module, kernel) -> launchers in other modules
         wrappers: dict[tuple[str, str], list[str]] = {}  # (module, launcher) -> its callers in other modules
         device: dict[tuple[str, str], str] = {}  # (module, jit function) -> a module whose kernels call it
@@ -265,8 +268,14 @@ class Harvest:
                         (wrappers if f.get("wraps") else foreign).setdefault((f["module"], f["kernel"]), []).append(
                             (f["code"], [tuple(c) for c in f.get("calls") or []]) if f.get("wraps") else f["code"])
                 for rec, span in zip(*self._file_result(tree, res, licenses)):
+                    launcher = rec.entry.get("launcher") if rec.language == "cuda" else None
+                    if rec.language == "cuda":
+                        launching |= {site["function"] for site in rec.entry.get("launch_sites") or ()}
+                        launching |= {launcher["name"]} if launcher else set()
                     if rec.language == "triton":
                         held.append((rec, span))
+                    elif launcher and not any("Tensor" in p for p in launcher.get("params") or ()):
+                        raw.append((rec, span))
                     else:
                         records.append(rec)
                         spans.append(span)
@@ -274,6 +283,50 @@ class Harvest:
             self.emit(records, spans)  # one transaction per batch of files
         if held:
             self.emit(*self._launched_elsewhere(held, foreign, device, wrappers))
+        if raw and not tree.torch_headers:
+            self.emit(*self._extensions_elsewhere(tree, raw, launching, todo))
+        elif raw:
+            self.emit([r for r, _ in raw], [s for _, s in raw])
+
+    def _extensions_elsewhere(self, tree: S.Tree, raw, launching: set[str], todo) -> tuple[list[Record], list]:
+        """Records whose raw launcher an extension function of another file calls (a binding `.cpp`
+        whose functions take tensors and call the launchers the `.cu` files define), with those
+        functions as `entry["extensions"]` (at most MAX_FOREIGN_LAUNCHERS, exposed ones first) and the
+        headers they include added to the record's; the others unchanged."""
+        names = sorted({rec.entry["launcher"]["name"] for rec, _ in raw})
+        files = [(rel, str(p)) for rel, p in todo if rel.endswith(CALLER_EXT)]
+        callers: dict[str, list[dict]] = {}
+        for _, found in self.ctx.executor.map_cpu(find_callers, [(files, names, sorted(launching))],
+                                                  desc="extension functions"):
+            callers = {} if isinstance(found, WorkerFailure) else found
+        out, read_ = [], {}
+
+        def read(rel: str) -> dict:  # a file's headers, read once however many records name it
+            if rel not in read_:
+                read_[rel] = self._read_headers(tree, rel)
+            return read_[rel]
+
+        for rec, span in raw:
+            fns = sorted(callers.get(rec.entry["launcher"]["name"]) or [], key=lambda f: not f.get("exposed"))
+            fns = [f for f in fns if f["path"] != (rec.provenance or {}).get("path")
+                   and calls_fit(f["code"], rec.entry["launcher"])][:MAX_FOREIGN_LAUNCHERS]
+            if fns:
+                entry = {**rec.entry, "extensions": fns}
+                # the headers of the record's file and of each function's, cut to what they all use
+                rels = [f["path"] for f in fns[::-1]] + [(rec.provenance or {}).get("path") or ""]
+                locals_ = [read(rel) for rel in rels]
+                used = rec.code + json.dumps([rec.entry.get("launcher"), fns])
+                every = {k: v for lo in locals_ for k, v in (lo.get("headers") or {}).items()}
+                fns = [{**f, "includes": needed_includes(f["code"], f["includes"], every)} for f in fns]
+                entry["extensions"] = fns
+                entry["headers"] = prune_headers(every, used)
+                dirs = [d for lo in locals_ for d in lo.get("include_dirs") or []]
+                entry["include_dirs"] = list(dict.fromkeys([*(entry.get("include_dirs") or []), *dirs]))
+                entry["include_sets"] = list(dict.fromkeys([*(entry.get("include_sets") or []), "torch"]))
+                rec = Record(language=rec.language, code=rec.code, source=rec.source, entry=entry,
+                             binding=rec.binding, provenance=rec.provenance)
+            out.append((rec, span))
+        return [r for r, _ in out], [s for _, s in out]
 
     def _launched_elsewhere(self, held, foreign, device, wrappers) -> tuple[list[Record], list[tuple]]:
         """Records whose kernels only other modules of the package launch, with those launchers

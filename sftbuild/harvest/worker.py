@@ -6,6 +6,7 @@ The file filters a task carries are the data stage of the harvest's configured f
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from sftbuild.harvest import filters as F
 from sftbuild.harvest import license as L
@@ -29,6 +30,27 @@ def parse_files(task: ParseTask) -> list[dict]:
     """One result dict per file of the task."""
     return [parse_file(rel, path, prelude, task.filters, task.tested.get(rel, ()))
             for rel, path, prelude in task.files]
+
+
+def find_callers(task: tuple[list[tuple[str, str]], list[str], list[str]]) -> dict[str, list[dict]]:
+    """{raw launcher: the extension functions calling it, each with its file's `path`} over the binding
+    files of `task` ((rel, path) pairs, the launchers, every launching function of the tree)."""
+    from sftbuild.harvest.cuda_extract import extension_callers
+
+    files, launchers, launching = task
+    out: dict[str, list[dict]] = {}
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(launchers))) + r")\b")
+    for rel, path in files:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if not pattern.search(data.decode("utf-8", "replace")):
+            continue
+        for name, fn in extension_callers(data, set(launchers), set(launching)).items():
+            out.setdefault(name, []).append({**fn, "path": rel})
+    return out
 
 
 def attach_launchers(items: list[tuple[str, list[str]]]) -> list[tuple[str, list[dict]]]:

@@ -71,6 +71,7 @@ def render(record, check: dict, dtypes: list[str]) -> str:
     if harness == "host_launcher":  # the probe's mapping, as the launcher's C arguments
         args = {**args, "args": launchers.host_call_args(launcher["params"], args, launcher.get("template") or [])}
     elif harness == "extension_function":  # the probe's arguments, as the function's C++ call
+        launcher = launchers.function_of(record)  # its own file's, or another file's calling its launcher
         decls, call, rets = launchers.function_call_args(launcher, args["args"])
         outputs = sum(a.startswith("t:") for r, a in zip(launchers.function_roles(launcher), args["args"])
                       if r["role"] == "out")

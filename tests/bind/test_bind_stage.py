@@ -85,6 +85,8 @@ def test_bind_stage_binds_what_it_can_says_why_not_and_resumes(ctx, tmp_path):
     pair = by_name(ctx, "pair_kernel")
     assert pair.binding is None and pair.unbound.startswith("no binder found a binding")
     assert "inferred" in ctx.store.binding_row(pair.id)["reason"]
+    cause = ctx.store.binding_row(pair.id)["evidence"]["cause"]  # a code, counted by `status`'s blockers
+    assert cause in B.CAUSES and ctx.store.funnel()["unbound_causes"][cause] >= 1
     assert {r.id for r in ctx.store.alive("describe")} >= {sq.id, pair.id, declared.id}  # unbound moves on
     again = run(ctx, "bind")
     assert again == {}  # resumed: nothing left to do

@@ -146,9 +146,44 @@ def test_validate_compiles_the_record_on_the_lean_torch_header_first_and_as_it_i
     bound = dataclasses.replace(rms, binding={"op": "rms_norm", "harness": "extension_function", "dtypes": ["float32"],
                                               "harness_args": {"args": ["t:1", "t:2", "float:1e-05", "t:0"]}})
     task = pipeline.compile_task(bound, Config().validate, "", str(tmp_path))
-    assert '#include "torch_lean.cuh"' in task["lean"]["code"] and "torch_lean.cuh" in task["lean"]["headers"]
-    assert "#include <torch/extension.h>" in task["code"]
+    assert '#include "torch_lean.cuh"' in task.lean["code"] and "torch_lean.cuh" in task.lean["headers"]
+    assert "#include <torch/extension.h>" in task.code
     tried = []
-    monkeypatch.setattr(pipeline, "_compile_cuda", lambda t: tried.append(t["code"]) or {"ok": len(tried) == 2})
+    monkeypatch.setattr(pipeline, "_compile_cuda", lambda t: tried.append(t.code) or {"ok": len(tried) == 2})
     assert pipeline.compile_cuda(task) == {"ok": True}
-    assert tried == [task["lean"]["code"], task["code"]]
+    assert tried == [task.lean["code"], task.code]
+
+
+ELSEWHERE = RMS_FILE.parents[1] / "extension_elsewhere"  # our own: kernels in a .cu, the function in binding.cpp
+
+
+def test_an_extension_function_of_another_file_calling_the_records_launcher_is_its_entry_point(make_ctx):
+    from sftbuild.harvest import stage as harvest
+
+    ctx = make_ctx()
+    harvest.run(ctx, [str(ELSEWHERE)])
+    rec = next(r for r in ctx.store.records() if r.entry["kernels"] == ["rms_norm_kernel"])
+    assert rec.entry["launcher"]["name"] == "launch_rms_norm"  # the raw launcher stays, for host_launcher
+    fn = rec.entry["extensions"][0]
+    assert fn["name"] == "rms_norm_fwd" and fn["path"] == "binding.cpp" and fn["qualified"] == "ops::rms_norm_fwd"
+    assert fn["exposed"]["name"] == "rms_norm_fp32" and "binding.cpp" not in rec.entry["headers"]
+    # the header of host code the function never calls is left out of its build
+    assert '#include "unused_blas.h"' not in fn["includes"] and '#include "norm.h"' in fn["includes"]
+    task = ExtensionFunction().plan(rec)
+    assert task["function"] == "sftbuild_rms_norm_fwd" and task["dtypes"] == ["float32", "float16"]
+    assert task["declaration"] == "torch::Tensor sftbuild_rms_norm_fwd(torch::Tensor& input, torch::Tensor& weight, " \
+                                  "double eps);"
+    # the template is called at the dtype of its first tensor, by its qualified name, after the launcher's code
+    assert "case at::kHalf: return ::ops::rms_norm_fwd<__half>(input, weight, eps);" in task["source"]
+    assert task["source"].index("void launch_rms_norm") < task["source"].index("torch::Tensor rms_norm_fwd")
+    assert [r["role"] for r in task["roles"]] == ["in", "in", "float", "out"] and task["shortlist"][0] == "rms_norm"
+
+
+def test_a_returned_vector_of_tensors_counts_what_its_return_lists():
+    code = ("std::vector<at::Tensor> norm_and_residual(at::Tensor& x, at::Tensor& r) {\n"
+            "  auto out = at::empty_like(x); auto res = at::empty_like(r);\n  k<<<1, 1>>>(out.data_ptr<float>());\n"
+            "  return {out, res};\n}")
+    fn = {"name": "norm_and_residual", "params": ["at::Tensor& x", "at::Tensor& r"], "code": code}
+    assert ext.returns(fn) == ("std::vector<at::Tensor>", 2)
+    assert ext.call_args(fn, ["t:2", "t:3", "t:0", "t:1"])[2] == [("sftbuild_ret[0]", "sftbuild_t(0)"),
+                                                                  ("sftbuild_ret[1]", "sftbuild_t(1)")]

@@ -11,8 +11,8 @@ import pytest
 
 from sftbuild.harvest.cuda_extract import extract_kernels
 from sftbuild.bind.binders import BINDERS
-from sftbuild.bind.binders.launched import (HostLauncher, call_args, dimension_values, mappings, roles, shortlist,
-                                           size_value, unprobeable, written)
+from sftbuild.bind.binders.launched import (HostLauncher, call_args, dimension_values, dtypes_of, mappings, roles,
+                                           shortlist, size_value, unprobeable, written)
 from sftbuild.record import Record
 from tests.conftest import HAS_NVCC
 
@@ -277,3 +277,94 @@ def test_a_launcher_that_leaves_a_rows_tail_unwritten_binds_at_aligned_shapes_ke
     assert found and found["constraints"] == {"multiple": {"-1": 4}}, why
     assert all(s[-1] % 4 == 0 for s in found["evidence"]["shapes"])
     assert ops.fits((7, 1024), found["constraints"]) and not ops.fits((3, 33), found["constraints"])
+
+
+SEVERAL = b"""#include <cublas_v2.h>
+#define LAUNCH_ROW(TPB) row_max<TPB><<<rows, TPB, 0, stream>>>(out, x, cols);
+#define LAUNCH_ANY(TPB) if (cols <= TPB) { LAUNCH_ROW(TPB) }
+template <int TPB>
+__global__ void row_max(float* out, const float* x, int cols) {
+  float m = x[blockIdx.x * cols]; for (int c = 1; c < cols; c++) m = fmaxf(m, x[blockIdx.x * cols + c]);
+  out[blockIdx.x] = m;
+}
+__global__ void sub_max(float* y, const float* x, const float* m, int cols) {
+  int r = blockIdx.x; for (int c = threadIdx.x; c < cols; c += blockDim.x) y[r * cols + c] = x[r * cols + c] - m[r];
+}
+__global__ void scale(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] *= 2.f; }
+void launch_row_max(float* out, const float* x, int rows, int cols, cudaStream_t stream) { LAUNCH_ANY(128) }
+void centre(float* y, float* scratch, const float* x, int rows, int cols, cudaStream_t stream) {
+  row_max<256><<<rows, 256, 0, stream>>>(scratch, x, cols);
+  sub_max<<<rows, 256, 0, stream>>>(y, x, scratch, cols);
+}
+void scaled(cublasHandle_t h, float* y, int n) { scale<<<1, 256>>>(y, n); sub_max<<<1, 1>>>(y, y, y, n); cublasSscal(h, n, 0, y, 1); }
+"""
+
+
+def test_a_launcher_running_several_kernels_makes_one_record_and_a_macro_launch_has_its_host_function():
+    kernels = {k.name: k for k in extract_kernels(SEVERAL)[0]}
+    # launched through two macros, from the host function that expands them
+    assert kernels["row_max"].launcher["name"] == "launch_row_max" and "launches" not in kernels["row_max"].launcher
+    centre = kernels["sub_max"].launcher  # runs row_max too: both kernels are the record's code, not the launcher's
+    assert centre["name"] == "centre" and centre["launches"] == ["row_max"]
+    assert "__global__ void row_max" in kernels["sub_max"].code and "__global__" not in centre["code"]
+    assert kernels["scale"].launcher is None  # its only launcher calls cuBLAS too: that work is no kernel's
+
+
+UNLAUNCHED = b"""template <typename T>
+__global__ void scale_shift(T* y, const T* x, float a, int rows, int cols) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < rows * cols) y[i] = (T)((float)x[i] * a + 1.f);
+}
+__global__ void row_sum(float* y, const float* x, int n) {
+  __shared__ float s[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.f; __syncthreads();
+  if (threadIdx.x == 0) y[blockIdx.x] = s[0];
+}
+"""
+
+
+def test_a_flat_kernel_no_one_launches_gets_a_launcher_of_ours_covering_its_bound():
+    kernels = {k.name: k for k in extract_kernels(UNLAUNCHED)[0]}
+    ours = kernels["scale_shift"].launcher
+    assert ours["generated"] == "ours: a flat grid over rows * cols at 256 threads a block"
+    assert "scale_shift<T><<<((rows * cols) + 255) / 256, 256>>>(y, x, a, rows, cols);" in ours["code"]
+    assert ours["template"] == ["T"] and unprobeable(ours) is None
+    assert kernels["row_sum"].launcher is None  # shared memory and a barrier: its grid is the kernel's own design
+    (bounded,), _ = extract_kernels(b"__global__ void __launch_bounds__(128) f(float* y, int n) {\n"
+                                    b"  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 1.f;\n}\n")
+    assert "f<<<((n) + 127) / 128, 128>>>(y, n);" in bounded.launcher["code"]  # within its launch bounds
+    rec = Record(language="cuda", code=kernels["scale_shift"].code, source="t",
+                 entry={"kernels": ["scale_shift"], "launcher": ours, "params": kernels["scale_shift"].params})
+    task = HostLauncher().plan(rec)
+    assert task and "sftbuild_launch_scale_shift<__half>((__half*)ptrs[0]" in task["harness"]
+
+
+SPECIALIZED_SIBLING = b"""template <typename T> __global__ void copy_rows(T* y, const T* x, int n);
+template <> __global__ void copy_rows<float>(float* y, const float* x, int n) { y[threadIdx.x] = x[threadIdx.x]; }
+__global__ void copy_rows_v2(float* y, const float* x, int n) { y[threadIdx.x] = 2.f * x[threadIdx.x]; }
+void launch_copy_rows(float* y, const float* x, int n, bool v2) {
+  if (v2) copy_rows_v2<<<1, 32>>>(y, x, n); else copy_rows<float><<<1, 32>>>(y, x, n);
+}
+"""
+
+
+def test_a_sibling_kernel_that_is_an_explicit_specialization_brings_its_primary_template():
+    v2 = next(k for k in extract_kernels(SPECIALIZED_SIBLING)[0] if k.name == "copy_rows_v2")
+    assert v2.launcher["launches"] == ["copy_rows"]
+    assert v2.code.index("template <typename T> __global__ void copy_rows(") < v2.code.index("template <>")
+
+
+MACRO_INSTANTIATED = b"""#include <cuda_fp16.h>
+template <typename T> __global__ void neg(T* y, const T* x, int n) { int i = threadIdx.x; if (i < n) y[i] = -x[i]; }
+template <typename T> void launch_neg(T* y, const T* x, int n, cudaStream_t s) { neg<T><<<1, 256, 0, s>>>(y, x, n); }
+#define INSTANTIATE_NEG(T) template void launch_neg<T>(T*, const T*, int, cudaStream_t);
+INSTANTIATE_NEG(__half)
+INSTANTIATE_NEG(float);
+"""
+
+
+def test_a_template_launcher_instantiated_through_a_macro_is_probed_at_those_types():
+    (k,), _ = extract_kernels(MACRO_INSTANTIATED)
+    assert k.launcher["instantiated"] == ["__half", "float"]
+    assert dtypes_of(roles(k.launcher["params"]), k.launcher) == ["float32", "float16"]

@@ -220,6 +220,25 @@ def test_template_split_by_a_conditional_attribute(tmp_path):
     assert ok, err
 
 
+def test_an_empty_macro_with_trailing_spaces_keeps_the_else_branch_dead_on_cuda():
+    # causal-conv1d's `#define ROCM_ONLY(x) ` (a space after it) once swallowed the `#else` under it
+    src = (b"#ifndef USE_ROCM\n#include <cub/cub.cuh>\n#define ROCM_ONLY(x) \n#else\n#include <hipcub/hipcub.hpp>\n"
+           b"#define ROCM_ONLY(x) x\n#endif\n__global__ void k(float* y) {\n  ROCM_ONLY(1);\n  y[0] = 1.f;\n}\n")
+    (k,), _ = extract_kernels(src)
+    assert "cub/cub.cuh" in k.code and "hipcub" not in k.code and k.lines == (8, 11)
+
+
+def test_a_header_naming_torch_types_its_includer_declares_gets_those_includes():
+    # apex's scaled_masked_softmax.h names c10::BFloat16, declared by its .cu's <ATen/ATen.h>, not by itself
+    header = b"#include <c10/macros/Macros.h>\n__global__ void k(c10::BFloat16* y) { y[0] = y[1]; }\n"
+    cu = b'#include <ATen/ATen.h>\n#include <c10/macros/Macros.h>\n#include "soft.h"\n'
+    plain = b'#include <cuda_fp16.h>\n#include "plain.h"\n'
+    found = late_includes({"soft.h": header, "soft.cu": cu, "plain.h": header, "plain.cu": plain})
+    assert found == {"soft.h": b"#include <ATen/ATen.h>\n#include <c10/macros/Macros.h>\n"}
+    (k,), _ = extract_kernels(header, found["soft.h"])
+    assert k.code.startswith("#include <ATen/ATen.h>")
+
+
 def test_telling_a_folder_of_pairs_reads_a_bounded_number_of_files(tmp_path, monkeypatch):
     from sftbuild.harvest import kernelbench as KB
 

@@ -44,3 +44,42 @@ def test_a_probed_extension_function_validates_ok_and_its_broken_twin_is_dropped
     assert twin.binding is None and "no shortlisted op matched the extension function's outputs" in \
         (twin.unbound or ""), twin.unbound
     assert results[twin.id]["status"] == "dropped" and results[twin.id]["reason"] == "unbound"
+
+
+ELSEWHERE = RMS.parents[1] / "extension_elsewhere"  # our own: the function in binding.cpp, the launcher in a .cu
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HAS_GPU and HAS_NVCC), reason="needs a CUDA GPU and nvcc")
+def test_an_extension_function_of_another_file_validates_ok_and_its_broken_twin_is_dropped(make_ctx, tmp_path):
+    import shutil
+
+    from sftbuild.bind import stage as bind
+    from sftbuild.describe import stage as describe
+    from sftbuild.harvest import stage as harvest
+    from sftbuild.validate import stage as validate
+
+    good, broken = tmp_path / "good", tmp_path / "broken"
+    weighted = " * (float)w[c]"
+    for repo, w in ((good, weighted), (broken, "")):
+        shutil.copytree(ELSEWHERE, repo)
+        kernels = repo / "norm_kernels.cu"
+        kernels.write_text(kernels.read_text().replace(weighted, w))
+    ctx = make_ctx()
+    ctx.config.dedupe.before_validation = False
+    ctx.config.bind.binders = {"host_launcher": False}  # the raw launcher would bind first: probe the function
+    harvest.run(ctx, [str(good), str(broken)])
+    bind.run(ctx)
+    describe.run(ctx)
+    validate.run(ctx)
+    results = ctx.store.results_for("validate")
+    by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()
+                 if r.entry["kernels"] == ["rms_norm_kernel"]}
+    ok, twin = by_source["good"], by_source["broken"]
+    assert ok.binding and ok.binding["by"] == "extension_function" and ok.binding["op"] == "rms_norm", ok.unbound
+    assert ok.binding["evidence"]["dtypes"] == ["float32", "float16"], ok.binding["evidence"]
+    assert results[ok.id]["status"] == "ok", results[ok.id]
+    assert twin.binding is None and "no shortlisted op matched the extension function's outputs" in \
+        (twin.unbound or ""), twin.unbound
+    assert ctx.store.binding_row(twin.id)["evidence"]["cause"] == "no_op_matched"
+    assert results[twin.id]["status"] == "dropped" and results[twin.id]["reason"] == "unbound"

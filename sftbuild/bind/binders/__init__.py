@@ -25,6 +25,9 @@ the Triton interpreter; never in the stage's own process. The stage sets the tas
 (`cuda`, or `cpu` under the interpreter, where bf16 arithmetic is wrong) unless the plan did. The task returns
 `{"binding": {...}, "evidence": {...}}` or `{"unbound": "reason sentence", "evidence": {...}}`, and
 `accept(record, result)` turns that into a Binding (or a binding dict) with how `probed`, or None.
+A declined record carries a cause code (`CAUSES`): a task's result says it (`cause`), a running
+binder that made no task says it through `cause(record)`; the bind stage keeps the furthest one
+reached (no_op_matched where only static binders applied).
 Running binders see every language unless they set `languages`.
 
 `how` says how a binder's answers were found (default: its name when that is a `how`, else
@@ -40,8 +43,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from sftbuild.binding import HOWS, Binding
+from sftbuild.binding import CAUSES, COMPILE_CAUSES, HOWS, Binding, furthest  # noqa: F401  (re-exported)
 from sftbuild.plugins import Plugin, Registry
+
+
+# what stops a record a binder declined, least far along first: `furthest` keeps the cause of the
+# binder that got furthest (a plan that could not run beats a kernel with no entry point)
 
 
 class Binder(Plugin):
@@ -55,6 +62,11 @@ class Binder(Plugin):
     def why_not(self, record) -> str:
         """One phrase on why this binder found nothing for `record` ("" when there is nothing to add)."""
         return ""
+
+    def cause(self, record) -> str:
+        """The cause code (`CAUSES`) of a decline with no task: no op matched a static binder's reading,
+        no entry point a running binder could plan."""
+        return "no_entry_point" if self.runs_code else "no_op_matched"
 
     def bind(self, record) -> dict | None:
         """A binding dict for `record`, or None (static binders)."""

@@ -6,7 +6,12 @@ Invariants:
     (`entry["launcher"]`) and takes `torch::Tensor`/`at::Tensor`; each parameter has a role
     (`roles`): a tensor (an input, or, in a function returning nothing, an output where its kernel
     writes it or its name says so), a float or int scalar (the op's parameter of its name), a flag
-    (tried false, then true), an optional tensor (passed absent). A template, or a parameter of another type, is named in `why_not`.
+    (tried false, then true), an optional tensor (passed absent). A template over more than one type,
+    or a parameter of another type, is named in `why_not`.
+  * Where the record's launcher is raw, an extension function of another file that calls it (harvest's
+    `entry["extensions"]`, a binding `.cpp`) is the entry point: built on the launcher's code and that
+    file's includes (`function_of`). A template over one type, or a function inside namespaces, is
+    called through a global wrapper (at the dtype of its first tensor, for a template).
   * The module that exposes it (`entry["launcher"]["exposed"]`: the file's PYBIND11_MODULE or
     TORCH_LIBRARY* definition) is evidence; the probe builds a minimal PYBIND11_MODULE of its own
     around the function and the record's code (`sftbuild.trial.extension.build`, once per record),
@@ -26,23 +31,13 @@ from sftbuild.bind.binders import BINDERS, Binder
 from sftbuild.bind.binders import launched
 from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
     FLOAT_TYPES, FUNCTION_INT_TYPES as INT_TYPES, OPTIONAL_TENSOR, TENSOR, function_call_args as call_args,
-    function_roles, plain, returns)
+    function_head, function_of, function_roles, plain, returns, takes_tensors, torch_work, unprobeable, wrapper)
 
 PROBE_SECONDS = 240  # the module's build is most of it
 RETURNS = re.compile(r"^\s*(?:static\s+|inline\s+)*(.+?)\s*\b(\w+)\s*\($")
 DISPATCH = re.compile(r"\b\w*DISPATCH\w*\s*\(")  # AT_DISPATCH_*, and a project's own (VLLM_DISPATCH_FLOATING_TYPES)
 SCALAR_ALIASES = {"epsilon": "eps", "variance_epsilon": "eps", "negative_slope": "negative_slope"}
 # the host work an extension function may do beside launching its kernel: allocate, check, dispatch
-TORCH_ALLOWED = re.compile(r"(?:empty|zeros|ones|full|from_blob|TensorOptions|Device|Tensor|IntArrayRef|Scalar|"
-                           r"cuda|detail|getCurrent\w*|OptionalCUDAGuard|DeviceGuard|typeMetaToScalarType|"
-                           r"elementSize|toString)\w*$")
-TORCH_CALL = re.compile(r"\b(?:at|torch)::((?:\w+::)*\w+)\s*(?:<[^<>();]*>\s*)?\(")
-TORCH_METHOD = re.compile(r"\.\s*(sum|mean|matmul|mm|bmm|addmm|softmax|log_softmax|exp|log|tanh|sigmoid|relu|gelu|"
-                          r"silu|add|sub|mul|div|pow|sqrt|rsqrt|norm|amax|amin|max|min|cumsum|sort|topk|clamp|abs|"
-                          r"neg|where|index_select|gather|scatter|layer_norm|linear|conv\w*|einsum)_?\s*\(")
-LIBRARY_CALL = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(")
-
-
 @BINDERS.register
 class ExtensionFunction(Binder):
     """Build the record's extension function into a module, call it on each shortlisted op's inputs
@@ -54,14 +49,17 @@ class ExtensionFunction(Binder):
     task_fn = "sftbuild.bind.extension_probe:probe"
 
     def why_not(self, record) -> str:
-        fn = (record.entry or {}).get("launcher")
-        if not fn or not takes_tensors(fn):
+        fn = function_of(record)
+        if not fn:
             return "no host function taking tensors launches this kernel alone"
         return unprobeable(fn) or ""
 
+    def cause(self, record) -> str:
+        return "no_entry_point" if self.why_not(record) else "no_op_matched"  # else no op fits the data flow
+
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
-        fn = (record.entry or {}).get("launcher")
-        if record.language != "cuda" or not fn or not takes_tensors(fn) or unprobeable(fn):
+        fn = function_of(record)
+        if record.language != "cuda" or not fn or unprobeable(fn):
             return None
         found = roles(fn, record)
         candidates = launched.shortlist(record, found)
@@ -70,7 +68,8 @@ class ExtensionFunction(Binder):
         entry = record.entry
         return {"id": record.id, "code": record.code, "function": fn["name"], "declaration": declaration(fn),
                 "source": fn["code"], "roles": found, "returns": returns(fn)[1], "shortlist": candidates,
-                "dtypes": dtypes_of(record.code + fn["code"]), "dispatch": dispatch(record.code + fn["code"]),
+                "dtypes": fn.get("dtypes") or dtypes_of(record.code + fn["code"]),
+                "dispatch": dispatch(record.code + fn["code"]) if not fn.get("wraps") else "its template's instances",
                 "exposed": fn.get("exposed"), "shapes": 3, "time_limit": seconds,
                 "headers": entry.get("headers") or {}, "include_dirs": entry.get("include_dirs") or []}
 
@@ -84,15 +83,12 @@ class ExtensionFunction(Binder):
                              if ev.get(k) is not None}}
 
 
-def takes_tensors(fn: dict) -> bool:
-    return any(TENSOR.match(plain(p)) for p in fn.get("params") or ())
-
-
 def roles(fn: dict, record=None) -> list[dict]:
     """The function's parameter roles (sftbuild.trial.launchers.function_roles), with the tensors its kernel
-    writes read from `record`'s data flow (`launched.written`) where it returns no tensor."""
+    writes read from `launched.written`'s data flow through `t.data_ptr<T>()` where `record` is given
+    and the function is the record's own (another file's function names no pointer of the launcher)."""
     writes = None
-    if record is not None and not returns(fn)[1]:
+    if record is not None and not returns(fn)[1] and not fn.get("path"):
         try:
             writes = launched.written(_as_raw(record))
         except (KeyError, TypeError):
@@ -112,40 +108,6 @@ def _as_raw(record):
               [{"type": "Tensor" if TENSOR.match(plain(d)) else "", "name": plain(d).split()[-1]}
                for d in fn["params"]]]
     return dataclasses.replace(record, entry={**record.entry, "launcher": {**fn, "code": code, "params": params}})
-
-
-def unprobeable(fn: dict) -> str | None:
-    """Why an extension function cannot be called on generated tensors, or None."""
-    found = roles(fn)
-    other = [r for r in found if r["role"] == "other"]
-    if other:
-        return f"extension function {fn['name']} takes a parameter with no role: {other[0]['type']}"
-    if fn.get("template") or re.search(rf"template\s*<[^>]*>\s*[\w:<>\s*&]*\b{re.escape(fn['name'])}\s*\(",
-                                       fn["code"]):
-        return f"extension function {fn['name']} is a template"
-    if not any(r["role"] == "out" for r in found):
-        return f"extension function {fn['name']} returns no tensor and writes none it is given"
-    work = torch_work(fn)
-    if work:
-        return f"extension function {fn['name']} computes with {work} beside its kernel: not probed"
-    return None
-
-
-def torch_work(fn: dict) -> str | None:
-    """The first torch op, tensor arithmetic or library call the function computes with besides
-    launching its kernel (what would make a match torch's work, not the kernel's), or None."""
-    code = re.sub(r"\"(?:\\.|[^\"\\])*\"", " ", parsing.strip_comments(fn["code"]))  # nor string literals
-    for m in TORCH_CALL.finditer(code):
-        if not TORCH_ALLOWED.match(m.group(1).split("::")[-1]) and not m.group(1).startswith(("cuda::", "detail::")):
-            return f"{m.group(0).rstrip('( ')}"
-    m = TORCH_METHOD.search(code) or LIBRARY_CALL.search(code)
-    if m:
-        return m.group(0).rstrip("( ")
-    tensors = {r["name"] for r in roles(fn) if r["type"] == "Tensor" and not r["name"].startswith("return:")}
-    tensors |= set(re.findall(r"\b(?:auto|(?:torch|at)::Tensor)\s*&?\s*(\w+)\s*=\s*(?:torch|at)::", code))
-    alt = "|".join(map(re.escape, sorted(tensors)))
-    m = alt and re.search(rf"(?<![.\w])(?:{alt})\s*[-+*/](?![=>-])|[-+*/]\s*(?:{alt})\b(?!\s*[.\[(])", code)
-    return f"tensor arithmetic ({m.group(0).strip()})" if m else None
 
 
 def dispatch(code: str) -> str:
@@ -172,11 +134,7 @@ def dtypes_of(code: str) -> list[str]:
 
 def declaration(fn: dict) -> str:
     """The function's declaration (its head, default values dropped), for the module's translation unit."""
-    head = fn["code"][:fn["code"].find("{")] if "{" in fn["code"] else fn["code"]
-    head = parsing.strip_comments(head)
-    m = re.search(rf"[^;{{}}]*\b{re.escape(fn['name'])}\s*\(", head)
-    start = m.start() if m else 0
-    head = head[start:].strip()
+    head = function_head(fn)
     head = re.sub(r"\s*=\s*[^,()]+(?=[,)])", "", head)  # defaults belong to the definition's unit
     return re.sub(r"^\s*(?:static|inline)\s+", "", " ".join(head.split())) + ";"
 

@@ -2,9 +2,11 @@
 
 Invariants:
   * `bind` answers None: only agreement on a GPU makes a binding (plan -> probe -> accept).
-  * A launcher is probed when harvest found one that launches the record's kernel and no other
-    (`entry["launcher"]`), and each of its parameters has a role (`roles`): a pointer (an input when
-    `const`, else a written buffer: an output), a size, a float scalar, a stream or a block size.
+  * A launcher is probed when harvest found one for the record (`entry["launcher"]`: one launching its
+    kernel and no other; else one launching the record's kernels together, `launches`; else one of
+    harvest's own for a flat kernel, `generated`), and each of its parameters has a role (`roles`):
+    a pointer (an input when `const`, else a written buffer: an output), a size, a float scalar, a
+    stream or a block size.
   * Every written buffer is an output: the op's outputs are compared where the op defines them, the
     rest get scratch buffers (llm.c's `layernorm_forward` writes mean and rstd beside `out`).
   * The probe harness (`probe_harness`) calls the launcher with the pointers, sizes and scalars in
@@ -79,6 +81,9 @@ class HostLauncher(Binder):
         if not launcher:
             return "no host function launches this kernel alone"
         return unprobeable(launcher) or ""
+
+    def cause(self, record) -> str:
+        return "no_entry_point" if self.why_not(record) else "no_op_matched"  # else no op fits the data flow
 
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
         launcher = (record.entry or {}).get("launcher")
