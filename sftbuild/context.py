@@ -25,7 +25,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
-from sftbuild import plugins, sandbox, stages
+from sftbuild import sandbox, stages
 from sftbuild.config import Config, ConfigError
 from sftbuild.executor import Executor, LocalExecutor, missing_gpus
 from sftbuild.producers import current, fingerprint, unaffected

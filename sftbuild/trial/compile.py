@@ -165,7 +165,7 @@ def blame(log: str, used: str, headers: dict) -> tuple[str, str]:
         return "missing_header", where
     if file.startswith("/") and "instantiation of" not in log[m.end():m.end() + 2000]:
         return "toolchain", where
-    from sftbuild.harvest.cuda_extract import safe_rel, unused_at
+    from sftbuild.cuda_units import safe_rel, unused_at
 
     rel = safe_rel(file[len(TREE) + 1:]) if file.startswith(TREE + "/") else None
     if rel in headers:
@@ -184,7 +184,7 @@ def unsafe_include(code: str, headers: dict, dirs: list[str]) -> str | None:
 
     Each file's includes are resolved from its own folder and every include folder; a name
     that is absolute, escapes the tree through `..`, or is computed by a macro is refused."""
-    from sftbuild.harvest.cuda_extract import safe_rel
+    from sftbuild.cuda_units import safe_rel
 
     bad_keys = [k for k in headers if safe_rel(k) != k or k == "."]
     if bad_keys or any(safe_rel(d) is None for d in dirs):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 
-from sftbuild import parsing
 from sftbuild.bind.binders import BINDERS, Binder
 from sftbuild.bind.binders import launched
 from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
