@@ -64,9 +64,14 @@ class Binder(Plugin):
         return ""
 
     def cause(self, record) -> str:
-        """The cause code (`CAUSES`) of a decline with no task: no op matched a static binder's reading,
-        no entry point a running binder could plan."""
-        return "no_entry_point" if self.runs_code else "no_op_matched"
+        """The cause code (`CAUSES`) of a decline with no task: no op matched a static binder's reading;
+        a running binder had no entry point to plan, unless it says why not (`why_not`) and has nothing
+        to say: then it found one and no op fit it (no op named like it, none fitting its data flow)."""
+        if not self.runs_code:
+            return "no_op_matched"
+        if type(self).why_not is Binder.why_not:
+            return "no_entry_point"
+        return "no_entry_point" if self.why_not(record) else "no_op_matched"
 
     def bind(self, record) -> dict | None:
         """A binding dict for `record`, or None (static binders)."""

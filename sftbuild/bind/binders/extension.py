@@ -53,8 +53,6 @@ class ExtensionFunction(Binder):
             return "no host function taking tensors launches this kernel alone"
         return unprobeable(fn) or ""
 
-    def cause(self, record) -> str:
-        return "no_entry_point" if self.why_not(record) else "no_op_matched"  # else no op fits the data flow
 
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
         fn = function_of(record)

@@ -82,8 +82,6 @@ class HostLauncher(Binder):
             return "no host function launches this kernel alone"
         return unprobeable(launcher) or ""
 
-    def cause(self, record) -> str:
-        return "no_entry_point" if self.why_not(record) else "no_op_matched"  # else no op fits the data flow
 
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
         launcher = (record.entry or {}).get("launcher")
