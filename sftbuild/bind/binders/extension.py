@@ -53,7 +53,6 @@ class ExtensionFunction(Binder):
             return "no host function taking tensors launches this kernel alone"
         return unprobeable(fn) or ""
 
-
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
         fn = function_of(record)
         if record.language != "cuda" or not fn or unprobeable(fn):

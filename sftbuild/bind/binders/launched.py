@@ -82,7 +82,6 @@ class HostLauncher(Binder):
             return "no host function launches this kernel alone"
         return unprobeable(launcher) or ""
 
-
     def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
         launcher = (record.entry or {}).get("launcher")
         if record.language != "cuda" or not launcher or unprobeable(launcher):

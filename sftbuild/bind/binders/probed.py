@@ -59,7 +59,6 @@ class Probed(Binder):
             return "no function in the record launches its kernels (they are launched from another module)"
         return ""
 
-
     def plan(self, record, dtypes: list[str] | None = None, seconds: float = PROBE_SECONDS) -> dict | None:
         """The probe task for a Triton record with entry points; None when there is nothing to probe."""
         if record.language != "triton":
