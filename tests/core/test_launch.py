@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sftbuild.binding import Binding
 from sftbuild import ops
 from sftbuild.ops import Op, launch
 from sftbuild.bind.binders import manifest
@@ -86,6 +87,6 @@ def test_every_declared_binding_names_a_known_op_and_harness():
     rows = _declared_bindings()
     assert len(rows) >= 25
     for row in rows:
-        for check in H.checks(row):  # the primary op and every `also`
+        for check in H.checks(Binding.from_dict(row)):  # the primary op and every `also`
             op = ops.get(check["op"])
             assert H.contract_for(check["harness"], op.launch) in launch.CONTRACTS, (row["kernel"], op.name)
