@@ -56,12 +56,17 @@ def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None, budget
     stop = time.time() + budget if budget else None
     dtypes = ["float32", "float16"] if cpu else ["float32", "float16", "bfloat16"]
     plans = []
+    out = {r.id: r for r in records[:limit]}  # records are frozen: each result is a new one
+
+    def unbound(r, why):
+        out[r.id] = dataclasses.replace(r, entry={**r.entry, "unbound": why})
+
     for r in records[:limit]:
         task = binder.plan(r, dtypes=dtypes, seconds=seconds)
         if task is None:
-            r.entry = {**r.entry, "unbound": "no entry point launches its kernels"}
-        elif not task["shortlist"]:  # the probe would say so too, after starting a process
-            r.entry = {**r.entry, "unbound": "no candidate reference"}
+            unbound(r, "no entry point launches its kernels")
+        elif not task.shortlist:  # the probe would say so too, after starting a process
+            unbound(r, "no candidate reference")
         else:
             plans.append((r, task))
     by_id = {r.id: r for r, _ in plans}
@@ -74,25 +79,25 @@ def probe_all(ctx, records, cpu: bool, seconds: float, limit: int | None, budget
         results = ctx.executor.map_gpu(probe, tasks, timeout=seconds + 60, desc="probe")
     done = set()
     for i, (task, res) in enumerate(results):
-        rec = by_id[task["id"]]
+        rec = by_id[task.id]
         done.add(rec.id)
         if isinstance(res, WorkerFailure):
             res = {"unbound": f"probe {res.kind}: {res.detail[-200:]}"}
         b = binder.accept(rec, res)
         if b:
-            rec.binding = b
+            out[rec.id] = dataclasses.replace(rec, binding=binder.binding(b))
         else:
-            rec.entry = {**rec.entry, "unbound": str(res.get("unbound"))[:300]}
+            unbound(rec, str(res.get("unbound"))[:300])
         print(f"[{i + 1}/{len(tasks)}] {rec.name}: " + (f"bound {b['op']} via {b['call']['entry']} {b['evidence']}"
-                                                        if b else f"unbound: {rec.entry['unbound'][:160]}"),
+                                                        if b else f"unbound: {out[rec.id].entry['unbound'][:160]}"),
               flush=True)
         if stop and time.time() > stop:
             print(f"probe budget of {budget:.0f} s spent; the rest stay unprobed", flush=True)
             break
     for r, _ in plans:
         if r.id not in done:
-            r.entry = {**r.entry, "unbound": "not probed (time budget)"}
-    return records[:limit]
+            unbound(r, "not probed (time budget)")
+    return list(out.values())
 
 
 def main() -> None:
@@ -134,7 +139,7 @@ def report(records, verdicts, total_s, validate_s, path) -> None:
     n = len(records)
     with_entry = sum(1 for r in records if r.entry.get("entry_points"))
     bound = [r for r in records if r.binding]
-    ops = collections.Counter(r.binding["op"] for r in bound)
+    ops = collections.Counter(r.binding.op for r in bound)
     reasons = collections.Counter((v[0], v[1]) for v in verdicts.values())
     gpu_verdict = sum(1 for r in bound if verdicts.get(r.id, ("", ""))[0] in ("ok", "dropped")
                       and verdicts[r.id][1] not in ("unbound",))
@@ -151,7 +156,7 @@ def report(records, verdicts, total_s, validate_s, path) -> None:
     print(f"unbound reasons    {dict(unb.most_common(12))}")
     print(f"time               {total_s:.0f} s total, {validate_s:.0f} s validate")
     if path:
-        rows = [{"id": r.id, "name": r.name, "path": r.provenance.get("path"), "binding": r.binding,
+        rows = [{"id": r.id, "name": r.name, "path": r.provenance.get("path"), "binding": r.binding.to_dict() if r.binding else None,
                  "unbound": r.entry.get("unbound"), "verdict": verdicts.get(r.id)} for r in records]
         with open(path, "w") as f:
             json.dump(rows, f, indent=1, default=str)

@@ -766,9 +766,12 @@ def task_paths(tasks) -> tuple[list, list]:
     """(read-only, writable) folders that tasks (dicts, or dataclasses such as a TrialTask) name: `tree`
     and `sos` (the folders of the compiled objects), `ext_cache` and `cache_dir`."""
     ro, rw = [], []
-    tasks = [{f.name: getattr(t, f.name) for f in dataclasses.fields(t)}
-             if dataclasses.is_dataclass(t) and not isinstance(t, type) else t for t in tasks]
-    tasks += [t["task"] for t in tasks if isinstance(t, dict) and isinstance(t.get("task"), dict)]  # wrapped
+    def fields(t):
+        return {f.name: getattr(t, f.name) for f in dataclasses.fields(t)} \
+            if dataclasses.is_dataclass(t) and not isinstance(t, type) else t
+
+    tasks = [fields(t) for t in tasks]
+    tasks += [fields(t["task"]) for t in tasks if isinstance(t, dict) and "task" in t]  # wrapped (bind's probes)
     for task in tasks:
         if not isinstance(task, dict):
             continue

@@ -26,8 +26,9 @@ _TYPES = {"id": str, "language": str, "code": str, "entry": dict, "dtypes": list
           "include_sets": list, "link": bool, "kind": str}
 
 
-def _checked(cls, task, what: str, required: tuple) -> dict:
-    """`task`'s fields for `cls`, or ValueError: an unknown field, a required one missing, a wrong type."""
+def checked(cls, task, what: str, required: tuple, types: dict | None = None) -> dict:
+    """`task`'s fields for `cls`, or ValueError: an unknown field, a required one missing, a wrong type
+    (`types`: a field's type where it differs from the shared table)."""
     if not isinstance(task, dict):
         raise ValueError(f"a {what} must be a {cls.__name__} or a mapping, got {type(task).__name__}")
     names = [f.name for f in dataclasses.fields(cls)]
@@ -38,7 +39,7 @@ def _checked(cls, task, what: str, required: tuple) -> dict:
     if missing:
         raise ValueError(f"a {what} needs {', '.join(missing)} as text")
     for k, v in task.items():
-        want = _TYPES.get(k)
+        want = (types or {}).get(k, _TYPES.get(k))
         if v is not None and want is not None and (not isinstance(v, want) or (want is int and v is True)):
             raise ValueError(f"{what} field {k!r} must be {want.__name__}, got {type(v).__name__}")
     return task
@@ -81,7 +82,7 @@ class TrialTask:
         """`task` as a TrialTask; a dict is checked field by field (ValueError, one sentence)."""
         if isinstance(task, cls):
             return task
-        task = _checked(cls, task, "trial task", ("id", "language", "code"))
+        task = checked(cls, task, "trial task", ("id", "language", "code"))
         binding = task.get("binding")
         binding = Binding.from_dict(binding) if isinstance(binding, dict) and binding else binding or None
         return cls(**{**task, "binding": binding})
@@ -112,7 +113,7 @@ class CompileTask:
     @classmethod
     def of(cls, task: "CompileTask | dict") -> "CompileTask":
         """`task` as a CompileTask; a dict is checked field by field (ValueError, one sentence)."""
-        return task if isinstance(task, cls) else cls(**_checked(cls, task, "compile task", ("code", "cache_dir")))
+        return task if isinstance(task, cls) else cls(**checked(cls, task, "compile task", ("code", "cache_dir")))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,13 +32,15 @@ from sftbuild.bind.binders import extension as ext
 from sftbuild.trial import pyrun
 from sftbuild.bind.binders import COMPILE_CAUSES
 from sftbuild.bind.launcher_probe import MIN_SHAPES, search
+from sftbuild.bind.tasks import ExtensionProbe
 from sftbuild.bind.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes
 
 
-def probe(task: dict) -> dict:
+def probe(task: ExtensionProbe | dict) -> dict:
+    task = ExtensionProbe.of(task)
     start = time.monotonic()
-    deadline = start + float(task.get("time_limit", ext.PROBE_SECONDS))
-    if task.get("device", "cuda") != "cuda" or not torch.cuda.is_available():
+    deadline = start + float(task.time_limit or ext.PROBE_SECONDS)
+    if (task.device or "cuda") != "cuda" or not torch.cuda.is_available():
         return {"unbound": "probing an extension function needs a GPU", "cause": "needs_gpu_to_probe", "evidence": {}}
     fn, why, cause = build(task)
     if fn is None:
@@ -46,28 +48,29 @@ def probe(task: dict) -> dict:
     return run_probe(fn, task, start, deadline)
 
 
-def run_probe(fn, task: dict, start: float, deadline: float, dev: str = "cuda") -> dict:
+def run_probe(fn, task: ExtensionProbe | dict, start: float, deadline: float, dev: str = "cuda") -> dict:
     """The probe's search over the shortlist with `fn` the built function (a test may pass a Python
     stand-in and `dev` cpu)."""
-    extra = {k: task[k] for k in ("dispatch", "exposed") if task.get(k)}
-    return search(task["shortlist"], lambda op: _try_op(fn, op, task, deadline, dev), start, deadline,
+    task = ExtensionProbe.of(task)
+    extra = {k: getattr(task, k) for k in ("dispatch", "exposed") if getattr(task, k)}
+    return search(task.shortlist, lambda op: _try_op(fn, op, task, deadline, dev), start, deadline,
                   "the extension function's outputs", extra)
 
 
-def build(task: dict):
+def build(task: ExtensionProbe):
     """(the module's function, "", "") or (None, why the build failed, its cause code)."""
     from sftbuild.trial import extension
 
     cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or os.path.join(tempfile.gettempdir(), "sftbuild-probe-cache")
     dirs = []
-    if task.get("headers"):  # the record's tree, by content, the kernel's own folder first
-        tree = Path(cache) / "ext-trees" / hashlib.sha256(repr(sorted(task["headers"].items())).encode()).hexdigest()[:16]
-        for rel, text in task["headers"].items():
+    if task.headers:  # the record's tree, by content, the kernel's own folder first
+        tree = Path(cache) / "ext-trees" / hashlib.sha256(repr(sorted(task.headers.items())).encode()).hexdigest()[:16]
+        for rel, text in task.headers.items():
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             (tree / rel).write_text(text, encoding="utf-8")
-        dirs = [str(tree / d) for d in task.get("include_dirs") or ["."]]
-    name = "sftbuild_ext_" + hashlib.sha256((task["code"] + task["source"]).encode()).hexdigest()[:12]
-    res = extension.build(name, task["declaration"], [task["code"], task["source"]], [task["function"]], cache,
+        dirs = [str(tree / d) for d in task.include_dirs or ["."]]
+    name = "sftbuild_ext_" + hashlib.sha256((task.code + task.source).encode()).hexdigest()[:12]
+    res = extension.build(name, task.declaration, [task.code, task.source], [task.function], cache,
                           timeout=180, include_dirs=dirs)
     if not res.get("ok"):
         log = (res.get("log") or "").strip().splitlines()
@@ -75,13 +78,13 @@ def build(task: dict):
         return (None, f"the extension function's module did not build ({res.get('reason')}): {first}"[:400],
                 COMPILE_CAUSES.get(res.get("reason"), "compile_error"))
     try:
-        return getattr(extension.load(name, res["so"]), task["function"]), "", ""
+        return getattr(extension.load(name, res["so"]), task.function), "", ""
     except Exception as e:  # a module that builds yet does not load (an undefined symbol)
         return None, f"the extension function's module did not load: {type(e).__name__}: {str(e)[:200]}", "toolchain"
 
 
 def _try_op(fn, op, task, deadline, dev) -> tuple[dict | None, str]:
-    dtypes = [d for d in task["dtypes"] if d in op.dtypes]
+    dtypes = [d for d in task.dtypes if d in op.dtypes]
     if not dtypes:
         return None, "the op takes none of the function's dtypes"
     shapes = probe_shapes(op, MIN_SHAPES, MAX_PROBE_NUMEL_GPU if dev == "cuda" else MAX_PROBE_NUMEL)
@@ -91,16 +94,16 @@ def _try_op(fn, op, task, deadline, dev) -> tuple[dict | None, str]:
         return None, case
     meta = [{"name": n, "shape": list(t.shape)} for n, t in zip(_names(op), case[0])]
     last = ""
-    for args in ext.arguments(task["roles"], meta, len(case[1]), params):
+    for args in ext.arguments(task.roles, meta, len(case[1]), params):
         if time.monotonic() > deadline:
             return None, "the probe's time ran out"
-        ok, worst, why = _trial(fn, op, task["roles"], args, shapes[0], dtypes[0], 0, params, dev, case)
+        ok, worst, why = _trial(fn, op, task.roles, args, shapes[0], dtypes[0], 0, params, dev, case)
         if not ok:
             last = last or why
             continue
         passed = []
         for s, shape in enumerate(shapes):
-            if not all(_trial(fn, op, task["roles"], args, shape, dtypes[0], seed, params, dev)[0]
+            if not all(_trial(fn, op, task.roles, args, shape, dtypes[0], seed, params, dev)[0]
                        for seed in (s, s + 7)):
                 break
             passed.append(list(shape))
@@ -109,7 +112,7 @@ def _try_op(fn, op, task, deadline, dev) -> tuple[dict | None, str]:
             continue
         agreed, errs = [dtypes[0]], [worst]
         for d in dtypes[1:]:
-            trials = [_trial(fn, op, task["roles"], args, shape, d, 1, params, dev) for shape in shapes]
+            trials = [_trial(fn, op, task.roles, args, shape, d, 1, params, dev) for shape in shapes]
             if all(t[0] for t in trials):
                 agreed.append(d)
                 errs += [t[1] for t in trials]

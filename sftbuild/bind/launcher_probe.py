@@ -29,6 +29,7 @@ import torch
 
 from sftbuild import ops
 from sftbuild.ops import special
+from sftbuild.bind.tasks import LauncherProbe
 from sftbuild.trial_types import CompileTask
 from sftbuild.bind.binders import COMPILE_CAUSES, launched
 from sftbuild.trial import pyrun
@@ -41,15 +42,16 @@ UNALIGNED = re.compile(r"NaN where|refused")
 SCRATCH_MIN_BYTES = 1 << 20
 
 
-def probe(task: dict) -> dict:
+def probe(task: LauncherProbe | dict) -> dict:
+    task = LauncherProbe.of(task)
     start = time.monotonic()
-    deadline = start + float(task.get("time_limit", launched.PROBE_SECONDS))
-    if task.get("device", "cuda") != "cuda" or not torch.cuda.is_available():
+    deadline = start + float(task.time_limit or launched.PROBE_SECONDS)
+    if (task.device or "cuda") != "cuda" or not torch.cuda.is_available():
         return {"unbound": "probing a host launcher needs a GPU", "cause": "needs_gpu_to_probe", "evidence": {}}
     fns, why, cause = _build(task)
     if not fns:
         return {"unbound": why, "cause": cause, "evidence": {}}
-    return search(task["shortlist"], lambda op: _try_op(fns, op, task, deadline), start, deadline,
+    return search(task.shortlist, lambda op: _try_op(fns, op, task, deadline), start, deadline,
                   "the launcher's outputs")
 
 
@@ -80,17 +82,17 @@ def search(shortlist, attempt, start: float, deadline: float, what: str, extra: 
                          "seconds": round(time.monotonic() - start, 2)}}
 
 
-def _build(task: dict) -> tuple[dict, str, str]:
+def _build(task: LauncherProbe) -> tuple[dict, str, str]:
     """{dtype: the harness's `sftbuild_raw_call_<dtype>`} for the dtypes whose instantiation compiles,
     why none did, and its cause code. One build of every dtype first; where it fails, one per dtype."""
     from sftbuild.trial.compile import compile_task
 
     major, minor = torch.cuda.get_device_capability()
     cache = os.environ.get("SFTBUILD_COMPILE_CACHE") or os.path.join(tempfile.gettempdir(), "sftbuild-probe-cache")
-    base = CompileTask(id=task["id"], code=task["code"], include_sets=task.get("include_sets") or [],
-                       arch=f"sm_{major}{minor}", timeout=120, cache_dir=cache, headers=task.get("headers") or {},
-                       include_dirs=task.get("include_dirs") or [])
-    builds = [(task["dtypes"], task["harness"])] + [([d], src) for d, src in (task.get("harnesses") or {}).items()]
+    base = CompileTask(id=task.id, code=task.code, include_sets=task.include_sets or [],
+                       arch=f"sm_{major}{minor}", timeout=120, cache_dir=cache, headers=task.headers or {},
+                       include_dirs=task.include_dirs or [])
+    builds = [(task.dtypes, task.harness)] + [([d], src) for d, src in (task.harnesses or {}).items()]
     fns, why, cause = {}, "", ""
     for dtypes, src in builds:
         if fns:
@@ -135,11 +137,11 @@ def _try_op(fns, op, task, deadline) -> tuple[dict | None, str]:
 
 
 def _try_shapes(fns, op, task, deadline, shapes) -> tuple[dict | None, str]:
-    dtypes = [d for d in task["dtypes"] if d in op.dtypes and d in fns]
-    dev = task.get("device", "cuda")
+    dtypes = [d for d in task.dtypes if d in op.dtypes and d in fns]
+    dev = task.device or "cuda"
     if not dtypes:
         return None, "the op takes none of the launcher's dtypes"
-    found = task["roles"]
+    found = task.roles
     last = ""  # why the best-named mapping failed, the one most likely meant
     for dtype in dtypes:  # a launcher of the file's own float type (`floatX`) agrees at one of them
         params = dict(op.params)

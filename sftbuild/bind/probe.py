@@ -62,6 +62,7 @@ import torch
 from sftbuild import ops
 from sftbuild.ops import opdb, special
 from sftbuild.bind.binders.probed import runs_kernels
+from sftbuild.bind.tasks import TritonProbe
 from sftbuild.ops.pools import TORCH_DTYPES
 from sftbuild.trial import guards, pyrun, sizes
 from sftbuild.trial.checks import same_strides
@@ -96,24 +97,25 @@ PARAM_ALIASES = {  # op param -> parameter names that usually carry it
 }
 
 
-def probe(task: dict) -> dict:
-    dev = torch.device(task.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+def probe(task: TritonProbe | dict) -> dict:
+    task = TritonProbe.of(task)
+    dev = torch.device(task.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     pyrun.interpreter_scalars()
     pyrun.bounded_autotune()
     started = time.monotonic()
-    deadline = started + float(task.get("time_limit") or 120)
+    deadline = started + float(task.time_limit or 120)
     workdir = tempfile.mkdtemp(prefix="sftbuild_probe_")
     tried: list[dict] = []
     try:
-        with pyrun.package_tree(task.get("tree"), task.get("path"), keep=True) as package:
+        with pyrun.package_tree(task.tree, task.path, keep=True) as package:
             try:
-                mod, path = pyrun.load_module(task["code"], "cand", workdir, package)
+                mod, path = pyrun.load_module(task.code, "cand", workdir, package)
             except Exception as e:
-                said = import_failed(e, task.get("path"))
+                said = import_failed(e, task.path)
                 return {"unbound": said, "evidence": {"candidates_tried": tried},
                         "cause": "toolchain" if said.startswith("incompatible_toolchain") else "import_failed"}
             with guards.LaunchCounter(path) as counter:
-                _LAUNCHES[:] = [counter, set((task.get("entry") or {}).get("kernels") or ())]
+                _LAUNCHES[:] = [counter, set((task.entry or {}).get("kernels") or ())]
                 try:
                     out = _search(task, mod, dev, deadline, tried)
                 finally:
@@ -145,22 +147,22 @@ def import_failed(exc: BaseException, rel: str | None) -> str:
 
 
 def _search(task, mod, dev, deadline, tried) -> dict:
-    kernels = (task.get("entry") or {}).get("kernels")
-    entries = [e for e in (task.get("entry") or {}).get("entry_points") or [] if e["kind"] != "module"
+    kernels = (task.entry or {}).get("kernels")
+    entries = [e for e in (task.entry or {}).get("entry_points") or [] if e["kind"] != "module"
                and runs_kernels(e, kernels)]
     if not entries:
         return {"unbound": "no entry point launches its kernels", "cause": "no_entry_point",
                 "evidence": {"candidates_tried": tried}}
-    names = task.get("shortlist") or []
+    names = task.shortlist or []
     specs = {}
-    for r in task.get("package_refs") or []:  # the package's own references, imported from its tree when first run
+    for r in task.package_refs or []:  # the package's own references, imported from its tree when first run
         try:
             ops.package_op(r["module"], r["func"], r["like"], name=r["name"], params=r.get("params"))
             specs[r["name"]] = r
         except (KeyError, ValueError, TypeError):  # its `like` is no op here: the rest of the shortlist stands
             continue
     known: dict[str, bool] = {}  # asked as the search reaches each name: an op_db name loads op_db (seconds)
-    dtypes = [d for d in task.get("dtypes") or ["float32", "float16"]]
+    dtypes = [d for d in task.dtypes or ["float32", "float16"]]
     best = None  # a binding that agreed at only some of the dtypes tried: a later candidate may agree at all
     for entry in entries:
         for name in names:
@@ -233,7 +235,7 @@ def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dic
         fn = pyrun.resolve_entry(mod, entry["qualname"])
     except pyrun.Reject as r:
         return {"why": r.why}
-    shapes = probe_shapes(op, task.get("shapes") or MIN_SHAPES, MAX_PROBE_NUMEL_GPU if dev.type == "cuda" else
+    shapes = probe_shapes(op, task.shapes or MIN_SHAPES, MAX_PROBE_NUMEL_GPU if dev.type == "cuda" else
                           MAX_PROBE_NUMEL)
     dtypes = [d for d in dtypes if d in op.dtypes]
     if len(shapes) < MIN_SHAPES or len(dtypes) < MIN_DTYPES:
@@ -242,7 +244,7 @@ def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dic
     # the package's defaults only where the file's own leave nothing to map: a name can mean other
     # things elsewhere in the package (GRPO's beta is no DyT beta tensor)
     mappings = list(arg_mappings(entry, op, params)) or \
-        list(arg_mappings(with_tree_hints(entry, task.get("hints") or {}), op, params))
+        list(arg_mappings(with_tree_hints(entry, task.hints or {}), op, params))
     if not mappings:
         return {"why": "no mapping: " + _unmappable(entry, op, params)}
     spare = [d for d in SPARE_DTYPES if dev.type == "cuda" and d in op.dtypes and d not in dtypes]
@@ -264,7 +266,7 @@ def _try(mod, entry, op, dtypes, dev, task, deadline, grad: bool = False) -> dic
         call["outputs"] = outputs
         if grad:  # the record's kernels run in the backward: the gradients are what is checked
             call["grad"] = True
-        return _confirm(fn, call, op, shapes, dtypes, dev, params, task.get("code") or "", spare)
+        return _confirm(fn, call, op, shapes, dtypes, dev, params, task.code or "", spare)
     return {"why": first or "no mapping"}
 
 

@@ -20,6 +20,8 @@ changed are described and validated again.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import importlib
 import os
 
@@ -186,12 +188,15 @@ def _run_tasks(queued, ctx, probe: str, timeout: float):
 
 
 def _within(task, device: str, timeout: float):
-    """A dict task with the device it runs on, its own time limit cut to 80% of the worker's timeout:
-    it ends itself, unbound, before that timeout would kill the worker (and the package it imported)."""
-    if not isinstance(task, dict):
-        return task
+    """A task with the device it runs on (unless it names its own), its own time limit cut to 80% of
+    the worker's timeout: it ends itself, unbound, before that timeout would kill the worker (and the
+    package it imported). A typed task (sftbuild.bind.tasks) is replaced; a plug-in's dict is merged."""
     cap = round(timeout * 0.8, 1)
-    return {"device": device, **task, **({"time_limit": cap} if task.get("time_limit", 0) > cap else {})}
+    if isinstance(task, dict):
+        return {"device": device, **task, **({"time_limit": cap} if task.get("time_limit", 0) > cap else {})}
+    if dataclasses.is_dataclass(task):
+        return dataclasses.replace(task, device=task.device or device, time_limit=min(task.time_limit, cap))
+    return task
 
 
 def probe_workers(cfg, n_gpus: int) -> int:

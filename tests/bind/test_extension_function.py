@@ -4,6 +4,7 @@ shortlists, the ways to call it, the harness it renders, and the probe's search 
 Test data: tests/data/harvest/extension/fused_rms_norm.cu, our own pybind11 extension."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -85,10 +86,10 @@ def test_a_function_computing_with_torch_beside_its_kernel_is_not_probed(body, w
 
 def test_plan_shortlists_by_name_and_flow_and_dtypes_by_dispatch(rms):
     task = ExtensionFunction().plan(rms)
-    assert task["shortlist"][0] == "rms_norm" and task["dtypes"] == ["float32", "float16", "bfloat16"]
-    assert task["dispatch"] == "AT_DISPATCH_FLOATING_TYPES_AND2" and task["exposed"]["name"] == "rms_norm"
-    assert task["declaration"] == "torch::Tensor fused_rms_norm(torch::Tensor input, torch::Tensor weight, double eps);"
-    assert [(r["name"], r["role"]) for r in task["roles"]] == [
+    assert task.shortlist[0] == "rms_norm" and task.dtypes == ["float32", "float16", "bfloat16"]
+    assert task.dispatch == "AT_DISPATCH_FLOATING_TYPES_AND2" and task.exposed["name"] == "rms_norm"
+    assert task.declaration == "torch::Tensor fused_rms_norm(torch::Tensor input, torch::Tensor weight, double eps);"
+    assert [(r["name"], r["role"]) for r in task.roles] == [
         ("input", "in"), ("weight", "in"), ("eps", "float"), ("return:0", "out")]
 
 
@@ -123,7 +124,7 @@ def test_the_probe_binds_a_matching_function_and_names_why_a_broken_one_is_not(r
     def norm(x, w, eps, weighted=True):
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps).to(x.dtype) * (w if weighted else 1)
 
-    task = {**ExtensionFunction().plan(rms), "shortlist": ["rms_norm_offset", "rms_norm"], "dtypes": ["float32"]}
+    task = dataclasses.replace(ExtensionFunction().plan(rms), shortlist=["rms_norm_offset", "rms_norm"], dtypes=["float32"])
     good = run_probe(norm, task, time.monotonic(), time.monotonic() + 60, "cpu")
     assert good["binding"]["op"] == "rms_norm", good
     assert good["binding"]["harness_args"] == {"args": ["t:1", "t:2", "float:1e-05", "t:0"]}
@@ -170,13 +171,13 @@ def test_an_extension_function_of_another_file_calling_the_records_launcher_is_i
     # the header of host code the function never calls is left out of its build
     assert '#include "unused_blas.h"' not in fn["includes"] and '#include "norm.h"' in fn["includes"]
     task = ExtensionFunction().plan(rec)
-    assert task["function"] == "sftbuild_rms_norm_fwd" and task["dtypes"] == ["float32", "float16"]
-    assert task["declaration"] == "torch::Tensor sftbuild_rms_norm_fwd(torch::Tensor& input, torch::Tensor& weight, " \
+    assert task.function == "sftbuild_rms_norm_fwd" and task.dtypes == ["float32", "float16"]
+    assert task.declaration == "torch::Tensor sftbuild_rms_norm_fwd(torch::Tensor& input, torch::Tensor& weight, " \
                                   "double eps);"
     # the template is called at the dtype of its first tensor, by its qualified name, after the launcher's code
-    assert "case at::kHalf: return ::ops::rms_norm_fwd<__half>(input, weight, eps);" in task["source"]
-    assert task["source"].index("void launch_rms_norm") < task["source"].index("torch::Tensor rms_norm_fwd")
-    assert [r["role"] for r in task["roles"]] == ["in", "in", "float", "out"] and task["shortlist"][0] == "rms_norm"
+    assert "case at::kHalf: return ::ops::rms_norm_fwd<__half>(input, weight, eps);" in task.source
+    assert task.source.index("void launch_rms_norm") < task.source.index("torch::Tensor rms_norm_fwd")
+    assert [r["role"] for r in task.roles] == ["in", "in", "float", "out"] and task.shortlist[0] == "rms_norm"
 
 
 def test_a_returned_vector_of_tensors_counts_what_its_return_lists():

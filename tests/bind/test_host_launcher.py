@@ -82,9 +82,9 @@ def test_the_binder_plans_one_probe_per_record_and_says_why_not_elsewhere(record
     binder = BINDERS.get("host_launcher")()
     assert binder.version and binder.runs_code and binder.bind(records["gelu_forward"]) is None
     task = binder.plan(records["gelu_forward"])
-    assert task["dtypes"] == ["float32"] and task["shortlist"][0].startswith("gelu")
-    assert "sftbuild_raw_call" in task["harness"] and "gelu_forward((float*)ptrs[0], (const float*)ptrs[1]" \
-        not in task["harness"]  # pointers go in as the launcher declares them, not re-qualified
+    assert task.dtypes == ["float32"] and task.shortlist[0].startswith("gelu")
+    assert "sftbuild_raw_call" in task.harness and "gelu_forward((float*)ptrs[0], (const float*)ptrs[1]" \
+        not in task.harness  # pointers go in as the launcher declares them, not re-qualified
     assert unprobeable({"name": "f", "params": ["float* out", "std::pair<int, int> shape"], "code": ""}) \
         == "launcher f takes a parameter with no role: shape"
     # a slice's stride (llm.c's adamw_update) is a size: the whole buffer first, then a row
@@ -128,10 +128,10 @@ def test_a_template_launcher_is_instantiated_at_the_types_its_file_instantiates(
     assert launcher["instantiated"] == ["__half", "float"] and unprobeable(launcher) is None
     rec = Record(language="cuda", code="", source="t", entry={"kernels": ["fused_bias_gelu"], "launcher": launcher})
     task = HostLauncher().plan(rec)
-    assert task["dtypes"] == ["float32", "float16"] and set(task["harnesses"]) == {"float32", "float16"}
-    assert "launch_bias_gelu<__half>((__half*)ptrs[0]" in task["harness"]
-    assert "sftbuild_raw_call_float32" in task["harness"] and "bias_gelu" in task["shortlist"]
-    found = task["roles"]
+    assert task.dtypes == ["float32", "float16"] and set(task.harnesses) == {"float32", "float16"}
+    assert "launch_bias_gelu<__half>((__half*)ptrs[0]" in task.harness
+    assert "sftbuild_raw_call_float32" in task.harness and "bias_gelu" in task.shortlist
+    found = task.roles
     assert [r["role"] for r in found] == ["in", "in", "out", "size", "size", "stream"]
     maps = list(mappings(found, [{"name": "x", "shape": [4, 8]}, {"name": "b", "shape": [8]}], [{"shape": [4, 8]}], {}))
     assert maps[0]["ptrs"] == ["t:1", "t:2", "t:0"] and maps[0]["ints"][0] == "dim:1:-1"
@@ -166,10 +166,10 @@ def test_each_overload_of_a_kernel_is_launched_by_the_specialization_of_its_type
     rec = Record(language="cuda", code=half.code, source="t",
                  entry={"kernels": ["add_kernel"], "launcher": half.launcher})
     task = HostLauncher().plan(rec)
-    assert task["dtypes"] == ["float16"] and "add" in task["shortlist"]
+    assert task.dtypes == ["float16"] and "add" in task.shortlist
     # a stream taken by reference gets a variable of the harness's
     assert "launch_add<__half>((__half*)ptrs[0], (__half*)ptrs[1], (__half*)ptrs[2], (int)ints[0], sftbuild_stream)" \
-        in task["harness"]
+        in task.harness
 
 
 def _emulated_layernorm(broken: bool = False, vector: int = 1):
@@ -201,7 +201,7 @@ def test_the_probe_finds_layer_norm_through_the_launcher_and_rejects_its_broken_
     from sftbuild.bind import launcher_probe
 
     task = HostLauncher().plan(records["layernorm_forward"])
-    task["device"] = "cpu"
+    task = dataclasses.replace(task, device="cpu")
     from sftbuild import ops
 
     found, why = launcher_probe._try_op({"float32": _emulated_layernorm(broken)}, ops.get("layer_norm"), task,
@@ -243,7 +243,7 @@ def test_a_launchers_own_assert_refuses_the_probes_sizes_without_ending_its_proc
         + '\nextern "C" int sftbuild_absent(void);\nint never_called() { return sftbuild_absent(); }\n'}
     task = HostLauncher().plan(Record(language="cuda", code=rec.code, source="t",
                                       entry={**rec.entry, "launcher": launcher}))
-    res = compile_task({"id": "t", "code": task["code"], "harness": task["harness"], "include_sets": [],
+    res = compile_task({"id": "t", "code": task.code, "harness": task.harness, "include_sets": [],
                         "arch": "sm_90", "timeout": 120, "cache_dir": str(compile_cache), "link": True})
     assert res["ok"], res.get("log")
     with pytest.raises(OSError, match="sftbuild_absent"):
@@ -271,7 +271,7 @@ def test_a_launcher_that_leaves_a_rows_tail_unwritten_binds_at_aligned_shapes_ke
     from sftbuild import ops
     from sftbuild.bind import launcher_probe
 
-    task = {**HostLauncher().plan(records["layernorm_forward"]), "device": "cpu"}
+    task = dataclasses.replace(HostLauncher().plan(records["layernorm_forward"]), device="cpu")
     found, why = launcher_probe._try_op({"float32": _emulated_layernorm(vector=4)}, ops.get("layer_norm"), task,
                                         time.monotonic() + 60)
     assert found and found["constraints"] == {"multiple": {"-1": 4}}, why
@@ -337,7 +337,7 @@ def test_a_flat_kernel_no_one_launches_gets_a_launcher_of_ours_covering_its_boun
     rec = Record(language="cuda", code=kernels["scale_shift"].code, source="t",
                  entry={"kernels": ["scale_shift"], "launcher": ours, "params": kernels["scale_shift"].params})
     task = HostLauncher().plan(rec)
-    assert task and "sftbuild_launch_scale_shift<__half>((__half*)ptrs[0]" in task["harness"]
+    assert task and "sftbuild_launch_scale_shift<__half>((__half*)ptrs[0]" in task.harness
 
 
 SPECIALIZED_SIBLING = b"""template <typename T> __global__ void copy_rows(T* y, const T* x, int n);

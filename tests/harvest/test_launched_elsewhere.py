@@ -217,10 +217,10 @@ def test_a_packages_own_naive_reference_binds_a_kernel_the_registry_lacks(tmp_pa
 
     b = Probed()
     plan = b.plan(rec, seconds=60)
-    assert [r["func"] for r in plan["package_refs"]] == ["naive_negsquare"]  # the one that calls the kernel is not
+    assert [r["func"] for r in plan.package_refs] == ["naive_negsquare"]  # the one that calls the kernel is not
     out = run_isolated(b.task_fn, plan, 120, env=INTERPRETER_ENV)
     found = b.accept(rec, out)
-    assert found is not None, (plan["shortlist"], out.get("unbound"), out.get("evidence"))
+    assert found is not None, (plan.shortlist, out.get("unbound"), out.get("evidence"))
     assert found["op"] == "pkg.negpkg.naive.naive_negsquare" and found["how"] == "package_reference"
     assert found["package_reference"]["func"] == "naive_negsquare"
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sftbuild.bind.tasks import TritonProbe
+
 from sftbuild.bind.stage import run_task
 from sftbuild.config import ValidateConfig
 from sftbuild.executor import LocalExecutor
@@ -336,7 +338,7 @@ def test_a_parameter_without_any_default_in_its_file_takes_the_packages(tmp_path
     entry = rec.entry["entry_points"][0]
     assert not any("hint" in p for p in entry["params"] if p["name"] == "scale_mode")
     task = probed.Probed().plan(rec)
-    assert task["hints"] == {"eps": 1e-6, "scale_mode": "llama"}  # the most common value, for unfilled names only
+    assert task.hints == {"eps": 1e-6, "scale_mode": "llama"}  # the most common value, for unfilled names only
     _, res, b = probe(rec)
     assert b is not None and b["call"]["args"][-1] == ["value", "llama"], res.get("unbound")
 
@@ -486,11 +488,12 @@ def test_a_binding_agreeing_at_some_dtypes_only_gives_way_to_one_agreeing_at_all
         return {"binding": {"op": op.name}, "evidence": {"dtypes": agree[op.name]}, "why": "agrees"}
 
     monkeypatch.setattr(P, "_try", fake_try)
-    task = {"entry": {"kernels": ["k"], "entry_points": [{"qualname": "f", "kind": "function", "launches": ["k"]}]},
-            "dtypes": ["float32", "float16", "bfloat16"], "shortlist": ["geglu", "geglu_tanh"]}
+    task = TritonProbe(id="r", code="", entry={"kernels": ["k"], "entry_points": [
+        {"qualname": "f", "kind": "function", "launches": ["k"]}]}, dtypes=["float32", "float16", "bfloat16"],
+        shortlist=["geglu", "geglu_tanh"])
     out = P._search(task, None, "cpu", float("inf"), [])
     assert out["binding"]["op"] == "geglu_tanh"
-    task["shortlist"] = ["geglu"]  # nothing better: the partial agreement stands, with its dtypes
+    task = dataclasses.replace(task, shortlist=["geglu"])  # nothing better: the partial agreement stands, with its dtypes
     assert P._search(task, None, "cpu", float("inf"), [])["evidence"]["dtypes"] == ["float16", "bfloat16"]
 
 

@@ -78,7 +78,8 @@ class Binder(Plugin):
         return None
 
     def plan(self, record) -> dict | None:
-        """A task for `task_fn`, or None when this binder has nothing to try (running binders)."""
+        """A task for `task_fn` (a type of sftbuild.bind.tasks, or a dict), or None when this binder has
+        nothing to try (running binders)."""
         return None
 
     @property

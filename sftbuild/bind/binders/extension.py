@@ -28,6 +28,7 @@ import re
 
 from sftbuild.bind.binders import BINDERS, Binder
 from sftbuild.bind.binders import launched
+from sftbuild.bind.tasks import ExtensionProbe
 from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
     FLOAT_TYPES, FUNCTION_INT_TYPES as INT_TYPES, OPTIONAL_TENSOR, TENSOR, function_call_args as call_args,
     function_head, function_of, function_roles, plain, returns, takes_tensors, torch_work, unprobeable, wrapper)
@@ -53,7 +54,7 @@ class ExtensionFunction(Binder):
             return "no host function taking tensors launches this kernel alone"
         return unprobeable(fn) or ""
 
-    def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
+    def plan(self, record, seconds: float = PROBE_SECONDS) -> ExtensionProbe | None:
         fn = function_of(record)
         if record.language != "cuda" or not fn or unprobeable(fn):
             return None
@@ -62,12 +63,13 @@ class ExtensionFunction(Binder):
         if not candidates:
             return None
         entry = record.entry
-        return {"id": record.id, "code": record.code, "function": fn["name"], "declaration": declaration(fn),
-                "source": fn["code"], "roles": found, "returns": returns(fn)[1], "shortlist": candidates,
-                "dtypes": fn.get("dtypes") or dtypes_of(record.code + fn["code"]),
-                "dispatch": dispatch(record.code + fn["code"]) if not fn.get("wraps") else "its template's instances",
-                "exposed": fn.get("exposed"), "shapes": 3, "time_limit": seconds,
-                "headers": entry.get("headers") or {}, "include_dirs": entry.get("include_dirs") or []}
+        return ExtensionProbe(
+            id=record.id, code=record.code, function=fn["name"], declaration=declaration(fn), source=fn["code"],
+            roles=found, returns=returns(fn)[1], shortlist=candidates,
+            dtypes=fn.get("dtypes") or dtypes_of(record.code + fn["code"]),
+            dispatch=dispatch(record.code + fn["code"]) if not fn.get("wraps") else "its template's instances",
+            exposed=fn.get("exposed"), shapes=3, time_limit=seconds,
+            headers=entry.get("headers") or {}, include_dirs=entry.get("include_dirs") or [])
 
     def accept(self, record, result) -> dict | None:
         if not isinstance(result, dict) or not result.get("binding"):

@@ -23,6 +23,7 @@ import re
 from sftbuild import ops
 from sftbuild.bind.binders import BINDERS, Binder
 from sftbuild.bind.binders.probed import words
+from sftbuild.bind.tasks import LauncherProbe
 from sftbuild.parsing import param_info, split_args
 from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
     BLOCK, OUT_NAMES, STREAM_TYPES, STRIDE_TYPES, host_call_args as call_args, host_roles as roles)
@@ -82,7 +83,7 @@ class HostLauncher(Binder):
             return "no host function launches this kernel alone"
         return unprobeable(launcher) or ""
 
-    def plan(self, record, seconds: float = PROBE_SECONDS) -> dict | None:
+    def plan(self, record, seconds: float = PROBE_SECONDS) -> LauncherProbe | None:
         launcher = (record.entry or {}).get("launcher")
         if record.language != "cuda" or not launcher or unprobeable(launcher):
             return None
@@ -94,11 +95,11 @@ class HostLauncher(Binder):
         dtypes = dtypes_of(found, launcher)
         # one harness for every dtype, and one per dtype for where not every instantiation compiles
         harnesses = {d: probe_harness(launcher, found, [d]) for d in dtypes} if len(dtypes) > 1 else {}
-        return {"id": record.id, "code": record.code, "harness": probe_harness(launcher, found, dtypes),
-                "harnesses": harnesses, "roles": found, "shortlist": candidates, "dtypes": dtypes, "shapes": 3,
-                "time_limit": seconds, "kernels": entry.get("kernels") or [],
-                "headers": entry.get("headers") or {}, "include_dirs": entry.get("include_dirs") or [],
-                "include_sets": entry.get("include_sets") or []}
+        return LauncherProbe(id=record.id, code=record.code, harness=probe_harness(launcher, found, dtypes),
+                             harnesses=harnesses, roles=found, shortlist=candidates, dtypes=dtypes, shapes=3,
+                             time_limit=seconds, kernels=entry.get("kernels") or [],
+                             headers=entry.get("headers") or {}, include_dirs=entry.get("include_dirs") or [],
+                             include_sets=entry.get("include_sets") or [])
 
     def accept(self, record, result) -> dict | None:
         if not isinstance(result, dict) or not result.get("binding"):

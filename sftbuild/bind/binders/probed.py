@@ -29,6 +29,7 @@ from collections import Counter
 from sftbuild import ops
 from sftbuild.ops import package_refs, registrations
 from sftbuild.bind.binders import BINDERS, Binder
+from sftbuild.bind.tasks import TritonProbe
 
 SHORTLIST = 8
 SCALAR_VALUES = {"float": 0.5, "int": 2, "bool": False}  # a reference's scalar argument without a package default
@@ -59,7 +60,7 @@ class Probed(Binder):
             return "no function in the record launches its kernels (they are launched from another module)"
         return ""
 
-    def plan(self, record, dtypes: list[str] | None = None, seconds: float = PROBE_SECONDS) -> dict | None:
+    def plan(self, record, dtypes: list[str] | None = None, seconds: float = PROBE_SECONDS) -> TritonProbe | None:
         """The probe task for a Triton record with entry points; None when there is nothing to probe."""
         if record.language != "triton":
             return None
@@ -72,10 +73,10 @@ class Probed(Binder):
         hints = tree_hints(prov.get("tree"), prov.get("path")) if unfilled else {}
         names = shortlist(record)
         refs = package_references(record, names)
-        return {"id": record.id, "code": record.code, "entry": record.entry, "tree": prov.get("tree"),
-                "path": prov.get("path"), "shortlist": [r["name"] for r in refs] + names,
-                "package_refs": refs, "dtypes": dtypes or PROBE_DTYPES,
-                "shapes": 3, "time_limit": seconds, "hints": {k: v for k, v in hints.items() if k in unfilled}}
+        return TritonProbe(id=record.id, code=record.code, entry=record.entry, tree=prov.get("tree"),
+                           path=prov.get("path"), shortlist=[r["name"] for r in refs] + names,
+                           package_refs=refs, dtypes=dtypes or PROBE_DTYPES, shapes=3, time_limit=seconds,
+                           hints={k: v for k, v in hints.items() if k in unfilled})
 
     def accept(self, record, result) -> dict | None:
         """The binding a probe result makes, or None (the result's `unbound` says why)."""
