@@ -3,8 +3,9 @@
   * A room is a package directly under `sftbuild` or a top-level module of it; its size is its lines.
   * An arrow A -> B means some module of A imports some module of B (grimp, the graph import-linter
     reads); the count beside it is how many module pairs draw it.
-  * A room's floor is 0 when it imports no other room, else one above the highest room it imports, so
-    every arrow runs down. Rooms that import each other (a cycle) share a floor and are named.
+  * Floors are counted down from the roof (the rooms nothing imports): a room sits one floor below the
+    lowest room that imports it, so every arrow runs down. Rooms that import each other (a cycle)
+    share a floor and are named.
   * A hidden arrow is a module path written as a string (`"sftbuild.x.y:fn"`, loaded by name at run
     time) that names another room: the import contract cannot see it, so it is listed apart. The
     registries' own declarations (plugins.py, stages.py) and strings beside a real import arrow are
@@ -109,22 +110,27 @@ def cycles(rooms: list[str], edges) -> list[list[str]]:
 
 
 def floors(rooms: list[str], edges, groups) -> dict[str, int]:
+    """Each room's floor, counted down from the roof: a room sits one floor below the lowest room that
+    imports it (the rooms nothing imports, the CLI, form the roof), then the floors are numbered from
+    the ground up. So a room sits as high as its importers allow: rooms that only the CLI uses share
+    the floor under it, whatever they import themselves."""
     rep = {r: r for r in rooms}
     for g in groups:
         for r in g:
             rep[r] = g[0]
-    down = defaultdict(set)
+    up = defaultdict(set)
     for a, b in edges:
         if rep[a] != rep[b]:
-            down[rep[a]].add(rep[b])
+            up[rep[b]].add(rep[a])
     memo: dict[str, int] = {}
 
-    def floor(r):
+    def depth(r):
         if r not in memo:
-            memo[r] = 1 + max((floor(b) for b in down[r]), default=-1)
+            memo[r] = 1 + max((depth(a) for a in up[r]), default=-1)
         return memo[r]
 
-    return {r: floor(rep[r]) for r in rooms}
+    deepest = max((depth(rep[r]) for r in rooms), default=0)
+    return {r: deepest - depth(rep[r]) for r in rooms}
 
 
 def main() -> None:
