@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -34,9 +35,8 @@ def main() -> None:
     recs = [r for r in s.records() if r.language == "cuda"]
     s.close()
     nvcc = find_nvcc()
-    tasks = [compile_task(r, cfg, nvcc, cache) for r in recs]
-    for t in tasks:
-        t["harnesses"] = []  # the record's own code, as harvested
+    # the record's own code, as harvested (no harness)
+    tasks = [dataclasses.replace(compile_task(r, cfg, nvcc, cache), harnesses=[]) for r in recs]
     with ThreadPoolExecutor(args.workers) as pool:
         results = list(pool.map(compile_any, tasks))
     why = collections.Counter(res.get("reason") for res in results if not res.get("ok"))

@@ -283,12 +283,12 @@ def compile_task(rec, cfg, nvcc, cache) -> CompileTask:
 
 def compile_any(task: CompileTask | dict) -> dict:
     """The build the task's candidate kind asks for (sftbuild.trial.kinds): CUDA harnesses, a load_inline
-    extension, or the Triton gate."""
+    extension, or the Triton gate; a kernel no kind runs (unbound) gets its language's gate alone."""
     task = CompileTask.of(task)
     kind = kinds.for_task(task)
-    if kind.build == "harness":
+    if kind.build == "harness" if kind else task.language == "cuda":
         return compile_cuda(task)
-    if kind.builds_extension(task):
+    if kind and kind.builds_extension(task):
         return compile_inline(task)
     res = triton_gate(task) if _jit_kernels(task.code) else {"ok": True, "resources": {}, "seconds": 0}
     return {**res, "sos": []}

@@ -43,3 +43,12 @@ def test_only_triton_modules_without_a_cuda_build_or_inductor_launcher_are_inter
     assert not pair.interpretable(task("import triton\nk = async_compile.triton('k', '')"))
     assert not kinds.KINDS.get("cuda_harness")().interpretable(task("triton"))
     assert pair.builds_extension(task("load_inline('m')")) and not op.builds_extension(task("load_inline"))
+
+
+def test_a_kernel_no_kind_runs_still_gets_its_languages_gate(monkeypatch):
+    """An unbound record's kernel (the compile column of a yield table) compiles as its language's gate."""
+    from sftbuild.validate import pipeline
+
+    monkeypatch.setattr(pipeline, "compile_cuda", lambda task: {"ok": True, "gate": "cuda"})
+    assert pipeline.compile_any(CompileTask(code="__global__ void k() {}", cache_dir="/c"))["gate"] == "cuda"
+    assert pipeline.compile_any(CompileTask(code="x = 1", cache_dir="/c", language="triton"))["ok"]
