@@ -51,7 +51,7 @@ def main() -> int:
     recs = [r for r in ctx.store.records() if r.language == "cuda"]
     res = ctx.store.results_for("validate")
     kernels = sum(len(r.entry.get("kernels") or [r.name]) for r in recs)
-    by_how = collections.Counter((r.binding or {}).get("how", "unbound") for r in recs)
+    by_how = collections.Counter(r.binding.how if r.binding else "unbound" for r in recs)
     verdicts = collections.Counter((res.get(r.id, {}).get("status"), res.get(r.id, {}).get("reason")) for r in recs)
     failed_compile = sum(1 for r in recs if res.get(r.id, {}).get("reason") in COMPILED_FAILS)
     static = sum(1 for r in recs if res.get(r.id, {}).get("reason") in ("cheat", "forbidden_call", "bad_launch"))
@@ -67,7 +67,7 @@ def main() -> int:
     print("verdicts:", {f"{s}:{r}" if r else s: n for (s, r), n in verdicts.most_common()})
     for r in recs:
         v = res.get(r.id, {})
-        if v.get("status") == "dropped" and (r.binding or {}).get("how") == "file_reference":
+        if v.get("status") == "dropped" and r.binding and r.binding.how == "file_reference":
             detail = (v.get("payload") or {}).get("detail", "")
             print(f"  {r.name:40s} {v.get('reason'):16s} {str(detail)[:150]}")
     ex.close()

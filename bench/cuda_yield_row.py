@@ -23,7 +23,7 @@ def main(ws: str, name: str) -> None:
     compiled = [r for r in recs if r.id in res and res[r.id].get("reason") not in NOT_COMPILED]
     bound = [r for r in recs if r.binding]
     ok = [r for r in recs if res.get(r.id, {}).get("status") == "ok"]
-    how = collections.Counter((r.binding or {}).get("by") for r in bound)
+    how = collections.Counter(r.binding.by for r in bound)
     stops = collections.Counter(blockers(s.funnel()))  # by cause: compile failures, and unbound records by code
     n = max(1, len(recs))
     print(f"| {name} | {len(recs)} | {len(compiled)} ({100 * len(compiled) / n:.0f}%) | {len(bound)} "

@@ -16,10 +16,10 @@ from sftbuild.store import Store
 
 
 def kind(rec) -> str:
-    b = rec.binding or {}
-    if b.get("kind") in ("kernelbench", "inductor"):
-        return b["kind"]
-    return f"{rec.language}/op" if b.get("op") else f"{rec.language}/unbound"
+    b = rec.binding
+    if b and b.kind in ("kernelbench", "inductor"):
+        return b.kind
+    return f"{rec.language}/op" if b and b.op else f"{rec.language}/unbound"
 
 
 def main(ws: str, n: int, seed: int) -> None:

@@ -26,7 +26,7 @@ def main(ws: str, name: str) -> None:
         res.get(r.id, {}).get("status") == "dropped" and res[r.id].get("reason") not in NO_VERDICT
         and r not in static)]
     ok = [r for r in recs if res.get(r.id, {}).get("status") == "ok"]
-    how = collections.Counter((r.binding or {}).get("how") for r in bound)
+    how = collections.Counter(r.binding.how for r in bound)
     n = kernels(recs) or 1
     print(f"| {name} | {kernels(recs)} kernels ({len(recs)} records) | {kernels(bound)} bound "
           f"({', '.join(f'{h} {c}' for h, c in how.most_common())}) | {kernels(verdict)} reach a GPU verdict "

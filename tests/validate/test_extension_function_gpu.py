@@ -76,8 +76,8 @@ def test_an_extension_function_of_another_file_validates_ok_and_its_broken_twin_
     by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()
                  if r.entry["kernels"] == ["rms_norm_kernel"]}
     ok, twin = by_source["good"], by_source["broken"]
-    assert ok.binding and ok.binding["by"] == "extension_function" and ok.binding["op"] == "rms_norm", ok.unbound
-    assert ok.binding["evidence"]["dtypes"] == ["float32", "float16"], ok.binding["evidence"]
+    assert ok.binding and ok.binding.by == "extension_function" and ok.binding.op == "rms_norm", ok.unbound
+    assert ok.binding.evidence["dtypes"] == ["float32", "float16"], ok.binding.evidence
     assert results[ok.id]["status"] == "ok", results[ok.id]
     assert twin.binding is None and "no shortlisted op matched the extension function's outputs" in \
         (twin.unbound or ""), twin.unbound
