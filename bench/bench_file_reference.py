@@ -36,9 +36,8 @@ def main() -> None:
     args = ap.parse_args()
     files = set()
     for rec in Store(args.workspace, create=False).records():
-        b = rec.binding or {}
         path = (rec.provenance or {}).get("path", "")
-        if b.get("how") != "file_reference" or (args.names and rec.name not in args.names):
+        if not rec.binding or rec.binding.how != "file_reference" or (args.names and rec.name not in args.names):
             continue
         if not (args.all or args.names) and path in files:
             continue

@@ -49,8 +49,8 @@ def stage(ws: str, *args: str, budget: float | None = None) -> float:
 
 
 def kind_of(rec) -> str:
-    b = rec.binding or {}
-    return "program pair" if b.get("kind") in ("kernelbench", "program") else f"{b.get('kind') or 'unbound'} kernel"
+    kind = rec.binding.kind if rec.binding else None
+    return "program pair" if kind in ("kernelbench", "program") else f"{kind or 'unbound'} kernel"
 
 
 def main() -> None:
