@@ -17,5 +17,7 @@ for src in "$@"; do
     > "$out/$name.log" 2>&1
   $S bindings -w "$w" > "$out/$name-bindings.txt" 2>&1
   { $S status --dropped validate -w "$w"; $S status --dropped bind -w "$w"; } > "$out/$name-dropped.txt" 2>&1
-  python3 bench/cuda_yield_row.py "$w" "$name" | tee -a "$out/table.md"
+  # the compile column: every record through the compile gate, bound or not (validate compiles bound ones only)
+  python3 bench/cuda_compile.py "$w" --workers "${COMPILE_WORKERS:-8}" > "$out/$name-compile.txt" 2>&1
+  python3 bench/cuda_yield_row.py "$w" "$name" "$out/$name-compile.txt" | tee -a "$out/table.md"
 done
