@@ -14,7 +14,8 @@ from pathlib import Path
 
 from sftbuild.harvest.cuda_extract import CALLER_EXT, calls_fit, extract_kernels
 from sftbuild.harvest.worker import find_callers
-from sftbuild.bind.binders.extension import ExtensionFunction, takes_tensors
+from sftbuild.bind.binders.extension import ExtensionFunction
+from sftbuild.trial.launchers import takes_tensors
 from sftbuild.bind.binders.launched import HostLauncher
 from sftbuild.record import Record
 

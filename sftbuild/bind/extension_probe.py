@@ -31,7 +31,7 @@ from sftbuild.ops import special
 from sftbuild.bind.binders import extension as ext
 from sftbuild.trial import pyrun
 from sftbuild.bind.binders import COMPILE_CAUSES
-from sftbuild.bind.launcher_probe import MIN_SHAPES, search
+from sftbuild.bind.launcher_probe import MIN_SHAPES, needs_gpu, on_gpu, search
 from sftbuild.bind.tasks import ExtensionProbe
 from sftbuild.bind.probe import MAX_PROBE_NUMEL, MAX_PROBE_NUMEL_GPU, probe_shapes
 
@@ -40,8 +40,8 @@ def probe(task: ExtensionProbe | dict) -> dict:
     task = ExtensionProbe.of(task)
     start = time.monotonic()
     deadline = start + float(task.time_limit or ext.PROBE_SECONDS)
-    if (task.device or "cuda") != "cuda" or not torch.cuda.is_available():
-        return {"unbound": "probing an extension function needs a GPU", "cause": "needs_gpu_to_probe", "evidence": {}}
+    if not on_gpu(task):
+        return needs_gpu("an extension function")
     fn, why, cause = build(task)
     if fn is None:
         return {"unbound": why, "cause": cause, "evidence": {"seconds": round(time.monotonic() - start, 2)}}

@@ -46,13 +46,23 @@ def probe(task: LauncherProbe | dict) -> dict:
     task = LauncherProbe.of(task)
     start = time.monotonic()
     deadline = start + float(task.time_limit or launched.PROBE_SECONDS)
-    if (task.device or "cuda") != "cuda" or not torch.cuda.is_available():
-        return {"unbound": "probing a host launcher needs a GPU", "cause": "needs_gpu_to_probe", "evidence": {}}
+    if not on_gpu(task):
+        return needs_gpu("a host launcher")
     fns, why, cause = _build(task)
     if not fns:
         return {"unbound": why, "cause": cause, "evidence": {}}
     return search(task.shortlist, lambda op: _try_op(fns, op, task, deadline), start, deadline,
                   "the launcher's outputs")
+
+
+def on_gpu(task) -> bool:
+    """Whether a CUDA probe can run here: its task is meant for the GPU and this process has one."""
+    return (task.device or "cuda") == "cuda" and torch.cuda.is_available()
+
+
+def needs_gpu(what: str) -> dict:
+    """A CUDA probe's answer where it cannot run: unbound, for want of a GPU."""
+    return {"unbound": f"probing {what} needs a GPU", "cause": "needs_gpu_to_probe", "evidence": {}}
 
 
 def search(shortlist, attempt, start: float, deadline: float, what: str, extra: dict | None = None) -> dict:

@@ -177,6 +177,7 @@ def function_call_args(fn: dict, args: list[str]) -> tuple[list[str], list[str],
     return decls, call, rets
 
 
+# the host work an extension function may do beside launching its kernel: allocate, check, dispatch
 TORCH_ALLOWED = re.compile(r"(?:empty|zeros|ones|full|from_blob|TensorOptions|Device|Tensor|IntArrayRef|Scalar|"
                            r"cuda|detail|getCurrent\w*|OptionalCUDAGuard|DeviceGuard|typeMetaToScalarType|"
                            r"elementSize|toString)\w*$")
@@ -185,8 +186,6 @@ TORCH_METHOD = re.compile(r"\.\s*(sum|mean|matmul|mm|bmm|addmm|softmax|log_softm
                           r"silu|add|sub|mul|div|pow|sqrt|rsqrt|norm|amax|amin|max|min|cumsum|sort|topk|clamp|abs|"
                           r"neg|where|index_select|gather|scatter|layer_norm|linear|conv\w*|einsum)_?\s*\(")
 LIBRARY_CALL = re.compile(r"\b(?:cublas(?!Check\b)\w+|cudnn(?!Check\b)\w+|thrust::\w+|cub::Device\w+::\w+)\s*\(")
-
-
 DTYPE_OF = {"float": "float32", "__half": "float16", "__nv_bfloat16": "bfloat16"}
 SCALAR_TYPES = {"float": "at::kFloat", "__half": "at::kHalf", "__nv_bfloat16": "at::kBFloat16"}
 WORD = re.compile(r"\w+")

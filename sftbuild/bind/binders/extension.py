@@ -30,14 +30,14 @@ from sftbuild.bind.binders import BINDERS, Binder
 from sftbuild.bind.binders import launched
 from sftbuild.bind.tasks import ExtensionProbe
 from sftbuild.trial.launchers import (  # noqa: F401  (the probe's contract, shared with the harness)
-    FLOAT_TYPES, FUNCTION_INT_TYPES as INT_TYPES, OPTIONAL_TENSOR, TENSOR, function_call_args as call_args,
-    function_head, function_of, function_roles, plain, returns, takes_tensors, torch_work, unprobeable, wrapper)
+    TENSOR, function_call_args as call_args, function_head, function_of, function_roles, plain, returns, torch_work,
+    unprobeable)
 
 PROBE_SECONDS = 240  # the module's build is most of it
-RETURNS = re.compile(r"^\s*(?:static\s+|inline\s+)*(.+?)\s*\b(\w+)\s*\($")
 DISPATCH = re.compile(r"\b\w*DISPATCH\w*\s*\(")  # AT_DISPATCH_*, and a project's own (VLLM_DISPATCH_FLOATING_TYPES)
 SCALAR_ALIASES = {"epsilon": "eps", "variance_epsilon": "eps", "negative_slope": "negative_slope"}
-# the host work an extension function may do beside launching its kernel: allocate, check, dispatch
+
+
 @BINDERS.register
 class ExtensionFunction(Binder):
     """Build the record's extension function into a module, call it on each shortlisted op's inputs
