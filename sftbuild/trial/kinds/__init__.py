@@ -2,19 +2,8 @@
 
 A kind answers `takes(binding, language)` from the record's binding (what it is checked against and
 how it is launched: binding kind, `how`, `harness`) and its language; the code's text never decides
-it. Kinds are asked in `order`, then by name, and the first that takes the record runs it:
-
-    @KINDS.register
-    class TritonOp(Kind):
-        '''A Triton module checked against a registry op through its entry point.'''
-        name = "triton_op"
-        version = 1
-        languages = ("triton",)
-        runner = "sftbuild.trial.pyrun:run_python"
-        interpreted = True
-
-        def takes(self, binding, language):
-            return binding.kind == "op"
+it. Kinds are asked in `order`, then by name, and the first that takes the record runs it. A new kind
+is one small file in this folder; triton_op.py is the shortest whole one.
 
 Invariants:
   * `runner` ("module:function") runs one task in a sandboxed worker and returns a verdict dict; the
