@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HAS_GPU, HAS_NVCC
+from tests.validate.twins import validate_twins
 
 RMS = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "fused_rms_norm.cu"
 
@@ -17,25 +18,12 @@ RMS = Path(__file__).resolve().parents[1] / "data" / "harvest" / "extension" / "
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAS_GPU and HAS_NVCC), reason="needs a CUDA GPU and nvcc")
 def test_a_probed_extension_function_validates_ok_and_its_broken_twin_is_dropped(make_ctx, tmp_path):
-    from sftbuild.bind import stage as bind
-    from sftbuild.describe import stage as describe
-    from sftbuild.harvest import stage as harvest
-    from sftbuild.validate import stage as validate
-
     good, broken = tmp_path / "good", tmp_path / "broken"
     weighted = " * static_cast<float>(weight[i])"
     for repo, w in ((good, weighted), (broken, "")):
         repo.mkdir()
         (repo / "fused_rms_norm.cu").write_text(RMS.read_text().replace(weighted, w))
-    ctx = make_ctx()
-    ctx.config.dedupe.before_validation = False  # the twins are near duplicates: check both
-    harvest.run(ctx, [str(good), str(broken)])
-    bind.run(ctx)
-    describe.run(ctx)
-    validate.run(ctx)
-    results = ctx.store.results_for("validate")
-    by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()}
-    ok, twin = by_source["good"], by_source["broken"]
+    ok, twin, results = validate_twins(make_ctx(), good, broken)
     assert ok.binding and ok.binding.by == "extension_function" and ok.binding.op == "rms_norm", ok.unbound
     ev = ok.binding.evidence
     assert len(ev["shapes"]) >= 3 and ev["dtypes"] == ["float32", "float16", "bfloat16"], ev
@@ -54,11 +42,6 @@ ELSEWHERE = RMS.parents[1] / "extension_elsewhere"  # our own: the function in b
 def test_an_extension_function_of_another_file_validates_ok_and_its_broken_twin_is_dropped(make_ctx, tmp_path):
     import shutil
 
-    from sftbuild.bind import stage as bind
-    from sftbuild.describe import stage as describe
-    from sftbuild.harvest import stage as harvest
-    from sftbuild.validate import stage as validate
-
     good, broken = tmp_path / "good", tmp_path / "broken"
     weighted = " * (float)w[c]"
     for repo, w in ((good, weighted), (broken, "")):
@@ -66,16 +49,8 @@ def test_an_extension_function_of_another_file_validates_ok_and_its_broken_twin_
         kernels = repo / "norm_kernels.cu"
         kernels.write_text(kernels.read_text().replace(weighted, w))
     ctx = make_ctx()
-    ctx.config.dedupe.before_validation = False
     ctx.config.bind.binders = {"host_launcher": False}  # the raw launcher would bind first: probe the function
-    harvest.run(ctx, [str(good), str(broken)])
-    bind.run(ctx)
-    describe.run(ctx)
-    validate.run(ctx)
-    results = ctx.store.results_for("validate")
-    by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()
-                 if r.entry["kernels"] == ["rms_norm_kernel"]}
-    ok, twin = by_source["good"], by_source["broken"]
+    ok, twin, results = validate_twins(ctx, good, broken, kernel="rms_norm_kernel")
     assert ok.binding and ok.binding.by == "extension_function" and ok.binding.op == "rms_norm", ok.unbound
     assert ok.binding.evidence["dtypes"] == ["float32", "float16"], ok.binding.evidence
     assert results[ok.id]["status"] == "ok", results[ok.id]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import HAS_GPU, HAS_NVCC
+from tests.validate.twins import validate_twins
 
 LAUNCHER = r"""#include <cuda_runtime.h>
 #define CEIL_DIV(M, N) (((M) + (N) - 1) / (N))
@@ -39,24 +40,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, float* inp, float* 
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAS_GPU and HAS_NVCC), reason="needs a CUDA GPU and nvcc")
 def test_a_probed_launcher_validates_ok_and_its_broken_twin_is_dropped(make_ctx, tmp_path):
-    from sftbuild.bind import stage as bind
-    from sftbuild.describe import stage as describe
-    from sftbuild.harvest import stage as harvest
-    from sftbuild.validate import stage as validate
-
     good, broken = tmp_path / "good", tmp_path / "broken"
     for repo, bias in ((good, " + bias[i]"), (broken, "")):  # the twin forgets the bias
         repo.mkdir()
         (repo / "layernorm.cu").write_text(LAUNCHER.replace("BIAS", bias))
-    ctx = make_ctx()
-    ctx.config.dedupe.before_validation = False  # the twins are near duplicates: check both
-    harvest.run(ctx, [str(good), str(broken)])
-    bind.run(ctx)
-    describe.run(ctx)
-    validate.run(ctx)
-    results = ctx.store.results_for("validate")
-    by_source = {r.provenance["url"].rsplit("/", 1)[-1]: r for r in ctx.store.records()}
-    ok, twin = by_source["good"], by_source["broken"]
+    ok, twin, results = validate_twins(make_ctx(), good, broken)
     assert ok.binding and ok.binding.by == "host_launcher" and ok.binding.op == "layer_norm", ok.unbound
     assert len(ok.binding.evidence["shapes"]) >= 3
     assert results[ok.id]["status"] == "ok", results[ok.id]
